@@ -1,0 +1,90 @@
+//! What the log carries (commands, in a versioned envelope) and what applying one answers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{AcquireOutcome, LeaseView, Mode, Rejection};
+
+/// A log entry's payload. Versioned so that a later release can still read an older log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    V1(Proposal),
+}
+
+/// The leader's clocks when it proposed the entry. Followers never stamp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    /// The leader's monotonic clock (CLOCK_MONOTONIC, since boot), milliseconds.
+    pub mono_ms: u64,
+    /// The leader's wall clock, Unix milliseconds: advisory, for `expires_at` in replies.
+    pub wall_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub stamp: Stamp,
+    /// The authenticated caller.
+    pub principal: String,
+    /// Whether the caller has the admin role (may change any principal's lease).
+    pub admin: bool,
+    /// Exactly-once key (SPEC §5), per principal.
+    pub request_id: Option<String>,
+    pub op: Op,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    Acquire(AcquireOp),
+    Renew(RenewOp),
+    Release(ReleaseOp),
+    /// Proposed by the leader when leases are due: ends each that is still past its grace.
+    Reclaim {
+        leases: Vec<(String, u64)>,
+    },
+    /// Proposed by the leader to keep the committed lease clock fresh.
+    Tick,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireOp {
+    pub resource: String,
+    pub holder: String,
+    /// None = the policy's default ttl.
+    pub ttl_ms: Option<u64>,
+    pub mode: Mode,
+    pub units: u64,
+    pub metadata: BTreeMap<String, String>,
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewOp {
+    pub resource: String,
+    /// Empty = the holder's current lease on the resource.
+    pub lease_id: String,
+    pub holder: String,
+    pub fencing_token: u64,
+    /// None = the lease's last ttl.
+    pub ttl_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseOp {
+    pub resource: String,
+    pub lease_id: String,
+    pub holder: String,
+    pub fencing_token: u64,
+}
+
+/// The answer of applying one entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Acquire(AcquireOutcome),
+    Lease(LeaseView),
+    Rejected(Rejection),
+    /// Reclaims done by the entry (Reclaim/Tick), and entries with nothing to answer.
+    Reclaimed(Vec<LeaseView>),
+    /// Blank and membership entries.
+    None,
+}

@@ -1,0 +1,43 @@
+//! What the leader proposes on its own, and when (DESIGN §4): a `Tick` right after taking
+//! office and whenever the committed clock is older than `tick_interval` while anything is
+//! live; a `Reclaim` as soon as a lease is due. Pure: the caller supplies the clock reading
+//! and runs the timer.
+
+use super::clock::LeaderKey;
+use super::command::Op;
+use super::machine::State;
+
+/// The leader's next step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Propose this now.
+    Propose(Op),
+    /// Nothing to do for this many milliseconds (or until the state changes).
+    Wait(u64),
+}
+
+/// Decides the leader's next proposal from the committed state and its monotonic clock.
+pub fn plan(state: &State, me: LeaderKey, mono_now_ms: u64, tick_interval_ms: u64) -> Plan {
+    let clock = state.clock();
+    let since_stamp_ms = match clock.anchor() {
+        Some((leader, last_mono_ms)) if leader == me => mono_now_ms.saturating_sub(last_mono_ms),
+        // The log's clock is not anchored on this leader yet: anchor it at once.
+        _ => return Plan::Propose(Op::Tick),
+    };
+    let estimate_ms = clock.now_ms().saturating_add(since_stamp_ms);
+    let due = state.due_by(estimate_ms);
+    if !due.is_empty() {
+        return Plan::Propose(Op::Reclaim { leases: due });
+    }
+    if state.live_leases() == 0 {
+        return Plan::Wait(tick_interval_ms);
+    }
+    if since_stamp_ms >= tick_interval_ms {
+        return Plan::Propose(Op::Tick);
+    }
+    let until_tick_ms = tick_interval_ms - since_stamp_ms;
+    let until_due_ms = state
+        .next_due_ms()
+        .map_or(u64::MAX, |due_ms| due_ms.saturating_sub(estimate_ms));
+    Plan::Wait(until_tick_ms.min(until_due_ms).max(1))
+}

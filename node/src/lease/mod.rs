@@ -1,0 +1,20 @@
+//! The lease domain: every rule of SPEC §4 that the replicated state machine applies.
+//!
+//! Nothing here knows about Raft, gRPC or disks. [`machine::apply`] is a pure function of
+//! (state, entry): no clock, no randomness, no I/O. Time enters only through the leader's
+//! [`command::Stamp`] in each entry and the lease clock of [`clock`]; the entry's log index
+//! is the fencing token of whatever it grants.
+
+pub mod clock;
+pub mod command;
+pub mod dedup;
+pub mod expiry;
+pub mod machine;
+pub mod policy;
+pub mod types;
+
+pub use clock::{LeaderKey, LeaseClock};
+pub use command::{AcquireOp, Command, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp};
+pub use machine::{apply, EntryMeta, State};
+pub use policy::Policy;
+pub use types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};

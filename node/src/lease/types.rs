@@ -1,0 +1,128 @@
+//! The lease domain's values: leases, their views in replies, and the answers that are not grants.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Mode {
+    Exclusive,
+    Read,
+    Write,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseStatus {
+    Active,
+    /// Past `expires_at` but inside the renewal grace: still holds the resource.
+    Grace,
+    Released,
+    Reclaimed,
+    Transferred,
+}
+
+/// One holder's time-bound claim. Times are lease-clock milliseconds (see `clock`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub lease_id: String,
+    pub resource: String,
+    pub holder: String,
+    pub principal: String,
+    pub mode: Mode,
+    pub units: u64,
+    /// The log index of the entry that began this tenure.
+    pub fencing_token: u64,
+    pub acquired_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// The ttl of the last acquire or renew.
+    pub ttl_ms: u64,
+    /// Wall-clock stamp of the granting entry: advisory, for people.
+    pub acquired_wall_ms: u64,
+    pub metadata: BTreeMap<String, String>,
+    pub idempotency_key: Option<String>,
+}
+
+/// A lease as a reply shows it: with its status and the advisory wall-clock times, all computed
+/// deterministically at apply or read time from the committed lease clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseView {
+    pub lease: Lease,
+    pub status: LeaseStatus,
+    pub expires_wall_ms: u64,
+    /// Lease-clock time left until `expires_at` (0 once past it).
+    pub remaining_ms: u64,
+}
+
+/// Why an acquire was not granted: a normal answer, not an error (SPEC §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    ResourceUnavailable,
+}
+
+impl Refusal {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::ResourceUnavailable => "resource_unavailable",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireOutcome {
+    pub granted: bool,
+    pub lease: Option<LeaseView>,
+    pub refusal: Option<Refusal>,
+    /// The current holders when not granted.
+    pub holders: Vec<LeaseView>,
+}
+
+/// A command the state machine refused; each maps to one SPEC §3 reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Rejection {
+    #[error("invalid {field}: {problem}")]
+    InvalidArgument { field: String, problem: String },
+    #[error("mode {mode:?} is not allowed by the resource's policy")]
+    InvalidMode { mode: Mode },
+    #[error("ttl {ttl_ms} ms is out of range [{min_ms}, {max_ms}] ms")]
+    TtlOutOfRange {
+        ttl_ms: u64,
+        min_ms: u64,
+        max_ms: u64,
+    },
+    #[error("renewal would pass the lease's max_lifetime ({max_lifetime_ms} ms from acquisition)")]
+    LifetimeExceeded { max_lifetime_ms: u64 },
+    #[error("{0}")]
+    InsufficientPermissions(String),
+    #[error("lease not found{0}")]
+    LeaseNotFound(String),
+    #[error("stale fencing token (expected {expected}, got {got})")]
+    StaleFencingToken { expected: u64, got: u64 },
+    #[error("lease expired: it is past its expiry and renewal grace, or was reclaimed")]
+    LeaseExpired,
+    #[error("holder already holds this resource in mode {mode:?} with {units} units")]
+    AlreadyHeld { mode: Mode, units: u64 },
+}
+
+impl Rejection {
+    pub fn invalid(field: &str, problem: impl Into<String>) -> Self {
+        Rejection::InvalidArgument {
+            field: field.to_string(),
+            problem: problem.into(),
+        }
+    }
+
+    /// The SPEC §3 reason string.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Rejection::InvalidArgument { .. } => "invalid_argument",
+            Rejection::InvalidMode { .. } => "invalid_mode",
+            Rejection::TtlOutOfRange { .. } => "ttl_out_of_range",
+            Rejection::LifetimeExceeded { .. } => "lifetime_exceeded",
+            Rejection::InsufficientPermissions(_) => "insufficient_permissions",
+            Rejection::LeaseNotFound(_) => "lease_not_found",
+            Rejection::StaleFencingToken { .. } => "stale_fencing_token",
+            Rejection::LeaseExpired => "lease_expired",
+            Rejection::AlreadyHeld { .. } => "already_held",
+        }
+    }
+}
