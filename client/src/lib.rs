@@ -1,1 +1,27 @@
+//! Rust client for Tenure.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), tenure_client::Error> {
+//! let client = tenure_client::Client::new(["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"])?;
+//! if let tenure_client::Acquired::Granted(lease) = client.lease("world/eu-1", "server-7", std::time::Duration::from_secs(30)).await? {
+//!     let token = lease.fencing_token(); // hand it to whatever the lease protects
+//!     tokio::select! {
+//!         _ = lease.lost() => { /* stop: the lease is gone or may be */ }
+//!         _ = async { /* work */ } => { lease.release().await?; }
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Every call has a deadline, carries a `request_id` (reused on retries, so a retried write
+//! applies once), goes to the leader once a `tenure-leader` header named it, and moves on to
+//! the next endpoint when a node is unreachable or has no leader.
 
+mod client;
+mod error;
+mod lease;
+
+pub use client::{Client, DEFAULT_ENDPOINTS};
+pub use error::Error;
+pub use lease::{from_prost_duration, prost_duration, safety_margin, Acquired, Lease, Lost};
+pub use tenure_proto::v1 as pb;

@@ -1,6 +1,15 @@
 //! Tenure's server: a Raft-replicated lease store with log-index fencing tokens.
 //!
 //! Layout (DESIGN §2): `lease` is the pure domain; `store` adapts it to openraft over sled;
-//! `network` carries Raft RPCs; `api` serves gRPC; `app` wires one node together.
+//! `network` carries Raft RPCs; `api` serves gRPC; `app` wires one node together; `timers`
+//! runs the leader's own proposals; `clock` is where a leader's stamps come from.
 
+pub mod api;
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod error;
 pub mod lease;
+pub mod network;
+pub mod store;
+pub mod timers;

@@ -24,6 +24,7 @@ pub struct Dedup {
 }
 
 /// What a retried request gets.
+#[allow(clippy::large_enum_variant)] // short-lived, never stored
 pub enum Seen {
     New,
     /// The same request again: the original reply.

@@ -478,13 +478,11 @@ impl State {
     }
 
     fn renew(&mut self, index: u64, principal: &str, admin: bool, op: &RenewOp) -> Reply {
-        if let Some(ttl_ms) = op.ttl_ms.filter(|ttl_ms| *ttl_ms < MIN_TTL_MS) {
-            let max_ms = self.policy_of(&op.resource).ttl_ceiling_ms();
-            return Reply::Rejected(Rejection::TtlOutOfRange {
-                ttl_ms,
-                min_ms: MIN_TTL_MS,
-                max_ms,
-            });
+        // A ttl the caller gave is an argument: SPEC §3 checks it (both bounds) before the lease.
+        if let Some(ttl_ms) = op.ttl_ms {
+            if let Err(rejection) = check_ttl(self.policy_of(&op.resource), ttl_ms) {
+                return Reply::Rejected(rejection);
+            }
         }
         let lease = match self.mutable_lease(
             principal,

@@ -11,10 +11,13 @@ pub mod dedup;
 pub mod expiry;
 pub mod machine;
 pub mod policy;
+pub mod query;
 pub mod types;
+
 
 pub use clock::{LeaderKey, LeaseClock};
 pub use command::{AcquireOp, Command, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp};
-pub use machine::{apply, EntryMeta, State};
+pub use machine::{apply, EntryMeta, ResourceView, State, Validation};
 pub use policy::Policy;
+pub use query::{Answer, Query};
 pub use types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};

@@ -1,0 +1,246 @@
+//! The connection to a cluster: endpoints, the leader hint, deadlines and retries.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_proto::v1 as pb;
+use tenure_proto::v1::cluster_client::ClusterClient;
+use tenure_proto::v1::leases_client::LeasesClient;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::Error;
+
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103";
+const LEADER_HEADER: &str = "tenure-leader";
+
+/// A handle to a Tenure cluster. Cheap to clone; clones share channels and the leader hint.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoints: Vec<String>,
+    channels: Vec<Channel>,
+    /// Index of the endpoint to try first: the leader, once a reply named it.
+    preferred: AtomicUsize,
+    timeout: Duration,
+}
+
+impl Client {
+    /// A client for these `HOST:PORT` endpoints (connects lazily), with a 10 s call deadline.
+    pub fn new<I, S>(endpoints: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let endpoints: Vec<String> = endpoints
+            .into_iter()
+            .map(|e| e.as_ref().trim().trim_start_matches("http://").to_string())
+            .filter(|e| !e.is_empty())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(Error::Local("no endpoints given".into()));
+        }
+        let channels = endpoints
+            .iter()
+            .map(|addr| {
+                Endpoint::from_shared(format!("http://{addr}"))
+                    .map(|e| {
+                        e.connect_timeout(Duration::from_secs(1))
+                            .tcp_nodelay(true)
+                            .http2_keep_alive_interval(Duration::from_secs(5))
+                            .keep_alive_timeout(Duration::from_secs(5))
+                            .connect_lazy()
+                    })
+                    .map_err(|e| Error::Local(format!("bad endpoint {addr}: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                endpoints,
+                channels,
+                preferred: AtomicUsize::new(0),
+                timeout: Duration::from_secs(10),
+            }),
+        })
+    }
+
+    /// Parses a comma-separated endpoint list.
+    pub fn from_list(list: &str) -> Result<Self, Error> {
+        Self::new(list.split(','))
+    }
+
+    /// The same client with another per-call deadline (all retries included).
+    pub fn with_timeout(&self, timeout: Duration) -> Self {
+        let inner = &self.inner;
+        Client {
+            inner: Arc::new(Inner {
+                endpoints: inner.endpoints.clone(),
+                channels: inner.channels.clone(),
+                preferred: AtomicUsize::new(inner.preferred.load(Ordering::Relaxed)),
+                timeout,
+            }),
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Runs `call` against the preferred endpoint, then the others, until it is answered or
+    /// the deadline passes. Only `unavailable` answers and transport failures are retried.
+    async fn call<T, F, Fut>(&self, deadline: Instant, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let inner = &self.inner;
+        let mut index = inner.preferred.load(Ordering::Relaxed) % inner.channels.len();
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Status {
+                    code: tonic::Code::DeadlineExceeded,
+                    reason: "unavailable".into(),
+                    message: "deadline passed before any node answered; the outcome is unknown"
+                        .into(),
+                });
+            }
+            let result = call(inner.channels[index].clone(), left).await;
+            let header = match &result {
+                Ok(response) => response.metadata().get(LEADER_HEADER).cloned(),
+                Err(status) => status.metadata().get(LEADER_HEADER).cloned(),
+            };
+            if let Some(leader) = header.and_then(|h| h.to_str().ok().map(str::to_owned)) {
+                if let Some(pos) = leader
+                    .split_once('=')
+                    .and_then(|(_, addr)| inner.endpoints.iter().position(|e| e == addr))
+                {
+                    inner.preferred.store(pos, Ordering::Relaxed);
+                }
+            }
+            match result {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => {
+                    let error = Error::from(status);
+                    if !error.is_retryable() {
+                        return Err(error);
+                    }
+                    if Instant::now() + backoff >= deadline {
+                        return Err(error);
+                    }
+                    tracing::debug!(endpoint = %inner.endpoints[index], %error, "retrying elsewhere");
+                    index = (index + 1) % inner.channels.len();
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.timeout
+    }
+
+    fn with_deadline<T>(message: T, left: Duration) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(left);
+        request
+    }
+
+    /// `Acquire`. Sets a `request_id` when the request has none.
+    pub async fn acquire(
+        &self,
+        mut request: pb::AcquireRequest,
+    ) -> Result<pb::AcquireResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        self.call(self.deadline(), |channel, left| {
+            let request = Self::with_deadline(request.clone(), left);
+            async move { LeasesClient::new(channel).acquire(request).await }
+        })
+        .await
+    }
+
+    /// `Renew`. Sets a `request_id` when the request has none.
+    pub async fn renew(&self, mut request: pb::RenewRequest) -> Result<pb::RenewResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        self.renew_until(request, self.deadline()).await
+    }
+
+    pub(crate) async fn renew_until(
+        &self,
+        request: pb::RenewRequest,
+        deadline: Instant,
+    ) -> Result<pb::RenewResponse, Error> {
+        self.call(deadline, |channel, left| {
+            let request = Self::with_deadline(request.clone(), left);
+            async move { LeasesClient::new(channel).renew(request).await }
+        })
+        .await
+    }
+
+    /// `Release`. Sets a `request_id` when the request has none.
+    pub async fn release(
+        &self,
+        mut request: pb::ReleaseRequest,
+    ) -> Result<pb::ReleaseResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        self.call(self.deadline(), |channel, left| {
+            let request = Self::with_deadline(request.clone(), left);
+            async move { LeasesClient::new(channel).release(request).await }
+        })
+        .await
+    }
+
+    pub async fn validate(
+        &self,
+        request: pb::ValidateRequest,
+    ) -> Result<pb::ValidateResponse, Error> {
+        self.call(self.deadline(), |channel, left| {
+            let request = Self::with_deadline(request.clone(), left);
+            async move { LeasesClient::new(channel).validate(request).await }
+        })
+        .await
+    }
+
+    pub async fn get_resource(
+        &self,
+        request: pb::GetResourceRequest,
+    ) -> Result<pb::GetResourceResponse, Error> {
+        self.call(self.deadline(), |channel, left| {
+            let request = Self::with_deadline(request.clone(), left);
+            async move { LeasesClient::new(channel).get_resource(request).await }
+        })
+        .await
+    }
+
+    /// `Cluster.Status` of the node at `endpoint` (an index into the endpoint list).
+    pub async fn node_status(&self, endpoint: usize) -> Result<pb::StatusResponse, Error> {
+        let channel = self
+            .inner
+            .channels
+            .get(endpoint)
+            .cloned()
+            .ok_or_else(|| Error::Local("no such endpoint".into()))?;
+        let request = Self::with_deadline(pb::StatusRequest {}, self.inner.timeout);
+        Ok(ClusterClient::new(channel)
+            .status(request)
+            .await?
+            .into_inner())
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+}
+
+fn ensure_request_id(request_id: &mut String) {
+    if request_id.is_empty() {
+        *request_id = uuid::Uuid::new_v4().to_string();
+    }
+}

@@ -1,0 +1,247 @@
+//! A held lease that renews itself: every ttl/3 in the background, until released or lost.
+//!
+//! The client keeps its own deadline (SPEC §5): the *send* time of the request that set the
+//! expiry + ttl − a safety margin of max(100 ms, 1 % of ttl). Past it, the holder must assume
+//! the lease is gone, whatever the cluster says later.
+
+use std::time::Duration;
+
+use tenure_proto::v1 as pb;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::Error;
+
+/// Why a lease was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The cluster refused a renewal for good (`stale_fencing_token`, `lease_expired`, …).
+    Refused(String),
+    /// No renewal succeeded before the local deadline.
+    DeadlinePassed,
+    /// Released by this handle.
+    Released,
+}
+
+/// The answer of [`Client::lease`].
+pub enum Acquired {
+    Granted(Box<Lease>),
+    /// Not granted: the reason (`resource_unavailable`, …) and the current holders.
+    Refused {
+        reason: String,
+        holders: Vec<pb::Lease>,
+    },
+}
+
+/// A lease held by this process. Dropping it stops renewing (the lease then expires).
+pub struct Lease {
+    client: Client,
+    lease: pb::Lease,
+    ttl: Duration,
+    lost: watch::Receiver<Option<Lost>>,
+    deadline: watch::Receiver<Instant>,
+    renewer: JoinHandle<()>,
+}
+
+/// max(100 ms, 1 % of ttl).
+pub fn safety_margin(ttl: Duration) -> Duration {
+    (ttl / 100).max(Duration::from_millis(100))
+}
+
+fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(safety_margin(ttl))
+}
+
+fn definitive(error: &Error) -> bool {
+    !error.is_retryable()
+}
+
+impl Client {
+    /// Acquires `resource` for `holder` and keeps it renewed every ttl/3 in the background.
+    pub async fn lease(
+        &self,
+        resource: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Acquired, Error> {
+        let request = pb::AcquireRequest {
+            resource: resource.into(),
+            holder: holder.into(),
+            ttl: Some(prost_duration(ttl)),
+            ..Default::default()
+        };
+        let sent = Instant::now();
+        let response = self.acquire(request).await?;
+        if !response.granted {
+            return Ok(Acquired::Refused {
+                reason: response.reason,
+                holders: response.holders,
+            });
+        }
+        let lease = response
+            .lease
+            .ok_or_else(|| Error::Local("granted without a lease".into()))?;
+        // An idempotent re-acquire returns the lease unchanged: its expiry is the cluster's.
+        let remaining = lease
+            .remaining
+            .as_ref()
+            .map_or(ttl, from_prost_duration)
+            .min(ttl);
+        let (lost_tx, lost) = watch::channel(None);
+        let (deadline_tx, deadline) = watch::channel(local_deadline(sent, remaining));
+        let renewer = tokio::spawn(renew_loop(
+            self.clone(),
+            lease.clone(),
+            ttl,
+            lost_tx,
+            deadline_tx,
+        ));
+        Ok(Acquired::Granted(Box::new(Lease {
+            client: self.clone(),
+            lease,
+            ttl,
+            lost,
+            deadline,
+            renewer,
+        })))
+    }
+}
+
+async fn renew_loop(
+    client: Client,
+    lease: pb::Lease,
+    ttl: Duration,
+    lost: watch::Sender<Option<Lost>>,
+    deadline: watch::Sender<Instant>,
+) {
+    let mut next = Instant::now() + ttl / 3;
+    loop {
+        let local_deadline = *deadline.borrow();
+        tokio::select! {
+            _ = tokio::time::sleep_until(next.min(local_deadline)) => {}
+            _ = lost.closed() => return,
+        }
+        if Instant::now() >= local_deadline {
+            lost.send_replace(Some(Lost::DeadlinePassed));
+            return;
+        }
+        let request = pb::RenewRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder: lease.holder.clone(),
+            fencing_token: lease.fencing_token,
+            ttl: Some(prost_duration(ttl)),
+            request_id: uuid::Uuid::new_v4().to_string(),
+        };
+        let sent = Instant::now();
+        match client.renew_until(request, local_deadline).await {
+            Ok(_) => {
+                deadline.send_replace(local_deadline.max(self::local_deadline(sent, ttl)));
+                next = sent + ttl / 3;
+            }
+            Err(error) if definitive(&error) => {
+                lost.send_replace(Some(Lost::Refused(error.reason().to_string())));
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "renewal failed; retrying");
+                next = Instant::now() + Duration::from_millis(100);
+            }
+        }
+    }
+}
+
+impl Lease {
+    /// The fencing token: pass it to every system this lease protects.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token
+    }
+
+    pub fn lease_id(&self) -> &str {
+        &self.lease.lease_id
+    }
+
+    /// The lease as granted.
+    pub fn info(&self) -> &pb::Lease {
+        &self.lease
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The local deadline: past it, act as if the lease were gone.
+    pub fn deadline(&self) -> Instant {
+        *self.deadline.borrow()
+    }
+
+    /// Resolves when the lease is lost: renewal refused for good, or the local deadline passed.
+    pub async fn lost(&self) -> Lost {
+        let mut lost = self.lost.clone();
+        loop {
+            if let Some(why) = lost.borrow_and_update().clone() {
+                return why;
+            }
+            if lost.changed().await.is_err() {
+                return lost.borrow().clone().unwrap_or(Lost::DeadlinePassed);
+            }
+        }
+    }
+
+    /// Stops renewing and releases the lease.
+    pub async fn release(self) -> Result<pb::Lease, Error> {
+        self.renewer.abort();
+        let response = self
+            .client
+            .release(pb::ReleaseRequest {
+                resource: self.lease.resource.clone(),
+                lease_id: self.lease.lease_id.clone(),
+                holder: self.lease.holder.clone(),
+                fencing_token: self.lease.fencing_token,
+                request_id: String::new(),
+            })
+            .await?;
+        response
+            .lease
+            .ok_or_else(|| Error::Local("released without a lease".into()))
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
+pub fn prost_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+pub fn from_prost_duration(d: &prost_types::Duration) -> Duration {
+    Duration::new(
+        d.seconds.max(0) as u64,
+        d.nanos.clamp(0, 999_999_999) as u32,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safety_margin_is_at_least_100ms_and_1_percent() {
+        assert_eq!(
+            safety_margin(Duration::from_secs(1)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            safety_margin(Duration::from_secs(60)),
+            Duration::from_millis(600)
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! Domain → protobuf conversions for replies. (Requests go the other way in `validate`.)
+
+use tenure_proto::v1 as pb;
+
+use crate::lease::{LeaseStatus, LeaseView, Mode, Policy, ResourceView};
+
+pub fn timestamp(unix_ms: u64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: (unix_ms / 1_000) as i64,
+        nanos: ((unix_ms % 1_000) * 1_000_000) as i32,
+    }
+}
+
+pub fn duration(ms: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: (ms / 1_000) as i64,
+        nanos: ((ms % 1_000) * 1_000_000) as i32,
+    }
+}
+
+pub fn mode(mode: Mode) -> pb::LeaseMode {
+    match mode {
+        Mode::Exclusive => pb::LeaseMode::Exclusive,
+        Mode::Read => pb::LeaseMode::Read,
+        Mode::Write => pb::LeaseMode::Write,
+    }
+}
+
+pub fn status(status: LeaseStatus) -> pb::LeaseStatus {
+    match status {
+        LeaseStatus::Active => pb::LeaseStatus::Active,
+        LeaseStatus::Grace => pb::LeaseStatus::Grace,
+        LeaseStatus::Released => pb::LeaseStatus::Released,
+        LeaseStatus::Reclaimed => pb::LeaseStatus::Reclaimed,
+        LeaseStatus::Transferred => pb::LeaseStatus::Transferred,
+    }
+}
+
+pub fn lease(view: &LeaseView) -> pb::Lease {
+    let lease = &view.lease;
+    pb::Lease {
+        lease_id: lease.lease_id.clone(),
+        resource: lease.resource.clone(),
+        holder: lease.holder.clone(),
+        principal: lease.principal.clone(),
+        mode: mode(lease.mode) as i32,
+        units: lease.units,
+        fencing_token: lease.fencing_token,
+        acquired_at: Some(timestamp(lease.acquired_wall_ms)),
+        expires_at: Some(timestamp(view.expires_wall_ms)),
+        metadata: lease.metadata.clone().into_iter().collect(),
+        status: status(view.status) as i32,
+        ttl: Some(duration(lease.ttl_ms)),
+        remaining: Some(duration(view.remaining_ms)),
+    }
+}
+
+pub fn policy(policy: &Policy) -> pb::Policy {
+    pb::Policy {
+        default_ttl: Some(duration(policy.default_ttl_ms)),
+        max_ttl: Some(duration(policy.max_ttl_ms)),
+        max_lifetime: Some(duration(policy.max_lifetime_ms)),
+        renewal_grace: Some(duration(policy.renewal_grace_ms)),
+        transferable: policy.transferable,
+        shared_modes: policy
+            .shared_modes
+            .iter()
+            .map(|m| mode(*m) as i32)
+            .collect(),
+        total_units: policy.total_units,
+        lock_delay: Some(duration(policy.lock_delay_ms)),
+        max_waiters: policy.max_waiters,
+        max_metadata_bytes: policy.max_metadata_bytes,
+        kind: policy.kind.clone(),
+        display_name: policy.display_name.clone(),
+    }
+}
+
+pub fn resource(view: &ResourceView) -> pb::Resource {
+    pb::Resource {
+        name: view.name.clone(),
+        kind: view.policy.kind.clone(),
+        display_name: view.policy.display_name.clone(),
+        policy: Some(policy(&view.policy)),
+        leases: view.leases.iter().map(lease).collect(),
+        waiting: 0,
+        revision: view.revision,
+        ad_hoc: view.ad_hoc,
+    }
+}

@@ -1,0 +1,210 @@
+//! Every node serves every call (SPEC §2): writes and linearizable reads run on the leader;
+//! a follower hands them over the internal `Raft.Propose` / `Raft.Read` RPCs and retries
+//! across elections with the same `request_id`, so each command applies at most once.
+
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::app::Node;
+use crate::error::ApiError;
+use crate::lease::{self, Answer, Command, Op, Proposal, Query, Reply};
+use crate::network::{decode, encode};
+use crate::store::NodeId;
+
+/// A validated command, handed from the node that received the call to the leader.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProposeRequest {
+    pub principal: String,
+    pub admin: bool,
+    pub request_id: Option<String>,
+    pub op: Op,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReadRequest {
+    pub query: Query,
+}
+
+/// Why a node did not serve a handed-over call: the caller retries elsewhere.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum NotServed {
+    NotLeader,
+    Unavailable(String),
+}
+
+pub type ProposeResult = Result<Reply, NotServed>;
+/// An answer and the applied index it was read at.
+pub type ReadResult = Result<(Answer, u64), NotServed>;
+
+const RETRY_FIRST: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_millis(200);
+
+fn not_served<E: std::fmt::Display>(error: &RaftError<NodeId, E>, forward: bool) -> NotServed {
+    if forward {
+        NotServed::NotLeader
+    } else {
+        NotServed::Unavailable(error.to_string())
+    }
+}
+
+/// Where a call is served this attempt.
+enum Target {
+    Local,
+    Remote(String),
+}
+
+impl Node {
+    /// Runs `attempt` against the current leader until it is served or the request timeout
+    /// passes, waiting out elections with a short backoff.
+    async fn through_leader<T, F, Fut>(&self, mut attempt: F) -> Option<T>
+    where
+        F: FnMut(Target) -> Fut,
+        Fut: std::future::Future<Output = Result<T, NotServed>>,
+    {
+        let deadline = Instant::now() + self.config.request_timeout;
+        let mut backoff = RETRY_FIRST;
+        loop {
+            let target = match self.leader() {
+                Some((id, _)) if id == self.id => Some(Target::Local),
+                Some((_, addr)) => Some(Target::Remote(addr)),
+                None => None,
+            };
+            if let Some(target) = target {
+                match tokio::time::timeout_at(deadline, attempt(target)).await {
+                    Ok(Ok(value)) => return Some(value),
+                    Ok(Err(why)) => tracing::debug!(?why, "not served; retrying"),
+                    Err(_) => return None,
+                }
+            }
+            if Instant::now() + backoff >= deadline {
+                return None;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Commits `request` through the leader, wherever it is, and returns the applied reply.
+    pub async fn propose(&self, request: ProposeRequest) -> Result<Reply, ApiError> {
+        let request = &request;
+        let served = self
+            .through_leader(move |target| async move {
+                match target {
+                    Target::Local => self.propose_local(request.clone()).await,
+                    Target::Remote(addr) => self.forward(&addr, Forwarded::Propose(request)).await,
+                }
+            })
+            .await;
+        served.ok_or_else(|| {
+            ApiError::Unavailable(
+                "no leader committed the request in time; its outcome is unknown: retry with the same request_id"
+                    .into(),
+            )
+        })
+    }
+
+    /// Stamps and commits on this node, if it is the leader.
+    pub async fn propose_local(&self, request: ProposeRequest) -> ProposeResult {
+        let command = Command::V1(Proposal {
+            stamp: self.clock.stamp(),
+            principal: request.principal,
+            admin: request.admin,
+            request_id: request.request_id,
+            op: request.op,
+        });
+        match self.raft.client_write(command).await {
+            Ok(response) => Ok(response.data),
+            Err(e) => {
+                let forward = matches!(
+                    &e,
+                    RaftError::APIError(ClientWriteError::ForwardToLeader(_))
+                );
+                Err(not_served(&e, forward))
+            }
+        }
+    }
+
+    /// Answers `query` linearizably (through the leader's ReadIndex), or from local state when
+    /// `stale`. Returns the answer and the applied index it was read at.
+    pub async fn query(&self, query: Query, stale: bool) -> Result<(Answer, u64), ApiError> {
+        if stale {
+            return Ok(self.read_local(&query));
+        }
+        let request = &ReadRequest { query };
+        let served = self
+            .through_leader(move |target| async move {
+                match target {
+                    Target::Local => self.query_local(&request.query).await,
+                    Target::Remote(addr) => self.forward(&addr, Forwarded::Read(request)).await,
+                }
+            })
+            .await;
+        served.ok_or_else(|| ApiError::Unavailable("no leader confirmed a quorum in time".into()))
+    }
+
+    /// A linearizable read on this node, if it is the leader: one quorum round, then the
+    /// state at or after the read index.
+    pub async fn query_local(&self, query: &Query) -> ReadResult {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(self.read_local(query)),
+            Err(e) => {
+                let forward = matches!(
+                    &e,
+                    RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))
+                );
+                Err(not_served(&e, forward))
+            }
+        }
+    }
+
+    fn read_local(&self, query: &Query) -> (Answer, u64) {
+        let applied = self.sm.read();
+        (
+            lease::query::answer(&applied.state, query),
+            applied.last_applied.map_or(0, |id| id.index),
+        )
+    }
+
+    /// Hands a call to the leader at `addr` and decodes its `Result<T, NotServed>`.
+    async fn forward<T: serde::de::DeserializeOwned>(
+        &self,
+        addr: &str,
+        call: Forwarded<'_>,
+    ) -> Result<T, NotServed> {
+        let unavailable =
+            |e: &dyn std::fmt::Display| NotServed::Unavailable(format!("leader at {addr}: {e}"));
+        let mut client = self.peers.client(addr).map_err(|e| unavailable(&e))?;
+        let reply = match call {
+            Forwarded::Propose(request) => {
+                client
+                    .propose(encode(request).map_err(|e| unavailable(&e))?)
+                    .await
+            }
+            Forwarded::Read(request) => {
+                client
+                    .read(encode(request).map_err(|e| unavailable(&e))?)
+                    .await
+            }
+        };
+        let bytes = reply.map_err(|e| unavailable(&e))?.into_inner();
+        decode::<Result<T, NotServed>>(&bytes).map_err(|e| unavailable(&e))?
+    }
+
+    /// The leader as this node knows it: id and address.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let id = metrics.current_leader?;
+        let node: &BasicNode = metrics.membership_config.membership().get_node(&id)?;
+        Some((id, node.addr.clone()))
+    }
+}
+
+enum Forwarded<'a> {
+    Propose(&'a ProposeRequest),
+    Read(&'a ReadRequest),
+}

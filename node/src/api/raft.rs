@@ -1,0 +1,75 @@
+//! The internal `tenure.raft.v1.Raft` service: openraft's RPCs, calls handed over by
+//! followers, and (fault-injection builds only) clock control.
+
+use std::sync::Arc;
+
+use tenure_proto::raft::v1::raft_server::Raft;
+use tenure_proto::raft::v1::RaftBytes;
+use tonic::{Request, Response, Status};
+
+use crate::api::forward::{ProposeRequest, ReadRequest};
+use crate::app::Node;
+use crate::network::{decode, encode};
+
+pub struct RaftApi {
+    pub node: Arc<Node>,
+}
+
+fn body<T: serde::de::DeserializeOwned>(request: &Request<RaftBytes>) -> Result<T, Status> {
+    decode(request.get_ref())
+        .map_err(|e| Status::invalid_argument(format!("undecodable raft body: {e}")))
+}
+
+fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftBytes>, Status> {
+    encode(value)
+        .map(Response::new)
+        .map_err(|e| Status::internal(format!("encoding a raft reply: {e}")))
+}
+
+#[tonic::async_trait]
+impl Raft for RaftApi {
+    async fn append_entries(
+        &self,
+        request: Request<RaftBytes>,
+    ) -> Result<Response<RaftBytes>, Status> {
+        reply(&self.node.raft.append_entries(body(&request)?).await)
+    }
+
+    async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        reply(&self.node.raft.vote(body(&request)?).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftBytes>,
+    ) -> Result<Response<RaftBytes>, Status> {
+        reply(&self.node.raft.install_snapshot(body(&request)?).await)
+    }
+
+    async fn propose(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        let request: ProposeRequest = body(&request)?;
+        reply(&self.node.propose_local(request).await)
+    }
+
+    async fn read(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        let request: ReadRequest = body(&request)?;
+        reply(&self.node.query_local(&request.query).await)
+    }
+
+    async fn set_clock(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        #[cfg(feature = "fault-injection")]
+        {
+            let skew: crate::clock::ClockSkew = body(&request)?;
+            tracing::warn!(?skew, "fault injection: clocks changed");
+            self.node.clock.apply_skew(skew);
+            reply(&())
+        }
+        #[cfg(not(feature = "fault-injection"))]
+        {
+            let _ = request;
+            Err(Status::permission_denied(
+                "this build has no fault injection",
+            ))
+        }
+    }
+}

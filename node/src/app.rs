@@ -1,0 +1,222 @@
+//! One node: open storage, start Raft, serve every gRPC service on one port, bootstrap the
+//! cluster, run the leader's timers; and shut all of it down.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openraft::error::{InitializeError, RaftError};
+use openraft::{BasicNode, SnapshotPolicy};
+use tenure_proto::raft::v1::raft_server::RaftServer;
+use tenure_proto::v1::cluster_server::ClusterServer;
+use tenure_proto::v1::leases_server::LeasesServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::cluster::ClusterApi;
+use crate::api::leases::LeasesApi;
+use crate::api::raft::RaftApi;
+use crate::api::transport;
+use crate::clock::NodeClock;
+use crate::config::Config;
+use crate::network::{Network, Peers, PEER_MESSAGE_LIMIT};
+use crate::store::log::LogStore;
+use crate::store::state_machine::{Shared, StateMachineStore};
+use crate::store::{NodeId, Raft, StorageStats};
+
+/// The client API's message limit (SPEC §3): larger messages are refused by the transport.
+pub const CLIENT_MESSAGE_LIMIT: usize = 4 * 1024 * 1024;
+
+/// A running node's parts, shared by every service.
+pub struct Node {
+    pub id: NodeId,
+    pub addr: String,
+    pub raft: Raft,
+    pub sm: Arc<Shared>,
+    pub peers: Peers,
+    pub clock: NodeClock,
+    pub config: Config,
+}
+
+/// A started node; `shutdown` stops it gracefully, `kill` as abruptly as a process can be.
+pub struct Running {
+    pub node: Arc<Node>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    timers: JoinHandle<()>,
+}
+
+fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
+    let raft_config = openraft::Config {
+        cluster_name: "tenure".into(),
+        heartbeat_interval: config.heartbeat.as_millis() as u64,
+        election_timeout_min: config.election_min.as_millis() as u64,
+        election_timeout_max: config.election_max.as_millis() as u64,
+        install_snapshot_timeout: 10_000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+        max_in_snapshot_log_to_keep: 1_000,
+        ..Default::default()
+    };
+    Ok(raft_config.validate()?)
+}
+
+/// Starts a node serving on `listener`.
+pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Running> {
+    config.validate()?;
+    let stats = Arc::new(StorageStats::default());
+    let log_store = LogStore::open(&config.data_dir.join("raft"), stats.clone())?;
+    let sm = StateMachineStore::open(config.data_dir.join("snapshots"), stats)?;
+    let shared = sm.shared.clone();
+    let peers = Peers::default();
+    let raft = Raft::new(
+        config.id,
+        Arc::new(raft_config(&config)?),
+        Network {
+            peers: peers.clone(),
+        },
+        log_store,
+        sm,
+    )
+    .await?;
+
+    let clock = NodeClock::default();
+    #[cfg(feature = "fault-injection")]
+    if config.fi_clock_offset_ms != 0 || config.fi_clock_rate_ppm != 0 {
+        tracing::warn!(
+            offset_ms = config.fi_clock_offset_ms,
+            rate_ppm = config.fi_clock_rate_ppm,
+            "fault injection: this node's clocks are skewed"
+        );
+        clock.apply_skew(crate::clock::ClockSkew {
+            step_ms: config.fi_clock_offset_ms,
+            rate_ppm: config.fi_clock_rate_ppm,
+        });
+    }
+
+    let node = Arc::new(Node {
+        id: config.id,
+        addr: config.advertised_addr().to_string(),
+        raft: raft.clone(),
+        sm: shared,
+        peers,
+        clock,
+        config: config.clone(),
+    });
+    tracing::warn!("auth is off: every caller is the principal `anonymous` with the admin role");
+
+    let (stop, stop_rx) = watch::channel(false);
+    let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));
+    let timers = tokio::spawn(crate::timers::run(node.clone(), stop_rx));
+
+    if config.peers.keys().next() == Some(&config.id) {
+        let members: BTreeMap<NodeId, BasicNode> = config
+            .peers
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!("initialized a new cluster"),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+                tracing::info!("cluster already initialized")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Running {
+        node,
+        stop,
+        server,
+        timers,
+    })
+}
+
+async fn serve(
+    node: Arc<Node>,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    tokio::spawn(report_health(node.clone(), health));
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tenure_proto::FILE_DESCRIPTOR_SET)
+        .build_v1();
+
+    let header_node = node.clone();
+    let layer = tower::util::MapResponseLayer::new(
+        move |mut response: http::Response<tonic::body::Body>| {
+            transport::fix_transport_status(response.headers_mut());
+            if let Some(value) = transport::leader_header(header_node.leader()) {
+                response
+                    .headers_mut()
+                    .insert(transport::LEADER_HEADER, value);
+            }
+            response
+        },
+    );
+
+    let mut router = tonic::transport::Server::builder()
+        .layer(layer)
+        .add_service(
+            LeasesServer::new(LeasesApi { node: node.clone() })
+                .max_decoding_message_size(CLIENT_MESSAGE_LIMIT)
+                .max_encoding_message_size(CLIENT_MESSAGE_LIMIT),
+        )
+        .add_service(
+            ClusterServer::new(ClusterApi { node: node.clone() })
+                .max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
+        )
+        .add_service(
+            RaftServer::new(RaftApi { node: node.clone() })
+                .max_decoding_message_size(PEER_MESSAGE_LIMIT)
+                .max_encoding_message_size(PEER_MESSAGE_LIMIT),
+        )
+        .add_service(health_service);
+    match reflection {
+        Ok(reflection) => router = router.add_service(reflection),
+        Err(e) => tracing::warn!("gRPC reflection unavailable: {e}"),
+    }
+    // Small RPCs must not wait for Nagle + delayed ACK (a 40 ms stall per forwarded call).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(std::time::Duration::from_secs(10)));
+    router
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        })
+        .await
+}
+
+/// `grpc.health.v1`: SERVING while this node knows a leader.
+async fn report_health(node: Arc<Node>, health: tonic_health::server::HealthReporter) {
+    let mut metrics = node.raft.metrics();
+    loop {
+        let has_leader = metrics.borrow_and_update().current_leader.is_some();
+        let status = if has_leader {
+            tonic_health::ServingStatus::Serving
+        } else {
+            tonic_health::ServingStatus::NotServing
+        };
+        health.set_service_status("", status).await;
+        health.set_service_status("tenure.v1.Leases", status).await;
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Running {
+    /// Stops serving, lets in-flight calls finish, and stops Raft.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        let _ = self.timers.await;
+        let _ = self.node.raft.shutdown().await;
+    }
+
+    /// Stops at once, as close to `kill -9` as one process can get: no call is finished.
+    pub async fn kill(self) {
+        self.server.abort();
+        self.timers.abort();
+        let _ = self.node.raft.shutdown().await;
+    }
+}

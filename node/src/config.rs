@@ -1,0 +1,126 @@
+//! The node's command line (SPEC §6). Every flag can also come from the environment.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "tenured",
+    version,
+    about = "Tenure node: Raft-replicated leases with log-index fencing tokens"
+)]
+pub struct Config {
+    /// This node's id: a positive integer, unique in the cluster and never reused.
+    #[arg(long, env = "TENURED_ID")]
+    pub id: u64,
+
+    /// Address to serve gRPC on (clients and peers), e.g. 0.0.0.0:7101.
+    #[arg(long, env = "TENURED_LISTEN")]
+    pub listen: String,
+
+    /// Directory for the Raft log (sled) and snapshots. Created if missing.
+    #[arg(long, env = "TENURED_DATA_DIR")]
+    pub data_dir: PathBuf,
+
+    /// Every member as ID=HOST:PORT, this node included: 1=10.0.0.1:7101,2=…
+    /// The lowest id initializes a new cluster (idempotently).
+    #[arg(long, env = "TENURED_PEERS", value_parser = parse_peers)]
+    pub peers: Peers,
+
+    /// How often the leader commits a Tick while any lease is live. Default: 500ms.
+    #[arg(long, env = "TENURED_TICK_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub tick_interval: Duration,
+
+    /// Raft heartbeat interval. Default: 100ms.
+    #[arg(long, env = "TENURED_HEARTBEAT", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub heartbeat: Duration,
+
+    /// Raft election timeout, lower bound. Default: 500ms.
+    #[arg(long, env = "TENURED_ELECTION_MIN", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub election_min: Duration,
+
+    /// Raft election timeout, upper bound. Default: 1000ms.
+    #[arg(long, env = "TENURED_ELECTION_MAX", default_value = "1000ms", value_parser = humantime::parse_duration)]
+    pub election_max: Duration,
+
+    /// Build a snapshot (and purge the log behind it) after this many entries. Default: 5000.
+    #[arg(long, env = "TENURED_SNAPSHOT_EVERY", default_value_t = 5000)]
+    pub snapshot_every: u64,
+
+    /// Longest a client call waits for a leader and a commit before `unavailable`. Default: 10s.
+    #[arg(long, env = "TENURED_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Test-only (feature `fault-injection`): start with both clocks stepped by this many ms.
+    #[cfg(feature = "fault-injection")]
+    #[arg(
+        long,
+        env = "TENURED_FI_CLOCK_OFFSET_MS",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    pub fi_clock_offset_ms: i64,
+
+    /// Test-only (feature `fault-injection`): start with both clocks running this many ppm fast.
+    #[cfg(feature = "fault-injection")]
+    #[arg(
+        long,
+        env = "TENURED_FI_CLOCK_RATE_PPM",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    pub fi_clock_rate_ppm: i64,
+}
+
+/// The cluster's members by id.
+pub type Peers = BTreeMap<u64, String>;
+
+fn parse_peers(text: &str) -> Result<Peers, String> {
+    let mut peers = Peers::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item
+            .split_once('=')
+            .ok_or_else(|| format!("peer `{item}` is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("peer id `{id}` is not a positive integer"))?;
+        if id == 0 {
+            return Err("peer id 0 is reserved".into());
+        }
+        if peers.insert(id, addr.trim().to_string()).is_some() {
+            return Err(format!("peer id {id} appears twice"));
+        }
+    }
+    Ok(peers)
+}
+
+impl Config {
+    /// Checks what clap cannot: this node in its peer list, sane Raft timing.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.peers.contains_key(&self.id),
+            "--peers must include this node's id {} (ID=HOST:PORT)",
+            self.id
+        );
+        anyhow::ensure!(
+            self.heartbeat < self.election_min && self.election_min < self.election_max,
+            "need heartbeat < election-min < election-max"
+        );
+        anyhow::ensure!(
+            self.tick_interval >= Duration::from_millis(10),
+            "--tick-interval must be at least 10ms"
+        );
+        Ok(())
+    }
+
+    /// The address peers and clients reach this node at.
+    pub fn advertised_addr(&self) -> &str {
+        self.peers
+            .get(&self.id)
+            .map_or(self.listen.as_str(), String::as_str)
+    }
+}

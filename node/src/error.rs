@@ -1,0 +1,165 @@
+//! The one table that maps every error a client can see to a gRPC status with the SPEC §3
+//! reason: in a `google.rpc.ErrorInfo` detail and in the `tenure-reason` trailer.
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::lease::Rejection;
+
+pub const REASON_TRAILER: &str = "tenure-reason";
+pub const ERROR_DOMAIN: &str = "tenure.v1";
+
+/// Errors of the API layer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// The state machine (or its pre-check at the API) refused the command.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// No leader or no quorum answered in time. Safe to retry with the same `request_id`.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// A bug. Never for bad input.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(field: &str, problem: impl Into<String>) -> Self {
+        ApiError::Rejected(Rejection::invalid(field, problem))
+    }
+
+    /// The SPEC §3 reason and the gRPC code that fits it.
+    pub fn reason_and_code(&self) -> (&'static str, Code) {
+        match self {
+            ApiError::Rejected(rejection) => {
+                let code = match rejection {
+                    Rejection::InvalidArgument { .. } | Rejection::InvalidMode { .. } => {
+                        Code::InvalidArgument
+                    }
+                    Rejection::TtlOutOfRange { .. } => Code::OutOfRange,
+                    Rejection::InsufficientPermissions(_) => Code::PermissionDenied,
+                    Rejection::LeaseNotFound(_) => Code::NotFound,
+                    Rejection::LifetimeExceeded { .. }
+                    | Rejection::StaleFencingToken { .. }
+                    | Rejection::LeaseExpired
+                    | Rejection::AlreadyHeld { .. } => Code::FailedPrecondition,
+                };
+                (rejection.reason(), code)
+            }
+            ApiError::Unavailable(_) => ("unavailable", Code::Unavailable),
+            ApiError::Internal(_) => ("internal", Code::Internal),
+        }
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(error: ApiError) -> Status {
+        let (reason, code) = error.reason_and_code();
+        let details =
+            ErrorDetails::with_error_info(reason, ERROR_DOMAIN, std::collections::HashMap::new());
+        let mut status = Status::with_error_details(code, error.to_string(), details);
+        if let Ok(value) = reason.parse() {
+            status.metadata_mut().insert(REASON_TRAILER, value);
+        }
+        status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Mode;
+
+    #[test]
+    fn every_error_maps_to_its_spec_reason_and_code() {
+        let table: Vec<(ApiError, &str, Code)> = vec![
+            (
+                ApiError::invalid("resource", "empty"),
+                "invalid_argument",
+                Code::InvalidArgument,
+            ),
+            (
+                Rejection::InvalidMode { mode: Mode::Read }.into(),
+                "invalid_mode",
+                Code::InvalidArgument,
+            ),
+            (
+                Rejection::TtlOutOfRange {
+                    ttl_ms: 0,
+                    min_ms: 1000,
+                    max_ms: 2000,
+                }
+                .into(),
+                "ttl_out_of_range",
+                Code::OutOfRange,
+            ),
+            (
+                Rejection::LifetimeExceeded { max_lifetime_ms: 1 }.into(),
+                "lifetime_exceeded",
+                Code::FailedPrecondition,
+            ),
+            (
+                Rejection::InsufficientPermissions("x".into()).into(),
+                "insufficient_permissions",
+                Code::PermissionDenied,
+            ),
+            (
+                Rejection::LeaseNotFound(String::new()).into(),
+                "lease_not_found",
+                Code::NotFound,
+            ),
+            (
+                Rejection::StaleFencingToken {
+                    expected: 8,
+                    got: 7,
+                }
+                .into(),
+                "stale_fencing_token",
+                Code::FailedPrecondition,
+            ),
+            (
+                Rejection::LeaseExpired.into(),
+                "lease_expired",
+                Code::FailedPrecondition,
+            ),
+            (
+                Rejection::AlreadyHeld {
+                    mode: Mode::Exclusive,
+                    units: 0,
+                }
+                .into(),
+                "already_held",
+                Code::FailedPrecondition,
+            ),
+            (
+                ApiError::Unavailable("no leader".into()),
+                "unavailable",
+                Code::Unavailable,
+            ),
+            (ApiError::Internal("bug".into()), "internal", Code::Internal),
+        ];
+        for (error, reason, code) in table {
+            let status = Status::from(error.clone());
+            assert_eq!(status.code(), code, "{error:?}");
+            assert_eq!(
+                status
+                    .metadata()
+                    .get(REASON_TRAILER)
+                    .and_then(|v| v.to_str().ok()),
+                Some(reason)
+            );
+            let info = status.get_details_error_info().expect("ErrorInfo detail");
+            assert_eq!(info.reason, reason);
+            assert_eq!(info.domain, ERROR_DOMAIN);
+        }
+    }
+
+    #[test]
+    fn stale_token_message_names_expected_and_got() {
+        let status = Status::from(ApiError::from(Rejection::StaleFencingToken {
+            expected: 8,
+            got: 7,
+        }));
+        assert_eq!(status.message(), "stale fencing token (expected 8, got 7)");
+    }
+}

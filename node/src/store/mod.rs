@@ -1,0 +1,64 @@
+//! openraft glue: the Raft log on sled (`log`), the in-memory lease state machine
+//! (`state_machine`) and its snapshot files (`snapshot`).
+
+pub mod log;
+pub mod snapshot;
+pub mod state_machine;
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openraft::{AnyError, StorageError, StorageIOError};
+
+use crate::lease::{Command, Reply};
+
+openraft::declare_raft_types!(
+    /// Tenure's openraft type configuration: lease commands in, lease replies out.
+    pub TypeConfig:
+        D = Command,
+        R = Reply,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type NodeId = u64;
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type Entry = openraft::Entry<TypeConfig>;
+pub type LogId = openraft::LogId<NodeId>;
+
+/// Counters that show what durability costs: every append is one flush + one fdatasync.
+#[derive(Debug, Default)]
+pub struct StorageStats {
+    pub log_appends: AtomicU64,
+    pub log_entries: AtomicU64,
+    pub log_fsyncs: AtomicU64,
+    pub log_sync_micros: AtomicU64,
+    pub snapshots_built: AtomicU64,
+    pub last_snapshot_index: AtomicU64,
+    pub last_snapshot_bytes: AtomicU64,
+}
+
+impl StorageStats {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn set(counter: &AtomicU64, n: u64) {
+        counter.store(n, Ordering::Relaxed);
+    }
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_logs(AnyError::new(&e)).into()
+}
+
+fn read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::read_logs(AnyError::new(&e)).into()
+}

@@ -1,0 +1,257 @@
+//! The lease state machine under openraft: applies committed entries to the in-memory
+//! `lease::State` and builds, installs and serves snapshots.
+//!
+//! Apply is not persisted: the log store keeps `committed`, so a restart loads the newest
+//! snapshot and openraft re-applies the committed tail.
+
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError,
+    StoredMembership,
+};
+use tokio::sync::watch;
+
+use super::snapshot::{self, SnapshotMeta, StoredSnapshot};
+use super::{Entry, LogId, NodeId, StorageStats, TypeConfig};
+use crate::lease::{self, EntryMeta, LeaderKey, Reply, State};
+
+type Membership = StoredMembership<NodeId, openraft::BasicNode>;
+
+/// The applied state: the lease domain plus openraft's bookkeeping.
+pub struct Applied {
+    pub state: State,
+    pub last_applied: Option<LogId>,
+    pub last_membership: Membership,
+}
+
+/// Shared between openraft (apply, snapshots) and the API (reads) and leader timers.
+pub struct Shared {
+    applied: RwLock<Applied>,
+    current: Mutex<Option<StoredSnapshot>>,
+    snapshot_dir: PathBuf,
+    applied_index: watch::Sender<u64>,
+    pub stats: Arc<StorageStats>,
+}
+
+impl Shared {
+    /// Read access to the applied state. Never held across an await.
+    pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
+        self.applied
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Fires with the applied index after every applied batch.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.applied_index.subscribe()
+    }
+
+    fn replace(&self, applied: Applied) {
+        let index = applied.last_applied.map_or(0, |id| id.index);
+        *self.applied.write().unwrap_or_else(|p| p.into_inner()) = applied;
+        self.applied_index.send_replace(index);
+    }
+}
+
+#[derive(Clone)]
+pub struct StateMachineStore {
+    pub shared: Arc<Shared>,
+}
+
+fn sm_err(e: impl std::fmt::Display) -> StorageError<NodeId> {
+    StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
+}
+
+impl StateMachineStore {
+    /// Opens the state machine, loading the newest snapshot from `snapshot_dir`.
+    pub fn open(snapshot_dir: PathBuf, stats: Arc<StorageStats>) -> anyhow::Result<Self> {
+        let current = snapshot::load_newest(&snapshot_dir)?;
+        let applied = match &current {
+            Some(snap) => Applied {
+                state: snapshot::decode_state(&snap.data)?,
+                last_applied: snap.meta.last_log_id,
+                last_membership: snap.meta.last_membership.clone(),
+            },
+            None => Applied {
+                state: State::default(),
+                last_applied: None,
+                last_membership: Membership::default(),
+            },
+        };
+        let index = applied.last_applied.map_or(0, |id| id.index);
+        if let Some(snap) = &current {
+            StorageStats::set(&stats.last_snapshot_index, index);
+            StorageStats::set(&stats.last_snapshot_bytes, snap.data.len() as u64);
+        }
+        let (applied_index, _) = watch::channel(index);
+        let shared = Shared {
+            applied: RwLock::new(applied),
+            current: Mutex::new(current),
+            snapshot_dir,
+            applied_index,
+            stats,
+        };
+        Ok(StateMachineStore {
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        // Clone under a short read lock; serialize and write off the apply path.
+        let (state, last_applied, last_membership) = {
+            let applied = self.shared.read();
+            (
+                applied.state.clone(),
+                applied.last_applied,
+                applied.last_membership.clone(),
+            )
+        };
+        let shared = self.shared.clone();
+        let stored = tokio::task::spawn_blocking(move || -> anyhow::Result<StoredSnapshot> {
+            let data = snapshot::encode_state(&state)?;
+            let index = last_applied.map_or(0, |id| id.index);
+            let term = last_applied.map_or(0, |id| id.leader_id.term);
+            let meta = SnapshotMeta {
+                last_log_id: last_applied,
+                last_membership,
+                snapshot_id: format!("{term}-{index}"),
+            };
+            let stored = StoredSnapshot {
+                meta,
+                data: Arc::new(data),
+            };
+            snapshot::save(&shared.snapshot_dir, &stored)?;
+            Ok(stored)
+        })
+        .await
+        .map_err(sm_err)?
+        .map_err(sm_err)?;
+        let stats = &self.shared.stats;
+        StorageStats::add(&stats.snapshots_built, 1);
+        StorageStats::set(
+            &stats.last_snapshot_index,
+            stored.meta.last_log_id.map_or(0, |id| id.index),
+        );
+        StorageStats::set(&stats.last_snapshot_bytes, stored.data.len() as u64);
+        *self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(stored.clone());
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data.to_vec())),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError<NodeId>> {
+        let applied = self.shared.read();
+        Ok((applied.last_applied, applied.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut replies = Vec::new();
+        let index = {
+            let mut applied = self
+                .shared
+                .applied
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            for entry in entries {
+                applied.last_applied = Some(entry.log_id);
+                let reply = match &entry.payload {
+                    EntryPayload::Blank => Reply::None,
+                    EntryPayload::Membership(membership) => {
+                        applied.last_membership =
+                            StoredMembership::new(Some(entry.log_id), membership.clone());
+                        Reply::None
+                    }
+                    EntryPayload::Normal(command) => {
+                        let leader = entry.log_id.leader_id;
+                        let meta = EntryMeta {
+                            index: entry.log_id.index,
+                            leader: LeaderKey {
+                                term: leader.term,
+                                node_id: leader.node_id,
+                            },
+                        };
+                        lease::apply(&mut applied.state, meta, command)
+                    }
+                };
+                replies.push(reply);
+            }
+            applied.last_applied.map_or(0, |id| id.index)
+        };
+        self.shared.applied_index.send_replace(index);
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        let state = snapshot::decode_state(&data).map_err(sm_err)?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: Arc::new(data),
+        };
+        let shared = self.shared.clone();
+        let to_save = stored.clone();
+        tokio::task::spawn_blocking(move || snapshot::save(&shared.snapshot_dir, &to_save))
+            .await
+            .map_err(sm_err)?
+            .map_err(sm_err)?;
+        self.shared.replace(Applied {
+            state,
+            last_applied: meta.last_log_id,
+            last_membership: meta.last_membership.clone(),
+        });
+        *self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(stored);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let current = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(current.map(|stored| Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data.to_vec())),
+        }))
+    }
+}
