@@ -1,1 +1,59 @@
+//! Cluster harnesses for Tenure's integration tests: an in-process cluster (every node a
+//! task in the test's runtime, on port 0, data in a temp dir) and a process-level cluster
+//! of real `tenured` binaries that can be killed with SIGKILL. Both clean up on drop.
 
+pub mod in_process;
+pub mod process;
+
+use std::time::Duration;
+
+use tenure_client::{pb, Client};
+
+/// The ids of a cluster of `n` nodes: 1..=n.
+pub fn ids(n: u64) -> Vec<u64> {
+    (1..=n).collect()
+}
+
+/// `1=addr,2=addr,…`
+pub fn peers_arg(addrs: &std::collections::BTreeMap<u64, String>) -> String {
+    addrs
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads `resource` linearizably through `client`.
+pub async fn get_resource(
+    client: &Client,
+    resource: &str,
+) -> Result<pb::Resource, tenure_client::Error> {
+    let response = client
+        .get_resource(pb::GetResourceRequest {
+            name: resource.into(),
+            consistency: 0,
+        })
+        .await?;
+    Ok(response.resource.unwrap_or_default())
+}
+
+/// An acquire request with a ttl.
+pub fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        resource: resource.into(),
+        holder: holder.into(),
+        ttl: Some(tenure_client::prost_duration(ttl)),
+        ..Default::default()
+    }
+}
+
+/// Logs for a failing test: `RUST_LOG=debug cargo test …`.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,openraft=error".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -14,6 +14,8 @@ pub mod policy;
 pub mod query;
 pub mod types;
 
+#[cfg(test)]
+mod tests;
 
 pub use clock::{LeaderKey, LeaseClock};
 pub use command::{AcquireOp, Command, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp};

@@ -1,0 +1,139 @@
+//! Every node of the cluster as tasks of the test's own runtime.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tenure_client::Client;
+use tenure_node::app::{self, Node, Running};
+use tenure_node::config::Config;
+use tokio::net::TcpListener;
+
+use crate::peers_arg;
+
+pub struct InProcessCluster {
+    pub dir: tempfile::TempDir,
+    pub addrs: BTreeMap<u64, String>,
+    running: BTreeMap<u64, Running>,
+    extra: BTreeMap<u64, Vec<String>>,
+}
+
+impl InProcessCluster {
+    /// Starts `n` nodes; `extra` adds command-line flags per node id.
+    pub async fn start(n: u64, extra: BTreeMap<u64, Vec<String>>) -> anyhow::Result<Self> {
+        crate::init_tracing();
+        let dir = tempfile::tempdir()?;
+        let mut listeners = BTreeMap::new();
+        for id in crate::ids(n) {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            listeners.insert(id, listener);
+        }
+        let addrs: BTreeMap<u64, String> = listeners
+            .iter()
+            .map(|(id, l)| Ok((*id, l.local_addr()?.to_string())))
+            .collect::<std::io::Result<_>>()?;
+        let mut cluster = InProcessCluster {
+            dir,
+            addrs,
+            running: BTreeMap::new(),
+            extra,
+        };
+        for (id, listener) in listeners {
+            let running = app::start(cluster.config(id)?, listener).await?;
+            cluster.running.insert(id, running);
+        }
+        Ok(cluster)
+    }
+
+    fn config(&self, id: u64) -> anyhow::Result<Config> {
+        let mut args = vec![
+            "tenured".to_string(),
+            "--id".into(),
+            id.to_string(),
+            "--listen".into(),
+            self.addrs[&id].clone(),
+            "--data-dir".into(),
+            self.dir
+                .path()
+                .join(format!("node{id}"))
+                .display()
+                .to_string(),
+            "--peers".into(),
+            peers_arg(&self.addrs),
+        ];
+        args.extend(self.extra.get(&id).cloned().unwrap_or_default());
+        Ok(Config::try_parse_from(args)?)
+    }
+
+    pub fn node(&self, id: u64) -> &Arc<Node> {
+        &self.running[&id].node
+    }
+
+    pub fn live_ids(&self) -> Vec<u64> {
+        self.running.keys().copied().collect()
+    }
+
+    /// A client of every node (live or not).
+    pub fn client(&self) -> Client {
+        Client::new(self.addrs.values()).expect("valid endpoints")
+    }
+
+    /// A client of one node only.
+    pub fn client_of(&self, id: u64) -> Client {
+        Client::new([&self.addrs[&id]]).expect("valid endpoint")
+    }
+
+    /// Waits until every live node agrees on one live leader; returns it.
+    pub async fn leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let live = self.live_ids();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let mut leaders = Vec::new();
+            for id in &live {
+                let metrics = self.node(*id).raft.wait(Some(
+                    deadline.saturating_duration_since(tokio::time::Instant::now()),
+                ));
+                let m = metrics
+                    .metrics(
+                        |m| m.current_leader.is_some_and(|l| live.contains(&l)),
+                        "a live leader",
+                    )
+                    .await?;
+                leaders.push(m.current_leader);
+            }
+            if leaders.windows(2).all(|w| w[0] == w[1]) {
+                if let Some(Some(leader)) = leaders.first() {
+                    return Ok(*leader);
+                }
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no agreed leader within {timeout:?}"
+            );
+            let mut changed = self.node(live[0]).raft.metrics();
+            let _ = tokio::time::timeout(Duration::from_millis(100), changed.changed()).await;
+        }
+    }
+
+    /// Stops a node abruptly: no call is finished, its port closes.
+    pub async fn kill(&mut self, id: u64) {
+        if let Some(running) = self.running.remove(&id) {
+            running.kill().await;
+        }
+    }
+
+    /// Starts a killed node again on its port and data dir.
+    pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let listener = TcpListener::bind(&self.addrs[&id]).await?;
+        let running = app::start(self.config(id)?, listener).await?;
+        self.running.insert(id, running);
+        Ok(())
+    }
+
+    pub async fn shutdown(mut self) {
+        for (_, running) in std::mem::take(&mut self.running) {
+            running.shutdown().await;
+        }
+    }
+}
