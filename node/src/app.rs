@@ -54,7 +54,7 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         election_timeout_max: config.election_max.as_millis() as u64,
         install_snapshot_timeout: 10_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-        max_in_snapshot_log_to_keep: 1_000,
+        max_in_snapshot_log_to_keep: config.snapshot_keep_logs,
         ..Default::default()
     };
     Ok(raft_config.validate()?)

@@ -50,6 +50,10 @@ pub struct Config {
     #[arg(long, env = "TENURED_SNAPSHOT_EVERY", default_value_t = 5000)]
     pub snapshot_every: u64,
 
+    /// Log entries kept behind a snapshot for lagging followers. Default: 1000.
+    #[arg(long, env = "TENURED_SNAPSHOT_KEEP_LOGS", default_value_t = 1000)]
+    pub snapshot_keep_logs: u64,
+
     /// Longest a client call waits for a leader and a commit before `unavailable`. Default: 10s.
     #[arg(long, env = "TENURED_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
