@@ -16,6 +16,18 @@ use crate::error::Error;
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103";
 const LEADER_HEADER: &str = "tenure-leader";
 
+/// One `Leases` RPC with retries and the leader hint, until `deadline`.
+macro_rules! leases_call {
+    ($client:expr, $deadline:expr, $request:expr, $method:ident) => {
+        $client
+            .call($deadline, |channel, left| {
+                let request = Self::with_deadline($request.clone(), left);
+                async move { LeasesClient::new(channel).$method(request).await }
+            })
+            .await
+    };
+}
+
 /// A handle to a Tenure cluster. Cheap to clone; clones share channels and the leader hint.
 #[derive(Clone)]
 pub struct Client {
@@ -159,11 +171,7 @@ impl Client {
         mut request: pb::AcquireRequest,
     ) -> Result<pb::AcquireResponse, Error> {
         ensure_request_id(&mut request.request_id);
-        self.call(self.deadline(), |channel, left| {
-            let request = Self::with_deadline(request.clone(), left);
-            async move { LeasesClient::new(channel).acquire(request).await }
-        })
-        .await
+        leases_call!(self, self.deadline(), request, acquire)
     }
 
     /// `Renew`. Sets a `request_id` when the request has none.
@@ -177,11 +185,7 @@ impl Client {
         request: pb::RenewRequest,
         deadline: Instant,
     ) -> Result<pb::RenewResponse, Error> {
-        self.call(deadline, |channel, left| {
-            let request = Self::with_deadline(request.clone(), left);
-            async move { LeasesClient::new(channel).renew(request).await }
-        })
-        .await
+        leases_call!(self, deadline, request, renew)
     }
 
     /// `Release`. Sets a `request_id` when the request has none.
@@ -190,33 +194,21 @@ impl Client {
         mut request: pb::ReleaseRequest,
     ) -> Result<pb::ReleaseResponse, Error> {
         ensure_request_id(&mut request.request_id);
-        self.call(self.deadline(), |channel, left| {
-            let request = Self::with_deadline(request.clone(), left);
-            async move { LeasesClient::new(channel).release(request).await }
-        })
-        .await
+        leases_call!(self, self.deadline(), request, release)
     }
 
     pub async fn validate(
         &self,
         request: pb::ValidateRequest,
     ) -> Result<pb::ValidateResponse, Error> {
-        self.call(self.deadline(), |channel, left| {
-            let request = Self::with_deadline(request.clone(), left);
-            async move { LeasesClient::new(channel).validate(request).await }
-        })
-        .await
+        leases_call!(self, self.deadline(), request, validate)
     }
 
     pub async fn get_resource(
         &self,
         request: pb::GetResourceRequest,
     ) -> Result<pb::GetResourceResponse, Error> {
-        self.call(self.deadline(), |channel, left| {
-            let request = Self::with_deadline(request.clone(), left);
-            async move { LeasesClient::new(channel).get_resource(request).await }
-        })
-        .await
+        leases_call!(self, self.deadline(), request, get_resource)
     }
 
     /// `Cluster.Status` of the node at `endpoint` (an index into the endpoint list).

@@ -11,6 +11,7 @@ use tenure_node::config::Config;
 use tokio::net::TcpListener;
 
 use crate::peers_arg;
+use crate::scenario;
 
 pub struct InProcessCluster {
     pub dir: tempfile::TempDir,
@@ -135,5 +136,69 @@ impl InProcessCluster {
         for (_, running) in std::mem::take(&mut self.running) {
             running.shutdown().await;
         }
+    }
+}
+
+impl InProcessCluster {
+    /// The leases node `id` has committed on `resource`, as (holder, fencing token).
+    pub fn local_leases(&self, id: u64, resource: &str) -> Vec<(String, u64)> {
+        let applied = self.node(id).sm.read();
+        applied
+            .state
+            .resource_view(resource)
+            .leases
+            .iter()
+            .map(|l| (l.lease.holder.clone(), l.lease.fencing_token))
+            .collect()
+    }
+
+    /// Resolves once node `id` has applied at least `index`.
+    pub async fn applied_at_least(&self, id: u64, index: u64) {
+        let mut applied = self.node(id).sm.subscribe();
+        let _ = applied.wait_for(|i| *i >= index).await;
+    }
+
+    /// Resolves at the first applied entry after which node `id` shows no lease on `resource`.
+    pub async fn freed_on(&self, id: u64, resource: &str) -> tokio::time::Instant {
+        let mut applied = self.node(id).sm.subscribe();
+        while !self.local_leases(id, resource).is_empty() {
+            if applied.changed().await.is_err() {
+                break;
+            }
+        }
+        tokio::time::Instant::now()
+    }
+}
+
+impl scenario::Cluster for InProcessCluster {
+    fn client(&self) -> Client {
+        InProcessCluster::client(self)
+    }
+
+    fn client_of(&self, id: u64) -> Client {
+        InProcessCluster::client_of(self, id)
+    }
+
+    fn live_ids(&self) -> Vec<u64> {
+        InProcessCluster::live_ids(self)
+    }
+
+    async fn leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        InProcessCluster::leader(self, timeout).await
+    }
+
+    async fn crash(&mut self, id: u64) {
+        self.kill(id).await;
+    }
+
+    async fn until_free(&self, resource: &str) {
+        // A linearizable read first, so the survivor has applied the grant.
+        let _ = crate::get_resource(&InProcessCluster::client(self), resource).await;
+        let id = self.live_ids()[0];
+        self.freed_on(id, resource).await;
+    }
+
+    fn describe(&self, id: u64) -> String {
+        format!("in-process node {id} at {}", self.addrs[&id])
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod in_process;
 pub mod process;
+pub mod scenario;
 
 use std::time::Duration;
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tenure_client::Client;
 
 use crate::peers_arg;
+use crate::scenario;
 
 /// The `tenured` binary next to this test executable (cargo builds it for `cargo test
 /// --workspace`), or `$TENURED_BIN`.
@@ -161,5 +162,45 @@ impl Drop for ProcessCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+impl scenario::Cluster for ProcessCluster {
+    fn client(&self) -> Client {
+        ProcessCluster::client(self)
+    }
+
+    fn client_of(&self, id: u64) -> Client {
+        ProcessCluster::client_of(self, id)
+    }
+
+    fn live_ids(&self) -> Vec<u64> {
+        ProcessCluster::live_ids(self)
+    }
+
+    async fn leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        ProcessCluster::leader(self, timeout).await
+    }
+
+    async fn crash(&mut self, id: u64) {
+        self.kill9(id).expect("kill -9");
+    }
+
+    async fn until_free(&self, resource: &str) {
+        let client = ProcessCluster::client(self);
+        loop {
+            if crate::get_resource(&client, resource)
+                .await
+                .is_ok_and(|r| r.leases.is_empty())
+            {
+                return;
+            }
+            // Nothing to await across processes: poll linearizable reads.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn describe(&self, id: u64) -> String {
+        format!("node {id} log:\n{}", self.log_of(id))
     }
 }

@@ -4,97 +4,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tenure_client::{pb, Client};
+use tenure_client::pb;
 use tenure_tests::process::ProcessCluster;
+use tenure_tests::scenario::{self, ELECTION};
 use tenure_tests::{acquire_request, get_resource};
-use tokio::time::Instant;
-
-const ELECTION: Duration = Duration::from_secs(20);
-
-/// Polls a linearizable read until `resource` is free (processes offer no event to await).
-async fn wait_until_free(client: &Client, resource: &str, timeout: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = get_resource(client, resource).await {
-            if r.leases.is_empty() {
-                return started.elapsed();
-            }
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "{resource} still held after {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_leader_loses_no_lease_and_expiry_waits_for_the_ttl() {
     let mut cluster = ProcessCluster::start(3, BTreeMap::new()).expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("leader");
-    let follower = cluster
-        .live_ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
-
-    let ttl = Duration::from_secs(8);
-    let sent = Instant::now();
-    let granted = cluster
-        .client_of(follower)
-        .acquire(acquire_request("world/eu-1", "server-7", ttl))
-        .await
-        .expect("acquire");
-    assert!(granted.granted, "{granted:?}");
-    let token = granted.lease.expect("lease").fencing_token;
-
-    cluster.kill9(leader).expect("kill -9");
-    let new_leader = cluster.leader(ELECTION).await.expect("new leader");
-    assert_ne!(new_leader, leader);
-    for id in cluster.live_ids() {
-        let resource = get_resource(&cluster.client_of(id), "world/eu-1")
-            .await
-            .expect("read via survivor");
-        assert_eq!(
-            resource.leases.len(),
-            1,
-            "node {id}: {resource:?}\n{}",
-            cluster.log_of(id)
-        );
-        assert_eq!(
-            (
-                resource.leases[0].holder.as_str(),
-                resource.leases[0].fencing_token
-            ),
-            ("server-7", token)
-        );
-    }
-    let client = cluster.client();
-    let refused = client
-        .acquire(acquire_request("world/eu-1", "server-9", ttl))
-        .await
-        .expect("answered");
-    assert!(
-        Instant::now() < sent + ttl,
-        "the election outlasted the ttl; the refusal below proves nothing"
-    );
-    assert!(
-        !refused.granted && refused.reason == "resource_unavailable",
-        "{refused:?}"
-    );
-
-    wait_until_free(&client, "world/eu-1", ttl * 3).await;
-    assert!(
-        sent.elapsed() >= ttl,
-        "freed after {:?}, before its ttl",
-        sent.elapsed()
-    );
-    let next = client
-        .acquire(acquire_request("world/eu-1", "server-9", ttl))
-        .await
-        .expect("acquire");
-    assert!(next.granted);
-    assert!(next.lease.expect("lease").fencing_token > token);
+    scenario::leader_crash_keeps_the_lease(&mut cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,34 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_node::clock::ClockSkew;
-use tenure_node::lease::{Answer, Query};
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::{acquire_request, get_resource};
 use tokio::time::Instant;
 
 const ELECTION: Duration = Duration::from_secs(15);
-
-fn holds(cluster: &InProcessCluster, id: u64, resource: &str) -> bool {
-    let applied = cluster.node(id).sm.read();
-    match tenure_node::lease::query::answer(
-        &applied.state,
-        &Query::Resource {
-            name: resource.into(),
-        },
-    ) {
-        Answer::Resource(view) => !view.leases.is_empty(),
-        other => panic!("unexpected answer {other:?}"),
-    }
-}
-
-/// Resolves at the instant node `id` applies the end of the lease on `resource`.
-async fn freed_at(cluster: &InProcessCluster, id: u64, resource: &str) -> Instant {
-    let mut applied = cluster.node(id).sm.subscribe();
-    while holds(cluster, id, resource) {
-        applied.changed().await.expect("state machine alive");
-    }
-    Instant::now()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_whose_clocks_run_an_hour_ahead_shortens_no_lease() {
@@ -79,9 +56,9 @@ async fn a_new_leader_whose_clocks_run_an_hour_ahead_shortens_no_lease() {
         1,
         "the lease was cut short by the new leader's clock: {read:?}"
     );
-    assert!(holds(&cluster, new_leader, "clock/ahead"));
+    assert!(!cluster.local_leases(new_leader, "clock/ahead").is_empty());
 
-    let freed = freed_at(&cluster, new_leader, "clock/ahead").await;
+    let freed = cluster.freed_on(new_leader, "clock/ahead").await;
     assert!(
         freed - sent >= ttl,
         "a leader an hour ahead ended a {ttl:?} lease after {:?}",
@@ -96,7 +73,7 @@ async fn a_new_leader_whose_clocks_run_an_hour_ahead_shortens_no_lease() {
         .await
         .expect("acquire");
     assert!(granted.granted);
-    let freed = freed_at(&cluster, new_leader, "clock/after").await;
+    let freed = cluster.freed_on(new_leader, "clock/after").await;
     assert!(freed - sent >= ttl, "ended after {:?}", freed - sent);
     cluster.shutdown().await;
 }
@@ -116,7 +93,7 @@ async fn a_leader_whose_clock_runs_one_percent_fast_shortens_a_lease_by_at_most_
         .await
         .expect("acquire");
     assert!(granted.granted);
-    let freed = freed_at(&cluster, leader, "clock/fast").await;
+    let freed = cluster.freed_on(leader, "clock/fast").await;
     let lived = freed - sent;
     assert!(
         lived >= ttl.mul_f64(0.99),
@@ -150,7 +127,7 @@ async fn after_an_idle_minute_and_a_leader_change_a_lease_outlives_its_ttl_by_at
     cluster.kill(leader).await;
     let new_leader = cluster.leader(ELECTION).await.expect("new leader");
     let election = killed.elapsed();
-    let freed = freed_at(&cluster, new_leader, "clock/idle").await;
+    let freed = cluster.freed_on(new_leader, "clock/idle").await;
 
     assert!(freed - sent >= ttl, "ended early, after {:?}", freed - sent);
     // Apply, notification and the new leader's first Tick on a loaded 2-core machine.

@@ -14,6 +14,37 @@ use super::dedup::{Dedup, Seen};
 use super::policy::{self, Policy, DEDUP_WINDOW_MS, MIN_TTL_MS};
 use super::types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};
 
+/// The lease a renew or release names, and the token it claims.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    resource: &'a str,
+    lease_id: &'a str,
+    holder: &'a str,
+    fencing_token: u64,
+}
+
+impl<'a> From<&'a RenewOp> for Target<'a> {
+    fn from(op: &'a RenewOp) -> Self {
+        Target {
+            resource: &op.resource,
+            lease_id: &op.lease_id,
+            holder: &op.holder,
+            fencing_token: op.fencing_token,
+        }
+    }
+}
+
+impl<'a> From<&'a ReleaseOp> for Target<'a> {
+    fn from(op: &'a ReleaseOp) -> Self {
+        Target {
+            resource: &op.resource,
+            lease_id: &op.lease_id,
+            holder: &op.holder,
+            fencing_token: op.fencing_token,
+        }
+    }
+}
+
 /// Where an entry sits in the log: its index (the fencing token of its grants) and its writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EntryMeta {
@@ -428,11 +459,14 @@ impl State {
         &self,
         principal: &str,
         admin: bool,
-        resource: &str,
-        lease_id: &str,
-        holder: &str,
-        fencing_token: u64,
+        target: Target<'_>,
     ) -> Result<&Lease, Rejection> {
+        let Target {
+            resource,
+            lease_id,
+            holder,
+            fencing_token,
+        } = target;
         check_names(resource, holder)?;
         let rs = self.resources.get(resource);
         let names = |l: &Lease| {
@@ -484,14 +518,7 @@ impl State {
                 return Reply::Rejected(rejection);
             }
         }
-        let lease = match self.mutable_lease(
-            principal,
-            admin,
-            &op.resource,
-            &op.lease_id,
-            &op.holder,
-            op.fencing_token,
-        ) {
+        let lease = match self.mutable_lease(principal, admin, op.into()) {
             Ok(lease) => lease,
             Err(rejection) => return Reply::Rejected(rejection),
         };
@@ -527,14 +554,7 @@ impl State {
     }
 
     fn release(&mut self, index: u64, principal: &str, admin: bool, op: &ReleaseOp) -> Reply {
-        if let Err(rejection) = self.mutable_lease(
-            principal,
-            admin,
-            &op.resource,
-            &op.lease_id,
-            &op.holder,
-            op.fencing_token,
-        ) {
+        if let Err(rejection) = self.mutable_lease(principal, admin, op.into()) {
             return Reply::Rejected(rejection);
         }
         match self.end_lease(index, &op.resource, LeaseStatus::Released) {
