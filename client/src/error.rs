@@ -28,8 +28,7 @@ impl Error {
 
     /// Whether retrying the same request (same `request_id`) elsewhere may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Status { code, reason, .. }
-            if *code == Code::Unavailable || reason == "unavailable" || (*code == Code::Unknown && reason.is_empty()))
+        matches!(self, Error::Status { code, reason, .. } if *code == Code::Unavailable || reason == "unavailable")
     }
 }
 
@@ -45,13 +44,9 @@ impl From<tonic::Status> for Error {
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned)
             })
-            .unwrap_or_else(|| match status.code() {
-                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
-                    "unavailable".into()
-                }
-                Code::ResourceExhausted => "resource_exhausted".into(),
-                _ => String::new(),
-            });
+            // No reason from a node: the transport failed (connection lost, deadline, an h2
+            // GOAWAY), and the call may or may not have taken effect.
+            .unwrap_or_else(|| "unavailable".into());
         Error::Status {
             code: status.code(),
             reason,

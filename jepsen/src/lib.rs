@@ -1,2 +1,12 @@
-//! Tenure's fault-injection harness. Empty until issue 3 lands: network-namespace hosts,
-//! nemeses, a history recorder and a linearizability checker will live here.
+//! Tenure's fault-injection harness: real `tenured` processes on network-namespace hosts,
+//! concurrent clients recording a history, nemeses that partition, kill, pause and skew the
+//! nodes, an independent checker of SPEC §4, and a report a person reads at a glance.
+
+pub mod checker;
+pub mod history;
+pub mod hosts;
+pub mod nemesis;
+pub mod procs;
+pub mod report;
+pub mod run;
+pub mod workload;

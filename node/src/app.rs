@@ -93,6 +93,11 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         });
     }
 
+    if config.breaks_linearizable_reads() {
+        tracing::error!(
+            "fault injection: DELIBERATELY BROKEN: linearizable reads are served from local state"
+        );
+    }
     let node = Arc::new(Node {
         id: config.id,
         addr: config.advertised_addr().to_string(),
@@ -154,7 +159,11 @@ async fn serve(
         },
     );
 
+    // A node that was paused (or stalled) comes back to a burst of streams its clients
+    // already cancelled; h2's default of 20 pending resets would answer that burst with
+    // GOAWAY (ENHANCE_YOUR_CALM) and fail calls that were fine.
     let mut router = tonic::transport::Server::builder()
+        .http2_max_pending_accept_reset_streams(Some(10_000))
         .layer(layer)
         .add_service(
             LeasesServer::new(LeasesApi { node: node.clone() })

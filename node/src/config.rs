@@ -77,6 +77,13 @@ pub struct Config {
         allow_hyphen_values = true
     )]
     pub fi_clock_rate_ppm: i64,
+
+    /// Test-only (feature `fault-injection`), DELIBERATELY BROKEN: answer linearizable reads
+    /// from this node's local state without the leader's quorum round, so that the fault
+    /// harness can show it catches stale reads.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, env = "TENURED_FI_STALE_READS")]
+    pub fi_stale_reads: bool,
 }
 
 /// The cluster's members by id.
@@ -119,6 +126,14 @@ impl Config {
             "--tick-interval must be at least 10ms"
         );
         Ok(())
+    }
+
+    /// Whether this node was told to break linearizable reads (fault-injection builds only).
+    pub fn breaks_linearizable_reads(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.fi_stale_reads;
+        #[cfg(not(feature = "fault-injection"))]
+        false
     }
 
     /// The address peers and clients reach this node at.

@@ -131,7 +131,7 @@ impl Node {
     /// Answers `query` linearizably (through the leader's ReadIndex), or from local state when
     /// `stale`. Returns the answer and the applied index it was read at.
     pub async fn query(&self, query: Query, stale: bool) -> Result<(Answer, u64), ApiError> {
-        if stale {
+        if stale || self.config.breaks_linearizable_reads() {
             return Ok(self.read_local(&query));
         }
         let request = &ReadRequest { query };

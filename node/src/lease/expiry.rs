@@ -7,6 +7,10 @@ use super::clock::LeaderKey;
 use super::command::Op;
 use super::machine::State;
 
+/// How many leases one `Reclaim` entry names. Applying any entry reclaims everything due, so
+/// the list only records intent; the cap keeps a mass expiry from making one huge log value.
+pub const MAX_RECLAIM_LIST: usize = 256;
+
 /// The leader's next step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Plan {
@@ -25,7 +29,7 @@ pub fn plan(state: &State, me: LeaderKey, mono_now_ms: u64, tick_interval_ms: u6
         _ => return Plan::Propose(Op::Tick),
     };
     let estimate_ms = clock.now_ms().saturating_add(since_stamp_ms);
-    let due = state.due_by(estimate_ms);
+    let due = state.due_by(estimate_ms, MAX_RECLAIM_LIST);
     if !due.is_empty() {
         return Plan::Propose(Op::Reclaim { leases: due });
     }

@@ -181,11 +181,12 @@ impl State {
         self.due.first().map(|(due_ms, _)| *due_ms)
     }
 
-    /// Live leases due at or before `at_ms`, as (resource, fencing token).
-    pub fn due_by(&self, at_ms: u64) -> Vec<(String, u64)> {
+    /// Up to `limit` live leases due at or before `at_ms`, as (resource, fencing token).
+    pub fn due_by(&self, at_ms: u64, limit: usize) -> Vec<(String, u64)> {
         self.due
             .iter()
             .take_while(|(due_ms, _)| *due_ms <= at_ms)
+            .take(limit)
             .filter_map(|(_, name)| {
                 let lease = self.resources.get(name)?.lease.as_ref()?;
                 Some((name.clone(), lease.fencing_token))

@@ -1,0 +1,241 @@
+//! The checker: an independent model of SPEC §4 (exclusive leases under the ad-hoc policy:
+//! no renewal grace) and a linearizability search over it, plus cheaper invariants.
+//!
+//! * [`model`]: the per-resource state (live lease, highest token) and what each op does to it.
+//! * [`linear`]: a Wing–Gong search with Lowe's memoisation, per resource (P-compositionality).
+//! * [`invariants`]: tenures never overlap, tokens increase, the fenced store keeps its word.
+//!
+//! Time: every op carries `invoke_ns`/`complete_ns` on the harness's one monotonic clock. A lease
+//! granted by an acquire invoked at `t` with `ttl` cannot expire before `t + ttl·(1−ε)` (a
+//! successful renew invoked at `t` replaces that bound); after it, it may expire at any moment
+//! (leader changes lose time), so the search considers both.
+
+mod invariants;
+mod linear;
+mod model;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::history::{History, Nanos, Op};
+use model::{at, compile, describe_op, describe_state, Compiled, Holders};
+
+/// Knobs of [`check`].
+#[derive(Clone, Debug)]
+pub struct CheckParams {
+    /// Bound of the clock-rate error (0.02 = 2 %): a lease lasts at least `ttl·(1−ε)`.
+    pub clock_epsilon: f64,
+    /// Search budget: distinct (linearized set, model state) pairs explored per resource.
+    pub max_states_per_resource: usize,
+}
+
+impl CheckParams {
+    /// ε from the history, the default budget.
+    pub fn for_history(history: &History) -> Self {
+        CheckParams {
+            clock_epsilon: history.clock_epsilon,
+            ..CheckParams::default()
+        }
+    }
+}
+
+impl Default for CheckParams {
+    fn default() -> Self {
+        CheckParams {
+            clock_epsilon: 0.01,
+            max_states_per_resource: 2_000_000,
+        }
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    pub anomalies: Vec<Anomaly>,
+    /// Distinct resources in the history.
+    pub resources_checked: usize,
+    /// Ops the lease model or the fenced-store check looked at (failures that prove nothing,
+    /// and reads/validates that got no answer, are not counted).
+    pub ops_checked: usize,
+    /// Distinct tenures granted: (resource, holder, token) of `Granted` answers.
+    pub grants: usize,
+    /// Every resource's search finished and found a linearization.
+    pub linearizable: bool,
+    /// Resources whose search hit `max_states_per_resource` (undecided).
+    pub search_exhausted: Vec<String>,
+}
+
+impl CheckReport {
+    /// No anomaly, and every search finished.
+    pub fn ok(&self) -> bool {
+        self.anomalies.is_empty() && self.search_exhausted.is_empty()
+    }
+
+    /// Anomalies of one kind.
+    pub fn of_kind(&self, kind: &str) -> Vec<&Anomaly> {
+        self.anomalies.iter().filter(|a| a.kind == kind).collect()
+    }
+}
+
+/// One violation, with the ops that show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Anomaly {
+    /// `nonlinearizable`, `overlapping_tenures`, `token_not_increasing`, `stale_write_accepted`,
+    /// `fresh_write_rejected`, `unexpected_value`.
+    pub kind: String,
+    pub resource: String,
+    pub message: String,
+    /// Offending op ids, ascending.
+    pub ops: Vec<u64>,
+}
+
+/// Check a history: per resource, the linearizability search and the invariants.
+pub fn check(history: &History, params: &CheckParams) -> CheckReport {
+    let eps = if params.clock_epsilon.is_finite() {
+        params.clock_epsilon.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let first_invoke = history.ops.iter().map(|op| op.invoke_ns).min().unwrap_or(0);
+    let t0 = if history.started_ns > 0 && history.started_ns <= first_invoke {
+        history.started_ns
+    } else {
+        first_invoke
+    };
+
+    let mut by_resource: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for op in &history.ops {
+        by_resource.entry(op.call.resource()).or_default().push(op);
+    }
+
+    let mut report = CheckReport {
+        anomalies: Vec::new(),
+        resources_checked: by_resource.len(),
+        ops_checked: 0,
+        grants: 0,
+        linearizable: true,
+        search_exhausted: Vec::new(),
+    };
+
+    for (resource, mut ops) in by_resource {
+        ops.sort_by_key(|op| (op.invoke_ns, op.id));
+
+        // The lease model.
+        let mut holders = Holders::default();
+        let mut sops = Vec::new();
+        for (src, op) in ops.iter().enumerate() {
+            match compile(op, eps, &mut holders) {
+                Compiled::Model { op: mop, required } => {
+                    let complete = if required {
+                        op.complete_ns.max(op.invoke_ns)
+                    } else {
+                        Nanos::MAX
+                    };
+                    sops.push(linear::SOp {
+                        src,
+                        invoke: op.invoke_ns,
+                        complete,
+                        required,
+                        op: mop,
+                    });
+                }
+                Compiled::Write => report.ops_checked += 1,
+                Compiled::Ignored => {}
+                Compiled::Unexpected(what) => report.anomalies.push(Anomaly {
+                    kind: "unexpected_value".into(),
+                    resource: resource.to_owned(),
+                    message: format!("{what}: {}", describe_op(op, t0)),
+                    ops: vec![op.id],
+                }),
+            }
+        }
+        report.ops_checked += sops.len();
+        match linear::search(&sops, params.max_states_per_resource) {
+            linear::Outcome::Linearizable => {}
+            linear::Outcome::Exhausted => {
+                report.linearizable = false;
+                report.search_exhausted.push(resource.to_owned());
+            }
+            linear::Outcome::NotLinearizable(evidence) => {
+                report.linearizable = false;
+                report.anomalies.push(nonlinearizable(
+                    resource, &ops, &sops, &evidence, &holders, t0,
+                ));
+            }
+        }
+
+        // The invariants.
+        let tenures = invariants::tenures(&ops, eps);
+        report.grants += tenures.len();
+        report
+            .anomalies
+            .extend(invariants::overlapping_tenures(resource, &tenures, t0));
+        report
+            .anomalies
+            .extend(invariants::token_not_increasing(resource, &tenures, t0));
+        report
+            .anomalies
+            .extend(invariants::fenced_store(resource, &ops, t0));
+    }
+    for anomaly in &mut report.anomalies {
+        anomaly.ops.sort_unstable();
+        anomaly.ops.dedup();
+    }
+    report
+}
+
+fn nonlinearizable(
+    resource: &str,
+    ops: &[&Op],
+    sops: &[linear::SOp],
+    evidence: &linear::Evidence,
+    holders: &Holders,
+    t0: Nanos,
+) -> Anomaly {
+    let op_of = |i: usize| ops[sops[i].src];
+    let mut message = format!(
+        "no linearization of {} ops: after {} of them",
+        evidence.total_required, evidence.linearized
+    );
+    if !evidence.path_tail.is_empty() {
+        let tail: Vec<String> = evidence
+            .path_tail
+            .iter()
+            .map(|&i| describe_op(op_of(i), t0))
+            .collect();
+        message.push_str(&format!(" (the last: {})", tail.join("; ")));
+    }
+    message.push_str(&format!(
+        ", the model is {}",
+        describe_state(&evidence.state, holders, t0)
+    ));
+    if evidence.state.may_expire_by(evidence.min_return) {
+        message.push_str(" or expired");
+    }
+    let stuck: Vec<String> = evidence
+        .stuck
+        .iter()
+        .map(|&i| describe_op(op_of(i), t0))
+        .collect();
+    message.push_str(&format!(
+        ", and none of these can come next (one must take effect by {}): {}",
+        at(evidence.min_return, t0),
+        stuck.join("; ")
+    ));
+    let mut ids: BTreeSet<u64> = evidence.stuck.iter().map(|&i| op_of(i).id).collect();
+    // The op that put the model in this state is part of the evidence (e.g. the release a stale
+    // read contradicts).
+    if let Some(&last) = evidence.path_tail.last() {
+        ids.insert(op_of(last).id);
+    }
+    Anomaly {
+        kind: "nonlinearizable".into(),
+        resource: resource.to_owned(),
+        message,
+        ops: ids.into_iter().collect(),
+    }
+}

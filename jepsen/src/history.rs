@@ -1,0 +1,291 @@
+//! The history of a run: every client call as invoke → ok / fail / unknown, every fenced-store
+//! write, every nemesis event, each stamped with the harness's monotonic clock. Written as JSON
+//! lines, one [`Record`] a line; read back by the checker and the report.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds on the harness's CLOCK_MONOTONIC (one clock for every client and the nemesis).
+pub type Nanos = u64;
+
+pub fn now_ns() -> Nanos {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(ts) => ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64,
+        Err(_) => 0,
+    }
+}
+
+/// What a client asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "f", rename_all = "snake_case")]
+pub enum Call {
+    Acquire {
+        resource: String,
+        holder: String,
+        ttl_ms: u64,
+    },
+    Renew {
+        resource: String,
+        holder: String,
+        lease_id: String,
+        token: u64,
+        ttl_ms: u64,
+    },
+    Release {
+        resource: String,
+        holder: String,
+        lease_id: String,
+        token: u64,
+    },
+    /// `Validate` by fencing token.
+    Validate { resource: String, token: u64 },
+    /// Linearizable `GetResource` sent to node `node`.
+    Read { resource: String, node: u64 },
+    /// A write to the simulated downstream fenced store (local to the harness).
+    Write {
+        resource: String,
+        holder: String,
+        token: u64,
+    },
+}
+
+impl Call {
+    pub fn resource(&self) -> &str {
+        match self {
+            Call::Acquire { resource, .. }
+            | Call::Renew { resource, .. }
+            | Call::Release { resource, .. }
+            | Call::Validate { resource, .. }
+            | Call::Read { resource, .. }
+            | Call::Write { resource, .. } => resource,
+        }
+    }
+}
+
+/// What the cluster (or the store) answered, when it answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "v", rename_all = "snake_case")]
+pub enum Value {
+    /// Acquire granted (a fresh grant or the same lease returned idempotently).
+    Granted {
+        token: u64,
+        lease_id: String,
+    },
+    /// Acquire answered but not granted; `holder`/`token` of the current lease when reported.
+    Refused {
+        reason: String,
+        holder: Option<String>,
+        token: Option<u64>,
+    },
+    Renewed {
+        token: u64,
+    },
+    Released {
+        token: u64,
+    },
+    Validated {
+        valid: bool,
+        reason: String,
+    },
+    /// The live exclusive lease a linearizable read saw, if any.
+    Read {
+        holder: Option<String>,
+        token: Option<u64>,
+    },
+    /// The fenced store took the write.
+    StoreAccepted,
+    /// The fenced store refused the write: it had seen `highest`.
+    StoreRejected {
+        highest: u64,
+    },
+}
+
+/// How a call ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Ok {
+        value: Value,
+    },
+    /// Definitely did not take effect (an error reason of SPEC §3 that proves it).
+    Fail {
+        reason: String,
+    },
+    /// May or may not have taken effect (timeout, unavailable, transport error).
+    Unknown {
+        error: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    /// Unique, in invocation order.
+    pub id: u64,
+    /// The client (one holder identity per client).
+    pub process: u64,
+    pub call: Call,
+    pub invoke_ns: Nanos,
+    /// When the answer arrived; for `Unknown`, when the client gave up.
+    pub complete_ns: Nanos,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NemesisEvent {
+    /// `partition`, `kill`, `pause`, `clock`, `loss`, `heal`, …
+    pub kind: String,
+    /// Human-readable: which nodes, which split, which skew.
+    pub detail: String,
+    pub start_ns: Nanos,
+    /// When the fault was healed (None: an instantaneous event or never healed).
+    pub end_ns: Option<Nanos>,
+}
+
+/// One line of a history file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// Run parameters: seed, nodes, nemeses, ttl bounds, clock-rate bound.
+    Meta {
+        seed: u64,
+        nodes: u64,
+        nemeses: Vec<String>,
+        clock_epsilon: f64,
+        started_ns: Nanos,
+    },
+    Op(Op),
+    Nemesis(NemesisEvent),
+    /// A leader change observed by the harness (for the report and the activity check).
+    Leader {
+        at_ns: Nanos,
+        node: u64,
+        term: u64,
+    },
+}
+
+/// A whole run, in memory.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct History {
+    pub seed: u64,
+    pub nodes: u64,
+    pub nemeses: Vec<String>,
+    /// Largest clock-rate error injected (0.01 = 1 %): the checker's ε.
+    pub clock_epsilon: f64,
+    pub started_ns: Nanos,
+    pub ops: Vec<Op>,
+    pub nemesis: Vec<NemesisEvent>,
+    pub leaders: Vec<(Nanos, u64, u64)>,
+}
+
+impl History {
+    pub fn records(&self) -> Vec<Record> {
+        let mut records = vec![Record::Meta {
+            seed: self.seed,
+            nodes: self.nodes,
+            nemeses: self.nemeses.clone(),
+            clock_epsilon: self.clock_epsilon,
+            started_ns: self.started_ns,
+        }];
+        records.extend(self.ops.iter().cloned().map(Record::Op));
+        records.extend(self.nemesis.iter().cloned().map(Record::Nemesis));
+        records.extend(
+            self.leaders
+                .iter()
+                .map(|(at_ns, node, term)| Record::Leader {
+                    at_ns: *at_ns,
+                    node: *node,
+                    term: *term,
+                }),
+        );
+        records
+    }
+
+    pub fn push(&mut self, record: Record) {
+        match record {
+            Record::Meta {
+                seed,
+                nodes,
+                nemeses,
+                clock_epsilon,
+                started_ns,
+            } => {
+                self.seed = seed;
+                self.nodes = nodes;
+                self.nemeses = nemeses;
+                self.clock_epsilon = clock_epsilon;
+                self.started_ns = started_ns;
+            }
+            Record::Op(op) => self.ops.push(op),
+            Record::Nemesis(event) => self.nemesis.push(event),
+            Record::Leader { at_ns, node, term } => self.leaders.push((at_ns, node, term)),
+        }
+    }
+
+    pub fn write_jsonl(&self, path: &Path) -> anyhow::Result<()> {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for record in self.records() {
+            serde_json::to_writer(&mut out, &record)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    pub fn read_jsonl(path: &Path) -> anyhow::Result<Self> {
+        let mut history = History::default();
+        for line in std::io::BufReader::new(std::fs::File::open(path)?).lines() {
+            let line = line?;
+            if !line.trim().is_empty() {
+                history.push(serde_json::from_str(&line)?);
+            }
+        }
+        history.ops.sort_by_key(|op| op.invoke_ns);
+        Ok(history)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_history_round_trips_through_json_lines() {
+        let history = History {
+            seed: 7,
+            nodes: 3,
+            nemeses: vec!["partition".into()],
+            clock_epsilon: 0.01,
+            started_ns: 1,
+            ops: vec![Op {
+                id: 0,
+                process: 1,
+                call: Call::Acquire {
+                    resource: "r".into(),
+                    holder: "h".into(),
+                    ttl_ms: 3000,
+                },
+                invoke_ns: 10,
+                complete_ns: 20,
+                outcome: Outcome::Ok {
+                    value: Value::Granted {
+                        token: 5,
+                        lease_id: "lse_5_0".into(),
+                    },
+                },
+            }],
+            nemesis: vec![NemesisEvent {
+                kind: "kill".into(),
+                detail: "n1".into(),
+                start_ns: 15,
+                end_ns: Some(30),
+            }],
+            leaders: vec![(12, 1, 2)],
+        };
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("history.jsonl");
+        history.write_jsonl(&path).expect("write");
+        assert_eq!(History::read_jsonl(&path).expect("read"), history);
+    }
+}

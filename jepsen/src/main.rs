@@ -1,0 +1,192 @@
+//! `tenure-jepsen`: break a real Tenure cluster and check every history.
+//!
+//! ```text
+//! tenure-jepsen test --nodes 3 --time-limit 60s --nemesis partition,kill,pause,clock,loss --seed 7
+//! tenure-jepsen check runs/seed-7/history.jsonl      # re-check a saved history
+//! tenure-jepsen teardown                              # remove leftovers of a killed run
+//! ```
+//! Exit code: 0 pass, 1 anomaly or too little activity, 2 the harness itself failed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tenure_jepsen::checker::{self, CheckParams};
+use tenure_jepsen::history::History;
+use tenure_jepsen::nemesis::Fault;
+use tenure_jepsen::run::{run_test, TestOptions};
+use tenure_jepsen::workload::WorkloadConfig;
+use tenure_jepsen::{hosts, report};
+
+#[derive(Parser)]
+#[command(
+    name = "tenure-jepsen",
+    version,
+    about = "Fault-injection tests for Tenure (runs as root)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a cluster on network-namespace hosts, run clients and faults, check the history.
+    Test {
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        time_limit: Duration,
+        /// Comma-separated: partition, kill, pause, clock, loss (empty: none).
+        #[arg(long, default_value = "partition,kill,pause,clock,loss")]
+        nemesis: String,
+        /// Seed of the fault schedule and the clients' choices (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long, default_value_t = 12)]
+        clients: u64,
+        #[arg(long, default_value_t = 8)]
+        resources: u64,
+        /// Where history.jsonl, summary.json, report.html and node logs go.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// A run with fewer checked grants fails.
+        #[arg(long, default_value_t = 200)]
+        min_grants: usize,
+        /// A run with fewer leader changes fails.
+        #[arg(long, default_value_t = 1)]
+        min_leader_changes: usize,
+        /// Largest clock-rate change the clock nemesis injects (0.02 = 2 %).
+        #[arg(long, default_value_t = 0.02)]
+        clock_epsilon: f64,
+        /// Deliberately broken node: `stale-reads` serves linearizable reads from local state.
+        #[arg(long)]
+        broken: Option<String>,
+        /// The tenured binary (default: next to this one; needs feature fault-injection).
+        #[arg(long, env = "TENURED_BIN")]
+        bin: Option<PathBuf>,
+    },
+    /// Check a saved history again and write its report next to it.
+    Check {
+        history: PathBuf,
+        #[arg(long)]
+        clock_epsilon: Option<f64>,
+    },
+    /// Remove namespaces, links and processes left by a run that was killed.
+    Teardown,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,tenure_jepsen=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tenure-jepsen: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Teardown => {
+            hosts::teardown_leftovers()?;
+            println!("no leftovers");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check {
+            history,
+            clock_epsilon,
+        } => {
+            let loaded = History::read_jsonl(&history)?;
+            let epsilon = clock_epsilon.unwrap_or(loaded.clock_epsilon);
+            let check = checker::check(
+                &loaded,
+                &CheckParams {
+                    clock_epsilon: epsilon,
+                    max_states_per_resource: 5_000_000,
+                },
+            );
+            let dir = history
+                .parent()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("."));
+            let summary = report::write_all(&dir, &loaded, &check)?;
+            println!("{}", report::text(&summary, &check));
+            Ok(if check.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Test {
+            nodes,
+            time_limit,
+            nemesis,
+            seed,
+            clients,
+            resources,
+            out,
+            min_grants,
+            min_leader_changes,
+            clock_epsilon,
+            broken,
+            bin,
+        } => {
+            anyhow::ensure!(nodes == 3 || nodes == 5, "--nodes is 3 or 5");
+            let seed = seed.unwrap_or_else(rand::random);
+            let faults = nemesis
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(Fault::parse)
+                .collect::<Result<_, _>>()?;
+            let node_args = match broken.as_deref() {
+                None => vec![],
+                Some("stale-reads") => vec!["--fi-stale-reads".to_string()],
+                Some(other) => anyhow::bail!("unknown --broken mode `{other}` (stale-reads)"),
+            };
+            let out_dir = out.unwrap_or_else(|| PathBuf::from(format!("jepsen-runs/seed-{seed}")));
+            println!(
+                "tenure-jepsen: seed {seed}; output in {}",
+                out_dir.display()
+            );
+            let options = TestOptions {
+                nodes,
+                time_limit,
+                faults,
+                seed,
+                workload: WorkloadConfig {
+                    clients,
+                    resources,
+                    ..WorkloadConfig::default()
+                },
+                out_dir: out_dir.clone(),
+                min_grants,
+                min_leader_changes,
+                node_args,
+                bin,
+                clock_epsilon,
+            };
+            let (history, check, verdict) = run_test(&options)?;
+            let summary = report::write_all(&out_dir, &history, &check)?;
+            println!("{}", report::text(&summary, &check));
+            for problem in &verdict.problems {
+                println!("FAIL: {problem}");
+            }
+            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --seed {seed}", humantime::format_duration(time_limit));
+            println!("report: {}", out_dir.join("report.html").display());
+            Ok(if check.ok() && verdict.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! What a person reads at a glance after a run: a [`Summary`] (also written as `summary.json`),
+//! a few terminal lines ([`text`]) and one self-contained HTML page ([`html`](fn@html)) with a
+//! timeline of tenures per resource and a latency scatter, nemesis windows and leader changes
+//! drawn behind both, and every op an anomaly names marked in red.
+//!
+//! A run's history and its check are only useful if someone can see at once whether the run
+//! passed and, if not, where it went wrong; this module turns them into that. This file holds
+//! the numbers ([`summarize`]), the terminal text ([`text`]), [`write_all`] and the small helpers
+//! both outputs share; `html` draws the page (summary tables, anomalies, latency scatter, the
+//! shared time scale and nemesis bands) and `timeline` the tenures of one resource.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::checker::CheckReport;
+use crate::history::{Call, History, Nanos, Outcome, Value};
+
+/// `write!` into a `String`, which cannot fail.
+macro_rules! w {
+    ($dst:expr, $($arg:tt)*) => {{
+        let _ = write!($dst, $($arg)*);
+    }};
+}
+
+mod html;
+#[cfg(test)]
+mod tests;
+mod timeline;
+
+pub use html::html;
+
+/// The call kinds, in the order they are shown.
+const KINDS: [&str; 6] = ["acquire", "renew", "release", "validate", "read", "write"];
+
+// ---------------------------------------------------------------------------------------------
+// Summary
+// ---------------------------------------------------------------------------------------------
+
+/// Latency of the `Ok` ops of one call kind, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Outcomes of one call kind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CallStats {
+    pub ok: usize,
+    pub fail: usize,
+    pub unknown: usize,
+    /// Over `Ok` ops only; `None` when there were none.
+    pub latency: Option<Latency>,
+}
+
+impl CallStats {
+    pub fn total(&self) -> usize {
+        self.ok + self.fail + self.unknown
+    }
+}
+
+/// Outcomes per call kind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Calls {
+    pub acquire: CallStats,
+    pub renew: CallStats,
+    pub release: CallStats,
+    pub validate: CallStats,
+    pub read: CallStats,
+    pub write: CallStats,
+}
+
+impl Calls {
+    /// `(kind, stats)` in display order.
+    pub fn iter(&self) -> [(&'static str, &CallStats); 6] {
+        [
+            ("acquire", &self.acquire),
+            ("renew", &self.renew),
+            ("release", &self.release),
+            ("validate", &self.validate),
+            ("read", &self.read),
+            ("write", &self.write),
+        ]
+    }
+
+    fn get_mut(&mut self, kind: &str) -> &mut CallStats {
+        match kind {
+            "acquire" => &mut self.acquire,
+            "renew" => &mut self.renew,
+            "release" => &mut self.release,
+            "validate" => &mut self.validate,
+            "read" => &mut self.read,
+            _ => &mut self.write,
+        }
+    }
+}
+
+/// The numbers of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub seed: u64,
+    pub nodes: u64,
+    pub nemeses: Vec<String>,
+    pub clock_epsilon: f64,
+    /// From the run's start (or first event) to its last event.
+    pub duration_s: f64,
+    pub ops: usize,
+    pub ok: usize,
+    pub fail: usize,
+    pub unknown: usize,
+    /// Ops (of any outcome) per second.
+    pub throughput_ops_per_s: f64,
+    /// `Ok` ops per second.
+    pub ok_per_s: f64,
+    pub calls: Calls,
+    /// Fresh grants: distinct `(resource, token)` over `Ok Granted` acquires (idempotent repeats
+    /// of the same lease count once).
+    pub grants: usize,
+    /// Grants never released successfully: their tenure ended by expiry (reclaims are not
+    /// observed directly), including any still live when the run stopped.
+    pub tenures_ended_by_expiry: usize,
+    /// Distinct `(node, term)` leaders observed, minus the first.
+    pub leader_changes: usize,
+    pub nemesis_events: BTreeMap<String, usize>,
+    pub anomalies: BTreeMap<String, usize>,
+    pub anomaly_count: usize,
+    pub resources_checked: usize,
+    pub ops_checked: usize,
+    pub linearizable: bool,
+    pub search_exhausted: Vec<String>,
+    pub pass: bool,
+    /// `PASS` or `FAIL: <why>`.
+    pub verdict: String,
+}
+
+fn kind_of(call: &Call) -> &'static str {
+    match call {
+        Call::Acquire { .. } => "acquire",
+        Call::Renew { .. } => "renew",
+        Call::Release { .. } => "release",
+        Call::Validate { .. } => "validate",
+        Call::Read { .. } => "read",
+        Call::Write { .. } => "write",
+    }
+}
+
+fn latency(micros: &[u64]) -> Option<Latency> {
+    if micros.is_empty() {
+        return None;
+    }
+    let mut hist =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 24 * 3_600_000_000, 3).ok()?;
+    for &us in micros {
+        hist.saturating_record(us);
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Some(Latency {
+        count: hist.len(),
+        p50_ms: ms(hist.value_at_quantile(0.50)),
+        p99_ms: ms(hist.value_at_quantile(0.99)),
+        max_ms: ms(hist.max()),
+    })
+}
+
+/// The time frame of a run: its start and its last event.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    t0: Nanos,
+    t1: Nanos,
+}
+
+impl Span {
+    fn of(history: &History) -> Span {
+        let firsts = history
+            .ops
+            .iter()
+            .map(|op| op.invoke_ns)
+            .chain(history.nemesis.iter().map(|e| e.start_ns))
+            .chain(history.leaders.iter().map(|l| l.0));
+        let first = firsts.min();
+        let t0 = match (history.started_ns, first) {
+            (0, Some(first)) => first,
+            (0, None) => 0,
+            (started, Some(first)) => started.min(first),
+            (started, None) => started,
+        };
+        let lasts = history
+            .ops
+            .iter()
+            .map(|op| op.complete_ns.max(op.invoke_ns))
+            .chain(
+                history
+                    .nemesis
+                    .iter()
+                    .map(|e| e.end_ns.unwrap_or(e.start_ns).max(e.start_ns)),
+            )
+            .chain(history.leaders.iter().map(|l| l.0));
+        let t1 = lasts.max().unwrap_or(t0).max(t0);
+        Span { t0, t1 }
+    }
+
+    fn secs(&self, ns: Nanos) -> f64 {
+        ns.saturating_sub(self.t0) as f64 / 1e9
+    }
+
+    fn duration_s(&self) -> f64 {
+        self.secs(self.t1)
+    }
+}
+
+/// `(passed, "PASS" | "FAIL: <why>")`.
+fn verdict(check: &CheckReport) -> (bool, String) {
+    if check.ok() {
+        return (true, "PASS".to_string());
+    }
+    let mut why = Vec::new();
+    if !check.anomalies.is_empty() {
+        let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+        for anomaly in &check.anomalies {
+            *kinds.entry(anomaly.kind.as_str()).or_default() += 1;
+        }
+        let kinds: Vec<String> = kinds
+            .iter()
+            .map(|(kind, n)| {
+                if *n == 1 {
+                    kind.to_string()
+                } else {
+                    format!("{kind} x{n}")
+                }
+            })
+            .collect();
+        let n = check.anomalies.len();
+        why.push(format!(
+            "{n} anomal{} ({})",
+            if n == 1 { "y" } else { "ies" },
+            kinds.join(", ")
+        ));
+    }
+    let named = check.anomalies.iter().any(|a| a.kind == "nonlinearizable");
+    if !check.linearizable && !named && check.search_exhausted.is_empty() {
+        why.push("not linearizable".to_string());
+    }
+    if !check.search_exhausted.is_empty() {
+        why.push(format!(
+            "undecided, search exhausted on {}",
+            check.search_exhausted.join(", ")
+        ));
+    }
+    if why.is_empty() {
+        why.push("the checker did not pass the history".to_string());
+    }
+    (false, format!("FAIL: {}", why.join("; ")))
+}
+
+/// Distinct `(node, term)` leaders in order of first sight.
+fn distinct_leaders(history: &History) -> Vec<(Nanos, u64, u64)> {
+    let mut leaders = history.leaders.clone();
+    leaders.sort_by_key(|l| l.0);
+    let mut seen = HashSet::new();
+    leaders.retain(|&(_, node, term)| seen.insert((node, term)));
+    leaders
+}
+
+/// `(resource, token)`.
+type LeaseKey<'a> = (&'a str, u64);
+
+/// `(resource, token)` of every fresh grant, and of every successful release.
+fn grants_and_releases(history: &History) -> (BTreeSet<LeaseKey<'_>>, HashSet<LeaseKey<'_>>) {
+    let mut grants = BTreeSet::new();
+    let mut released = HashSet::new();
+    for op in &history.ops {
+        match (&op.call, &op.outcome) {
+            (
+                Call::Acquire { resource, .. },
+                Outcome::Ok {
+                    value: Value::Granted { token, .. },
+                },
+            ) => {
+                grants.insert((resource.as_str(), *token));
+            }
+            (
+                Call::Release {
+                    resource, token, ..
+                },
+                Outcome::Ok {
+                    value: Value::Released { .. },
+                },
+            ) => {
+                released.insert((resource.as_str(), *token));
+            }
+            _ => {}
+        }
+    }
+    (grants, released)
+}
+
+/// The numbers of a run and of its check.
+pub fn summarize(history: &History, check: &CheckReport) -> Summary {
+    let span = Span::of(history);
+    let mut calls = Calls::default();
+    let mut micros: HashMap<&str, Vec<u64>> = HashMap::new();
+    let (mut ok, mut fail, mut unknown) = (0, 0, 0);
+    for op in &history.ops {
+        let kind = kind_of(&op.call);
+        let stats = calls.get_mut(kind);
+        match op.outcome {
+            Outcome::Ok { .. } => {
+                ok += 1;
+                stats.ok += 1;
+                micros
+                    .entry(kind)
+                    .or_default()
+                    .push(op.complete_ns.saturating_sub(op.invoke_ns) / 1000);
+            }
+            Outcome::Fail { .. } => {
+                fail += 1;
+                stats.fail += 1;
+            }
+            Outcome::Unknown { .. } => {
+                unknown += 1;
+                stats.unknown += 1;
+            }
+        }
+    }
+    for kind in KINDS {
+        calls.get_mut(kind).latency = micros.get(kind).and_then(|m| latency(m));
+    }
+    let (grants, released) = grants_and_releases(history);
+    let expired = grants.iter().filter(|g| !released.contains(*g)).count();
+    let mut nemesis_events = BTreeMap::new();
+    for event in &history.nemesis {
+        *nemesis_events.entry(event.kind.clone()).or_default() += 1;
+    }
+    let mut anomalies = BTreeMap::new();
+    for anomaly in &check.anomalies {
+        *anomalies.entry(anomaly.kind.clone()).or_default() += 1;
+    }
+    let duration_s = span.duration_s();
+    let per_s = |n: usize| {
+        if duration_s > 0.0 {
+            n as f64 / duration_s
+        } else {
+            0.0
+        }
+    };
+    let (pass, verdict) = verdict(check);
+    Summary {
+        seed: history.seed,
+        nodes: history.nodes,
+        nemeses: history.nemeses.clone(),
+        clock_epsilon: history.clock_epsilon,
+        duration_s,
+        ops: history.ops.len(),
+        ok,
+        fail,
+        unknown,
+        throughput_ops_per_s: per_s(history.ops.len()),
+        ok_per_s: per_s(ok),
+        calls,
+        grants: grants.len(),
+        tenures_ended_by_expiry: expired,
+        leader_changes: distinct_leaders(history).len().saturating_sub(1),
+        nemesis_events,
+        anomalies,
+        anomaly_count: check.anomalies.len(),
+        resources_checked: check.resources_checked,
+        ops_checked: check.ops_checked,
+        linearizable: check.linearizable,
+        search_exhausted: check.search_exhausted.clone(),
+        pass,
+        verdict,
+    }
+}
+
+/// `yes`, `no`, or `undecided` when a search ran out of budget without finding a violation.
+fn linearizable_word(s: &Summary) -> &'static str {
+    if s.linearizable {
+        "yes"
+    } else if !s.anomalies.contains_key("nonlinearizable") && !s.search_exhausted.is_empty() {
+        "undecided"
+    } else {
+        "no"
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Terminal text
+// ---------------------------------------------------------------------------------------------
+
+fn fmt_ms(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2}s", ms / 1000.0)
+    } else if ms >= 10.0 {
+        format!("{ms:.0}ms")
+    } else {
+        format!("{ms:.1}ms")
+    }
+}
+
+fn counts(map: &BTreeMap<String, usize>) -> String {
+    if map.is_empty() {
+        return "none".to_string();
+    }
+    map.iter()
+        .map(|(k, n)| format!("{k} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn op_list(ops: &[u64], max: usize) -> String {
+    let mut s: Vec<String> = ops.iter().take(max).map(|id| id.to_string()).collect();
+    if ops.len() > max {
+        s.push(format!("... +{}", ops.len() - max));
+    }
+    s.join(", ")
+}
+
+/// A compact terminal summary ending with `PASS` or `FAIL: <why>`.
+pub fn text(summary: &Summary, check: &CheckReport) -> String {
+    const MAX_ANOMALY_LINES: usize = 50;
+    let s = summary;
+    let mut out = String::new();
+    let nemeses = if s.nemeses.is_empty() {
+        "none".to_string()
+    } else {
+        s.nemeses.join(",")
+    };
+    w!(
+        out,
+        "seed {} | {} nodes | nemeses {} | {:.1}s | {} ops ({:.1}/s): ok {}, fail {}, unknown {}\n",
+        s.seed,
+        s.nodes,
+        nemeses,
+        s.duration_s,
+        s.ops,
+        s.throughput_ops_per_s,
+        s.ok,
+        s.fail,
+        s.unknown
+    );
+    w!(
+        out,
+        "grants {} | ended by expiry {} | leader changes {} | nemesis events: {}\n",
+        s.grants,
+        s.tenures_ended_by_expiry,
+        s.leader_changes,
+        counts(&s.nemesis_events)
+    );
+    for (kind, stats) in s.calls.iter() {
+        if stats.total() == 0 {
+            continue;
+        }
+        w!(
+            out,
+            "  {kind:<8} ok {:>7}  fail {:>6}  unknown {:>6}",
+            stats.ok,
+            stats.fail,
+            stats.unknown
+        );
+        if let Some(l) = &stats.latency {
+            w!(
+                out,
+                "  p50 {:>7}  p99 {:>7}  max {:>7}",
+                fmt_ms(l.p50_ms),
+                fmt_ms(l.p99_ms),
+                fmt_ms(l.max_ms)
+            );
+        }
+        out.push('\n');
+    }
+    w!(
+        out,
+        "checker: {} resources, {} ops, linearizable: {}",
+        s.resources_checked,
+        s.ops_checked,
+        linearizable_word(s)
+    );
+    if !s.search_exhausted.is_empty() {
+        w!(
+            out,
+            ", search exhausted on {}",
+            s.search_exhausted.join(", ")
+        );
+    }
+    out.push('\n');
+    for anomaly in check.anomalies.iter().take(MAX_ANOMALY_LINES) {
+        w!(
+            out,
+            "  ANOMALY {} [{}]: {} (ops {})\n",
+            anomaly.kind,
+            anomaly.resource,
+            anomaly.message,
+            op_list(&anomaly.ops, 12)
+        );
+    }
+    if check.anomalies.len() > MAX_ANOMALY_LINES {
+        w!(
+            out,
+            "  ... and {} more anomalies (see report.html)\n",
+            check.anomalies.len() - MAX_ANOMALY_LINES
+        );
+    }
+    out.push_str(&s.verdict);
+    out.push('\n');
+    out
+}
+
+/// Writes `summary.json` and `report.html` into `dir`; returns the summary.
+pub fn write_all(dir: &Path, history: &History, check: &CheckReport) -> anyhow::Result<Summary> {
+    std::fs::create_dir_all(dir)?;
+    let summary = summarize(history, check);
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
+    std::fs::write(dir.join("report.html"), html(history, check, &summary))?;
+    Ok(summary)
+}

@@ -1,0 +1,275 @@
+//! One test run: hosts and nodes up, clients and nemesis for the time limit, every fault
+//! healed, final reads through every node and a progress check, then teardown, the checker
+//! and the report.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure_client::Client;
+use tokio::time::Instant;
+
+use crate::checker::{self, CheckParams, CheckReport};
+use crate::history::{now_ns, History};
+use crate::hosts::{self, Hosts};
+use crate::nemesis::{current_leader, Fault, Nemesis};
+use crate::procs::{self, Procs};
+use crate::workload::{self, Env, FencedStore, Recorder, WorkloadConfig};
+
+#[derive(Clone, Debug)]
+pub struct TestOptions {
+    pub nodes: u64,
+    pub time_limit: Duration,
+    pub faults: Vec<Fault>,
+    pub seed: u64,
+    pub workload: WorkloadConfig,
+    pub out_dir: PathBuf,
+    pub min_grants: usize,
+    pub min_leader_changes: usize,
+    /// Extra `tenured` flags, e.g. `--fi-stale-reads` for a deliberately broken build.
+    pub node_args: Vec<String>,
+    pub bin: Option<PathBuf>,
+    pub clock_epsilon: f64,
+}
+
+/// What the run found, beyond the checker's anomalies.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RunVerdict {
+    pub grants: usize,
+    pub leader_changes: usize,
+    pub progress_after_heal: bool,
+    pub problems: Vec<String>,
+}
+
+impl RunVerdict {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Runs a test end to end. Hosts and processes are torn down before this returns, also when
+/// it fails.
+pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, RunVerdict)> {
+    std::fs::create_dir_all(&options.out_dir)?;
+    let bin = match &options.bin {
+        Some(bin) => bin.clone(),
+        None => procs::tenured_bin()?,
+    };
+    let hosts = Arc::new(Hosts::setup(options.nodes)?);
+    let data_root = options.out_dir.join("nodes");
+    std::fs::create_dir_all(&data_root)?;
+    let procs = Procs::start(
+        &hosts,
+        bin,
+        options.nodes,
+        data_root,
+        options.node_args.clone(),
+    )?;
+    let procs = Arc::new(Mutex::new(procs));
+
+    // The clients talk to the nodes from the client namespace: every runtime thread is
+    // created by this thread after it moved there, and inherits it.
+    let root_namespace = std::fs::File::open("/proc/self/ns/net")?;
+    hosts::enter_client_namespace()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let driven = runtime.block_on(drive(options, hosts.clone(), procs.clone()));
+    drop(runtime);
+    nix::sched::setns(&root_namespace, nix::sched::CloneFlags::CLONE_NEWNET)?;
+    drop(procs);
+    drop(hosts);
+
+    let (history, progress) = driven?;
+    history.write_jsonl(&options.out_dir.join("history.jsonl"))?;
+    let check = checker::check(
+        &history,
+        &CheckParams {
+            clock_epsilon: options.clock_epsilon,
+            max_states_per_resource: 5_000_000,
+        },
+    );
+    let verdict = judge(options, &history, &check, progress);
+    Ok((history, check, verdict))
+}
+
+/// Too little activity is a failed run, not a pass.
+fn judge(
+    options: &TestOptions,
+    history: &History,
+    check: &CheckReport,
+    progress: bool,
+) -> RunVerdict {
+    let leader_changes = {
+        let mut seen: Vec<(u64, u64)> = history
+            .leaders
+            .iter()
+            .map(|(_, node, term)| (*node, *term))
+            .collect();
+        seen.dedup();
+        seen.len().saturating_sub(1)
+    };
+    let mut verdict = RunVerdict {
+        grants: check.grants,
+        leader_changes,
+        progress_after_heal: progress,
+        problems: vec![],
+    };
+    if !progress {
+        verdict
+            .problems
+            .push("no acquire succeeded after every fault was healed".into());
+    }
+    if check.grants < options.min_grants {
+        verdict.problems.push(format!(
+            "only {} grants checked (need {})",
+            check.grants, options.min_grants
+        ));
+    }
+    if leader_changes < options.min_leader_changes {
+        verdict.problems.push(format!(
+            "{leader_changes} leader changes (need {})",
+            options.min_leader_changes
+        ));
+    }
+    verdict
+}
+
+async fn wait_for_leader(per_node: &[Client], timeout: Duration) -> Option<u64> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Some(leader) = current_leader(per_node).await {
+            return Some(leader);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// Records every change of the leader most nodes name.
+async fn observe_leaders(
+    per_node: Vec<Client>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<(u64, u64, u64)> {
+    let mut seen: Vec<(u64, u64, u64)> = Vec::new();
+    while !*stop.borrow() {
+        let mut best: Option<(u64, u64)> = None;
+        for client in &per_node {
+            if let Ok(status) = client
+                .with_timeout(Duration::from_millis(200))
+                .node_status(0)
+                .await
+            {
+                if status.state == "Leader" && best.is_none_or(|(_, term)| status.term > term) {
+                    best = Some((status.id, status.term));
+                }
+            }
+        }
+        if let Some((node, term)) = best {
+            if seen.last().is_none_or(|(_, n, t)| (*n, *t) != (node, term)) {
+                seen.push((now_ns(), node, term));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    seen
+}
+
+async fn drive(
+    options: &TestOptions,
+    hosts: Arc<Hosts>,
+    procs: Arc<Mutex<Procs>>,
+) -> anyhow::Result<(History, bool)> {
+    let endpoints = procs.lock().unwrap_or_else(|p| p.into_inner()).endpoints();
+    let timeout = options.workload.call_timeout;
+    let client = Client::new(&endpoints)?.with_timeout(timeout);
+    let per_node: Vec<Client> = endpoints
+        .iter()
+        .map(|e| Client::new([e]).map(|c| c.with_timeout(timeout)))
+        .collect::<Result<_, _>>()?;
+    anyhow::ensure!(
+        wait_for_leader(&per_node, Duration::from_secs(30))
+            .await
+            .is_some(),
+        "the cluster elected no leader"
+    );
+
+    let started_ns = now_ns();
+    let recorder = Arc::new(Recorder::default());
+    let env = Arc::new(Env {
+        client,
+        per_node: per_node.clone(),
+        recorder: recorder.clone(),
+        store: FencedStore::default(),
+        config: options.workload.clone(),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let observer = tokio::spawn(observe_leaders(per_node.clone(), stop_rx));
+    let deadline = Instant::now() + options.time_limit;
+    let nemesis = Nemesis::new(
+        hosts,
+        procs,
+        options.nodes,
+        options.faults.clone(),
+        options.clock_epsilon,
+        per_node.clone(),
+        options.seed,
+    );
+    let nemesis = tokio::spawn(nemesis.run(deadline));
+    let clients: Vec<_> = (1..=options.workload.clients)
+        .map(|p| {
+            tokio::spawn(workload::client_loop(
+                env.clone(),
+                p,
+                options.seed,
+                deadline,
+            ))
+        })
+        .collect();
+    let interrupted = tokio::select! {
+        _ = futures::future::join_all(clients) => false,
+        _ = tokio::signal::ctrl_c() => true,
+    };
+    // The nemesis heals every fault before it returns.
+    let nemesis_events = nemesis.await.unwrap_or_default();
+    anyhow::ensure!(!interrupted, "interrupted; hosts and nodes are torn down");
+
+    // After healing: every node's linearizable read, then progress.
+    let healed = wait_for_leader(&per_node, Duration::from_secs(30))
+        .await
+        .is_some();
+    if healed {
+        for resource in (0..options.workload.resources).map(workload::resource_name) {
+            for node in 1..=options.nodes {
+                env.read(0, &resource, node).await;
+            }
+        }
+    }
+    let progress_deadline = Instant::now() + Duration::from_secs(15);
+    let mut progress = false;
+    while healed && !progress && Instant::now() < progress_deadline {
+        progress = env.acquire(0, "progress", 5_000).await.is_some();
+        if !progress {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let _ = stop_tx.send(true);
+    let leaders = observer.await.unwrap_or_default();
+
+    let history = History {
+        seed: options.seed,
+        nodes: options.nodes,
+        nemeses: options
+            .faults
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect(),
+        clock_epsilon: options.clock_epsilon,
+        started_ns,
+        ops: recorder.take(),
+        nemesis: nemesis_events,
+        leaders,
+    };
+    Ok((history, progress))
+}
