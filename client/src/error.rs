@@ -54,3 +54,31 @@ impl From<tonic::Status> for Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_without_a_tenure_reason_is_a_retryable_transport_failure() {
+        // e.g. an h2 GOAWAY surfaced by tonic as RESOURCE_EXHAUSTED: the call may have run.
+        let error = Error::from(tonic::Status::resource_exhausted(
+            "h2 protocol error: http2 error",
+        ));
+        assert_eq!(error.reason(), "unavailable");
+        assert!(error.is_retryable());
+    }
+
+    #[test]
+    fn a_tenure_reason_is_kept_and_only_unavailable_is_retried() {
+        let mut status =
+            tonic::Status::failed_precondition("stale fencing token (expected 8, got 7)");
+        status.metadata_mut().insert(
+            "tenure-reason",
+            "stale_fencing_token".parse().expect("ascii"),
+        );
+        let error = Error::from(status);
+        assert_eq!(error.reason(), "stale_fencing_token");
+        assert!(!error.is_retryable());
+    }
+}

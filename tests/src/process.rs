@@ -102,6 +102,11 @@ impl ProcessCluster {
         self.children.keys().copied().collect()
     }
 
+    /// The node's process id.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.children.get(&id).map(Child::id)
+    }
+
     /// SIGKILL, then reap.
     pub fn kill9(&mut self, id: u64) -> anyhow::Result<()> {
         if let Some(mut child) = self.children.remove(&id) {

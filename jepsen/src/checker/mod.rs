@@ -29,7 +29,8 @@ use model::{at, compile, describe_op, describe_state, Compiled, Holders};
 pub struct CheckParams {
     /// Bound of the clock-rate error (0.02 = 2 %): a lease lasts at least `ttl·(1−ε)`.
     pub clock_epsilon: f64,
-    /// Search budget: distinct (linearized set, model state) pairs explored per resource.
+    /// Search budget per resource: configurations (linearized ops, model state) explored, after
+    /// memoisation and dominance pruning (each keeps ~100 bytes, plus 4 per unknown op in use).
     pub max_states_per_resource: usize,
 }
 

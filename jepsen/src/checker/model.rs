@@ -9,6 +9,21 @@
 //!
 //! Expiry is not a transition here: the search decides when a lease may have expired (its
 //! lower bound `bound` has passed) and hands [`State::expired`] to `step`.
+//!
+//! The rules (a "live" lease is the state's lease; "match" binds an unseen token):
+//! * acquire → `Granted{t}`: free and `t ≥ floor` → new lease, bound `invoke + ttl·(1−ε)`,
+//!   floor `t+1`; or the same holder's live lease with token `t` (idempotent: bound unchanged).
+//! * acquire → `Refused{resource_unavailable, holder?, token?}`: another holder's live lease,
+//!   matching what the answer names. Other refusal reasons constrain nothing.
+//! * acquire, outcome unknown: if free, a new lease with an unseen token ≥ floor (or no effect).
+//! * renew → ok: the holder's live lease with that token; bound becomes `invoke + ttl·(1−ε)`.
+//! * release → ok: the holder's live lease with that token; the resource becomes free.
+//! * renew/release, outcome unknown: the same effect, or none.
+//! * renew/release → `stale_fencing_token`/`lease_expired`/`lease_not_found`: (holder, token) is
+//!   not the live lease. Other failures constrain nothing.
+//! * validate → `valid`: the live lease carries the token; `!valid`: it does not (or is gone).
+//! * read → the live lease's holder and token exactly, or free.
+//! * writes to the fenced store are not part of this model (see the invariants).
 
 use std::collections::HashMap;
 
@@ -584,11 +599,17 @@ pub(crate) fn describe_state(state: &State, holders: &Holders, t0: Nanos) -> Str
                 Token::Known(t) => format!("token {t}"),
                 Token::AtLeast(t) => format!("unseen token ≥ {t}"),
             };
+            // The search sets a bound that has already passed to 0.
+            let expiry = if lease.bound == 0 {
+                "its ttl has run out: it may expire at any moment".to_owned()
+            } else {
+                format!("cannot expire before {}", at(lease.bound, t0))
+            };
             format!(
-                "held by {} with {} (cannot expire before {})",
+                "held by {} with {} ({})",
                 holders.name(lease.holder),
                 token,
-                at(lease.bound, t0)
+                expiry
             )
         }
     }
