@@ -1,9 +1,9 @@
 //! The checker: an independent model of SPEC §4 (exclusive leases under the ad-hoc policy:
 //! no renewal grace) and a linearizability search over it, plus cheaper invariants.
 //!
-//! * [`model`]: the per-resource state (live lease, highest token) and what each op does to it.
-//! * [`linear`]: a Wing–Gong search with Lowe's memoisation, per resource (P-compositionality).
-//! * [`invariants`]: tenures never overlap, tokens increase, the fenced store keeps its word.
+//! * `model`: the per-resource state (live lease, highest token) and what each op does to it.
+//! * `linear`: a Wing–Gong search with Lowe's memoisation, per resource (P-compositionality).
+//! * `invariants`: tenures never overlap, tokens increase, the fenced store keeps its word.
 //!
 //! Time: every op carries `invoke_ns`/`complete_ns` on the harness's one monotonic clock. A lease
 //! granted by an acquire invoked at `t` with `ttl` cannot expire before `t + ttl·(1−ε)` (a
