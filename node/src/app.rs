@@ -36,6 +36,10 @@ pub struct Node {
     pub peers: Peers,
     pub clock: NodeClock,
     pub config: Config,
+    /// The highest log index this process has committed as leader (0: none yet). A leader
+    /// restarted in its old term reuses its old blank entry, so until it commits an entry of
+    /// its own its read index may lag writes it acknowledged before the restart.
+    pub own_commit: std::sync::atomic::AtomicU64,
 }
 
 /// A started node; `shutdown` stops it gracefully, `kill` as abruptly as a process can be.
@@ -106,6 +110,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         peers,
         clock,
         config: config.clone(),
+        own_commit: std::sync::atomic::AtomicU64::new(0),
     });
     tracing::warn!("auth is off: every caller is the principal `anonymous` with the admin role");
 

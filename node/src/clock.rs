@@ -58,6 +58,23 @@ impl Skewed {
 #[derive(Debug)]
 pub struct NodeClock {
     skew: std::sync::Mutex<Skewed>,
+    epoch: u64,
+}
+
+/// Which run of CLOCK_MONOTONIC this is: the kernel's boot id, so a node restarted on the same
+/// boot keeps comparable stamps and a rebooted one re-anchors (DESIGN §4). Fault-injection
+/// builds use a per-process epoch instead: a skew set at run time dies with the process.
+fn clock_epoch() -> u64 {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let hex: String = boot
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(16)
+        .collect();
+    let epoch = u64::from_str_radix(&hex, 16).unwrap_or(1);
+    #[cfg(feature = "fault-injection")]
+    let epoch = epoch ^ ((std::process::id() as u64) << 32) ^ raw_wall_ms() as u64;
+    epoch
 }
 
 impl Default for NodeClock {
@@ -75,6 +92,7 @@ impl Default for NodeClock {
                     adjusted_ms: wall,
                 },
             }),
+            epoch: clock_epoch(),
         }
     }
 }
@@ -97,6 +115,7 @@ impl NodeClock {
         Stamp {
             mono_ms: self.mono_ms(),
             wall_ms: self.wall_ms(),
+            clock_epoch: self.epoch,
         }
     }
 

@@ -33,7 +33,13 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
                 term,
                 node_id: node.id,
             };
-            let plan = expiry::plan(&node.sm.read().state, me, node.clock.mono_ms(), tick_ms);
+            let plan = if node.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                // First thing as leader in this process: commit an entry of our own, so reads
+                // get a current read index (see `Node::own_commit`).
+                Plan::Propose(crate::lease::Op::Tick)
+            } else {
+                expiry::plan(&node.sm.read().state, me, node.clock.stamp(), tick_ms)
+            };
             match plan {
                 Plan::Propose(op) => {
                     let request = ProposeRequest {

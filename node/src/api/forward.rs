@@ -117,7 +117,11 @@ impl Node {
             op: request.op,
         });
         match self.raft.client_write(command).await {
-            Ok(response) => Ok(response.data),
+            Ok(response) => {
+                self.own_commit
+                    .fetch_max(response.log_id.index, std::sync::atomic::Ordering::Relaxed);
+                Ok(response.data)
+            }
             Err(e) => {
                 let forward = matches!(
                     &e,
@@ -149,6 +153,12 @@ impl Node {
     /// A linearizable read on this node, if it is the leader: one quorum round, then the
     /// state at or after the read index.
     pub async fn query_local(&self, query: &Query) -> ReadResult {
+        if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            // The leader timer commits a Tick first thing; until then the read index may be stale.
+            return Err(NotServed::Unavailable(
+                "this leader has not committed an entry of its own yet".into(),
+            ));
+        }
         match self.raft.ensure_linearizable().await {
             Ok(_) => Ok(self.read_local(query)),
             Err(e) => {

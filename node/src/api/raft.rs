@@ -8,7 +8,9 @@ use tenure_proto::raft::v1::RaftBytes;
 use tonic::{Request, Response, Status};
 
 use crate::api::forward::{ProposeRequest, ReadRequest};
+use crate::api::validate::MAX_KEY_BYTES;
 use crate::app::Node;
+use crate::lease::Op;
 use crate::network::{decode, encode};
 
 pub struct RaftApi {
@@ -48,6 +50,19 @@ impl Raft for RaftApi {
 
     async fn propose(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         let request: ProposeRequest = body(&request)?;
+        // Only client commands are handed over; the leader proposes Tick and Reclaim itself.
+        if !matches!(request.op, Op::Acquire(_) | Op::Renew(_) | Op::Release(_)) {
+            return Err(Status::permission_denied(
+                "only client commands may be forwarded",
+            ));
+        }
+        if request
+            .request_id
+            .as_ref()
+            .is_some_and(|id| id.len() > MAX_KEY_BYTES)
+        {
+            return Err(Status::invalid_argument("request_id too long"));
+        }
         reply(&self.node.propose_local(request).await)
     }
 

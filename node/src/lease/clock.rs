@@ -20,8 +20,9 @@ pub struct LeaderKey {
 pub struct LeaseClock {
     /// Committed lease time in milliseconds: the only "now" any rule looks at.
     now_ms: u64,
-    /// The leader whose monotonic clock anchors `now_ms`, and its newest stamp seen.
-    anchor: Option<(LeaderKey, u64)>,
+    /// The leader (and its clock's epoch) whose monotonic clock anchors `now_ms`, and its
+    /// newest stamp seen.
+    anchor: Option<(LeaderKey, u64, u64)>,
     /// The wall clock of the newest stamp, for advisory `expires_at` in replies.
     wall_ms: u64,
 }
@@ -35,22 +36,25 @@ impl LeaseClock {
         self.wall_ms
     }
 
-    /// The leader and its newest monotonic stamp, so the leader can estimate the clock ahead
-    /// of the log (timers only; rules never use estimates).
-    pub fn anchor(&self) -> Option<(LeaderKey, u64)> {
+    /// The leader, its clock epoch and its newest monotonic stamp, so the leader can estimate
+    /// the clock ahead of the log (timers only; rules never use estimates).
+    pub fn anchor(&self) -> Option<(LeaderKey, u64, u64)> {
         self.anchor
     }
 
-    /// Advances the clock by the stamp of an entry written by `leader`.
+    /// Advances the clock by the stamp of an entry written by `leader`. A new leader, or the
+    /// same leader on another run of its clock (a reboot), re-anchors without advancing.
     pub fn observe(&mut self, leader: LeaderKey, stamp: &Stamp) {
         match &mut self.anchor {
-            Some((anchored, last_mono_ms)) if *anchored == leader => {
+            Some((anchored, epoch, last_mono_ms))
+                if *anchored == leader && *epoch == stamp.clock_epoch =>
+            {
                 if stamp.mono_ms > *last_mono_ms {
                     self.now_ms = self.now_ms.saturating_add(stamp.mono_ms - *last_mono_ms);
                     *last_mono_ms = stamp.mono_ms;
                 }
             }
-            _ => self.anchor = Some((leader, stamp.mono_ms)),
+            _ => self.anchor = Some((leader, stamp.clock_epoch, stamp.mono_ms)),
         }
         self.wall_ms = stamp.wall_ms;
     }
@@ -80,6 +84,7 @@ mod tests {
 
     fn stamp(mono_ms: u64) -> Stamp {
         Stamp {
+            clock_epoch: 0,
             mono_ms,
             wall_ms: 1_000_000 + mono_ms,
         }
@@ -114,6 +119,25 @@ mod tests {
         assert_eq!(clock.now_ms(), 1_000);
         clock.observe(B, &stamp(3_600_000 + 5_500));
         assert_eq!(clock.now_ms(), 1_500);
+    }
+
+    #[test]
+    fn a_reboot_of_the_same_leader_re_anchors_instead_of_freezing() {
+        let mut clock = LeaseClock::default();
+        clock.observe(A, &stamp(50_000_000));
+        clock.observe(A, &stamp(50_001_000));
+        let rebooted = |mono_ms| Stamp {
+            clock_epoch: 2,
+            ..stamp(mono_ms)
+        };
+        clock.observe(A, &rebooted(3_000));
+        assert_eq!(clock.now_ms(), 1_000);
+        clock.observe(A, &rebooted(3_500));
+        assert_eq!(
+            clock.now_ms(),
+            1_500,
+            "time runs again at once after the reboot"
+        );
     }
 
     #[test]

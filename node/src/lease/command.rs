@@ -19,6 +19,10 @@ pub struct Stamp {
     pub mono_ms: u64,
     /// The leader's wall clock, Unix milliseconds: advisory, for `expires_at` in replies.
     pub wall_ms: u64,
+    /// Which run of the monotonic clock `mono_ms` comes from (the boot, in production):
+    /// stamps of different epochs are never compared, so a reboot cannot freeze the clock.
+    #[serde(default)]
+    pub clock_epoch: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

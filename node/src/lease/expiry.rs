@@ -4,7 +4,7 @@
 //! and runs the timer.
 
 use super::clock::LeaderKey;
-use super::command::Op;
+use super::command::{Op, Stamp};
 use super::machine::State;
 
 /// How many leases one `Reclaim` entry names. Applying any entry reclaims everything due, so
@@ -20,11 +20,13 @@ pub enum Plan {
     Wait(u64),
 }
 
-/// Decides the leader's next proposal from the committed state and its monotonic clock.
-pub fn plan(state: &State, me: LeaderKey, mono_now_ms: u64, tick_interval_ms: u64) -> Plan {
+/// Decides the leader's next proposal from the committed state and its clock reading `now`.
+pub fn plan(state: &State, me: LeaderKey, now: Stamp, tick_interval_ms: u64) -> Plan {
     let clock = state.clock();
     let since_stamp_ms = match clock.anchor() {
-        Some((leader, last_mono_ms)) if leader == me => mono_now_ms.saturating_sub(last_mono_ms),
+        Some((leader, epoch, last_mono_ms)) if leader == me && epoch == now.clock_epoch => {
+            now.mono_ms.saturating_sub(last_mono_ms)
+        }
         // The log's clock is not anchored on this leader yet: anchor it at once.
         _ => return Plan::Propose(Op::Tick),
     };

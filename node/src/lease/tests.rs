@@ -914,6 +914,7 @@ impl Run {
             stamp: Stamp {
                 mono_ms: self.mono_ms,
                 wall_ms: 1_700_000_000_000 + n as u64 * 1_000,
+                clock_epoch: 0,
             },
             principal: principal.clone(),
             admin,
@@ -1178,6 +1179,7 @@ impl Node {
             stamp: Stamp {
                 mono_ms: self.mono_ms,
                 wall_ms: 1_700_000_000_000 + self.mono_ms,
+                clock_epoch: 0,
             },
             principal: principal.to_string(),
             admin,
@@ -1804,7 +1806,15 @@ fn snapshot_restore_rebuilds_the_reclaim_index() {
 #[test]
 fn plan_ticks_right_after_a_leader_change() {
     assert_eq!(
-        plan(&State::default(), LEADER_A, 5, 500),
+        plan(
+            &State::default(),
+            LEADER_A,
+            Stamp {
+                mono_ms: 5,
+                ..Stamp::default()
+            },
+            500
+        ),
         Plan::Propose(Op::Tick)
     );
 
@@ -1812,7 +1822,15 @@ fn plan_ticks_right_after_a_leader_change() {
     granted(&node.acquire("world", "alice", Some(10_000)));
     let b_mono_ms = node.mono_ms + HOUR_MS;
     assert_eq!(
-        plan(&node.state, LEADER_B, b_mono_ms, 500),
+        plan(
+            &node.state,
+            LEADER_B,
+            Stamp {
+                mono_ms: b_mono_ms,
+                ..Stamp::default()
+            },
+            500
+        ),
         Plan::Propose(Op::Tick)
     );
 
@@ -1820,11 +1838,27 @@ fn plan_ticks_right_after_a_leader_change() {
     node.elect(LEADER_B, b_mono_ms);
     node.tick();
     assert_eq!(
-        plan(&node.state, LEADER_B, b_mono_ms + 100, 500),
+        plan(
+            &node.state,
+            LEADER_B,
+            Stamp {
+                mono_ms: b_mono_ms + 100,
+                ..Stamp::default()
+            },
+            500
+        ),
         Plan::Wait(400)
     );
     assert_eq!(
-        plan(&node.state, LEADER_A, b_mono_ms + 100, 500),
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: b_mono_ms + 100,
+                ..Stamp::default()
+            },
+            500
+        ),
         Plan::Propose(Op::Tick)
     );
 }
@@ -1836,12 +1870,31 @@ fn plan_reclaims_a_lease_as_soon_as_it_is_due() {
         .lease
         .fencing_token;
     // Anchored at mono 1 000 = lease time 0; due at expiry 2 000 + grace 1 000.
-    assert_eq!(plan(&node.state, LEADER_A, 3_999, 10_000), Plan::Wait(1));
+    assert_eq!(
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 3_999,
+                ..Stamp::default()
+            },
+            10_000
+        ),
+        Plan::Wait(1)
+    );
     let due = Op::Reclaim {
         leases: vec![("world".to_string(), token)],
     };
     assert_eq!(
-        plan(&node.state, LEADER_A, 4_000, 10_000),
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 4_000,
+                ..Stamp::default()
+            },
+            10_000
+        ),
         Plan::Propose(due.clone())
     );
 
@@ -1849,7 +1902,15 @@ fn plan_reclaims_a_lease_as_soon_as_it_is_due() {
     let reply = node.propose_as(LEADER_PRINCIPAL, false, None, due);
     assert_eq!(reclaimed(&reply), vec![("world".to_string(), token)]);
     assert_eq!(
-        plan(&node.state, LEADER_A, 4_100, 10_000),
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 4_100,
+                ..Stamp::default()
+            },
+            10_000
+        ),
         Plan::Wait(10_000)
     );
 }
@@ -1858,20 +1919,61 @@ fn plan_reclaims_a_lease_as_soon_as_it_is_due() {
 fn plan_waits_for_the_next_tick_or_the_next_due_lease_whichever_is_sooner() {
     let mut node = Node::new(0);
     granted(&node.acquire("world", "alice", Some(2_000)));
-    assert_eq!(plan(&node.state, LEADER_A, 1_100, 500), Plan::Wait(400));
+    assert_eq!(
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 1_100,
+                ..Stamp::default()
+            },
+            500
+        ),
+        Plan::Wait(400)
+    );
 
     node.elapse(1_800);
     node.tick();
-    assert_eq!(plan(&node.state, LEADER_A, 2_900, 500), Plan::Wait(100));
+    assert_eq!(
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 2_900,
+                ..Stamp::default()
+            },
+            500
+        ),
+        Plan::Wait(100)
+    );
 }
 
 #[test]
 fn plan_ticks_when_the_committed_clock_is_a_tick_interval_old() {
     let mut node = Node::new(0);
     granted(&node.acquire("world", "alice", Some(10_000)));
-    assert_eq!(plan(&node.state, LEADER_A, 1_499, 500), Plan::Wait(1));
     assert_eq!(
-        plan(&node.state, LEADER_A, 1_500, 500),
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 1_499,
+                ..Stamp::default()
+            },
+            500
+        ),
+        Plan::Wait(1)
+    );
+    assert_eq!(
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 1_500,
+                ..Stamp::default()
+            },
+            500
+        ),
         Plan::Propose(Op::Tick)
     );
 }
@@ -1880,5 +1982,16 @@ fn plan_ticks_when_the_committed_clock_is_a_tick_interval_old() {
 fn plan_waits_a_tick_interval_when_nothing_is_live() {
     let mut node = Node::new(0);
     node.tick();
-    assert_eq!(plan(&node.state, LEADER_A, 60_000, 500), Plan::Wait(500));
+    assert_eq!(
+        plan(
+            &node.state,
+            LEADER_A,
+            Stamp {
+                mono_ms: 60_000,
+                ..Stamp::default()
+            },
+            500
+        ),
+        Plan::Wait(500)
+    );
 }

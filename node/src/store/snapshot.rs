@@ -54,11 +54,11 @@ fn file_name(meta: &SnapshotMeta) -> String {
     format!("{PREFIX}{index:020}-{}", meta.snapshot_id)
 }
 
-/// Writes the snapshot durably and removes older ones.
+/// Writes the snapshot durably and removes older ones. Callers serialize saves.
 pub fn save(dir: &Path, snapshot: &StoredSnapshot) -> anyhow::Result<()> {
     fs::create_dir_all(dir)?;
     let final_path = dir.join(file_name(&snapshot.meta));
-    let tmp_path = dir.join(".snapshot.tmp");
+    let tmp_path = dir.join(format!(".{}.tmp", file_name(&snapshot.meta)));
     {
         let mut file = File::create(&tmp_path)?;
         serde_json::to_writer(&mut file, &snapshot.meta)?;
@@ -68,8 +68,9 @@ pub fn save(dir: &Path, snapshot: &StoredSnapshot) -> anyhow::Result<()> {
     }
     fs::rename(&tmp_path, &final_path)?;
     File::open(dir)?.sync_all()?;
+    // Names sort by index: remove only older snapshots, never a newer one saved meanwhile.
     for old in list(dir)? {
-        if old != final_path {
+        if old < final_path {
             fs::remove_file(old)?;
         }
     }

@@ -31,6 +31,8 @@ pub struct Applied {
 /// Shared between openraft (apply, snapshots) and the API (reads) and leader timers.
 pub struct Shared {
     applied: RwLock<Applied>,
+    /// The newest snapshot. Its lock also serializes saving: openraft builds snapshots in a
+    /// task of their own, which can overlap an install.
     current: Mutex<Option<StoredSnapshot>>,
     snapshot_dir: PathBuf,
     applied_index: watch::Sender<u64>,
@@ -48,6 +50,22 @@ impl Shared {
     /// Fires with the applied index after every applied batch.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied_index.subscribe()
+    }
+
+    /// Saves `snapshot` and makes it current, unless a snapshot at least as new already is
+    /// (a build that finishes after an install of a newer snapshot must not replace it).
+    fn keep_if_newer(&self, snapshot: &StoredSnapshot) -> anyhow::Result<()> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let index = |s: &StoredSnapshot| s.meta.last_log_id.map(|id| id.index);
+        if current
+            .as_ref()
+            .is_some_and(|c| index(c) >= index(snapshot))
+        {
+            return Ok(());
+        }
+        snapshot::save(&self.snapshot_dir, snapshot)?;
+        *current = Some(snapshot.clone());
+        Ok(())
     }
 
     fn replace(&self, applied: Applied) {
@@ -126,7 +144,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                 meta,
                 data: Arc::new(data),
             };
-            snapshot::save(&shared.snapshot_dir, &stored)?;
+            shared.keep_if_newer(&stored)?;
             Ok(stored)
         })
         .await
@@ -139,11 +157,6 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             stored.meta.last_log_id.map_or(0, |id| id.index),
         );
         StorageStats::set(&stats.last_snapshot_bytes, stored.data.len() as u64);
-        *self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(stored.clone());
         Ok(Snapshot {
             meta: stored.meta,
             snapshot: Box::new(Cursor::new(stored.data.to_vec())),
@@ -222,8 +235,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             data: Arc::new(data),
         };
         let shared = self.shared.clone();
-        let to_save = stored.clone();
-        tokio::task::spawn_blocking(move || snapshot::save(&shared.snapshot_dir, &to_save))
+        tokio::task::spawn_blocking(move || shared.keep_if_newer(&stored))
             .await
             .map_err(sm_err)?
             .map_err(sm_err)?;
@@ -232,11 +244,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             last_applied: meta.last_log_id,
             last_membership: meta.last_membership.clone(),
         });
-        *self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(stored);
         Ok(())
     }
 
@@ -253,5 +260,36 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: stored.meta,
             snapshot: Box::new(Cursor::new(stored.data.to_vec())),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(index: u64) -> StoredSnapshot {
+        let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
+        StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(log_id),
+                last_membership: Membership::default(),
+                snapshot_id: format!("1-{index}"),
+            },
+            data: Arc::new(snapshot::encode_state(&State::default()).expect("encode")),
+        }
+    }
+
+    #[test]
+    fn a_build_finishing_after_a_newer_install_never_replaces_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let sm = StateMachineStore::open(dir.path().to_path_buf(), Arc::default()).expect("open");
+        sm.shared.keep_if_newer(&stored(20)).expect("install 20");
+        sm.shared.keep_if_newer(&stored(10)).expect("late build of 10");
+        let current = sm.shared.current.lock().expect("lock").clone().expect("a snapshot");
+        assert_eq!(current.meta.last_log_id.map(|id| id.index), Some(20));
+        let on_disk = snapshot::load_newest(dir.path()).expect("load").expect("a file");
+        assert_eq!(on_disk.meta.last_log_id.map(|id| id.index), Some(20));
+        let files = std::fs::read_dir(dir.path()).expect("list").count();
+        assert_eq!(files, 1, "only the newest snapshot file is kept");
     }
 }
