@@ -61,6 +61,8 @@ pub struct Nemesis {
     pub per_node: Vec<Client>,
     pub events: Arc<Mutex<Vec<NemesisEvent>>>,
     rng: SmallRng,
+    /// Set when the run is interrupted: faults are healed at once and no new one starts.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The leader most nodes name right now, if any.
@@ -101,6 +103,7 @@ impl Nemesis {
         clock_epsilon: f64,
         per_node: Vec<Client>,
         seed: u64,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         Nemesis {
             hosts,
@@ -111,7 +114,21 @@ impl Nemesis {
             per_node,
             events: Arc::new(Mutex::new(Vec::new())),
             rng: SmallRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
+            stop,
         }
+    }
+
+    /// Sleeps for `duration`, or less if the run is interrupted.
+    async fn wait(&self, duration: Duration) {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => {}
+            _ = stop.wait_for(|stopped| *stopped) => {}
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
     }
 
     fn record(&self, kind: &str, detail: String, start_ns: u64, end_ns: Option<u64>) {
@@ -138,8 +155,11 @@ impl Nemesis {
 
     /// Runs faults until `deadline`, each held for a few seconds, with quiet gaps between.
     pub async fn run(mut self, deadline: Instant) -> Vec<NemesisEvent> {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        while !self.faults.is_empty() && Instant::now() + Duration::from_secs(4) < deadline {
+        self.wait(Duration::from_secs(2)).await;
+        while !self.faults.is_empty()
+            && !self.stopped()
+            && Instant::now() + Duration::from_secs(4) < deadline
+        {
             let fault = *self
                 .faults
                 .choose(&mut self.rng)
@@ -149,7 +169,8 @@ impl Nemesis {
                 tracing::warn!(fault = fault.name(), "nemesis failed: {e:#}");
             }
             let quiet = Duration::from_millis(self.rng.random_range(500..3_000));
-            tokio::time::sleep(quiet.min(deadline.saturating_duration_since(Instant::now()))).await;
+            self.wait(quiet.min(deadline.saturating_duration_since(Instant::now())))
+                .await;
         }
         self.heal_all().await;
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
@@ -182,7 +203,7 @@ impl Nemesis {
                             }
                         }
                         let start = now_ns();
-                        tokio::time::sleep(hold).await;
+                        self.wait(hold).await;
                         self.hosts.heal()?;
                         self.record(
                             "partition",
@@ -203,7 +224,7 @@ impl Nemesis {
                 };
                 self.hosts.partition(&groups)?;
                 let start = now_ns();
-                tokio::time::sleep(hold).await;
+                self.wait(hold).await;
                 self.hosts.heal()?;
                 self.record("partition", detail, start, Some(now_ns()));
             }
@@ -214,7 +235,7 @@ impl Nemesis {
                 };
                 self.procs().kill9(target)?;
                 let start = now_ns();
-                tokio::time::sleep(hold).await;
+                self.wait(hold).await;
                 self.procs().restart(target)?;
                 self.record(
                     "kill",
@@ -230,7 +251,7 @@ impl Nemesis {
                 self.procs().pause(target)?;
                 let start = now_ns();
                 // Past the election timeout (1 s), so the others elect a new leader.
-                tokio::time::sleep(hold.max(Duration::from_millis(1_500))).await;
+                self.wait(hold.max(Duration::from_millis(1_500))).await;
                 self.procs().resume(target)?;
                 self.record(
                     "pause",
@@ -253,7 +274,7 @@ impl Nemesis {
                 let endpoint = self.endpoint(target);
                 set_clock(&endpoint, step_ms, rate_ppm).await?;
                 let start = now_ns();
-                tokio::time::sleep(hold).await;
+                self.wait(hold).await;
                 set_clock(&endpoint, 0, 0).await?;
                 self.record(
                     "clock",
@@ -266,7 +287,7 @@ impl Nemesis {
                 let percent = self.rng.random_range(10..40);
                 self.hosts.loss(&nodes, percent)?;
                 let start = now_ns();
-                tokio::time::sleep(hold).await;
+                self.wait(hold).await;
                 self.hosts.heal()?;
                 self.record(
                     "loss",

@@ -206,6 +206,7 @@ async fn drive(
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let observer = tokio::spawn(observe_leaders(per_node.clone(), stop_rx));
+    let (interrupt_tx, interrupt_rx) = tokio::sync::watch::channel(false);
     let deadline = Instant::now() + options.time_limit;
     let nemesis = Nemesis::new(
         hosts,
@@ -215,6 +216,7 @@ async fn drive(
         options.clock_epsilon,
         per_node.clone(),
         options.seed,
+        interrupt_rx,
     );
     let nemesis = tokio::spawn(nemesis.run(deadline));
     let clients: Vec<_> = (1..=options.workload.clients)
@@ -231,6 +233,7 @@ async fn drive(
         _ = futures::future::join_all(clients) => false,
         _ = tokio::signal::ctrl_c() => true,
     };
+    let _ = interrupt_tx.send(interrupted);
     // The nemesis heals every fault before it returns.
     let nemesis_events = nemesis.await.unwrap_or_default();
     anyhow::ensure!(!interrupted, "interrupted; hosts and nodes are torn down");

@@ -284,10 +284,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let sm = StateMachineStore::open(dir.path().to_path_buf(), Arc::default()).expect("open");
         sm.shared.keep_if_newer(&stored(20)).expect("install 20");
-        sm.shared.keep_if_newer(&stored(10)).expect("late build of 10");
-        let current = sm.shared.current.lock().expect("lock").clone().expect("a snapshot");
+        sm.shared
+            .keep_if_newer(&stored(10))
+            .expect("late build of 10");
+        let current = sm
+            .shared
+            .current
+            .lock()
+            .expect("lock")
+            .clone()
+            .expect("a snapshot");
         assert_eq!(current.meta.last_log_id.map(|id| id.index), Some(20));
-        let on_disk = snapshot::load_newest(dir.path()).expect("load").expect("a file");
+        let on_disk = snapshot::load_newest(dir.path())
+            .expect("load")
+            .expect("a file");
         assert_eq!(on_disk.meta.last_log_id.map(|id| id.index), Some(20));
         let files = std::fs::read_dir(dir.path()).expect("list").count();
         assert_eq!(files, 1, "only the newest snapshot file is kept");
