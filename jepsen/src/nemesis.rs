@@ -51,6 +51,13 @@ impl Fault {
     }
 }
 
+/// What the nemesis breaks: the hosts' network, the node processes, and a client per node.
+pub struct Targets {
+    pub hosts: Arc<Hosts>,
+    pub procs: Arc<Mutex<Procs>>,
+    pub per_node: Vec<Client>,
+}
+
 pub struct Nemesis {
     pub hosts: Arc<Hosts>,
     pub procs: Arc<Mutex<Procs>>,
@@ -95,23 +102,21 @@ pub async fn set_clock(endpoint: &str, step_ms: i64, rate_ppm: i64) -> anyhow::R
 }
 
 impl Nemesis {
+    /// A nemesis over `targets`, drawing its schedule from `seed`; `stop` interrupts it.
     pub fn new(
-        hosts: Arc<Hosts>,
-        procs: Arc<Mutex<Procs>>,
-        nodes: u64,
+        targets: Targets,
         faults: Vec<Fault>,
         clock_epsilon: f64,
-        per_node: Vec<Client>,
         seed: u64,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         Nemesis {
-            hosts,
-            procs,
-            nodes,
+            nodes: targets.per_node.len() as u64,
+            hosts: targets.hosts,
+            procs: targets.procs,
+            per_node: targets.per_node,
             faults,
             clock_epsilon,
-            per_node,
             events: Arc::new(Mutex::new(Vec::new())),
             rng: SmallRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
             stop,

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::checker::{self, CheckParams, CheckReport};
 use crate::history::{now_ns, History};
 use crate::hosts::{self, Hosts};
-use crate::nemesis::{current_leader, Fault, Nemesis};
+use crate::nemesis::{current_leader, Fault, Nemesis, Targets};
 use crate::procs::{self, Procs};
 use crate::workload::{self, Env, FencedStore, Recorder, WorkloadConfig};
 
@@ -208,13 +208,15 @@ async fn drive(
     let observer = tokio::spawn(observe_leaders(per_node.clone(), stop_rx));
     let (interrupt_tx, interrupt_rx) = tokio::sync::watch::channel(false);
     let deadline = Instant::now() + options.time_limit;
-    let nemesis = Nemesis::new(
+    let targets = Targets {
         hosts,
         procs,
-        options.nodes,
+        per_node: per_node.clone(),
+    };
+    let nemesis = Nemesis::new(
+        targets,
         options.faults.clone(),
         options.clock_epsilon,
-        per_node.clone(),
         options.seed,
         interrupt_rx,
     );
