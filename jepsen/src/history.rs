@@ -52,6 +52,18 @@ pub enum Call {
 }
 
 impl Call {
+    /// The call's kind, as reports name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Acquire { .. } => "acquire",
+            Call::Renew { .. } => "renew",
+            Call::Release { .. } => "release",
+            Call::Validate { .. } => "validate",
+            Call::Read { .. } => "read",
+            Call::Write { .. } => "write",
+        }
+    }
+
     pub fn resource(&self) -> &str {
         match self {
             Call::Acquire { resource, .. }

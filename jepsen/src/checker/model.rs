@@ -355,9 +355,8 @@ pub(crate) fn ttl_floor_ns(ttl_ms: u64, eps: f64) -> u64 {
 }
 
 pub(crate) fn compile(op: &Op, eps: f64, holders: &mut Holders) -> Compiled {
-    let unexpected = |value: &Value| {
-        Compiled::Unexpected(format!("{} answered {:?}", call_name(&op.call), value))
-    };
+    let unexpected =
+        |value: &Value| Compiled::Unexpected(format!("{} answered {:?}", op.call.name(), value));
     match (&op.call, &op.outcome) {
         (Call::Write { .. }, _) => Compiled::Write,
         (Call::Acquire { holder, ttl_ms, .. }, outcome) => {
@@ -420,29 +419,9 @@ pub(crate) fn compile(op: &Op, eps: f64, holders: &mut Holders) -> Compiled {
                 token: *token,
                 bound,
             };
-            match outcome {
-                Outcome::Ok {
-                    value: Value::Renewed { token: answered },
-                } if answered == token => Compiled::Model {
-                    op: renew,
-                    required: true,
-                },
-                Outcome::Ok { value } => unexpected(value),
-                Outcome::Fail { reason } if NOT_LIVE_REASONS.contains(&reason.as_str()) => {
-                    Compiled::Model {
-                        op: MOp::NotLive {
-                            holder,
-                            token: *token,
-                        },
-                        required: true,
-                    }
-                }
-                Outcome::Fail { .. } => Compiled::Ignored,
-                Outcome::Unknown { .. } => Compiled::Model {
-                    op: renew,
-                    required: false,
-                },
-            }
+            let answered =
+                |value: &Value| matches!(value, Value::Renewed { token: t } if t == token);
+            compile_lease_call(renew, holder, *token, outcome, answered, unexpected)
         }
         (Call::Release { holder, token, .. }, outcome) => {
             let holder = holders.intern(holder);
@@ -450,29 +429,9 @@ pub(crate) fn compile(op: &Op, eps: f64, holders: &mut Holders) -> Compiled {
                 holder,
                 token: *token,
             };
-            match outcome {
-                Outcome::Ok {
-                    value: Value::Released { token: answered },
-                } if answered == token => Compiled::Model {
-                    op: release,
-                    required: true,
-                },
-                Outcome::Ok { value } => unexpected(value),
-                Outcome::Fail { reason } if NOT_LIVE_REASONS.contains(&reason.as_str()) => {
-                    Compiled::Model {
-                        op: MOp::NotLive {
-                            holder,
-                            token: *token,
-                        },
-                        required: true,
-                    }
-                }
-                Outcome::Fail { .. } => Compiled::Ignored,
-                Outcome::Unknown { .. } => Compiled::Model {
-                    op: release,
-                    required: false,
-                },
-            }
+            let answered =
+                |value: &Value| matches!(value, Value::Released { token: t } if t == token);
+            compile_lease_call(release, holder, *token, outcome, answered, unexpected)
         }
         (Call::Validate { token, .. }, outcome) => match outcome {
             Outcome::Ok {
@@ -506,14 +465,33 @@ pub(crate) fn compile(op: &Op, eps: f64, holders: &mut Holders) -> Compiled {
     }
 }
 
-fn call_name(call: &Call) -> &'static str {
-    match call {
-        Call::Acquire { .. } => "acquire",
-        Call::Renew { .. } => "renew",
-        Call::Release { .. } => "release",
-        Call::Validate { .. } => "validate",
-        Call::Read { .. } => "read",
-        Call::Write { .. } => "write",
+/// A renew or release: it took effect (`answered`), proved the lease not live (a not-live
+/// failure), constrains nothing (other failures), or may have taken effect (unknown).
+fn compile_lease_call(
+    effect: MOp,
+    holder: HolderId,
+    token: u64,
+    outcome: &Outcome,
+    answered: impl Fn(&Value) -> bool,
+    unexpected: impl Fn(&Value) -> Compiled,
+) -> Compiled {
+    match outcome {
+        Outcome::Ok { value } if answered(value) => Compiled::Model {
+            op: effect,
+            required: true,
+        },
+        Outcome::Ok { value } => unexpected(value),
+        Outcome::Fail { reason } if NOT_LIVE_REASONS.contains(&reason.as_str()) => {
+            Compiled::Model {
+                op: MOp::NotLive { holder, token },
+                required: true,
+            }
+        }
+        Outcome::Fail { .. } => Compiled::Ignored,
+        Outcome::Unknown { .. } => Compiled::Model {
+            op: effect,
+            required: false,
+        },
     }
 }
 

@@ -139,14 +139,7 @@ pub struct Summary {
 }
 
 fn kind_of(call: &Call) -> &'static str {
-    match call {
-        Call::Acquire { .. } => "acquire",
-        Call::Renew { .. } => "renew",
-        Call::Release { .. } => "release",
-        Call::Validate { .. } => "validate",
-        Call::Read { .. } => "read",
-        Call::Write { .. } => "write",
-    }
+    call.name()
 }
 
 fn latency(micros: &[u64]) -> Option<Latency> {
