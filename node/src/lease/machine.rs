@@ -68,35 +68,17 @@ pub struct ResourceState {
     pub revision: u64,
 }
 
-/// A resource as reads show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResourceView {
-    pub name: String,
-    pub policy: Policy,
-    pub leases: Vec<LeaseView>,
-    pub revision: u64,
-    pub ad_hoc: bool,
-}
-
-/// The answer of `Validate` (SPEC §4.10).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Validation {
-    pub valid: bool,
-    pub reason: String,
-    pub lease: Option<LeaseView>,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
-    clock: LeaseClock,
-    default_policy: Policy,
-    resources: BTreeMap<String, ResourceState>,
-    dedup: Dedup,
+    pub(super) clock: LeaseClock,
+    pub(super) default_policy: Policy,
+    pub(super) resources: BTreeMap<String, ResourceState>,
+    pub(super) dedup: Dedup,
     /// Ended ad-hoc tenures, oldest first, forgotten once older than the retention window.
-    forget: VecDeque<(u64, String, u64)>,
+    pub(super) forget: VecDeque<(u64, String, u64)>,
     /// (expires_at + grace, resource) of every live lease: the next reclaim is the first.
     #[serde(skip)]
-    due: BTreeSet<(u64, String)>,
+    pub(super) due: BTreeSet<(u64, String)>,
 }
 
 impl Default for State {
@@ -194,78 +176,11 @@ impl State {
             .collect()
     }
 
-    fn policy_of(&self, _resource: &str) -> &Policy {
+    pub(super) fn policy_of(&self, _resource: &str) -> &Policy {
         &self.default_policy
     }
 
-    pub fn resource_view(&self, name: &str) -> ResourceView {
-        let rs = self.resources.get(name);
-        ResourceView {
-            name: name.to_string(),
-            policy: self.policy_of(name).clone(),
-            leases: rs
-                .and_then(|rs| rs.lease.as_ref())
-                .map(|l| self.live_view(l))
-                .into_iter()
-                .collect(),
-            revision: rs.map_or(0, |rs| rs.revision),
-            ad_hoc: true,
-        }
-    }
-
-    /// Judges a (lease, token) pair by the committed lease clock (SPEC §4.10).
-    pub fn validate(&self, resource: &str, lease_id: &str, fencing_token: u64) -> Validation {
-        let answer = |valid: bool, reason: String, lease: Option<LeaseView>| Validation {
-            valid,
-            reason,
-            lease,
-        };
-        let rs = self.resources.get(resource);
-        let current = rs.and_then(|rs| rs.lease.as_ref());
-        let names = |l: &Lease| {
-            if lease_id.is_empty() {
-                l.fencing_token == fencing_token
-            } else {
-                l.lease_id == lease_id
-            }
-        };
-        if let Some(lease) = current.filter(|l| names(l)) {
-            let view = self.live_view(lease);
-            return if fencing_token != 0 && fencing_token != lease.fencing_token {
-                let reason = Rejection::StaleFencingToken {
-                    expected: lease.fencing_token,
-                    got: fencing_token,
-                };
-                answer(false, reason.to_string(), Some(view))
-            } else if self.clock.now_ms() >= lease.expires_at_ms {
-                answer(false, "lease expired".into(), Some(view))
-            } else {
-                answer(true, "ok".into(), Some(view))
-            };
-        }
-        if let Some(ended) = rs
-            .and_then(|rs| rs.ended.as_ref())
-            .filter(|e| names(&e.lease))
-        {
-            let reason = match ended.status {
-                LeaseStatus::Released => "lease released",
-                _ => "lease expired",
-            };
-            return answer(false, reason.into(), Some(self.ended_view(ended)));
-        }
-        if let Some(lease) =
-            current.filter(|l| fencing_token != 0 && fencing_token < l.fencing_token)
-        {
-            let reason = Rejection::StaleFencingToken {
-                expected: lease.fencing_token,
-                got: fencing_token,
-            };
-            return answer(false, reason.to_string(), None);
-        }
-        answer(false, "lease not found".into(), None)
-    }
-
-    fn live_view(&self, lease: &Lease) -> LeaseView {
+    pub(super) fn live_view(&self, lease: &Lease) -> LeaseView {
         let now_ms = self.clock.now_ms();
         LeaseView {
             lease: lease.clone(),
@@ -279,7 +194,7 @@ impl State {
         }
     }
 
-    fn ended_view(&self, ended: &Ended) -> LeaseView {
+    pub(super) fn ended_view(&self, ended: &Ended) -> LeaseView {
         LeaseView {
             lease: ended.lease.clone(),
             status: ended.status,

@@ -19,7 +19,7 @@ mod tests;
 
 pub use clock::{LeaderKey, LeaseClock};
 pub use command::{AcquireOp, Command, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp};
-pub use machine::{apply, EntryMeta, ResourceView, State, Validation};
+pub use machine::{apply, EntryMeta, State};
 pub use policy::Policy;
-pub use query::{Answer, Query};
+pub use query::{Answer, Query, ResourceView, Validation};
 pub use types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};
