@@ -194,6 +194,19 @@ async fn drive(
             .is_some(),
         "the cluster elected no leader"
     );
+    if options.faults.contains(&Fault::Clock) {
+        // A default build refuses clock control: say so now rather than skip every clock fault.
+        for endpoint in &endpoints {
+            crate::nemesis::set_clock(endpoint, 0, 0)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "{endpoint} refused clock control ({e}); build tenured with \
+                     `cargo build -p tenure-node --features fault-injection --bin tenured`"
+                    )
+                })?;
+        }
+    }
 
     let started_ns = now_ns();
     let recorder = Arc::new(Recorder::default());
