@@ -43,6 +43,25 @@ pub(crate) struct SOp {
     pub op: MOp,
 }
 
+impl SOp {
+    /// History op `op` (at `src` in its resource's list) as the model op `mop`; an op that
+    /// need not take effect (unknown outcome) may be linearized any time after its invocation.
+    pub fn new(src: usize, op: &crate::history::Op, mop: MOp, required: bool) -> Self {
+        let complete = if required {
+            op.complete_ns.max(op.invoke_ns)
+        } else {
+            Nanos::MAX
+        };
+        SOp {
+            src,
+            invoke: op.invoke_ns,
+            complete,
+            required,
+            op: mop,
+        }
+    }
+}
+
 /// Where the search got stuck furthest into the history.
 #[derive(Clone, Debug)]
 pub(crate) struct Evidence {

@@ -131,18 +131,7 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         for (src, op) in ops.iter().enumerate() {
             match compile(op, eps, &mut holders) {
                 Compiled::Model { op: mop, required } => {
-                    let complete = if required {
-                        op.complete_ns.max(op.invoke_ns)
-                    } else {
-                        Nanos::MAX
-                    };
-                    sops.push(linear::SOp {
-                        src,
-                        invoke: op.invoke_ns,
-                        complete,
-                        required,
-                        op: mop,
-                    });
+                    sops.push(linear::SOp::new(src, op, mop, required))
                 }
                 Compiled::Write => report.ops_checked += 1,
                 Compiled::Ignored => {}

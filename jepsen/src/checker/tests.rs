@@ -896,18 +896,7 @@ fn compiled(history: &History) -> Vec<linear::SOp> {
         if let model::Compiled::Model { op: mop, required } =
             model::compile(op, history.clock_epsilon, &mut holders)
         {
-            let complete = if required {
-                op.complete_ns.max(op.invoke_ns)
-            } else {
-                u64::MAX
-            };
-            out.push(linear::SOp {
-                src,
-                invoke: op.invoke_ns,
-                complete,
-                required,
-                op: mop,
-            });
+            out.push(linear::SOp::new(src, op, mop, required));
         }
     }
     out

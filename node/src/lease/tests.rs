@@ -1806,15 +1806,7 @@ fn snapshot_restore_rebuilds_the_reclaim_index() {
 #[test]
 fn plan_ticks_right_after_a_leader_change() {
     assert_eq!(
-        plan(
-            &State::default(),
-            LEADER_A,
-            Stamp {
-                mono_ms: 5,
-                ..Stamp::default()
-            },
-            500
-        ),
+        plan(&State::default(), LEADER_A, at(5), 500),
         Plan::Propose(Op::Tick)
     );
 
@@ -1822,15 +1814,7 @@ fn plan_ticks_right_after_a_leader_change() {
     granted(&node.acquire("world", "alice", Some(10_000)));
     let b_mono_ms = node.mono_ms + HOUR_MS;
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_B,
-            Stamp {
-                mono_ms: b_mono_ms,
-                ..Stamp::default()
-            },
-            500
-        ),
+        plan(&node.state, LEADER_B, at(b_mono_ms), 500),
         Plan::Propose(Op::Tick)
     );
 
@@ -1838,27 +1822,11 @@ fn plan_ticks_right_after_a_leader_change() {
     node.elect(LEADER_B, b_mono_ms);
     node.tick();
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_B,
-            Stamp {
-                mono_ms: b_mono_ms + 100,
-                ..Stamp::default()
-            },
-            500
-        ),
+        plan(&node.state, LEADER_B, at(b_mono_ms + 100), 500),
         Plan::Wait(400)
     );
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: b_mono_ms + 100,
-                ..Stamp::default()
-            },
-            500
-        ),
+        plan(&node.state, LEADER_A, at(b_mono_ms + 100), 500),
         Plan::Propose(Op::Tick)
     );
 }
@@ -1871,30 +1839,14 @@ fn plan_reclaims_a_lease_as_soon_as_it_is_due() {
         .fencing_token;
     // Anchored at mono 1 000 = lease time 0; due at expiry 2 000 + grace 1 000.
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 3_999,
-                ..Stamp::default()
-            },
-            10_000
-        ),
+        plan(&node.state, LEADER_A, at(3_999), 10_000),
         Plan::Wait(1)
     );
     let due = Op::Reclaim {
         leases: vec![("world".to_string(), token)],
     };
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 4_000,
-                ..Stamp::default()
-            },
-            10_000
-        ),
+        plan(&node.state, LEADER_A, at(4_000), 10_000),
         Plan::Propose(due.clone())
     );
 
@@ -1902,15 +1854,7 @@ fn plan_reclaims_a_lease_as_soon_as_it_is_due() {
     let reply = node.propose_as(LEADER_PRINCIPAL, false, None, due);
     assert_eq!(reclaimed(&reply), vec![("world".to_string(), token)]);
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 4_100,
-                ..Stamp::default()
-            },
-            10_000
-        ),
+        plan(&node.state, LEADER_A, at(4_100), 10_000),
         Plan::Wait(10_000)
     );
 }
@@ -1919,61 +1863,20 @@ fn plan_reclaims_a_lease_as_soon_as_it_is_due() {
 fn plan_waits_for_the_next_tick_or_the_next_due_lease_whichever_is_sooner() {
     let mut node = Node::new(0);
     granted(&node.acquire("world", "alice", Some(2_000)));
-    assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 1_100,
-                ..Stamp::default()
-            },
-            500
-        ),
-        Plan::Wait(400)
-    );
+    assert_eq!(plan(&node.state, LEADER_A, at(1_100), 500), Plan::Wait(400));
 
     node.elapse(1_800);
     node.tick();
-    assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 2_900,
-                ..Stamp::default()
-            },
-            500
-        ),
-        Plan::Wait(100)
-    );
+    assert_eq!(plan(&node.state, LEADER_A, at(2_900), 500), Plan::Wait(100));
 }
 
 #[test]
 fn plan_ticks_when_the_committed_clock_is_a_tick_interval_old() {
     let mut node = Node::new(0);
     granted(&node.acquire("world", "alice", Some(10_000)));
+    assert_eq!(plan(&node.state, LEADER_A, at(1_499), 500), Plan::Wait(1));
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 1_499,
-                ..Stamp::default()
-            },
-            500
-        ),
-        Plan::Wait(1)
-    );
-    assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 1_500,
-                ..Stamp::default()
-            },
-            500
-        ),
+        plan(&node.state, LEADER_A, at(1_500), 500),
         Plan::Propose(Op::Tick)
     );
 }
@@ -1983,15 +1886,15 @@ fn plan_waits_a_tick_interval_when_nothing_is_live() {
     let mut node = Node::new(0);
     node.tick();
     assert_eq!(
-        plan(
-            &node.state,
-            LEADER_A,
-            Stamp {
-                mono_ms: 60_000,
-                ..Stamp::default()
-            },
-            500
-        ),
+        plan(&node.state, LEADER_A, at(60_000), 500),
         Plan::Wait(500)
     );
+}
+
+/// The leader's clock reading at `mono_ms` (epoch 0, as every stamp in these tests).
+fn at(mono_ms: u64) -> Stamp {
+    Stamp {
+        mono_ms,
+        ..Stamp::default()
+    }
 }
