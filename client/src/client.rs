@@ -9,6 +9,7 @@ use tenure_proto::v1 as pb;
 use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::leases_client::LeasesClient;
 use tokio::time::Instant;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::Error;
@@ -21,7 +22,7 @@ macro_rules! leases_call {
     ($client:expr, $deadline:expr, $request:expr, $method:ident) => {
         $client
             .call($deadline, |channel, left| {
-                let request = Self::with_deadline($request.clone(), left);
+                let request = $client.request($request.clone(), left);
                 async move { LeasesClient::new(channel).$method(request).await }
             })
             .await
@@ -40,6 +41,8 @@ struct Inner {
     /// Index of the endpoint to try first: the leader, once a reply named it.
     preferred: AtomicUsize,
     timeout: Duration,
+    /// `Bearer TOKEN`, sent on every call when set.
+    authorization: Option<MetadataValue<Ascii>>,
 }
 
 impl Client {
@@ -77,6 +80,7 @@ impl Client {
                 channels,
                 preferred: AtomicUsize::new(0),
                 timeout: Duration::from_secs(10),
+                authorization: None,
             }),
         })
     }
@@ -88,6 +92,18 @@ impl Client {
 
     /// The same client with another per-call deadline (all retries included).
     pub fn with_timeout(&self, timeout: Duration) -> Self {
+        self.rebuilt(timeout, self.inner.authorization.clone())
+    }
+
+    /// The same client sending `authorization: Bearer TOKEN` on every call.
+    pub fn with_token(&self, token: &str) -> Result<Self, Error> {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Error::Local("the token must be printable ASCII".into()))?;
+        Ok(self.rebuilt(self.inner.timeout, Some(value)))
+    }
+
+    fn rebuilt(&self, timeout: Duration, authorization: Option<MetadataValue<Ascii>>) -> Self {
         let inner = &self.inner;
         Client {
             inner: Arc::new(Inner {
@@ -95,6 +111,7 @@ impl Client {
                 channels: inner.channels.clone(),
                 preferred: AtomicUsize::new(inner.preferred.load(Ordering::Relaxed)),
                 timeout,
+                authorization,
             }),
         }
     }
@@ -159,9 +176,15 @@ impl Client {
         Instant::now() + self.inner.timeout
     }
 
-    fn with_deadline<T>(message: T, left: Duration) -> tonic::Request<T> {
+    /// A request with the time left as its gRPC deadline, and the token if there is one.
+    fn request<T>(&self, message: T, left: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(left);
+        if let Some(value) = &self.inner.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
         request
     }
 
@@ -211,6 +234,42 @@ impl Client {
         leases_call!(self, self.deadline(), request, get_resource)
     }
 
+    /// `CreateResource` (admin only). Sets a `request_id` when the request has none.
+    pub async fn create_resource(
+        &self,
+        mut request: pb::CreateResourceRequest,
+    ) -> Result<pb::CreateResourceResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        leases_call!(self, self.deadline(), request, create_resource)
+    }
+
+    pub async fn list_resources(
+        &self,
+        request: pb::ListResourcesRequest,
+    ) -> Result<pb::ListResourcesResponse, Error> {
+        leases_call!(self, self.deadline(), request, list_resources)
+    }
+
+    /// `Transfer`. Sets a `request_id` when the request has none.
+    pub async fn transfer(
+        &self,
+        mut request: pb::TransferRequest,
+    ) -> Result<pb::TransferResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        leases_call!(self, self.deadline(), request, transfer)
+    }
+
+    pub async fn list_leases(
+        &self,
+        request: pb::ListLeasesRequest,
+    ) -> Result<pb::ListLeasesResponse, Error> {
+        leases_call!(self, self.deadline(), request, list_leases)
+    }
+
+    pub async fn history(&self, request: pb::HistoryRequest) -> Result<pb::HistoryResponse, Error> {
+        leases_call!(self, self.deadline(), request, history)
+    }
+
     /// `Cluster.Status` of the node at `endpoint` (an index into the endpoint list).
     pub async fn node_status(&self, endpoint: usize) -> Result<pb::StatusResponse, Error> {
         let channel = self
@@ -219,7 +278,7 @@ impl Client {
             .get(endpoint)
             .cloned()
             .ok_or_else(|| Error::Local("no such endpoint".into()))?;
-        let request = Self::with_deadline(pb::StatusRequest {}, self.inner.timeout);
+        let request = self.request(pb::StatusRequest {}, self.inner.timeout);
         Ok(ClusterClient::new(channel)
             .status(request)
             .await?

@@ -36,6 +36,7 @@ pub struct Node {
     pub peers: Peers,
     pub clock: NodeClock,
     pub config: Config,
+    pub auth: crate::auth::Auth,
     /// The highest log index this process has committed as leader (0: none yet). A leader
     /// restarted in its old term reuses its old blank entry, so until it commits an entry of
     /// its own its read index may lag writes it acknowledged before the restart.
@@ -97,6 +98,15 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         });
     }
 
+    let auth = match &config.token_file {
+        Some(path) => crate::auth::Auth::load(path)?,
+        None => {
+            tracing::warn!(
+                "AUTH IS OFF (no --token-file): every caller is the principal `anonymous` with the admin role"
+            );
+            crate::auth::Auth::off()
+        }
+    };
     if config.breaks_linearizable_reads() {
         tracing::error!(
             "fault injection: DELIBERATELY BROKEN: linearizable reads are served from local state"
@@ -110,9 +120,9 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         peers,
         clock,
         config: config.clone(),
+        auth,
         own_commit: std::sync::atomic::AtomicU64::new(0),
     });
-    tracing::warn!("auth is off: every caller is the principal `anonymous` with the admin role");
 
     let (stop, stop_rx) = watch::channel(false);
     let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));

@@ -58,6 +58,16 @@ pub struct Config {
     #[arg(long, env = "TENURED_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
 
+    /// Bearer tokens, one per line: `TOKEN PRINCIPAL ROLE` (ROLE = admin | client). Without
+    /// it, auth is off and every caller is the admin `anonymous`.
+    #[arg(long, env = "TENURED_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// Refuse acquires of resources no admin registered (`resource_not_found`), instead of
+    /// running them ad hoc under the default policy.
+    #[arg(long, env = "TENURED_REQUIRE_REGISTRATION")]
+    pub require_registration: bool,
+
     /// Test-only (feature `fault-injection`): start with both clocks stepped by this many ms.
     #[cfg(feature = "fault-injection")]
     #[arg(

@@ -15,6 +15,9 @@ pub enum ApiError {
     /// The state machine (or its pre-check at the API) refused the command.
     #[error(transparent)]
     Rejected(#[from] Rejection),
+    /// No token, or one the node does not know.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
     /// No leader or no quorum answered in time. Safe to retry with the same `request_id`.
     #[error("unavailable: {0}")]
     Unavailable(String),
@@ -36,16 +39,21 @@ impl ApiError {
                     Rejection::InvalidArgument { .. } | Rejection::InvalidMode { .. } => {
                         Code::InvalidArgument
                     }
-                    Rejection::TtlOutOfRange { .. } => Code::OutOfRange,
+                    Rejection::TtlOutOfRange { .. } | Rejection::Compacted { .. } => {
+                        Code::OutOfRange
+                    }
                     Rejection::InsufficientPermissions(_) => Code::PermissionDenied,
-                    Rejection::LeaseNotFound(_) => Code::NotFound,
+                    Rejection::LeaseNotFound(_) | Rejection::ResourceNotFound(_) => Code::NotFound,
+                    Rejection::AlreadyExists(_) => Code::AlreadyExists,
                     Rejection::LifetimeExceeded { .. }
                     | Rejection::StaleFencingToken { .. }
                     | Rejection::LeaseExpired
+                    | Rejection::NotTransferable(_)
                     | Rejection::AlreadyHeld { .. } => Code::FailedPrecondition,
                 };
                 (rejection.reason(), code)
             }
+            ApiError::Unauthenticated(_) => ("unauthenticated", Code::Unauthenticated),
             ApiError::Unavailable(_) => ("unavailable", Code::Unavailable),
             ApiError::Internal(_) => ("internal", Code::Internal),
         }
@@ -130,6 +138,31 @@ mod tests {
                 .into(),
                 "already_held",
                 Code::FailedPrecondition,
+            ),
+            (
+                Rejection::ResourceNotFound("r".into()).into(),
+                "resource_not_found",
+                Code::NotFound,
+            ),
+            (
+                Rejection::AlreadyExists("r".into()).into(),
+                "already_exists",
+                Code::AlreadyExists,
+            ),
+            (
+                Rejection::NotTransferable("r".into()).into(),
+                "not_transferable",
+                Code::FailedPrecondition,
+            ),
+            (
+                Rejection::Compacted { oldest: 9 }.into(),
+                "compacted",
+                Code::OutOfRange,
+            ),
+            (
+                ApiError::Unauthenticated("unknown token".into()),
+                "unauthenticated",
+                Code::Unauthenticated,
             ),
             (
                 ApiError::Unavailable("no leader".into()),

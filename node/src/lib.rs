@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod error;

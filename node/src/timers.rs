@@ -46,6 +46,7 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
                         principal: SYSTEM.into(),
                         admin: true,
                         request_id: None,
+                        require_registration: false,
                         op,
                     };
                     let outcome = tokio::time::timeout(

@@ -2,7 +2,7 @@
 
 use tenure_proto::v1 as pb;
 
-use crate::lease::{LeaseStatus, LeaseView, Mode, Policy, ResourceView};
+use crate::lease::{Event, EventKind, LeaseStatus, LeaseView, Mode, Policy, ResourceView};
 
 pub fn timestamp(unix_ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -73,6 +73,56 @@ pub fn policy(policy: &Policy) -> pb::Policy {
         max_metadata_bytes: policy.max_metadata_bytes,
         kind: policy.kind.clone(),
         display_name: policy.display_name.clone(),
+        fsm_requirements: policy
+            .fsm_requirements
+            .iter()
+            .map(|r| pb::FsmRequirement {
+                machine: r.machine.clone(),
+                transition: r.transition.clone(),
+            })
+            .collect(),
+    }
+}
+
+pub fn event_type(kind: EventKind) -> pb::EventType {
+    use pb::EventType as T;
+    match kind {
+        EventKind::Registered => T::Registered,
+        EventKind::Acquired => T::Acquired,
+        EventKind::Queued => T::Queued,
+        EventKind::Admitted => T::Admitted,
+        EventKind::WaitTimedOut => T::WaitTimedOut,
+        EventKind::WaitCancelled => T::WaitCancelled,
+        EventKind::Renewed => T::Renewed,
+        EventKind::Released => T::Released,
+        EventKind::Transferred => T::Transferred,
+        EventKind::Reclaimed => T::Reclaimed,
+        EventKind::Booked => T::Booked,
+        EventKind::BookingCancelled => T::BookingCancelled,
+    }
+}
+
+pub fn history_entry(resource: &str, event: &Event) -> pb::HistoryEntry {
+    let status_of = |s: Option<LeaseStatus>| s.map_or(pb::LeaseStatus::Unspecified, status) as i32;
+    let successor = event.successor.as_ref();
+    pb::HistoryEntry {
+        revision: event.revision,
+        seq: event.seq,
+        event: event_type(event.kind) as i32,
+        resource: resource.to_string(),
+        at: Some(timestamp(event.at_wall_ms)),
+        actor: event.actor.clone(),
+        holder: event.holder.clone(),
+        lease_id: event.lease_id.clone(),
+        fencing_token: event.fencing_token,
+        from: status_of(event.from),
+        to: status_of(event.to),
+        metadata: event.metadata.clone().into_iter().collect(),
+        mode: mode(event.mode) as i32,
+        units: event.units,
+        to_holder: successor.map(|s| s.holder.clone()).unwrap_or_default(),
+        to_lease_id: successor.map(|s| s.lease_id.clone()).unwrap_or_default(),
+        to_fencing_token: successor.map_or(0, |s| s.fencing_token),
     }
 }
 

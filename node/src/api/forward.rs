@@ -21,6 +21,9 @@ pub struct ProposeRequest {
     pub principal: String,
     pub admin: bool,
     pub request_id: Option<String>,
+    /// The receiving node's `--require-registration`.
+    #[serde(default)]
+    pub require_registration: bool,
     pub op: Op,
 }
 
@@ -114,6 +117,7 @@ impl Node {
             principal: request.principal,
             admin: request.admin,
             request_id: request.request_id,
+            require_registration: request.require_registration,
             op: request.op,
         });
         match self.raft.client_write(command).await {

@@ -1,4 +1,6 @@
-//! `tenure.v1.Leases`: validate, propose or read through the leader, map the reply.
+//! `tenure.v1.Leases`: validate, authenticate, propose or read through the leader, map the
+//! reply. SPEC §3's order of checks starts here: arguments first, then the caller's token;
+//! existence, permission, token, state and policy are the state machine's.
 
 use std::sync::Arc;
 
@@ -9,32 +11,48 @@ use tonic::{Request, Response, Status};
 use super::{convert, validate};
 use crate::api::forward::ProposeRequest;
 use crate::app::Node;
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::lease::{Answer, Op, Reply};
-
-/// Every caller is this principal, with the admin role, until auth arrives (SPEC §6).
-pub const ANONYMOUS: &str = "anonymous";
+use crate::lease::{Answer, Op, Query, Reply};
 
 pub struct LeasesApi {
     pub node: Arc<Node>,
 }
 
 impl LeasesApi {
-    /// Proposes `op`; a node that receives a call without a `request_id` assigns one, so its
-    /// own retries across elections are exactly-once too.
-    async fn propose(&self, request_id: &str, op: Op) -> Result<Reply, ApiError> {
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, ApiError> {
+        self.node.auth.caller(request.metadata())
+    }
+
+    /// Proposes `op` as `caller`; a node that receives a call without a `request_id` assigns
+    /// one, so its own retries across elections are exactly-once too.
+    async fn propose(&self, caller: Caller, request_id: &str, op: Op) -> Result<Reply, ApiError> {
         let request_id =
             validate::request_id(request_id)?.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let span = tracing::debug_span!("propose", request_id = %request_id);
         let _entered = span.enter();
         self.node
             .propose(ProposeRequest {
-                principal: ANONYMOUS.into(),
-                admin: true,
+                principal: caller.principal,
+                admin: caller.admin,
                 request_id: Some(request_id),
+                require_registration: self.node.config.require_registration,
                 op,
             })
             .await
+    }
+
+    /// Authenticates, then answers a read; a rejection in the answer becomes the error.
+    async fn read<T>(
+        &self,
+        request: &Request<T>,
+        (query, stale): (Query, bool),
+    ) -> Result<(Answer, u64), ApiError> {
+        self.caller(request)?;
+        match self.node.query(query, stale).await? {
+            (Answer::Rejected(rejection), _) => Err(rejection.into()),
+            answered => Ok(answered),
+        }
     }
 }
 
@@ -42,24 +60,64 @@ fn lease_reply(reply: Reply) -> Result<pb::Lease, ApiError> {
     match reply {
         Reply::Lease(view) => Ok(convert::lease(&view)),
         Reply::Rejected(rejection) => Err(rejection.into()),
-        other => Err(ApiError::Internal(format!("unexpected reply {other:?}"))),
+        other => Err(unexpected(other)),
     }
+}
+
+fn unexpected(what: impl std::fmt::Debug) -> ApiError {
+    ApiError::Internal(format!("unexpected reply {what:?}"))
 }
 
 #[tonic::async_trait]
 impl Leases for LeasesApi {
+    async fn create_resource(
+        &self,
+        request: Request<pb::CreateResourceRequest>,
+    ) -> Result<Response<pb::CreateResourceResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::create_resource(req)?;
+        let caller = self.caller(&request)?;
+        match self
+            .propose(caller, &req.request_id, Op::CreateResource(op))
+            .await?
+        {
+            Reply::Resource(view) => Ok(Response::new(pb::CreateResourceResponse {
+                resource: Some(convert::resource(&view)),
+            })),
+            Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
+            other => Err(unexpected(other).into()),
+        }
+    }
+
     async fn get_resource(
         &self,
         request: Request<pb::GetResourceRequest>,
     ) -> Result<Response<pb::GetResourceResponse>, Status> {
         let (query, stale) = validate::get_resource(request.get_ref())?;
-        match self.node.query(query, stale).await? {
+        match self.read(&request, (query, stale)).await? {
             (Answer::Resource(view), read_revision) => Ok(Response::new(pb::GetResourceResponse {
                 resource: Some(convert::resource(&view)),
                 read_revision,
                 stale,
             })),
-            (other, _) => Err(ApiError::Internal(format!("unexpected answer {other:?}")).into()),
+            (other, _) => Err(unexpected(other).into()),
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        request: Request<pb::ListResourcesRequest>,
+    ) -> Result<Response<pb::ListResourcesResponse>, Status> {
+        let query = validate::list_resources(request.get_ref())?;
+        match self.read(&request, query).await? {
+            (Answer::Resources { resources, next }, read_revision) => {
+                Ok(Response::new(pb::ListResourcesResponse {
+                    resources: resources.iter().map(convert::resource).collect(),
+                    next_page_token: next.unwrap_or_default(),
+                    read_revision,
+                }))
+            }
+            (other, _) => Err(unexpected(other).into()),
         }
     }
 
@@ -69,7 +127,11 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let req = request.get_ref();
         let op = validate::acquire(req)?;
-        match self.propose(&req.request_id, Op::Acquire(op)).await? {
+        let caller = self.caller(&request)?;
+        match self
+            .propose(caller, &req.request_id, Op::Acquire(op))
+            .await?
+        {
             Reply::Acquire(outcome) => Ok(Response::new(pb::AcquireResponse {
                 granted: outcome.granted,
                 lease: outcome.lease.as_ref().map(convert::lease),
@@ -81,7 +143,7 @@ impl Leases for LeasesApi {
                 queue_position: 0,
             })),
             Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
-            other => Err(ApiError::Internal(format!("unexpected reply {other:?}")).into()),
+            other => Err(unexpected(other).into()),
         }
     }
 
@@ -91,8 +153,11 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::RenewResponse>, Status> {
         let req = request.get_ref();
         let op = validate::renew(req)?;
-        let lease = lease_reply(self.propose(&req.request_id, Op::Renew(op)).await?)?;
-        Ok(Response::new(pb::RenewResponse { lease: Some(lease) }))
+        let caller = self.caller(&request)?;
+        let reply = self.propose(caller, &req.request_id, Op::Renew(op)).await?;
+        Ok(Response::new(pb::RenewResponse {
+            lease: Some(lease_reply(reply)?),
+        }))
     }
 
     async fn release(
@@ -101,22 +166,82 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let req = request.get_ref();
         let op = validate::release(req)?;
-        let lease = lease_reply(self.propose(&req.request_id, Op::Release(op)).await?)?;
-        Ok(Response::new(pb::ReleaseResponse { lease: Some(lease) }))
+        let caller = self.caller(&request)?;
+        let reply = self
+            .propose(caller, &req.request_id, Op::Release(op))
+            .await?;
+        Ok(Response::new(pb::ReleaseResponse {
+            lease: Some(lease_reply(reply)?),
+        }))
+    }
+
+    async fn transfer(
+        &self,
+        request: Request<pb::TransferRequest>,
+    ) -> Result<Response<pb::TransferResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::transfer(req)?;
+        let caller = self.caller(&request)?;
+        let reply = self
+            .propose(caller, &req.request_id, Op::Transfer(op))
+            .await?;
+        Ok(Response::new(pb::TransferResponse {
+            lease: Some(lease_reply(reply)?),
+        }))
     }
 
     async fn validate(
         &self,
         request: Request<pb::ValidateRequest>,
     ) -> Result<Response<pb::ValidateResponse>, Status> {
-        let (query, stale) = validate::validate(request.get_ref())?;
-        match self.node.query(query, stale).await? {
+        let query = validate::validate(request.get_ref())?;
+        match self.read(&request, query).await? {
             (Answer::Validate(v), _) => Ok(Response::new(pb::ValidateResponse {
                 valid: v.valid,
                 reason: v.reason,
                 lease: v.lease.as_ref().map(convert::lease),
             })),
-            (other, _) => Err(ApiError::Internal(format!("unexpected answer {other:?}")).into()),
+            (other, _) => Err(unexpected(other).into()),
+        }
+    }
+
+    async fn list_leases(
+        &self,
+        request: Request<pb::ListLeasesRequest>,
+    ) -> Result<Response<pb::ListLeasesResponse>, Status> {
+        let query = validate::list_leases(request.get_ref())?;
+        match self.read(&request, query).await? {
+            (Answer::Leases { leases, next }, read_revision) => {
+                Ok(Response::new(pb::ListLeasesResponse {
+                    leases: leases.iter().map(convert::lease).collect(),
+                    next_page_token: next
+                        .map(|(r, l)| validate::lease_page_token(&r, &l))
+                        .unwrap_or_default(),
+                    read_revision,
+                }))
+            }
+            (other, _) => Err(unexpected(other).into()),
+        }
+    }
+
+    async fn history(
+        &self,
+        request: Request<pb::HistoryRequest>,
+    ) -> Result<Response<pb::HistoryResponse>, Status> {
+        let resource = request.get_ref().resource.clone();
+        let query = validate::history(request.get_ref())?;
+        match self.read(&request, query).await? {
+            (Answer::History { events, next }, read_revision) => {
+                Ok(Response::new(pb::HistoryResponse {
+                    entries: events
+                        .iter()
+                        .map(|e| convert::history_entry(&resource, e))
+                        .collect(),
+                    next_page_token: next.map(validate::history_page_token).unwrap_or_default(),
+                    read_revision,
+                }))
+            }
+            (other, _) => Err(unexpected(other).into()),
         }
     }
 }

@@ -5,7 +5,11 @@ use tenure_proto::v1 as pb;
 
 use crate::error::ApiError;
 use crate::lease::policy::{self, MAX_METADATA_BYTES, MAX_TTL_CEILING_MS, MIN_TTL_MS};
-use crate::lease::{AcquireOp, Mode, Query, Rejection, ReleaseOp, RenewOp};
+use crate::lease::query::MAX_PAGE_SIZE;
+use crate::lease::{
+    AcquireOp, CreateOp, EventKind, FsmRequirement, Mode, Policy, Query, Rejection, ReleaseOp,
+    RenewOp, TransferOp,
+};
 
 /// Longest `request_id`, `idempotency_key` and `lease_id` accepted.
 pub const MAX_KEY_BYTES: usize = 128;
@@ -34,16 +38,28 @@ fn key(field: &str, value: &str) -> Result<Option<String>, ApiError> {
     Ok((!value.is_empty()).then(|| value.to_string()))
 }
 
-/// A ttl in milliseconds: absent = the policy's default; negative or malformed is
-/// `invalid_argument`; below 1 s or above the 90-day ceiling is `ttl_out_of_range`.
-fn ttl(field: &str, value: Option<&prost_types::Duration>) -> Result<Option<u64>, ApiError> {
+/// A duration in milliseconds; negative or malformed is `invalid_argument`.
+fn duration_ms(
+    field: &str,
+    value: Option<&prost_types::Duration>,
+) -> Result<Option<u64>, ApiError> {
     let Some(d) = value else { return Ok(None) };
     if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
         return Err(ApiError::invalid(field, "must be a non-negative duration"));
     }
-    let ttl_ms = (d.seconds as u64)
-        .saturating_mul(1_000)
-        .saturating_add(d.nanos as u64 / 1_000_000);
+    Ok(Some(
+        (d.seconds as u64)
+            .saturating_mul(1_000)
+            .saturating_add(d.nanos as u64 / 1_000_000),
+    ))
+}
+
+/// A ttl in milliseconds: absent = the policy's default; negative or malformed is
+/// `invalid_argument`; below 1 s or above the 90-day ceiling is `ttl_out_of_range`.
+fn ttl(field: &str, value: Option<&prost_types::Duration>) -> Result<Option<u64>, ApiError> {
+    let Some(ttl_ms) = duration_ms(field, value)? else {
+        return Ok(None);
+    };
     if !(MIN_TTL_MS..=MAX_TTL_CEILING_MS).contains(&ttl_ms) {
         return Err(Rejection::TtlOutOfRange {
             ttl_ms,
@@ -149,6 +165,265 @@ pub fn release(req: &pb::ReleaseRequest) -> Result<ReleaseOp, ApiError> {
     })
 }
 
+/// A page size: 0 = the default, above 1000 is `invalid_argument`.
+fn page_size(value: u32) -> Result<u32, ApiError> {
+    if value > MAX_PAGE_SIZE {
+        return Err(ApiError::invalid(
+            "page_size",
+            format!("must be at most {MAX_PAGE_SIZE}"),
+        ));
+    }
+    Ok(value)
+}
+
+fn bad_page_token() -> ApiError {
+    ApiError::invalid("page_token", "is not a token this listing returned")
+}
+
+/// A label (kind, display name, principal): at most 256 bytes, no control characters.
+fn label(field: &str, value: &str, may_be_empty: bool) -> Result<String, ApiError> {
+    if policy::valid_label(value, may_be_empty) {
+        Ok(value.to_string())
+    } else {
+        Err(ApiError::invalid(
+            field,
+            format!(
+                "must be {}-{} bytes without control characters",
+                u8::from(!may_be_empty),
+                policy::MAX_LABEL_BYTES
+            ),
+        ))
+    }
+}
+
+/// A registered policy: absent fields take the registered defaults of SPEC §4.13.
+pub fn policy(
+    value: Option<&pb::Policy>,
+    kind: &str,
+    display_name: &str,
+) -> Result<Policy, ApiError> {
+    let defaults = Policy::registered();
+    let p = value.cloned().unwrap_or_default();
+    let or = |field: &str, d: Option<&prost_types::Duration>, default: u64| {
+        duration_ms(field, d).map(|ms| ms.unwrap_or(default))
+    };
+    let mut shared_modes = p
+        .shared_modes
+        .iter()
+        .map(|m| match mode(*m)? {
+            Mode::Exclusive => Err(ApiError::invalid(
+                "policy.shared_modes",
+                "may list READ and WRITE only",
+            )),
+            shared => Ok(shared),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    shared_modes.sort();
+    shared_modes.dedup();
+    let mut fsm_requirements: Vec<FsmRequirement> = p
+        .fsm_requirements
+        .iter()
+        .map(|r| FsmRequirement {
+            machine: r.machine.clone(),
+            transition: r.transition.clone(),
+        })
+        .collect();
+    fsm_requirements.sort();
+    fsm_requirements.dedup();
+    let pick = |top: &str, inner: String| {
+        if top.is_empty() {
+            inner
+        } else {
+            top.to_string()
+        }
+    };
+    let policy = Policy {
+        default_ttl_ms: or(
+            "policy.default_ttl",
+            p.default_ttl.as_ref(),
+            defaults.default_ttl_ms,
+        )?,
+        max_ttl_ms: or("policy.max_ttl", p.max_ttl.as_ref(), defaults.max_ttl_ms)?,
+        max_lifetime_ms: or("policy.max_lifetime", p.max_lifetime.as_ref(), 0)?,
+        renewal_grace_ms: or(
+            "policy.renewal_grace",
+            p.renewal_grace.as_ref(),
+            defaults.renewal_grace_ms,
+        )?,
+        transferable: p.transferable,
+        shared_modes,
+        total_units: p.total_units,
+        lock_delay_ms: or("policy.lock_delay", p.lock_delay.as_ref(), 0)?,
+        max_waiters: match p.max_waiters {
+            0 => defaults.max_waiters,
+            n => n,
+        },
+        max_metadata_bytes: match p.max_metadata_bytes {
+            0 => defaults.max_metadata_bytes,
+            n => n,
+        },
+        kind: pick(kind, p.kind),
+        display_name: pick(display_name, p.display_name),
+        fsm_requirements,
+    };
+    policy.check()?;
+    Ok(policy)
+}
+
+pub fn create_resource(req: &pb::CreateResourceRequest) -> Result<CreateOp, ApiError> {
+    let name = if req.name.is_empty() {
+        None
+    } else {
+        Some(name("name", &req.name)?)
+    };
+    label("kind", &req.kind, true)?;
+    label("display_name", &req.display_name, true)?;
+    Ok(CreateOp {
+        name,
+        policy: policy(req.policy.as_ref(), &req.kind, &req.display_name)?,
+    })
+}
+
+pub fn transfer(req: &pb::TransferRequest) -> Result<TransferOp, ApiError> {
+    Ok(TransferOp {
+        resource: name("resource", &req.resource)?,
+        lease_id: key("lease_id", &req.lease_id)?.unwrap_or_default(),
+        holder: name("holder", &req.holder)?,
+        fencing_token: token(req.fencing_token)?,
+        to_holder: name("to_holder", &req.to_holder)?,
+        to_principal: if req.to_principal.is_empty() {
+            None
+        } else {
+            Some(label("to_principal", &req.to_principal, false)?)
+        },
+    })
+}
+
+pub fn list_resources(req: &pb::ListResourcesRequest) -> Result<(Query, bool), ApiError> {
+    if !req.prefix.is_empty() && !policy::valid_name(&req.prefix) {
+        return Err(ApiError::invalid(
+            "prefix",
+            "must be empty or 1-128 bytes of [A-Za-z0-9_.:/-]",
+        ));
+    }
+    let after = match req.page_token.as_str() {
+        "" => None,
+        t if policy::valid_name(t) => Some(t.to_string()),
+        _ => return Err(bad_page_token()),
+    };
+    Ok((
+        Query::Resources {
+            prefix: req.prefix.clone(),
+            page_size: page_size(req.page_size)?,
+            after,
+        },
+        stale(req.consistency)?,
+    ))
+}
+
+/// The page token of `ListLeases`: `RESOURCE|LEASE_ID` (`|` is in neither charset).
+pub fn lease_page_token(resource: &str, lease_id: &str) -> String {
+    format!("{resource}|{lease_id}")
+}
+
+pub fn list_leases(req: &pb::ListLeasesRequest) -> Result<(Query, bool), ApiError> {
+    if req.holder.is_empty() && req.principal.is_empty() {
+        return Err(ApiError::invalid(
+            "holder",
+            "holder or principal is required",
+        ));
+    }
+    let holder = (!req.holder.is_empty())
+        .then(|| name("holder", &req.holder))
+        .transpose()?;
+    let principal = (!req.principal.is_empty())
+        .then(|| label("principal", &req.principal, false))
+        .transpose()?;
+    let after = match req.page_token.split_once('|') {
+        _ if req.page_token.is_empty() => None,
+        Some((r, l)) if policy::valid_name(r) && policy::valid_name(l) => {
+            Some((r.to_string(), l.to_string()))
+        }
+        _ => return Err(bad_page_token()),
+    };
+    Ok((
+        Query::Leases {
+            holder,
+            principal,
+            page_size: page_size(req.page_size)?,
+            after,
+        },
+        stale(req.consistency)?,
+    ))
+}
+
+/// The page token of `History`: `REVISION.SEQ`.
+pub fn history_page_token((revision, seq): (u64, u32)) -> String {
+    format!("{revision}.{seq}")
+}
+
+fn event_kind(value: i32) -> Result<EventKind, ApiError> {
+    use pb::EventType as T;
+    Ok(match T::try_from(value) {
+        Ok(T::Registered) => EventKind::Registered,
+        Ok(T::Acquired) => EventKind::Acquired,
+        Ok(T::Queued) => EventKind::Queued,
+        Ok(T::Admitted) => EventKind::Admitted,
+        Ok(T::WaitTimedOut) => EventKind::WaitTimedOut,
+        Ok(T::WaitCancelled) => EventKind::WaitCancelled,
+        Ok(T::Renewed) => EventKind::Renewed,
+        Ok(T::Released) => EventKind::Released,
+        Ok(T::Transferred) => EventKind::Transferred,
+        Ok(T::Reclaimed) => EventKind::Reclaimed,
+        Ok(T::Booked) => EventKind::Booked,
+        Ok(T::BookingCancelled) => EventKind::BookingCancelled,
+        Ok(T::Unspecified) | Err(_) => {
+            return Err(ApiError::invalid(
+                "events",
+                format!("unknown EventType {value}"),
+            ))
+        }
+    })
+}
+
+pub fn history(req: &pb::HistoryRequest) -> Result<(Query, bool), ApiError> {
+    let ascending = match pb::Order::try_from(req.order) {
+        Ok(pb::Order::Asc) => true,
+        Ok(pb::Order::Unspecified | pb::Order::Desc) => false,
+        Err(_) => {
+            return Err(ApiError::invalid(
+                "order",
+                format!("unknown Order {}", req.order),
+            ))
+        }
+    };
+    let after = match req.page_token.split_once('.') {
+        _ if req.page_token.is_empty() => None,
+        Some((r, s)) => Some((
+            r.parse().map_err(|_| bad_page_token())?,
+            s.parse().map_err(|_| bad_page_token())?,
+        )),
+        None => return Err(bad_page_token()),
+    };
+    let mut kinds = req
+        .events
+        .iter()
+        .map(|e| event_kind(*e))
+        .collect::<Result<Vec<_>, _>>()?;
+    kinds.sort();
+    kinds.dedup();
+    Ok((
+        Query::History {
+            resource: name("resource", &req.resource)?,
+            page_size: page_size(req.page_size)?,
+            after,
+            ascending,
+            kinds,
+        },
+        stale(req.consistency)?,
+    ))
+}
+
 pub fn validate(req: &pb::ValidateRequest) -> Result<(Query, bool), ApiError> {
     let resource = name("resource", &req.resource)?;
     let lease_id = key("lease_id", &req.lease_id)?.unwrap_or_default();
@@ -158,12 +433,23 @@ pub fn validate(req: &pb::ValidateRequest) -> Result<(Query, bool), ApiError> {
             "lease_id or fencing_token is required",
         ));
     }
-    key("fsm_machine", &req.fsm_machine)?;
-    key("fsm_transition", &req.fsm_transition)?;
+    let machine = label("fsm_machine", &req.fsm_machine, true)?;
+    let transition = label("fsm_transition", &req.fsm_transition, true)?;
+    let fsm = match (machine.is_empty(), transition.is_empty()) {
+        (true, true) => None,
+        (false, false) => Some((machine, transition)),
+        _ => {
+            return Err(ApiError::invalid(
+                "fsm_transition",
+                "fsm_machine and fsm_transition go together",
+            ))
+        }
+    };
     let query = Query::Validate {
         resource,
         lease_id,
         fencing_token: req.fencing_token,
+        fsm,
     };
     Ok((query, stale(req.consistency)?))
 }

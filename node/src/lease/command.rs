@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::policy::Policy;
+use super::query::ResourceView;
 use super::types::{AcquireOutcome, LeaseView, Mode, Rejection};
 
 /// A log entry's payload. Versioned so that a later release can still read an older log.
@@ -34,20 +36,34 @@ pub struct Proposal {
     pub admin: bool,
     /// Exactly-once key (SPEC §5), per principal.
     pub request_id: Option<String>,
+    /// The proposing node runs with registration required: an acquire of an unregistered
+    /// name is `resource_not_found`. Carried in the entry so that every node applies alike.
+    #[serde(default)]
+    pub require_registration: bool,
     pub op: Op,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
+    CreateResource(CreateOp),
     Acquire(AcquireOp),
     Renew(RenewOp),
     Release(ReleaseOp),
+    Transfer(TransferOp),
     /// Proposed by the leader when leases are due: ends each that is still past its grace.
     Reclaim {
         leases: Vec<(String, u64)>,
     },
     /// Proposed by the leader to keep the committed lease clock fresh.
     Tick,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateOp {
+    /// None = a name made from the entry's index (`res_<index>`).
+    pub name: Option<String>,
+    /// Complete: the API fills absent fields with the registered defaults.
+    pub policy: Policy,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,11 +97,23 @@ pub struct ReleaseOp {
     pub fencing_token: u64,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferOp {
+    pub resource: String,
+    pub lease_id: String,
+    pub holder: String,
+    pub fencing_token: u64,
+    pub to_holder: String,
+    /// None = the lease keeps its principal.
+    pub to_principal: Option<String>,
+}
+
 /// The answer of applying one entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     Acquire(AcquireOutcome),
     Lease(LeaseView),
+    Resource(Box<ResourceView>),
     Rejected(Rejection),
     /// Reclaims done by the entry (Reclaim/Tick), and entries with nothing to answer.
     Reclaimed(Vec<LeaseView>),

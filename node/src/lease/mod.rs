@@ -9,7 +9,10 @@ pub mod clock;
 pub mod command;
 pub mod dedup;
 pub mod expiry;
+mod grant;
+pub mod history;
 pub mod machine;
+mod mutate;
 pub mod policy;
 pub mod query;
 pub mod types;
@@ -18,8 +21,11 @@ pub mod types;
 mod tests;
 
 pub use clock::{LeaderKey, LeaseClock};
-pub use command::{AcquireOp, Command, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp};
+pub use command::{
+    AcquireOp, Command, CreateOp, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp, TransferOp,
+};
+pub use history::{Event, EventKind};
 pub use machine::{apply, EntryMeta, State};
-pub use policy::Policy;
+pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
 pub use types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};

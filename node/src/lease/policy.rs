@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::types::Mode;
+use super::types::{Mode, Rejection};
 
 pub const SECOND_MS: u64 = 1_000;
 pub const MINUTE_MS: u64 = 60 * SECOND_MS;
@@ -19,6 +19,20 @@ pub const MAX_NAME_BYTES: usize = 128;
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 /// How long a `request_id` is remembered, in lease-clock time.
 pub const DEDUP_WINDOW_MS: u64 = 10 * MINUTE_MS;
+/// Waiters per resource, by default and at most.
+pub const DEFAULT_MAX_WAITERS: u32 = 10_000;
+pub const MAX_WAITERS_CEILING: u32 = 1_000_000;
+/// `kind`, `display_name`, and each FSM machine or transition name: at most this many bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
+/// FSM requirements per policy.
+pub const MAX_FSM_REQUIREMENTS: usize = 64;
+
+/// A (machine, transition) pair a lease on the resource may guard (SPEC §4.10).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FsmRequirement {
+    pub machine: String,
+    pub transition: String,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
@@ -36,6 +50,8 @@ pub struct Policy {
     pub max_metadata_bytes: u32,
     pub kind: String,
     pub display_name: String,
+    #[serde(default)]
+    pub fsm_requirements: Vec<FsmRequirement>,
 }
 
 impl Policy {
@@ -51,11 +67,101 @@ impl Policy {
             shared_modes: Vec::new(),
             total_units: 0,
             lock_delay_ms: 0,
-            max_waiters: 10_000,
+            max_waiters: DEFAULT_MAX_WAITERS,
             max_metadata_bytes: MAX_METADATA_BYTES as u32,
             kind: String::new(),
             display_name: String::new(),
+            fsm_requirements: Vec::new(),
         }
+    }
+
+    /// The defaults of a registered resource (SPEC §4.13): default ttl 1 h, max ttl 24 h,
+    /// grace 60 s; everything else as ad hoc.
+    pub fn registered() -> Self {
+        Policy {
+            default_ttl_ms: HOUR_MS,
+            renewal_grace_ms: MINUTE_MS,
+            ..Policy::ad_hoc()
+        }
+    }
+
+    /// Checks that the policy is coherent and within the absolute limits. The API checks a
+    /// policy before proposing it and apply checks it again, so a log entry can never install
+    /// an incoherent one.
+    pub fn check(&self) -> Result<(), Rejection> {
+        let bad = |field: &str, problem: String| Err(Rejection::invalid(field, problem));
+        let ceiling = MAX_TTL_CEILING_MS;
+        if !(MIN_TTL_MS..=ceiling).contains(&self.max_ttl_ms) {
+            return bad(
+                "policy.max_ttl",
+                format!("must be within [{MIN_TTL_MS}, {ceiling}] ms"),
+            );
+        }
+        if !(MIN_TTL_MS..=self.max_ttl_ms).contains(&self.default_ttl_ms) {
+            return bad(
+                "policy.default_ttl",
+                format!("must be within [{MIN_TTL_MS} ms, max_ttl]"),
+            );
+        }
+        if self.max_lifetime_ms != 0 && !(MIN_TTL_MS..=ceiling).contains(&self.max_lifetime_ms) {
+            return bad(
+                "policy.max_lifetime",
+                format!("must be 0 (no cap) or within [{MIN_TTL_MS}, {ceiling}] ms"),
+            );
+        }
+        for (field, value) in [
+            ("policy.renewal_grace", self.renewal_grace_ms),
+            ("policy.lock_delay", self.lock_delay_ms),
+        ] {
+            if value > ceiling {
+                return bad(field, format!("must be at most {ceiling} ms"));
+            }
+        }
+        if self.shared_modes.contains(&Mode::Exclusive) {
+            return bad("policy.shared_modes", "may list READ and WRITE only".into());
+        }
+        if !(1..=MAX_WAITERS_CEILING).contains(&self.max_waiters) {
+            return bad(
+                "policy.max_waiters",
+                format!("must be within [1, {MAX_WAITERS_CEILING}]"),
+            );
+        }
+        if !(1..=MAX_METADATA_BYTES as u32).contains(&self.max_metadata_bytes) {
+            return bad(
+                "policy.max_metadata_bytes",
+                format!("must be within [1, {MAX_METADATA_BYTES}]"),
+            );
+        }
+        for (field, value) in [("kind", &self.kind), ("display_name", &self.display_name)] {
+            if !valid_label(value, true) {
+                return bad(
+                    field,
+                    format!("must be at most {MAX_LABEL_BYTES} bytes without control characters"),
+                );
+            }
+        }
+        if self.fsm_requirements.len() > MAX_FSM_REQUIREMENTS {
+            return bad(
+                "policy.fsm_requirements",
+                format!("at most {MAX_FSM_REQUIREMENTS} pairs"),
+            );
+        }
+        for r in &self.fsm_requirements {
+            if !valid_label(&r.machine, false) || !valid_label(&r.transition, false) {
+                return bad(
+                    "policy.fsm_requirements",
+                    format!("machine and transition must be 1-{MAX_LABEL_BYTES} bytes without control characters"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `(machine, transition)` is one of the policy's FSM requirements.
+    pub fn guards(&self, machine: &str, transition: &str) -> bool {
+        self.fsm_requirements
+            .iter()
+            .any(|r| r.machine == machine && r.transition == transition)
     }
 
     /// Whether a lease in `mode` is allowed at all under this policy.
@@ -63,9 +169,14 @@ impl Policy {
         mode == Mode::Exclusive || self.shared_modes.contains(&mode)
     }
 
-    /// The effective upper bound of a ttl under this policy.
+    /// The effective upper bound of a ttl under this policy: `max_ttl`, and no more than the
+    /// lifetime cap, since a longer ttl could never be held.
     pub fn ttl_ceiling_ms(&self) -> u64 {
-        self.max_ttl_ms.min(MAX_TTL_CEILING_MS)
+        let ceiling = self.max_ttl_ms.min(MAX_TTL_CEILING_MS);
+        match self.max_lifetime_ms {
+            0 => ceiling,
+            cap => ceiling.min(cap),
+        }
     }
 }
 
@@ -76,6 +187,13 @@ pub fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'))
+}
+
+/// A free-text label: at most 256 bytes, no control characters; empty only if allowed.
+pub fn valid_label(value: &str, may_be_empty: bool) -> bool {
+    (may_be_empty || !value.is_empty())
+        && value.len() <= MAX_LABEL_BYTES
+        && !value.chars().any(char::is_control)
 }
 
 /// Bytes a metadata map counts against its limit: every key and value.

@@ -1,38 +1,103 @@
 //! Reads: what a client may ask of the state, answered by a pure function of the state.
 //! Linearizable reads run this on the leader after a quorum round; stale reads run it locally.
 
+use std::ops::Bound;
+
 use serde::{Deserialize, Serialize};
 
+use super::history::{Event, EventKind};
 use super::machine::State;
 use super::policy::Policy;
 use super::types::{Lease, LeaseStatus, LeaseView, Rejection};
+
+/// Largest page of any listing.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+/// The page size when a request leaves it 0.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Query {
     Resource {
         name: String,
     },
+    Resources {
+        prefix: String,
+        page_size: u32,
+        /// Resume after this name.
+        after: Option<String>,
+    },
+    Leases {
+        holder: Option<String>,
+        principal: Option<String>,
+        page_size: u32,
+        /// Resume after this (resource, lease_id).
+        after: Option<(String, String)>,
+    },
+    History {
+        resource: String,
+        page_size: u32,
+        /// Resume after this (revision, seq), in the listing's order.
+        after: Option<(u64, u32)>,
+        ascending: bool,
+        /// Only these events; empty = all.
+        kinds: Vec<EventKind>,
+    },
     Validate {
         resource: String,
         lease_id: String,
         fencing_token: u64,
+        /// (machine, transition) the caller wants the lease to guard.
+        #[serde(default)]
+        fsm: Option<(String, String)>,
     },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Answer {
     Resource(ResourceView),
+    Resources {
+        resources: Vec<ResourceView>,
+        next: Option<String>,
+    },
+    Leases {
+        leases: Vec<LeaseView>,
+        next: Option<(String, String)>,
+    },
+    History {
+        events: Vec<Event>,
+        next: Option<(u64, u32)>,
+    },
     Validate(Validation),
+    Rejected(Rejection),
 }
 
 pub fn answer(state: &State, query: &Query) -> Answer {
     match query {
         Query::Resource { name } => Answer::Resource(state.resource_view(name)),
+        Query::Resources {
+            prefix,
+            page_size,
+            after,
+        } => state.list_resources(prefix, *page_size, after.as_deref()),
+        Query::Leases {
+            holder,
+            principal,
+            page_size,
+            after,
+        } => state.list_leases(holder.as_deref(), principal.as_deref(), *page_size, after),
+        Query::History {
+            resource,
+            page_size,
+            after,
+            ascending,
+            kinds,
+        } => state.history(resource, *page_size, *after, *ascending, kinds),
         Query::Validate {
             resource,
             lease_id,
             fencing_token,
-        } => Answer::Validate(state.validate(resource, lease_id, *fencing_token)),
+            fsm,
+        } => Answer::Validate(state.validate(resource, lease_id, *fencing_token, fsm.as_ref())),
     }
 }
 
@@ -54,6 +119,13 @@ pub struct Validation {
     pub lease: Option<LeaseView>,
 }
 
+fn page_len(page_size: u32) -> usize {
+    match page_size {
+        0 => DEFAULT_PAGE_SIZE as usize,
+        n => n.min(MAX_PAGE_SIZE) as usize,
+    }
+}
+
 impl State {
     pub fn resource_view(&self, name: &str) -> ResourceView {
         let rs = self.resources.get(name);
@@ -61,24 +133,152 @@ impl State {
             name: name.to_string(),
             policy: self.policy_of(name).clone(),
             leases: rs
-                .and_then(|rs| rs.lease.as_ref())
-                .map(|l| self.live_view(l))
-                .into_iter()
-                .collect(),
+                .map(|rs| rs.leases.iter().map(|l| self.live_view(l)).collect())
+                .unwrap_or_default(),
             revision: rs.map_or(0, |rs| rs.revision),
-            ad_hoc: true,
+            ad_hoc: rs.is_none_or(|rs| rs.registration.is_none()),
         }
     }
 
-    /// Judges a (lease, token) pair by the committed lease clock (SPEC §4.10).
-    pub fn validate(&self, resource: &str, lease_id: &str, fencing_token: u64) -> Validation {
+    fn list_resources(&self, prefix: &str, page_size: u32, after: Option<&str>) -> Answer {
+        let start = match after {
+            Some(name) if name >= prefix => Bound::Excluded(name.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
+        let limit = page_len(page_size);
+        let mut names = self
+            .resources
+            .range::<String, _>((start, Bound::Unbounded))
+            .map(|(name, _)| name)
+            .take_while(|name| name.starts_with(prefix));
+        let resources: Vec<ResourceView> = names
+            .by_ref()
+            .take(limit)
+            .map(|name| self.resource_view(name))
+            .collect();
+        let more = names.next().is_some();
+        Answer::Resources {
+            next: more
+                .then(|| resources.last().map(|r| r.name.clone()))
+                .flatten(),
+            resources,
+        }
+    }
+
+    /// Live leases of a holder and/or principal, ordered by (resource, lease_id).
+    fn list_leases(
+        &self,
+        holder: Option<&str>,
+        principal: Option<&str>,
+        page_size: u32,
+        after: &Option<(String, String)>,
+    ) -> Answer {
+        let start = match after {
+            Some((resource, _)) => Bound::Included(resource.clone()),
+            None => Bound::Unbounded,
+        };
+        let limit = page_len(page_size);
+        let mut matching = self
+            .resources
+            .range::<String, _>((start, Bound::Unbounded))
+            .flat_map(|(_, rs)| rs.leases.iter())
+            .filter(|l| holder.is_none_or(|h| l.holder == h))
+            .filter(|l| principal.is_none_or(|p| l.principal == p))
+            .filter(|l| {
+                after.as_ref().is_none_or(|(resource, lease_id)| {
+                    (&l.resource, &l.lease_id) > (resource, lease_id)
+                })
+            });
+        let leases: Vec<LeaseView> = matching
+            .by_ref()
+            .take(limit)
+            .map(|l| self.live_view(l))
+            .collect();
+        let more = matching.next().is_some();
+        Answer::Leases {
+            next: more
+                .then(|| {
+                    leases
+                        .last()
+                        .map(|v| (v.lease.resource.clone(), v.lease.lease_id.clone()))
+                })
+                .flatten(),
+            leases,
+        }
+    }
+
+    /// A page of a resource's retained events. Resuming (ascending) from a position whose
+    /// successors were already dropped is `compacted`, never a silent gap.
+    fn history(
+        &self,
+        resource: &str,
+        page_size: u32,
+        after: Option<(u64, u32)>,
+        ascending: bool,
+        kinds: &[EventKind],
+    ) -> Answer {
+        let Some(rs) = self.resources.get(resource) else {
+            return Answer::History {
+                events: Vec::new(),
+                next: None,
+            };
+        };
+        if let (true, Some(after), Some(dropped)) = (ascending, after, rs.trimmed_through) {
+            if after < dropped {
+                return Answer::Rejected(Rejection::Compacted {
+                    oldest: rs.history.front().map_or(dropped.0 + 1, |e| e.revision),
+                });
+            }
+        }
+        let wanted = |e: &&Event| kinds.is_empty() || kinds.contains(&e.kind);
+        let limit = page_len(page_size);
+        let (events, more) = if ascending {
+            let mut it = rs
+                .history
+                .iter()
+                .filter(|e| after.is_none_or(|a| e.position() > a))
+                .filter(wanted);
+            let page: Vec<Event> = it.by_ref().take(limit).cloned().collect();
+            (page, it.next().is_some())
+        } else {
+            let mut it = rs
+                .history
+                .iter()
+                .rev()
+                .filter(|e| after.is_none_or(|a| e.position() < a))
+                .filter(wanted);
+            let page: Vec<Event> = it.by_ref().take(limit).cloned().collect();
+            (page, it.next().is_some())
+        };
+        Answer::History {
+            next: more.then(|| events.last().map(Event::position)).flatten(),
+            events,
+        }
+    }
+
+    /// Judges a (lease, token) pair by the committed lease clock (SPEC §4.10), and then, if
+    /// asked, whether the resource's policy lists the (machine, transition) pair.
+    pub fn validate(
+        &self,
+        resource: &str,
+        lease_id: &str,
+        fencing_token: u64,
+        fsm: Option<&(String, String)>,
+    ) -> Validation {
         let answer = |valid: bool, reason: String, lease: Option<LeaseView>| Validation {
             valid,
             reason,
             lease,
         };
+        let stale = |expected: u64| {
+            Rejection::StaleFencingToken {
+                expected,
+                got: fencing_token,
+            }
+            .to_string()
+        };
         let rs = self.resources.get(resource);
-        let current = rs.and_then(|rs| rs.lease.as_ref());
+        let live = rs.map(|rs| rs.leases.as_slice()).unwrap_or_default();
         let names = |l: &Lease| {
             if lease_id.is_empty() {
                 l.fencing_token == fencing_token
@@ -86,38 +286,29 @@ impl State {
                 l.lease_id == lease_id
             }
         };
-        if let Some(lease) = current.filter(|l| names(l)) {
+        if let Some(lease) = live.iter().find(|l| names(l)) {
             let view = self.live_view(lease);
             return if fencing_token != 0 && fencing_token != lease.fencing_token {
-                let reason = Rejection::StaleFencingToken {
-                    expected: lease.fencing_token,
-                    got: fencing_token,
-                };
-                answer(false, reason.to_string(), Some(view))
+                answer(false, stale(lease.fencing_token), Some(view))
             } else if self.clock.now_ms() >= lease.expires_at_ms {
                 answer(false, "lease expired".into(), Some(view))
+            } else if fsm.is_some_and(|(m, t)| !self.policy_of(resource).guards(m, t)) {
+                answer(false, "no matching fsm requirement".into(), Some(view))
             } else {
                 answer(true, "ok".into(), Some(view))
             };
         }
-        if let Some(ended) = rs
-            .and_then(|rs| rs.ended.as_ref())
-            .filter(|e| names(&e.lease))
-        {
-            let reason = match ended.status {
-                LeaseStatus::Released => "lease released",
-                _ => "lease expired",
+        if let Some(ended) = rs.and_then(|rs| rs.ended.iter().rev().find(|e| names(&e.lease))) {
+            let view = Some(self.ended_view(ended));
+            return match (ended.status, ended.superseded_by) {
+                (_, Some(expected)) => answer(false, stale(expected), view),
+                (LeaseStatus::Released, _) => answer(false, "lease released".into(), view),
+                _ => answer(false, "lease expired".into(), view),
             };
-            return answer(false, reason.into(), Some(self.ended_view(ended)));
         }
-        if let Some(lease) =
-            current.filter(|l| fencing_token != 0 && fencing_token < l.fencing_token)
-        {
-            let reason = Rejection::StaleFencingToken {
-                expected: lease.fencing_token,
-                got: fencing_token,
-            };
-            return answer(false, reason.to_string(), None);
+        let newest = live.iter().map(|l| l.fencing_token).max();
+        if let Some(expected) = newest.filter(|t| fencing_token != 0 && fencing_token < *t) {
+            return answer(false, stale(expected), None);
         }
         answer(false, "lease not found".into(), None)
     }

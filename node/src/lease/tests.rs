@@ -108,9 +108,18 @@ mod model {
     #[derive(Debug, Default)]
     struct Slot {
         current: Option<Held>,
-        /// CHOICE: only the last ended tenure of a resource is remembered; it decides whether a
+        /// CHOICE: the last 8 ended tenures of a resource are remembered; they decide whether a
         /// renew/release of a lease that is gone answers `lease_expired` or `lease_not_found`.
-        last_ended: Option<(Held, Ending)>,
+        ended: Vec<(Held, Ending)>,
+    }
+
+    impl Slot {
+        fn end(&mut self, held: Held, how: Ending) {
+            self.ended.push((held, how));
+            if self.ended.len() > 8 {
+                self.ended.remove(0);
+            }
+        }
     }
 
     /// CHOICE (outside the model): idle resources are forgotten and request_ids expire only after
@@ -227,7 +236,7 @@ mod model {
                 if due {
                     if let Some(held) = slot.current.take() {
                         reclaimed.push((name.clone(), held.token));
-                        slot.last_ended = Some((held, Ending::Reclaimed));
+                        slot.end(held, Ending::Reclaimed);
                     }
                 }
             }
@@ -299,7 +308,7 @@ mod model {
                         return rejected("lease_not_found");
                     };
                     let shown = show(&held, LeaseStatus::Released, now_ms);
-                    slot.last_ended = Some((held, Ending::Released));
+                    slot.end(held, Ending::Released);
                     Answer::Lease(shown)
                 }
                 Request::Tick => Answer::Reclaimed(reclaimed),
@@ -367,9 +376,12 @@ mod model {
             let Some(held) = current else {
                 // CHOICE: a lease that is gone answers by how it ended, whatever holder and
                 // token the caller gave: reclaimed → lease_expired, released → lease_not_found.
-                let ended = slot
-                    .and_then(|slot| slot.last_ended.as_ref())
-                    .filter(|(held, _)| names(held, lease_id, holder));
+                let ended = slot.and_then(|slot| {
+                    slot.ended
+                        .iter()
+                        .rev()
+                        .find(|(held, _)| names(held, lease_id, holder))
+                });
                 return Some(match ended {
                     Some((_, Ending::Reclaimed)) => rejected("lease_expired"),
                     Some((_, Ending::Released)) | None => rejected("lease_not_found"),
@@ -447,6 +459,7 @@ fn answer_of(reply: &Reply) -> Answer {
             Answer::Reclaimed(reclaimed)
         }
         Reply::None => panic!("a command entry answered Reply::None"),
+        Reply::Resource(view) => panic!("the model registers nothing, yet got {view:?}"),
     }
 }
 
@@ -919,6 +932,7 @@ impl Run {
             principal: principal.clone(),
             admin,
             request_id: request_id.clone(),
+            require_registration: false,
             op: op_of(&request),
         };
         let meta = EntryMeta {
@@ -1018,7 +1032,9 @@ impl Run {
                 .get(resource)
                 .filter(|t| lease.map(|l| l.fencing_token) != Some(t.token));
             if let Some(gone) = ended {
-                let verdict = self.machine.validate(resource, &gone.lease_id, gone.token);
+                let verdict = self
+                    .machine
+                    .validate(resource, &gone.lease_id, gone.token, None);
                 assert!(!verdict.valid, "step {n}: {verdict:?}");
                 if verdict.reason != "lease released" {
                     assert_eq!(verdict.reason, "lease expired", "step {n}");
@@ -1067,7 +1083,9 @@ impl Run {
                 now_ms < tracked.hold_until_ms + grace_ms,
                 "step {n}: {resource} is still held past its ttl and grace"
             );
-            let verdict = self.machine.validate(resource, &tracked.lease_id, token);
+            let verdict = self
+                .machine
+                .validate(resource, &tracked.lease_id, token, None);
             assert_eq!(
                 verdict.valid,
                 now_ms < tracked.hold_until_ms,
@@ -1184,6 +1202,7 @@ impl Node {
             principal: principal.to_string(),
             admin,
             request_id: request_id.map(str::to_string),
+            require_registration: false,
             op,
         };
         let meta = EntryMeta {
@@ -1600,7 +1619,7 @@ fn release_frees_the_resource_at_once() {
     assert_eq!(node.state.live_leases(), 0);
     let verdict = node
         .state
-        .validate("world", &released.lease.lease_id, token);
+        .validate("world", &released.lease.lease_id, token, None);
     assert!(!verdict.valid);
     assert_eq!(verdict.reason, "lease released");
 
@@ -1638,7 +1657,7 @@ fn lease_in_renewal_grace_keeps_the_resource() {
     assert_eq!(holders[0].remaining_ms, 0);
     let verdict = node
         .state
-        .validate("world", &alice.lease_id, alice.fencing_token);
+        .validate("world", &alice.lease_id, alice.fencing_token, None);
     assert!(!verdict.valid);
     assert_eq!(verdict.reason, "lease expired");
     let again = granted(&node.acquire("world", "alice", Some(3_000)));
@@ -1651,7 +1670,7 @@ fn lease_in_renewal_grace_keeps_the_resource() {
     assert_eq!(renewed.lease.expires_at_ms, 4_999 + 3_000);
     assert!(
         node.state
-            .validate("world", &alice.lease_id, alice.fencing_token)
+            .validate("world", &alice.lease_id, alice.fencing_token, None)
             .valid
     );
 }
@@ -1676,7 +1695,7 @@ fn reclaim_after_grace_lets_another_holder_acquire_with_a_higher_token() {
     );
     let verdict = node
         .state
-        .validate("world", &alice.lease_id, alice.fencing_token);
+        .validate("world", &alice.lease_id, alice.fencing_token, None);
     assert_eq!(
         (verdict.valid, verdict.reason.as_str()),
         (false, "lease expired")
@@ -1772,7 +1791,7 @@ fn leader_change_does_not_shorten_a_lease() {
     assert_eq!(node.now_ms(), 4_000);
     assert!(
         node.state
-            .validate("world", &alice.lease_id, alice.fencing_token)
+            .validate("world", &alice.lease_id, alice.fencing_token, None)
             .valid
     );
     node.elapse(5_999);

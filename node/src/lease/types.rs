@@ -56,13 +56,20 @@ pub struct LeaseView {
 /// Why an acquire was not granted: a normal answer, not an error (SPEC §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Refusal {
+    /// Held in a mode the request cannot share.
     ResourceUnavailable,
+    /// Shared leases hold too much of the unit pool for the request.
+    InsufficientUnits,
+    /// A reclaim closed the resource for the policy's `lock_delay`.
+    LockDelay,
 }
 
 impl Refusal {
     pub fn reason(self) -> &'static str {
         match self {
             Refusal::ResourceUnavailable => "resource_unavailable",
+            Refusal::InsufficientUnits => "insufficient_units",
+            Refusal::LockDelay => "lock_delay",
         }
     }
 }
@@ -101,6 +108,14 @@ pub enum Rejection {
     LeaseExpired,
     #[error("holder already holds this resource in mode {mode:?} with {units} units")]
     AlreadyHeld { mode: Mode, units: u64 },
+    #[error("resource {0} is not registered (this cluster requires registration)")]
+    ResourceNotFound(String),
+    #[error("resource {0} already exists")]
+    AlreadyExists(String),
+    #[error("the policy of resource {0} does not allow transfers")]
+    NotTransferable(String),
+    #[error("history before revision {oldest} is no longer retained")]
+    Compacted { oldest: u64 },
 }
 
 impl Rejection {
@@ -123,6 +138,10 @@ impl Rejection {
             Rejection::StaleFencingToken { .. } => "stale_fencing_token",
             Rejection::LeaseExpired => "lease_expired",
             Rejection::AlreadyHeld { .. } => "already_held",
+            Rejection::ResourceNotFound(_) => "resource_not_found",
+            Rejection::AlreadyExists(_) => "already_exists",
+            Rejection::NotTransferable(_) => "not_transferable",
+            Rejection::Compacted { .. } => "compacted",
         }
     }
 }

@@ -1,0 +1,322 @@
+"""The connection to a Tenure cluster: endpoints, the leader hint, deadlines and retries."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
+
+from ._pb.tenure.v1 import cluster_pb2, cluster_pb2_grpc
+from ._pb.tenure.v1 import leases_pb2 as pb
+from ._pb.tenure.v1 import leases_pb2_grpc
+
+LEADER_HEADER = "tenure-leader"
+REASON_TRAILER = "tenure-reason"
+
+M = TypeVar("M", bound=Message)
+Metadata = Sequence[tuple[str, Union[str, bytes]]]
+
+
+class TenureError(Exception):
+    """A call that failed: `reason` is the SPEC §3 reason (`stale_fencing_token`, …)."""
+
+    def __init__(self, reason: str, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.code = code
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same request (same `request_id`) may be retried on another node."""
+        return self.code == grpc.StatusCode.UNAVAILABLE or self.reason == "unavailable"
+
+    @classmethod
+    def from_rpc(cls, error: grpc.RpcError) -> TenureError:
+        code: grpc.StatusCode = _safe(error, "code") or grpc.StatusCode.UNKNOWN
+        message: str = _safe(error, "details") or ""
+        # The node always sends the reason as a trailer; without one, the transport failed
+        # (no connection, deadline) and the code is all there is.
+        reason = _header(_safe(error, "trailing_metadata"), REASON_TRAILER)
+        return cls(reason or code.name.lower(), code, message)
+
+
+def _safe(error: grpc.RpcError, attribute: str) -> Any:
+    method = getattr(error, attribute, None)
+    return method() if callable(method) else None
+
+
+def _header(metadata: Optional[Metadata], key: str) -> Optional[str]:
+    for name, value in metadata or ():
+        if name == key:
+            return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def _duration(seconds: Optional[float]) -> Optional[Duration]:
+    if seconds is None:
+        return None
+    duration = Duration()
+    duration.FromNanoseconds(round(seconds * 1e9))
+    return duration
+
+
+def _enum(wrapper: Any, prefix: str, value: Union[str, int, None]) -> Any:
+    """`"read"` → `LEASE_MODE_READ`; ints pass through; None is UNSPECIFIED (the default).
+
+    Typed `Any`: the generated stubs type each enum field with its own enum class."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return wrapper.Value(f"{prefix}_{value.upper()}")
+    return int(value)
+
+
+def _request_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Client:
+    """A synchronous client for a Tenure cluster.
+
+    Tries the endpoints in order, goes to the leader once a reply's `tenure-leader` header
+    named one of them, and retries `unavailable` answers and transport failures on the next
+    endpoint with the same `request_id` until `timeout` seconds (per call, retries included)
+    have passed. Any other failure raises `TenureError` at once.
+    """
+
+    def __init__(
+        self,
+        endpoints: Union[Sequence[str], str],
+        token: Optional[str] = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if isinstance(endpoints, str):
+            endpoints = endpoints.split(",")
+        self.endpoints = [e.strip().removeprefix("http://") for e in endpoints if e.strip()]
+        if not self.endpoints:
+            raise ValueError("no endpoints given")
+        self.timeout = timeout
+        self._metadata: list[tuple[str, str]] = []
+        if token:
+            self._metadata.append(("authorization", f"Bearer {token}"))
+        self._channels: dict[int, grpc.Channel] = {}
+        self._stubs: dict[tuple[Callable[[grpc.Channel], Any], int], Any] = {}
+        self._preferred = 0
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint tried first: the leader, once a reply's `tenure-leader` header named it."""
+        return self.endpoints[self._preferred]
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _stub(self, stub: Callable[[grpc.Channel], Any], index: int) -> Any:
+        if (stub, index) not in self._stubs:
+            if index not in self._channels:
+                self._channels[index] = grpc.insecure_channel(self.endpoints[index])
+            self._stubs[(stub, index)] = stub(self._channels[index])
+        return self._stubs[(stub, index)]
+
+    def _leader_index(self, *metadata: Optional[Metadata]) -> Optional[int]:
+        """The endpoint a `tenure-leader: ID=HOST:PORT` header names, if it is one of ours."""
+        for md in metadata:
+            hint = _header(md, LEADER_HEADER)
+            if hint and "=" in hint:
+                addr = hint.split("=", 1)[1]
+                if addr in self.endpoints:
+                    return self.endpoints.index(addr)
+        return None
+
+    def _call(self, stub: Callable[[grpc.Channel], Any], method: str, request: M) -> Any:
+        deadline = time.monotonic() + self.timeout
+        index = self._preferred
+        backoff = 0.01
+        while True:
+            left = deadline - time.monotonic()
+            rpc = getattr(self._stub(stub, index), method)
+            try:
+                response, call = rpc.with_call(
+                    request, timeout=max(left, 0.001), metadata=self._metadata
+                )
+            except grpc.RpcError as rpc_error:
+                error = TenureError.from_rpc(rpc_error)
+                leader = self._leader_index(
+                    _safe(rpc_error, "initial_metadata"), _safe(rpc_error, "trailing_metadata")
+                )
+                if leader is not None:
+                    self._preferred = leader
+                if not error.retryable or time.monotonic() + backoff >= deadline:
+                    raise error from None
+                # The named leader if it is another node, else the next endpoint.
+                index = leader if leader not in (None, index) else (index + 1) % len(self.endpoints)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 0.2)
+                continue
+            leader = self._leader_index(call.initial_metadata())
+            self._preferred = leader if leader is not None else index
+            return response
+
+    def _leases(self, method: str, request: M) -> Any:
+        return self._call(leases_pb2_grpc.LeasesStub, method, request)
+
+    # --- tenure.v1.Leases -------------------------------------------------------------------
+
+    def acquire(
+        self,
+        resource: str,
+        holder: str,
+        ttl_s: Optional[float] = None,
+        mode: Union[str, int, None] = None,
+        units: int = 0,
+        metadata: Optional[Mapping[str, str]] = None,
+        idempotency_key: str = "",
+    ) -> pb.AcquireResponse:
+        """Contention is an answer, not an error: branch on `granted` (and `reason`)."""
+        request = pb.AcquireRequest(
+            resource=resource,
+            holder=holder,
+            ttl=_duration(ttl_s),
+            mode=_enum(pb.LeaseMode, "LEASE_MODE", mode),
+            units=units,
+            metadata=dict(metadata or {}),
+            idempotency_key=idempotency_key,
+            request_id=_request_id(),
+        )
+        response: pb.AcquireResponse = self._leases("Acquire", request)
+        return response
+
+    def renew(self, lease: pb.Lease, ttl_s: Optional[float] = None) -> pb.Lease:
+        """New expiry = now + ttl (absent: the lease's last ttl). Needs the current token."""
+        request = pb.RenewRequest(
+            resource=lease.resource,
+            lease_id=lease.lease_id,
+            holder=lease.holder,
+            fencing_token=lease.fencing_token,
+            ttl=_duration(ttl_s),
+            request_id=_request_id(),
+        )
+        response: pb.RenewResponse = self._leases("Renew", request)
+        return response.lease
+
+    def release(self, lease: pb.Lease) -> pb.Lease:
+        request = pb.ReleaseRequest(
+            resource=lease.resource,
+            lease_id=lease.lease_id,
+            holder=lease.holder,
+            fencing_token=lease.fencing_token,
+            request_id=_request_id(),
+        )
+        response: pb.ReleaseResponse = self._leases("Release", request)
+        return response.lease
+
+    def transfer(self, lease: pb.Lease, to_holder: str, to_principal: str = "") -> pb.Lease:
+        """The new holder's lease: a new fencing token, the old expiry."""
+        request = pb.TransferRequest(
+            resource=lease.resource,
+            lease_id=lease.lease_id,
+            holder=lease.holder,
+            fencing_token=lease.fencing_token,
+            to_holder=to_holder,
+            to_principal=to_principal,
+            request_id=_request_id(),
+        )
+        response: pb.TransferResponse = self._leases("Transfer", request)
+        return response.lease
+
+    def validate(
+        self,
+        resource: str,
+        lease_id: str = "",
+        fencing_token: int = 0,
+        fsm_machine: str = "",
+        fsm_transition: str = "",
+    ) -> pb.ValidateResponse:
+        """Always answered: branch on `valid`; `reason` says why not."""
+        request = pb.ValidateRequest(
+            resource=resource,
+            lease_id=lease_id,
+            fencing_token=fencing_token,
+            fsm_machine=fsm_machine,
+            fsm_transition=fsm_transition,
+        )
+        response: pb.ValidateResponse = self._leases("Validate", request)
+        return response
+
+    def get_resource(self, name: str) -> pb.Resource:
+        request = pb.GetResourceRequest(name=name)
+        response: pb.GetResourceResponse = self._leases("GetResource", request)
+        return response.resource
+
+    def create_resource(
+        self,
+        name: str = "",
+        policy: Optional[pb.Policy] = None,
+        kind: str = "",
+        display_name: str = "",
+    ) -> pb.Resource:
+        """Registers a resource (admin only); absent policy fields take the registered defaults."""
+        request = pb.CreateResourceRequest(
+            name=name,
+            kind=kind,
+            display_name=display_name,
+            policy=policy,
+            request_id=_request_id(),
+        )
+        response: pb.CreateResourceResponse = self._leases("CreateResource", request)
+        return response.resource
+
+    def history(
+        self,
+        resource: str,
+        page_size: int = 100,
+        order: Union[str, int, None] = "desc",
+        page_token: str = "",
+        events: Iterable[Union[str, int]] = (),
+    ) -> pb.HistoryResponse:
+        """One page of events. `order`: `"desc"` (newest first) or `"asc"`; `events` filters,
+        e.g. `["acquired", "released"]` (empty = all)."""
+        request = pb.HistoryRequest(
+            resource=resource,
+            page_size=page_size,
+            page_token=page_token,
+            order=_enum(pb.Order, "ORDER", order),
+            events=[_enum(pb.EventType, "EVENT_TYPE", e) for e in events],
+        )
+        response: pb.HistoryResponse = self._leases("History", request)
+        return response
+
+    def list_leases(
+        self, holder: str = "", principal: str = "", page_size: int = 100, page_token: str = ""
+    ) -> pb.ListLeasesResponse:
+        """One page of the live leases of a holder and/or a principal."""
+        request = pb.ListLeasesRequest(
+            holder=holder, principal=principal, page_size=page_size, page_token=page_token
+        )
+        response: pb.ListLeasesResponse = self._leases("ListLeases", request)
+        return response
+
+    # --- tenure.v1.Cluster ------------------------------------------------------------------
+
+    def cluster_status(self) -> cluster_pb2.StatusResponse:
+        """Members, leader, term and indexes, from whichever node answers (admin only)."""
+        response: cluster_pb2.StatusResponse = self._call(
+            cluster_pb2_grpc.ClusterStub, "Status", cluster_pb2.StatusRequest()
+        )
+        return response

@@ -1,0 +1,199 @@
+"""The Python client against a live cluster: TENURE_ENDPOINTS=HOST:PORT,… (TENURE_TOKEN optional).
+
+    TENURE_ENDPOINTS=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 pytest tests
+
+Every test uses its own resource names (a uuid per run), so reruns against the same
+cluster never collide.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Iterator
+
+import grpc
+import pytest
+
+from tenure_client import Client, TenureError, pb
+
+ENDPOINTS = os.environ.get("TENURE_ENDPOINTS", "")
+RUN = uuid.uuid4().hex[:12]
+
+pytestmark = pytest.mark.skipif(not ENDPOINTS, reason="TENURE_ENDPOINTS is not set")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with Client(ENDPOINTS, token=os.environ.get("TENURE_TOKEN") or None, timeout=10.0) as c:
+        # Wait (up to 30 s) until the cluster has a leader and answers a linearizable read.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c.get_resource(f"py/{RUN}/ready")
+                break
+            except TenureError as error:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the cluster at {ENDPOINTS} has no leader: {error}")
+                time.sleep(0.2)
+        yield c
+
+
+@pytest.fixture
+def resource(request: pytest.FixtureRequest) -> str:
+    """A fresh, valid resource name: py/<run>/<test function>/<8 hex>."""
+    return f"py/{RUN}/{request.node.originalname}/{uuid.uuid4().hex[:8]}"
+
+
+def acquire(client: Client, resource: str, holder: str, ttl_s: float = 30) -> pb.Lease:
+    answer = client.acquire(resource, holder, ttl_s=ttl_s)
+    assert answer.granted, answer
+    assert answer.reason == ""
+    return answer.lease
+
+
+def test_acquire_grants_a_lease_with_a_fencing_token(client: Client, resource: str) -> None:
+    lease = acquire(client, resource, "py-a")
+    assert lease.fencing_token > 0
+    assert lease.lease_id
+    assert (lease.resource, lease.holder) == (resource, "py-a")
+    assert lease.status == pb.LEASE_STATUS_ACTIVE
+    assert lease.ttl.ToSeconds() == 30
+    held = client.get_resource(resource).leases
+    assert [(l.holder, l.fencing_token) for l in held] == [("py-a", lease.fencing_token)]
+
+
+def test_contention_is_an_answer_not_an_error(client: Client, resource: str) -> None:
+    lease = acquire(client, resource, "py-a")
+    answer = client.acquire(resource, "py-b", ttl_s=30)
+    assert not answer.granted
+    assert answer.reason == "resource_unavailable"
+    assert [(h.holder, h.fencing_token) for h in answer.holders] == [
+        ("py-a", lease.fencing_token)
+    ]
+
+
+def test_renew_with_the_current_token_keeps_it(client: Client, resource: str) -> None:
+    lease = acquire(client, resource, "py-a", ttl_s=10)
+    renewed = client.renew(lease, ttl_s=60)
+    assert renewed.fencing_token == lease.fencing_token
+    assert renewed.lease_id == lease.lease_id
+    assert renewed.ttl.ToSeconds() == 60
+    assert renewed.status == pb.LEASE_STATUS_ACTIVE
+
+
+def test_an_old_token_is_stale_after_release_and_reacquire(client: Client, resource: str) -> None:
+    old = acquire(client, resource, "py-a")
+    released = client.release(old)
+    assert released.status == pb.LEASE_STATUS_RELEASED
+    new = acquire(client, resource, "py-a")
+    assert new.fencing_token > old.fencing_token
+
+    # The same holder's current lease, named with the old token.
+    stale = pb.Lease()
+    stale.CopyFrom(new)
+    stale.fencing_token = old.fencing_token
+    with pytest.raises(TenureError) as raised:
+        client.renew(stale)
+    assert raised.value.reason == "stale_fencing_token"
+    assert raised.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"expected {new.fencing_token}, got {old.fencing_token}" in raised.value.message
+
+    verdict = client.validate(resource, fencing_token=old.fencing_token)
+    assert not verdict.valid
+    current = client.validate(resource, lease_id=new.lease_id, fencing_token=new.fencing_token)
+    assert current.valid and current.reason == "ok"
+
+
+def test_release_ends_the_lease(client: Client, resource: str) -> None:
+    lease = acquire(client, resource, "py-a")
+    released = client.release(lease)
+    assert released.status == pb.LEASE_STATUS_RELEASED
+    assert released.fencing_token == lease.fencing_token
+    assert list(client.get_resource(resource).leases) == []
+    verdict = client.validate(resource, lease_id=lease.lease_id, fencing_token=lease.fencing_token)
+    assert not verdict.valid
+    assert verdict.reason == "lease released"
+
+
+def test_history_lists_the_lifecycle_newest_first(client: Client, resource: str) -> None:
+    lease = acquire(client, resource, "py-a")
+    client.renew(lease, ttl_s=45)
+    client.release(lease)
+
+    entries = list(client.history(resource).entries)
+    assert [e.event for e in entries] == [
+        pb.EVENT_TYPE_RELEASED,
+        pb.EVENT_TYPE_RENEWED,
+        pb.EVENT_TYPE_ACQUIRED,
+    ]
+    revisions = [e.revision for e in entries]
+    assert revisions == sorted(revisions, reverse=True) and len(set(revisions)) == 3
+    assert entries[-1].revision == lease.fencing_token
+    for entry in entries:
+        assert (entry.resource, entry.holder, entry.lease_id) == (resource, "py-a", lease.lease_id)
+        assert entry.fencing_token == lease.fencing_token
+
+    oldest_first = list(client.history(resource, order="asc").entries)
+    assert [e.revision for e in oldest_first] == revisions[::-1]
+    only_acquired = client.history(resource, events=["acquired"]).entries
+    assert [e.event for e in only_acquired] == [pb.EVENT_TYPE_ACQUIRED]
+
+
+def test_list_leases_finds_a_holders_leases(client: Client, resource: str) -> None:
+    holder = f"py-{RUN}-lister"
+    first = acquire(client, f"{resource}/1", holder)
+    second = acquire(client, f"{resource}/2", holder)
+    listed = client.list_leases(holder=holder).leases
+    assert sorted((l.resource, l.fencing_token) for l in listed) == [
+        (first.resource, first.fencing_token),
+        (second.resource, second.fencing_token),
+    ]
+
+
+def test_transfer_hands_over_with_a_new_token(client: Client, resource: str) -> None:
+    client.create_resource(resource, policy=pb.Policy(transferable=True))
+    lease = acquire(client, resource, "py-a")
+    time.sleep(1.5)  # a transfer that restarted the ttl would move the expiry by this much
+    moved = client.transfer(lease, "py-b")
+    assert (moved.resource, moved.holder) == (resource, "py-b")
+    assert moved.fencing_token > lease.fencing_token
+    drift = moved.expires_at.ToMilliseconds() - lease.expires_at.ToMilliseconds()
+    assert abs(drift) < 500, f"expiry moved by {drift} ms"
+    assert not client.validate(resource, fencing_token=lease.fencing_token).valid
+    assert client.validate(resource, fencing_token=moved.fencing_token).valid
+    events = [e.event for e in client.history(resource).entries]
+    assert events[0] == pb.EVENT_TYPE_TRANSFERRED
+
+
+def test_an_ad_hoc_lease_is_not_transferable(client: Client, resource: str) -> None:
+    lease = acquire(client, resource, "py-a")
+    with pytest.raises(TenureError) as raised:
+        client.transfer(lease, "py-b")
+    assert raised.value.reason == "not_transferable"
+
+
+@pytest.mark.parametrize("holder", ["has space", "", "x" * 129, "bad\u00e9"])
+def test_bad_input_is_invalid_argument(client: Client, resource: str, holder: str) -> None:
+    with pytest.raises(TenureError) as raised:
+        client.acquire(resource, holder, ttl_s=30)
+    assert raised.value.reason == "invalid_argument"
+    assert raised.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "holder" in raised.value.message
+
+
+def test_a_stale_endpoint_list_still_reaches_the_cluster(resource: str) -> None:
+    # An endpoint nobody listens on comes first: the call moves on to a live node.
+    with Client(["127.0.0.1:1", *ENDPOINTS.split(",")], timeout=10.0) as c:
+        assert acquire(c, resource, "py-a").fencing_token > 0
+
+
+def test_the_client_follows_the_leader_hint(resource: str) -> None:
+    # The endpoints in reverse: the first one tried is likely a follower.
+    with Client(ENDPOINTS.split(",")[::-1], timeout=10.0) as c:
+        c.get_resource(resource)
+        leader = c.cluster_status().leader_addr
+        if leader not in c.endpoints:
+            pytest.skip(f"the leader's address {leader} is not one of {c.endpoints}")
+        assert c.endpoint == leader

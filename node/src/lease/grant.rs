@@ -1,0 +1,193 @@
+//! The rules that begin things: registering a resource (SPEC §2 `CreateResource`) and
+//! acquiring a lease (SPEC §4.1, §4.2, §4.4's lock delay, §4.13's limits).
+
+use super::command::{AcquireOp, CreateOp, Reply};
+use super::history::{Event, EventKind};
+use super::machine::{check_name, check_names, check_ttl, Ctx, ResourceState, State};
+use super::policy;
+use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Refusal, Rejection};
+
+impl State {
+    /// Registers a resource: argument checks → existence (`already_exists`) → admin role.
+    pub(super) fn create_resource(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &CreateOp,
+    ) -> Result<Reply, Rejection> {
+        op.policy.check()?;
+        let name = match &op.name {
+            Some(name) => {
+                check_name("name", name)?;
+                name.clone()
+            }
+            None => self.generated_name(ctx.index),
+        };
+        if let Some(rs) = self.resources.get(&name) {
+            if rs.registration.is_some() || !rs.leases.is_empty() {
+                return Err(Rejection::AlreadyExists(name));
+            }
+        }
+        if !ctx.admin {
+            return Err(Rejection::InsufficientPermissions(
+                "only an admin may register resources".into(),
+            ));
+        }
+        let rs = self.resources.entry(name.clone()).or_default();
+        rs.registration = Some(op.policy.clone());
+        rs.revision = ctx.index;
+        self.record(
+            ctx.index,
+            ctx.principal,
+            &name,
+            Event::of_resource(EventKind::Registered),
+        );
+        Ok(Reply::Resource(Box::new(self.resource_view(&name))))
+    }
+
+    /// `res_<index>`, or with a suffix if someone registered that name by hand.
+    fn generated_name(&self, index: u64) -> String {
+        let base = format!("res_{index}");
+        (0u32..)
+            .map(|k| {
+                if k == 0 {
+                    base.clone()
+                } else {
+                    format!("{base}_{k}")
+                }
+            })
+            .find(|n| !self.resources.contains_key(n))
+            .unwrap_or(base)
+    }
+
+    /// SPEC §3 order: names → existence → the policy's argument rules (mode, ttl, metadata,
+    /// units) → the holder's own lease (idempotent / `already_held`) → compatibility.
+    pub(super) fn acquire(&mut self, ctx: &Ctx<'_>, op: &AcquireOp) -> Result<Reply, Rejection> {
+        check_names(&op.resource, &op.holder)?;
+        let rs = self.resources.get(&op.resource);
+        if ctx.require_registration && rs.and_then(|rs| rs.registration.as_ref()).is_none() {
+            return Err(Rejection::ResourceNotFound(op.resource.clone()));
+        }
+        let policy = self.policy_of(&op.resource);
+        if !policy.allows(op.mode) {
+            return Err(Rejection::InvalidMode { mode: op.mode });
+        }
+        let ttl_ms = op.ttl_ms.unwrap_or(policy.default_ttl_ms);
+        check_ttl(policy, ttl_ms)?;
+        if policy::metadata_bytes(&op.metadata) > policy.max_metadata_bytes as usize {
+            return Err(Rejection::invalid(
+                "metadata",
+                format!(
+                    "over {} bytes of keys and values",
+                    policy.max_metadata_bytes
+                ),
+            ));
+        }
+        // Units count only for shared leases of a resource with a pool; otherwise 0.
+        let units = if op.mode == Mode::Exclusive || policy.total_units == 0 {
+            0
+        } else {
+            op.units.max(1)
+        };
+        if units > policy.total_units {
+            return Err(Rejection::invalid(
+                "units",
+                format!(
+                    "more than the resource's total_units ({})",
+                    policy.total_units
+                ),
+            ));
+        }
+        let total_units = policy.total_units;
+
+        let empty = ResourceState::default();
+        let rs = rs.unwrap_or(&empty);
+        if let Some(own) = rs.leases.iter().find(|l| l.holder == op.holder) {
+            if own.mode == op.mode && own.units == units {
+                // Idempotent: the same lease, unchanged, ttl not extended (SPEC §4.2).
+                return Ok(granted(self.live_view(own)));
+            }
+            return Err(Rejection::AlreadyHeld {
+                mode: own.mode,
+                units: own.units,
+            });
+        }
+        if op.idempotency_key.is_some()
+            && rs
+                .leases
+                .iter()
+                .any(|l| l.idempotency_key == op.idempotency_key)
+        {
+            return Err(Rejection::invalid(
+                "idempotency_key",
+                "already used by another holder on this resource",
+            ));
+        }
+        let now_ms = self.clock.now_ms();
+        let refusal = if now_ms < rs.closed_until_ms {
+            Some(Refusal::LockDelay)
+        } else if rs.leases.is_empty() {
+            None
+        } else if op.mode == Mode::Exclusive || rs.leases.iter().any(|l| l.mode == Mode::Exclusive)
+        {
+            Some(Refusal::ResourceUnavailable)
+        } else if total_units > 0
+            && rs.leases.iter().map(|l| l.units).sum::<u64>() + units > total_units
+        {
+            Some(Refusal::InsufficientUnits)
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            return Ok(Reply::Acquire(AcquireOutcome {
+                granted: false,
+                lease: None,
+                refusal: Some(refusal),
+                holders: rs.leases.iter().map(|l| self.live_view(l)).collect(),
+            }));
+        }
+
+        let lease = Lease {
+            lease_id: format!("lse_{}_0", ctx.index),
+            resource: op.resource.clone(),
+            holder: op.holder.clone(),
+            principal: ctx.principal.to_string(),
+            mode: op.mode,
+            units,
+            fencing_token: ctx.index,
+            acquired_at_ms: now_ms,
+            expires_at_ms: now_ms.saturating_add(ttl_ms),
+            ttl_ms,
+            acquired_wall_ms: self.clock.wall_ms(),
+            metadata: op.metadata.clone(),
+            idempotency_key: op.idempotency_key.clone(),
+        };
+        Ok(granted(self.grant(ctx, lease, EventKind::Acquired)))
+    }
+
+    /// Installs a new live lease: tracked for expiry, recorded in history.
+    pub(super) fn grant(
+        &mut self,
+        ctx: &Ctx<'_>,
+        lease: Lease,
+        kind: EventKind,
+    ) -> super::types::LeaseView {
+        self.track_due(&lease);
+        let view = self.live_view(&lease);
+        let event = Event::about(kind, &lease, None, Some(LeaseStatus::Active));
+        let name = lease.resource.clone();
+        let rs = self.resources.entry(name.clone()).or_default();
+        rs.leases.push(lease);
+        rs.revision = ctx.index;
+        self.record(ctx.index, ctx.principal, &name, event);
+        view
+    }
+}
+
+fn granted(view: super::types::LeaseView) -> Reply {
+    Reply::Acquire(AcquireOutcome {
+        granted: true,
+        lease: Some(view),
+        refusal: None,
+        holders: vec![],
+    })
+}

@@ -1,0 +1,176 @@
+//! The replicated record of every lifecycle event of a resource (SPEC §4.11), and its bounds.
+//!
+//! Each resource keeps its events oldest first. Retention keeps the newest
+//! [`PER_RESOURCE`] events of each resource and [`TOTAL`] in all, dropping the oldest first;
+//! an ad-hoc resource with no lease and no retained event is forgotten (see `machine`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{Lease, LeaseStatus, Mode};
+
+/// Newest events kept per resource.
+pub const PER_RESOURCE: usize = 10_000;
+/// Events kept in all.
+pub const TOTAL: usize = 1_000_000;
+/// The actor of events no caller caused (reclaims).
+pub const SYSTEM_ACTOR: &str = "tenure";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    Registered,
+    Acquired,
+    Queued,
+    Admitted,
+    WaitTimedOut,
+    WaitCancelled,
+    Renewed,
+    Released,
+    Transferred,
+    Reclaimed,
+    Booked,
+    BookingCancelled,
+}
+
+/// The lease that took over in a transfer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Successor {
+    pub holder: String,
+    pub lease_id: String,
+    pub fencing_token: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The index of the entry that caused the event.
+    pub revision: u64,
+    /// Position among the resource's events of the same revision.
+    pub seq: u32,
+    pub kind: EventKind,
+    /// The leader's wall clock in the entry's stamp.
+    pub at_wall_ms: u64,
+    pub actor: String,
+    pub holder: String,
+    pub lease_id: String,
+    pub fencing_token: u64,
+    pub from: Option<LeaseStatus>,
+    pub to: Option<LeaseStatus>,
+    /// The metadata an acquire set; empty on other events (a renew cannot change it).
+    pub metadata: BTreeMap<String, String>,
+    pub mode: Mode,
+    pub units: u64,
+    pub successor: Option<Successor>,
+}
+
+impl Event {
+    /// An event about `lease`; `record` fills in revision, seq, time and actor.
+    pub fn about(
+        kind: EventKind,
+        lease: &Lease,
+        from: Option<LeaseStatus>,
+        to: Option<LeaseStatus>,
+    ) -> Self {
+        Event {
+            holder: lease.holder.clone(),
+            lease_id: lease.lease_id.clone(),
+            fencing_token: lease.fencing_token,
+            from,
+            to,
+            metadata: if kind == EventKind::Acquired {
+                lease.metadata.clone()
+            } else {
+                BTreeMap::new()
+            },
+            mode: lease.mode,
+            units: lease.units,
+            ..Event::of_resource(kind)
+        }
+    }
+
+    /// An event about the resource itself (registration).
+    pub fn of_resource(kind: EventKind) -> Self {
+        Event {
+            revision: 0,
+            seq: 0,
+            kind,
+            at_wall_ms: 0,
+            actor: String::new(),
+            holder: String::new(),
+            lease_id: String::new(),
+            fencing_token: 0,
+            from: None,
+            to: None,
+            metadata: BTreeMap::new(),
+            mode: Mode::Exclusive,
+            units: 0,
+            successor: None,
+        }
+    }
+
+    /// Where the event sorts among all events: (revision, seq).
+    pub fn position(&self) -> (u64, u32) {
+        (self.revision, self.seq)
+    }
+}
+
+/// The order of every retained event across resources, oldest first: what the global bound
+/// drops. Derived from the resources' own lists, so it is rebuilt after a snapshot load.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    oldest_first: BTreeSet<(u64, u32, String)>,
+}
+
+impl Retention {
+    pub fn len(&self) -> usize {
+        self.oldest_first.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.oldest_first.is_empty()
+    }
+
+    pub fn rebuild<'a>(
+        resources: impl IntoIterator<Item = (&'a String, &'a VecDeque<Event>)>,
+    ) -> Self {
+        let oldest_first = resources
+            .into_iter()
+            .flat_map(|(name, events)| {
+                events
+                    .iter()
+                    .map(move |e| (e.revision, e.seq, name.clone()))
+            })
+            .collect();
+        Retention { oldest_first }
+    }
+
+    pub fn added(&mut self, resource: &str, event: &Event) {
+        self.oldest_first
+            .insert((event.revision, event.seq, resource.to_string()));
+    }
+
+    pub fn dropped(&mut self, resource: &str, event: &Event) {
+        self.oldest_first
+            .remove(&(event.revision, event.seq, resource.to_string()));
+    }
+
+    /// The resource whose event is the oldest retained.
+    pub fn oldest(&self) -> Option<&str> {
+        self.oldest_first.first().map(|(_, _, name)| name.as_str())
+    }
+}
+
+/// Appends `event` to a resource's list, numbering it within its revision; returns the events
+/// the per-resource bound dropped.
+pub fn push(events: &mut VecDeque<Event>, mut event: Event) -> (Event, Vec<Event>) {
+    event.seq = match events.back() {
+        Some(last) if last.revision == event.revision => last.seq + 1,
+        _ => 0,
+    };
+    events.push_back(event.clone());
+    let mut dropped = Vec::new();
+    while events.len() > PER_RESOURCE {
+        dropped.extend(events.pop_front());
+    }
+    (event, dropped)
+}

@@ -1,0 +1,219 @@
+//! The rules that change a live lease: renew (SPEC §4.3), release (§4.5), transfer (§4.6).
+//! Each first finds the lease and checks, in SPEC §3 order, that the caller may change it.
+
+use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
+use super::history::{Event, EventKind, Successor};
+use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, State};
+use super::policy;
+use super::types::{Lease, LeaseStatus, Rejection};
+
+/// The lease a renew, release or transfer names, and the token it claims.
+#[derive(Clone, Copy)]
+pub(super) struct Target<'a> {
+    resource: &'a str,
+    /// Empty = the holder's lease on the resource.
+    lease_id: &'a str,
+    holder: &'a str,
+    fencing_token: u64,
+}
+
+macro_rules! target_of {
+    ($($op:ty),*) => {$(
+        impl<'a> From<&'a $op> for Target<'a> {
+            fn from(op: &'a $op) -> Self {
+                Target {
+                    resource: &op.resource,
+                    lease_id: &op.lease_id,
+                    holder: &op.holder,
+                    fencing_token: op.fencing_token,
+                }
+            }
+        }
+    )*};
+}
+target_of!(RenewOp, ReleaseOp, TransferOp);
+
+impl State {
+    /// Finds the live lease a mutation names and checks that the caller may change it:
+    /// existence → holder and permission → fencing token.
+    fn mutable_lease(&self, ctx: &Ctx<'_>, target: Target<'_>) -> Result<Lease, Rejection> {
+        let Target {
+            resource,
+            lease_id,
+            holder,
+            fencing_token,
+        } = target;
+        check_names(resource, holder)?;
+        let rs = self.resources.get(resource);
+        let names = |l: &Lease| {
+            if lease_id.is_empty() {
+                l.holder == holder
+            } else {
+                l.lease_id == lease_id
+            }
+        };
+        let live = rs.and_then(|rs| rs.leases.iter().find(|l| names(l)));
+        let Some(lease) = live else {
+            let ended = rs.and_then(|rs| rs.ended.iter().rev().find(|e| names(&e.lease)));
+            return Err(match ended {
+                Some(Ended {
+                    status: LeaseStatus::Released,
+                    ..
+                }) => Rejection::LeaseNotFound(": it was released".into()),
+                Some(Ended {
+                    superseded_by: Some(expected),
+                    ..
+                }) => Rejection::StaleFencingToken {
+                    expected: *expected,
+                    got: fencing_token,
+                },
+                Some(_) => Rejection::LeaseExpired,
+                None => Rejection::LeaseNotFound(String::new()),
+            });
+        };
+        if lease.holder != holder {
+            return Err(Rejection::InsufficientPermissions(format!(
+                "lease {} is held by another holder",
+                lease.lease_id
+            )));
+        }
+        if !ctx.admin && lease.principal != ctx.principal {
+            return Err(Rejection::InsufficientPermissions(format!(
+                "only the lease's principal or an admin may change lease {}",
+                lease.lease_id
+            )));
+        }
+        if lease.fencing_token != fencing_token {
+            return Err(Rejection::StaleFencingToken {
+                expected: lease.fencing_token,
+                got: fencing_token,
+            });
+        }
+        Ok(lease.clone())
+    }
+
+    pub(super) fn renew(&mut self, ctx: &Ctx<'_>, op: &RenewOp) -> Result<Reply, Rejection> {
+        // A ttl the caller gave is an argument: SPEC §3 checks it (both bounds) before the lease.
+        if let Some(ttl_ms) = op.ttl_ms {
+            check_ttl(self.policy_of(&op.resource), ttl_ms)?;
+        }
+        let mut lease = self.mutable_lease(ctx, op.into())?;
+        let policy = self.policy_of(&op.resource);
+        let ttl_ms = op.ttl_ms.unwrap_or(lease.ttl_ms);
+        check_ttl(policy, ttl_ms)?;
+        let expires_at_ms = self.clock.now_ms().saturating_add(ttl_ms);
+        let max_lifetime_ms = policy.max_lifetime_ms;
+        if max_lifetime_ms > 0
+            && expires_at_ms > lease.acquired_at_ms.saturating_add(max_lifetime_ms)
+        {
+            return Err(Rejection::LifetimeExceeded { max_lifetime_ms });
+        }
+        let was = self.live_view(&lease).status;
+        self.untrack_due(&lease);
+        lease.expires_at_ms = expires_at_ms;
+        lease.ttl_ms = ttl_ms;
+        self.track_due(&lease);
+        let view = self.live_view(&lease);
+        let event = Event::about(EventKind::Renewed, &lease, Some(was), Some(view.status));
+        self.replace_live(ctx.index, lease);
+        self.record(ctx.index, ctx.principal, &op.resource, event);
+        Ok(Reply::Lease(view))
+    }
+
+    pub(super) fn release(&mut self, ctx: &Ctx<'_>, op: &ReleaseOp) -> Result<Reply, Rejection> {
+        let lease = self.mutable_lease(ctx, op.into())?;
+        self.end_lease(
+            ctx.index,
+            ctx.principal,
+            &op.resource,
+            &lease.lease_id,
+            LeaseStatus::Released,
+        )
+        .map(Reply::Lease)
+        .ok_or_else(|| Rejection::LeaseNotFound(String::new()))
+    }
+
+    /// Hands the lease to `to_holder` in the same entry: no gap, expiry and lifetime start kept,
+    /// a new lease whose token is this entry's index, so the old token dies as it commits.
+    pub(super) fn transfer(&mut self, ctx: &Ctx<'_>, op: &TransferOp) -> Result<Reply, Rejection> {
+        check_name("to_holder", &op.to_holder)?;
+        if let Some(p) = &op.to_principal {
+            if !policy::valid_label(p, false) {
+                return Err(Rejection::invalid(
+                    "to_principal",
+                    "must be 1-256 bytes without control characters",
+                ));
+            }
+        }
+        let old = self.mutable_lease(ctx, op.into())?;
+        if !self.policy_of(&op.resource).transferable {
+            return Err(Rejection::NotTransferable(op.resource.clone()));
+        }
+        if op.to_holder == old.holder {
+            return Err(Rejection::invalid(
+                "to_holder",
+                "is already the lease's holder",
+            ));
+        }
+        let rs = self.resources.get(&op.resource);
+        if let Some(other) = rs.and_then(|rs| rs.leases.iter().find(|l| l.holder == op.to_holder)) {
+            return Err(Rejection::AlreadyHeld {
+                mode: other.mode,
+                units: other.units,
+            });
+        }
+        let new = Lease {
+            lease_id: format!("lse_{}_0", ctx.index),
+            holder: op.to_holder.clone(),
+            principal: op
+                .to_principal
+                .clone()
+                .unwrap_or_else(|| old.principal.clone()),
+            fencing_token: ctx.index,
+            idempotency_key: None,
+            ..old.clone()
+        };
+        let was = self.live_view(&old).status;
+        self.untrack_due(&old);
+        self.track_due(&new);
+        let view = self.live_view(&new);
+        let now_ms = self.clock.now_ms();
+        if let Some(rs) = self.resources.get_mut(&op.resource) {
+            rs.leases.retain(|l| l.lease_id != old.lease_id);
+            rs.leases.push(new.clone());
+            rs.revision = ctx.index;
+        }
+        let mut event = Event::about(
+            EventKind::Transferred,
+            &old,
+            Some(was),
+            Some(LeaseStatus::Transferred),
+        );
+        event.successor = Some(Successor {
+            holder: new.holder.clone(),
+            lease_id: new.lease_id.clone(),
+            fencing_token: new.fencing_token,
+        });
+        self.remember_ended(
+            &op.resource,
+            Ended {
+                lease: old,
+                status: LeaseStatus::Transferred,
+                at_ms: now_ms,
+                superseded_by: Some(new.fencing_token),
+            },
+        );
+        self.record(ctx.index, ctx.principal, &op.resource, event);
+        Ok(Reply::Lease(view))
+    }
+
+    /// Replaces a live lease with its changed self.
+    fn replace_live(&mut self, index: u64, lease: Lease) {
+        if let Some(rs) = self.resources.get_mut(&lease.resource) {
+            rs.revision = index;
+            if let Some(slot) = rs.leases.iter_mut().find(|l| l.lease_id == lease.lease_id) {
+                *slot = lease;
+            }
+        }
+    }
+}
