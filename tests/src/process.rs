@@ -14,7 +14,18 @@ use crate::scenario;
 /// The `tenured` binary next to this test executable (cargo builds it for `cargo test
 /// --workspace`), or `$TENURED_BIN`.
 pub fn tenured_bin() -> PathBuf {
-    if let Ok(path) = std::env::var("TENURED_BIN") {
+    target_bin("tenured", "TENURED_BIN")
+}
+
+/// The `tenure` CLI next to this test executable (cargo builds it for `cargo test
+/// --workspace`: the client crate's `tests/cli.rs` needs it), or `$TENURE_BIN`.
+pub fn tenure_bin() -> PathBuf {
+    target_bin("tenure", "TENURE_BIN")
+}
+
+/// `$env_var`, or the binary `name` in the target dir this test executable runs from.
+fn target_bin(name: &str, env_var: &str) -> PathBuf {
+    if let Ok(path) = std::env::var(env_var) {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("test executable path");
@@ -22,10 +33,10 @@ pub fn tenured_bin() -> PathBuf {
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target dir");
-    let bin = dir.join("tenured");
+    let bin = dir.join(name);
     assert!(
         bin.exists(),
-        "{} is missing: run `cargo build --bin tenured` (or `cargo test --workspace`)",
+        "{} is missing: run `cargo build --bin {name}` (or `cargo test --workspace`)",
         bin.display()
     );
     bin

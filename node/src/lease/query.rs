@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::history::{Event, EventKind};
 use super::machine::State;
-use super::policy::Policy;
+use super::policy::{self, Policy};
 use super::types::{Lease, LeaseStatus, LeaseView, Rejection};
 
 /// Largest page of any listing.
@@ -119,11 +119,39 @@ pub struct Validation {
     pub lease: Option<LeaseView>,
 }
 
-fn page_len(page_size: u32) -> usize {
-    match page_size {
+/// A page's estimated encoded size stops growing past this, well under the 4 MiB transport
+/// limit, whatever the metadata (a page always holds at least one item).
+pub const PAGE_BYTES: usize = 2 * 1024 * 1024;
+
+/// Estimated bytes of one listed item beside its metadata.
+const ITEM_BYTES: usize = 256;
+
+/// One page of `items`: at most `page_size` (0 = the default) and about [`PAGE_BYTES`].
+/// Returns the page and whether anything is left after it.
+fn page<T>(
+    items: impl Iterator<Item = T>,
+    page_size: u32,
+    size: impl Fn(&T) -> usize,
+) -> (Vec<T>, bool) {
+    let limit = match page_size {
         0 => DEFAULT_PAGE_SIZE as usize,
         n => n.min(MAX_PAGE_SIZE) as usize,
+    };
+    let mut page = Vec::new();
+    let mut used = 0;
+    for item in items {
+        let bytes = size(&item);
+        if page.len() == limit || (!page.is_empty() && used + bytes > PAGE_BYTES) {
+            return (page, true);
+        }
+        used += bytes;
+        page.push(item);
     }
+    (page, false)
+}
+
+fn lease_bytes(lease: &Lease) -> usize {
+    ITEM_BYTES + policy::metadata_bytes(&lease.metadata)
 }
 
 impl State {
@@ -145,18 +173,19 @@ impl State {
             Some(name) if name >= prefix => Bound::Excluded(name.to_string()),
             _ => Bound::Included(prefix.to_string()),
         };
-        let limit = page_len(page_size);
-        let mut names = self
+        let views = self
             .resources
             .range::<String, _>((start, Bound::Unbounded))
             .map(|(name, _)| name)
-            .take_while(|name| name.starts_with(prefix));
-        let resources: Vec<ResourceView> = names
-            .by_ref()
-            .take(limit)
-            .map(|name| self.resource_view(name))
-            .collect();
-        let more = names.next().is_some();
+            .take_while(|name| name.starts_with(prefix))
+            .map(|name| self.resource_view(name));
+        let (resources, more) = page(views, page_size, |r| {
+            ITEM_BYTES
+                + r.leases
+                    .iter()
+                    .map(|v| lease_bytes(&v.lease))
+                    .sum::<usize>()
+        });
         Answer::Resources {
             next: more
                 .then(|| resources.last().map(|r| r.name.clone()))
@@ -177,8 +206,7 @@ impl State {
             Some((resource, _)) => Bound::Included(resource.clone()),
             None => Bound::Unbounded,
         };
-        let limit = page_len(page_size);
-        let mut matching = self
+        let matching = self
             .resources
             .range::<String, _>((start, Bound::Unbounded))
             .flat_map(|(_, rs)| rs.leases.iter())
@@ -189,12 +217,9 @@ impl State {
                     (&l.resource, &l.lease_id) > (resource, lease_id)
                 })
             });
-        let leases: Vec<LeaseView> = matching
-            .by_ref()
-            .take(limit)
-            .map(|l| self.live_view(l))
-            .collect();
-        let more = matching.next().is_some();
+        let (leases, more) = page(matching.map(|l| self.live_view(l)), page_size, |v| {
+            lease_bytes(&v.lease)
+        });
         Answer::Leases {
             next: more
                 .then(|| {
@@ -231,25 +256,27 @@ impl State {
             }
         }
         let wanted = |e: &&Event| kinds.is_empty() || kinds.contains(&e.kind);
-        let limit = page_len(page_size);
-        let (events, more) = if ascending {
-            let mut it = rs
-                .history
-                .iter()
-                .filter(|e| after.is_none_or(|a| e.position() > a))
-                .filter(wanted);
-            let page: Vec<Event> = it.by_ref().take(limit).cloned().collect();
-            (page, it.next().is_some())
+        let event_bytes = |e: &&Event| ITEM_BYTES + policy::metadata_bytes(&e.metadata);
+        let ordered: Box<dyn Iterator<Item = &Event>> = if ascending {
+            Box::new(rs.history.iter())
         } else {
-            let mut it = rs
-                .history
-                .iter()
-                .rev()
-                .filter(|e| after.is_none_or(|a| e.position() < a))
-                .filter(wanted);
-            let page: Vec<Event> = it.by_ref().take(limit).cloned().collect();
-            (page, it.next().is_some())
+            Box::new(rs.history.iter().rev())
         };
+        let beyond = |e: &&Event| {
+            after.is_none_or(|a| {
+                if ascending {
+                    e.position() > a
+                } else {
+                    e.position() < a
+                }
+            })
+        };
+        let (events, more) = page(
+            ordered.filter(beyond).filter(wanted),
+            page_size,
+            event_bytes,
+        );
+        let events: Vec<Event> = events.into_iter().cloned().collect();
         Answer::History {
             next: more.then(|| events.last().map(Event::position)).flatten(),
             events,

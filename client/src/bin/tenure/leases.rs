@@ -1,0 +1,218 @@
+//! The verbs on one lease: acquire, renew, release, transfer, validate.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+use tenure_client::{pb, prost_duration, Client, Error};
+
+use crate::output::{self, Output};
+use crate::Mode;
+
+#[derive(Args)]
+pub struct AcquireArgs {
+    resource: String,
+    #[arg(long)]
+    holder: String,
+    /// Lease ttl, e.g. 30s or 2h (default: the resource policy's).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Option<Duration>,
+    /// Exclusive (default), or a shared mode the policy lists.
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
+    /// Units a shared lease draws from the pool (default 1).
+    #[arg(long)]
+    units: Option<u64>,
+    /// KEY=VALUE stored with the lease; repeatable.
+    #[arg(long, value_parser = key_value)]
+    metadata: Vec<(String, String)>,
+    #[arg(long, default_value = "")]
+    idempotency_key: String,
+    /// Reuse to retry a call exactly once (default: a fresh one).
+    #[arg(long, default_value = "")]
+    request_id: String,
+}
+
+/// The lease a renew, release or transfer names: its holder and current fencing token.
+#[derive(Args)]
+pub struct LeaseRef {
+    resource: String,
+    #[arg(long)]
+    holder: String,
+    /// The lease's current fencing token.
+    #[arg(long)]
+    token: u64,
+    #[arg(long, default_value = "")]
+    lease_id: String,
+    /// Reuse to retry a call exactly once (default: a fresh one).
+    #[arg(long, default_value = "")]
+    request_id: String,
+}
+
+#[derive(Args)]
+pub struct RenewArgs {
+    #[command(flatten)]
+    lease: LeaseRef,
+    /// New ttl from now (default: the lease's last ttl).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Option<Duration>,
+}
+
+#[derive(Args)]
+pub struct TransferArgs {
+    #[command(flatten)]
+    lease: LeaseRef,
+    /// The holder that takes the lease over, with a new fencing token.
+    #[arg(long)]
+    to_holder: String,
+    /// The principal the lease moves to (default: it keeps its principal).
+    #[arg(long, default_value = "")]
+    to_principal: String,
+}
+
+#[derive(Args)]
+pub struct ValidateArgs {
+    resource: String,
+    #[arg(long, default_value_t = 0)]
+    token: u64,
+    #[arg(long, default_value = "")]
+    lease_id: String,
+    /// With --fsm-transition: the policy must list this (machine, transition).
+    #[arg(long, default_value = "", requires = "fsm_transition")]
+    fsm_machine: String,
+    #[arg(long, default_value = "", requires = "fsm_machine")]
+    fsm_transition: String,
+}
+
+fn key_value(pair: &str) -> Result<(String, String), String> {
+    pair.split_once('=')
+        .filter(|(key, _)| !key.is_empty())
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .ok_or_else(|| format!("{pair:?} is not KEY=VALUE"))
+}
+
+pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result<ExitCode, Error> {
+    let response = client
+        .acquire(pb::AcquireRequest {
+            resource: args.resource.clone(),
+            holder: args.holder.clone(),
+            ttl: args.ttl.map(prost_duration),
+            mode: args.mode.map_or(pb::LeaseMode::Unspecified, Mode::pb) as i32,
+            units: args.units.unwrap_or(0),
+            metadata: args.metadata.iter().cloned().collect::<HashMap<_, _>>(),
+            idempotency_key: args.idempotency_key.clone(),
+            request_id: args.request_id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let value = json!({
+        "granted": response.granted,
+        "reason": response.reason,
+        "lease": response.lease.as_ref().map(output::lease_json),
+        "holders": response.holders.iter().map(output::lease_json).collect::<Vec<_>>(),
+    });
+    output::print(out, &value, || match &response.lease {
+        Some(lease) if response.granted => format!("granted\n{}", output::lease_text(lease)),
+        _ => {
+            let holders: Vec<String> = response.holders.iter().map(output::lease_text).collect();
+            format!("not granted: {}\n{}", response.reason, holders.join("\n"))
+        }
+    });
+    Ok(output::answered(response.granted))
+}
+
+pub async fn renew(out: Output, client: &Client, args: &RenewArgs) -> Result<ExitCode, Error> {
+    let lease = &args.lease;
+    let response = client
+        .renew(pb::RenewRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder: lease.holder.clone(),
+            fencing_token: lease.token,
+            ttl: args.ttl.map(prost_duration),
+            request_id: lease.request_id.clone(),
+        })
+        .await?;
+    output::print_lease(out, "renewed", response.lease.as_ref());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn release(out: Output, client: &Client, lease: &LeaseRef) -> Result<ExitCode, Error> {
+    let response = client
+        .release(pb::ReleaseRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder: lease.holder.clone(),
+            fencing_token: lease.token,
+            request_id: lease.request_id.clone(),
+        })
+        .await?;
+    output::print_lease(out, "released", response.lease.as_ref());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn transfer(
+    out: Output,
+    client: &Client,
+    args: &TransferArgs,
+) -> Result<ExitCode, Error> {
+    let lease = &args.lease;
+    let response = client
+        .transfer(pb::TransferRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder: lease.holder.clone(),
+            fencing_token: lease.token,
+            to_holder: args.to_holder.clone(),
+            to_principal: args.to_principal.clone(),
+            request_id: lease.request_id.clone(),
+        })
+        .await?;
+    output::print_lease(out, "transferred", response.lease.as_ref());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn validate(
+    out: Output,
+    client: &Client,
+    args: &ValidateArgs,
+) -> Result<ExitCode, Error> {
+    let response = client
+        .validate(pb::ValidateRequest {
+            resource: args.resource.clone(),
+            lease_id: args.lease_id.clone(),
+            fencing_token: args.token,
+            fsm_machine: args.fsm_machine.clone(),
+            fsm_transition: args.fsm_transition.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let value = json!({
+        "valid": response.valid,
+        "reason": response.reason,
+        "lease": response.lease.as_ref().map(output::lease_json),
+    });
+    output::print(out, &value, || {
+        format!(
+            "{}: {}",
+            if response.valid { "valid" } else { "not valid" },
+            response.reason
+        )
+    });
+    Ok(output::answered(response.valid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_is_key_equals_value() {
+        assert_eq!(key_value("zone=eu=1"), Ok(("zone".into(), "eu=1".into())));
+        assert_eq!(key_value("empty="), Ok(("empty".into(), String::new())));
+        assert!(key_value("=v").is_err());
+        assert!(key_value("zone").is_err());
+    }
+}

@@ -1,0 +1,167 @@
+//! `tenure`: the command line for a Tenure cluster.
+//!
+//! Exit codes: 0 when the operation succeeded (granted, valid); 1 when it was answered but
+//! not granted or not valid; 2 when it failed (the reason is printed).
+
+mod cluster;
+mod leases;
+mod listing;
+mod output;
+mod resources;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tenure_client::{pb, Client, Error, DEFAULT_ENDPOINTS};
+
+use output::Output;
+
+#[derive(Parser)]
+#[command(
+    name = "tenure",
+    version,
+    about = "Leases with fencing tokens on a Tenure cluster"
+)]
+struct Cli {
+    /// Comma-separated HOST:PORT list of cluster nodes.
+    #[arg(long, global = true, env = "TENURE_ENDPOINTS", default_value = DEFAULT_ENDPOINTS)]
+    endpoints: String,
+    /// Bearer token sent with every call (prefer the environment: flags show in `ps`).
+    /// Named --auth-token because --token is a lease's fencing token.
+    #[arg(long, global = true, env = "TENURE_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// Deadline of each call, retries included.
+    #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Acquire RESOURCE for a holder; prints the lease and its fencing token.
+    Acquire(leases::AcquireArgs),
+    /// Renew a lease: replaces its expiry with now + ttl.
+    Renew(leases::RenewArgs),
+    /// Release a lease at once.
+    Release(leases::LeaseRef),
+    /// Hand a lease to another holder: expiry kept, new fencing token, old one dead.
+    Transfer(leases::TransferArgs),
+    /// Is this fencing token (or lease id) the live tenure of RESOURCE?
+    Validate(leases::ValidateArgs),
+    /// Show RESOURCE: policy and active leases (the same as `resources get`).
+    Status {
+        resource: String,
+        /// Read a node's local state instead of a linearizable read.
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Register, show and list resources.
+    Resources {
+        #[command(subcommand)]
+        command: resources::ResourcesCommand,
+    },
+    /// The live leases of a holder or a principal, across resources.
+    Leases(listing::LeasesArgs),
+    /// The lifecycle events of RESOURCE, newest first unless --order asc.
+    History(listing::HistoryArgs),
+    /// Cluster administration.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Measure acquire and release latency from this client (sequential, distinct resources).
+    Bench {
+        #[arg(long, default_value_t = 1000)]
+        count: u32,
+        #[arg(long, default_value = "bench")]
+        prefix: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Every endpoint's view: role, term, leader, indexes, members, storage counters.
+    Status,
+}
+
+/// A lease mode on the command line.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Mode {
+    Exclusive,
+    Read,
+    Write,
+}
+
+impl Mode {
+    pub fn pb(self) -> pb::LeaseMode {
+        match self {
+            Mode::Exclusive => pb::LeaseMode::Exclusive,
+            Mode::Read => pb::LeaseMode::Read,
+            Mode::Write => pb::LeaseMode::Write,
+        }
+    }
+}
+
+/// `--stale` → the read's consistency.
+pub fn consistency(stale: bool) -> pb::Consistency {
+    if stale {
+        pb::Consistency::Stale
+    } else {
+        pb::Consistency::Linearizable
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match connect(&cli) {
+        Ok(client) => match run(&cli, &client).await {
+            Ok(code) => code,
+            Err(e) => output::fail(cli.output, &e),
+        },
+        Err(e) => output::fail(cli.output, &e),
+    }
+}
+
+fn connect(cli: &Cli) -> Result<Client, Error> {
+    let client = Client::from_list(&cli.endpoints)?.with_timeout(cli.timeout);
+    match cli.auth_token.as_deref() {
+        Some(token) if !token.is_empty() => client.with_token(token),
+        _ => Ok(client),
+    }
+}
+
+async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
+    let out = cli.output;
+    match &cli.command {
+        Command::Acquire(args) => leases::acquire(out, client, args).await,
+        Command::Renew(args) => leases::renew(out, client, args).await,
+        Command::Release(lease) => leases::release(out, client, lease).await,
+        Command::Transfer(args) => leases::transfer(out, client, args).await,
+        Command::Validate(args) => leases::validate(out, client, args).await,
+        Command::Status { resource, stale } => resources::get(out, client, resource, *stale).await,
+        Command::Resources { command } => resources::run(out, client, command).await,
+        Command::Leases(args) => listing::leases(out, client, args).await,
+        Command::History(args) => listing::history(out, client, args).await,
+        Command::Cluster {
+            command: ClusterCommand::Status,
+        } => cluster::status(out, client).await,
+        Command::Bench { count, prefix } => cluster::bench(out, client, *count, prefix).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

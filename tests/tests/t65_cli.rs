@@ -1,0 +1,398 @@
+//! The `tenure` CLI against a live in-process cluster: the real binary, run as a script
+//! would run it, judged by its exit code and its `--output json` (and, where people read
+//! it, its text). Needs `target/debug/tenure`: `cargo test --workspace` builds it, or
+//! `cargo build --bin tenure` (or point `$TENURE_BIN` at one).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::process::tenure_bin;
+
+const ELECTION: Duration = Duration::from_secs(15);
+
+/// The CLI pointed at one cluster.
+struct Tenure {
+    endpoints: String,
+}
+
+/// One run of the binary.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Tenure {
+    async fn start() -> (InProcessCluster, Tenure) {
+        let cluster = InProcessCluster::start(3, BTreeMap::new())
+            .await
+            .expect("cluster");
+        cluster.leader(ELECTION).await.expect("leader");
+        let endpoints = cluster
+            .addrs
+            .values()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(",");
+        (cluster, Tenure { endpoints })
+    }
+
+    /// Runs `tenure ARGS` with the cluster's endpoints in `TENURE_ENDPOINTS`.
+    async fn run(&self, args: &[&str]) -> Ran {
+        let out = tokio::process::Command::new(tenure_bin())
+            .args(args)
+            .env("TENURE_ENDPOINTS", &self.endpoints)
+            .env_remove("TENURE_TOKEN")
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("run tenure");
+        Ran {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs `tenure --output json ARGS`: the exit code and the one JSON line it printed.
+    async fn json(&self, args: &[&str]) -> (Option<i32>, Value) {
+        let ran = self.run(&[&["--output", "json"], args].concat()).await;
+        let value = serde_json::from_str(ran.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "tenure {args:?}: {e}\nstdout: {}\nstderr: {}",
+                ran.stdout, ran.stderr
+            )
+        });
+        (ran.code, value)
+    }
+}
+
+fn token_of(answer: &Value) -> u64 {
+    answer["lease"]["fencing_token"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no fencing token in {answer}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_create_registers_a_policy_that_get_and_list_show() {
+    let (cluster, tenure) = Tenure::start().await;
+    let (code, created) = tenure
+        .json(&[
+            "resources",
+            "create",
+            "cli/pool",
+            "--kind",
+            "gpu",
+            "--display-name",
+            "GPU pool",
+            "--default-ttl",
+            "1m",
+            "--max-ttl",
+            "1h",
+            "--renewal-grace",
+            "5s",
+            "--transferable",
+            "--shared-modes",
+            "read",
+            "--total-units",
+            "4",
+            "--fsm",
+            "deploy:promote",
+        ])
+        .await;
+    assert_eq!(code, Some(0), "{created}");
+    assert_eq!(created["ok"], true);
+    assert_eq!(created["resource"]["name"], "cli/pool");
+
+    let (code, got) = tenure.json(&["resources", "get", "cli/pool"]).await;
+    assert_eq!(code, Some(0), "{got}");
+    let policy = &got["policy"];
+    assert_eq!(got["ad_hoc"], false, "{got}");
+    assert_eq!(got["kind"], "gpu");
+    assert_eq!(policy["transferable"], true, "{got}");
+    assert_eq!(
+        policy["shared_modes"],
+        serde_json::json!(["LEASE_MODE_READ"])
+    );
+    assert_eq!(policy["total_units"], 4);
+    assert_eq!(policy["default_ttl_ms"], 60_000);
+    assert_eq!(policy["max_ttl_ms"], 3_600_000);
+    assert_eq!(policy["renewal_grace_ms"], 5_000);
+    assert_eq!(policy["fsm_requirements"][0]["machine"], "deploy");
+    assert_eq!(policy["fsm_requirements"][0]["transition"], "promote");
+
+    let text = tenure.run(&["resources", "get", "cli/pool"]).await;
+    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    for part in [
+        "default ttl 1m",
+        "max ttl 1h",
+        "transferable yes",
+        "shared modes READ",
+        "total units 4",
+        "fsm deploy:promote",
+    ] {
+        assert!(
+            text.stdout.contains(part),
+            "no {part:?} in:\n{}",
+            text.stdout
+        );
+    }
+
+    let again = tenure.run(&["resources", "create", "cli/pool"]).await;
+    assert_eq!(again.code, Some(2));
+    assert!(again.stderr.contains("already_exists"), "{}", again.stderr);
+
+    let (code, _) = tenure.json(&["resources", "create", "cli/plain"]).await;
+    assert_eq!(code, Some(0));
+    let (code, generated) = tenure.json(&["resources", "create"]).await;
+    assert_eq!(code, Some(0), "{generated}");
+    assert!(
+        generated["resource"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("res_")),
+        "{generated}"
+    );
+
+    let names = |page: &Value| -> Vec<String> {
+        page["resources"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no resources in {page}"))
+            .iter()
+            .map(|r| r["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let (code, first) = tenure
+        .json(&["resources", "list", "--prefix", "cli/", "--page-size", "1"])
+        .await;
+    assert_eq!(code, Some(0), "{first}");
+    assert_eq!(names(&first), ["cli/plain"]);
+    assert_ne!(first["next_page_token"], "", "{first}");
+    let (code, all) = tenure
+        .json(&[
+            "resources",
+            "list",
+            "--prefix",
+            "cli/",
+            "--page-size",
+            "1",
+            "--all",
+        ])
+        .await;
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(names(&all), ["cli/plain", "cli/pool"]);
+    assert_eq!(all["next_page_token"], "");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_units_a_transfer_and_the_history_through_the_cli() {
+    let (cluster, tenure) = Tenure::start().await;
+    let create = [
+        "resources",
+        "create",
+        "cli/seats",
+        "--transferable",
+        "--shared-modes",
+        "read",
+        "--total-units",
+        "4",
+    ];
+    assert_eq!(tenure.json(&create).await.0, Some(0));
+    let acquire = |holder: &'static str, units: &'static str| {
+        [
+            "acquire",
+            "cli/seats",
+            "--holder",
+            holder,
+            "--ttl",
+            "30s",
+            "--mode",
+            "read",
+            "--units",
+            units,
+            "--metadata",
+            "zone=eu",
+        ]
+    };
+
+    let (code, a) = tenure.json(&acquire("a", "3")).await;
+    assert_eq!(code, Some(0), "{a}");
+    assert_eq!(a["granted"], true);
+    assert_eq!(a["lease"]["mode"], "LEASE_MODE_READ");
+    assert_eq!(a["lease"]["units"], 3);
+    assert_eq!(a["lease"]["ttl_ms"], 30_000);
+    assert_eq!(a["lease"]["metadata"]["zone"], "eu");
+    let a_token = token_of(&a);
+
+    let (code, b) = tenure.json(&acquire("b", "2")).await;
+    assert_eq!(code, Some(1), "{b}");
+    assert_eq!(b["granted"], false);
+    assert_eq!(b["reason"], "insufficient_units");
+    assert_eq!(b["holders"][0]["holder"], "a", "{b}");
+
+    let c = tenure.run(&acquire("c", "1")).await;
+    assert_eq!(c.code, Some(0), "{}{}", c.stdout, c.stderr);
+    assert!(c.stdout.starts_with("granted"), "{}", c.stdout);
+    assert!(c.stdout.contains("mode READ (1 unit)"), "{}", c.stdout);
+    assert!(c.stdout.contains("ttl 30s"), "{}", c.stdout);
+
+    let a_token_arg = a_token.to_string();
+    let (code, moved) = tenure
+        .json(&[
+            "transfer",
+            "cli/seats",
+            "--holder",
+            "a",
+            "--token",
+            &a_token_arg,
+            "--to-holder",
+            "d",
+        ])
+        .await;
+    assert_eq!(code, Some(0), "{moved}");
+    assert_eq!(moved["lease"]["holder"], "d");
+    assert_eq!(moved["lease"]["units"], 3);
+    let d_token = token_of(&moved);
+    assert!(
+        d_token > a_token,
+        "transfer token {d_token} not above {a_token}"
+    );
+
+    let old = tenure
+        .run(&["validate", "cli/seats", "--token", &a_token_arg])
+        .await;
+    assert_eq!(old.code, Some(1), "{}{}", old.stdout, old.stderr);
+    assert!(old.stdout.starts_with("not valid"), "{}", old.stdout);
+    let (code, new) = tenure
+        .json(&["validate", "cli/seats", "--token", &d_token.to_string()])
+        .await;
+    assert_eq!(code, Some(0), "{new}");
+    assert_eq!(new["valid"], true);
+
+    let (code, history) = tenure
+        .json(&["history", "cli/seats", "--order", "asc"])
+        .await;
+    assert_eq!(code, Some(0), "{history}");
+    let entries = history["entries"].as_array().expect("entries");
+    let events: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap_or("?"),
+                e["holder"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("EVENT_TYPE_REGISTERED", ""),
+            ("EVENT_TYPE_ACQUIRED", "a"),
+            ("EVENT_TYPE_ACQUIRED", "c"),
+            ("EVENT_TYPE_TRANSFERRED", "a"),
+        ],
+        "{history}"
+    );
+    let revisions: Vec<u64> = entries
+        .iter()
+        .filter_map(|e| e["revision"].as_u64())
+        .collect();
+    assert!(revisions.windows(2).all(|w| w[0] < w[1]), "{revisions:?}");
+    assert_eq!(entries[3]["to_holder"], "d");
+    assert_eq!(entries[3]["to_fencing_token"], d_token);
+
+    // Paged one event at a time, newest first, all pages: the same events reversed.
+    let (code, paged) = tenure
+        .json(&["history", "cli/seats", "--page-size", "1", "--all"])
+        .await;
+    assert_eq!(code, Some(0), "{paged}");
+    let newest_first: Vec<&Value> = paged["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .collect();
+    assert_eq!(newest_first.len(), 4, "{paged}");
+    assert_eq!(newest_first[0]["event"], "EVENT_TYPE_TRANSFERRED");
+
+    let text = tenure
+        .run(&["history", "cli/seats", "--events", "transferred"])
+        .await;
+    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    let lines: Vec<&str> = text.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", text.stdout);
+    for part in [
+        "transferred".to_string(),
+        format!("holder a  token {a_token}  ACTIVE→TRANSFERRED"),
+        "by anonymous".to_string(),
+        format!("→ d (token {d_token})"),
+    ] {
+        assert!(lines[0].contains(&part), "no {part:?} in {}", lines[0]);
+    }
+
+    let (code, held) = tenure.json(&["leases", "--holder", "d"]).await;
+    assert_eq!(code, Some(0), "{held}");
+    let leases = held["leases"].as_array().expect("leases");
+    assert_eq!(leases.len(), 1, "{held}");
+    assert_eq!(leases[0]["resource"], "cli/seats");
+    assert_eq!(leases[0]["fencing_token"], d_token);
+    let (code, none) = tenure.json(&["leases", "--holder", "a"]).await;
+    assert_eq!(code, Some(0), "{none}");
+    assert_eq!(none["leases"], serde_json::json!([]));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_call_exits_2_with_its_reason() {
+    let (cluster, tenure) = Tenure::start().await;
+    let bad_name = tenure
+        .run(&["acquire", "no spaces!", "--holder", "h"])
+        .await;
+    assert_eq!(bad_name.code, Some(2));
+    assert!(
+        bad_name.stderr.starts_with("error: invalid_argument"),
+        "{}",
+        bad_name.stderr
+    );
+    let (code, bad_page) = tenure
+        .json(&["history", "cli/x", "--page-size", "5000"])
+        .await;
+    assert_eq!(code, Some(2));
+    assert_eq!(bad_page["ok"], false);
+    assert_eq!(bad_page["reason"], "invalid_argument", "{bad_page}");
+
+    // An ad-hoc resource is not transferable, and a renew needs the current token.
+    let (code, granted) = tenure
+        .json(&["acquire", "cli/adhoc", "--holder", "h", "--ttl", "30s"])
+        .await;
+    assert_eq!(code, Some(0), "{granted}");
+    let token = token_of(&granted).to_string();
+    let (code, refused) = tenure
+        .json(&[
+            "transfer",
+            "cli/adhoc",
+            "--holder",
+            "h",
+            "--token",
+            &token,
+            "--to-holder",
+            "k",
+        ])
+        .await;
+    assert_eq!(
+        (code, &refused["reason"]),
+        (Some(2), &"not_transferable".into()),
+        "{refused}"
+    );
+    let stale = tenure
+        .run(&["renew", "cli/adhoc", "--holder", "h", "--token", "1"])
+        .await;
+    assert_eq!(stale.code, Some(2));
+    assert!(
+        stale.stderr.contains("stale_fencing_token"),
+        "{}",
+        stale.stderr
+    );
+    cluster.shutdown().await;
+}
