@@ -40,6 +40,11 @@ enum Call {
     Renew(pb::RenewRequest),
     Release(pb::ReleaseRequest),
     Validate(pb::ValidateRequest),
+    CreateResource(pb::CreateResourceRequest),
+    ListResources(pb::ListResourcesRequest),
+    Transfer(pb::TransferRequest),
+    ListLeases(pb::ListLeasesRequest),
+    History(pb::HistoryRequest),
 }
 
 /// `AcquireRequest` with `bytes` where the real message has `string` (same tags), so the test
@@ -131,6 +136,22 @@ fn long(bytes: usize) -> String {
     "a".repeat(bytes)
 }
 
+/// Names outside 1-128 bytes of `[A-Za-z0-9_.:/-]`.
+fn bad_names() -> Vec<(&'static str, String)> {
+    vec![
+        ("empty", String::new()),
+        ("129 bytes", long(129)),
+        ("a space", "has space".into()),
+        ("unicode", "r\u{e9}sum\u{e9}".into()),
+        (
+            "non-Latin unicode",
+            "\u{440}\u{435}\u{441}\u{443}\u{440}\u{441}".into(),
+        ),
+        ("a control character", "a\nb".into()),
+        ("a NUL", "a\0b".into()),
+    ]
+}
+
 async fn connect(addr: &str) -> Channel {
     Channel::from_shared(format!("http://{addr}"))
         .expect("valid endpoint")
@@ -147,6 +168,11 @@ async fn send(client: &mut LeasesClient<Channel>, call: Call) -> Result<(), Stat
             Call::Renew(r) => client.renew(r).await.map(drop),
             Call::Release(r) => client.release(r).await.map(drop),
             Call::Validate(r) => client.validate(r).await.map(drop),
+            Call::CreateResource(r) => client.create_resource(r).await.map(drop),
+            Call::ListResources(r) => client.list_resources(r).await.map(drop),
+            Call::Transfer(r) => client.transfer(r).await.map(drop),
+            Call::ListLeases(r) => client.list_leases(r).await.map(drop),
+            Call::History(r) => client.history(r).await.map(drop),
         }
     };
     tokio::time::timeout(CALL_TIMEOUT, answer)
@@ -227,18 +253,7 @@ fn table(held: &pb::Lease) -> Vec<Case> {
     let mut cases: Vec<Case> = Vec::new();
 
     // Names: resource and holder alike, on acquire.
-    let bad_names: Vec<(&str, String)> = vec![
-        ("empty", String::new()),
-        ("129 bytes", long(129)),
-        ("a space", "has space".into()),
-        ("unicode", "r\u{e9}sum\u{e9}".into()),
-        (
-            "non-Latin unicode",
-            "\u{440}\u{435}\u{441}\u{443}\u{440}\u{441}".into(),
-        ),
-        ("a control character", "a\nb".into()),
-        ("a NUL", "a\0b".into()),
-    ];
+    let bad_names = bad_names();
     for (what, name) in &bad_names {
         cases.push((
             format!("acquire: resource with {what}"),
@@ -575,6 +590,535 @@ fn table(held: &pb::Lease) -> Vec<Case> {
             INVALID,
             "invalid_argument",
         ));
+    }
+    cases.extend(registry_rows(held));
+    cases.extend(listing_rows(held));
+    cases
+}
+
+/// `CreateResource` and `Transfer`: every field, each wrong in one way only. Two rows pass
+/// validation and are refused at apply (a taken name; the held ad-hoc lease is not
+/// transferable), so they also go through a follower's forwarding to the leader.
+fn registry_rows(held: &pb::Lease) -> Vec<Case> {
+    const INVALID: Code = Code::InvalidArgument;
+    let create = |policy: pb::Policy| pb::CreateResourceRequest {
+        name: "t50/registered".into(),
+        policy: Some(policy),
+        ..Default::default()
+    };
+    let duration = |seconds: i64, nanos: i32| Some(prost_types::Duration { seconds, nanos });
+    let mut cases: Vec<Case> = Vec::new();
+    let mut invalid =
+        |what: String, call: Call| cases.push((what, call, INVALID, "invalid_argument"));
+
+    for (what, name) in bad_names().into_iter().filter(|(what, _)| *what != "empty") {
+        invalid(
+            format!("create_resource: name with {what}"),
+            Call::CreateResource(pb::CreateResourceRequest {
+                name,
+                ..create(pb::Policy::default())
+            }),
+        );
+    }
+    let bad_labels = [
+        ("a control character", "kind\u{7}".to_string()),
+        ("a newline", "a\nb".to_string()),
+        ("257 bytes", long(257)),
+    ];
+    for (what, label) in &bad_labels {
+        invalid(
+            format!("create_resource: kind with {what}"),
+            Call::CreateResource(pb::CreateResourceRequest {
+                kind: label.clone(),
+                ..create(pb::Policy::default())
+            }),
+        );
+        invalid(
+            format!("create_resource: display_name with {what}"),
+            Call::CreateResource(pb::CreateResourceRequest {
+                display_name: label.clone(),
+                ..create(pb::Policy::default())
+            }),
+        );
+        invalid(
+            format!("create_resource: policy.kind with {what}"),
+            Call::CreateResource(create(pb::Policy {
+                kind: label.clone(),
+                ..Default::default()
+            })),
+        );
+        invalid(
+            format!("create_resource: policy.display_name with {what}"),
+            Call::CreateResource(create(pb::Policy {
+                display_name: label.clone(),
+                ..Default::default()
+            })),
+        );
+    }
+
+    // Durations: malformed, negative, below the minimum, past the 90-day ceiling, or
+    // incoherent with the other fields.
+    type Set = fn(&mut pb::Policy, Option<prost_types::Duration>);
+    let fields: [(&str, Set); 5] = [
+        ("default_ttl", |p, d| p.default_ttl = d),
+        ("max_ttl", |p, d| p.max_ttl = d),
+        ("max_lifetime", |p, d| p.max_lifetime = d),
+        ("renewal_grace", |p, d| p.renewal_grace = d),
+        ("lock_delay", |p, d| p.lock_delay = d),
+    ];
+    let malformed = [
+        ("-1 s", duration(-1, 0)),
+        ("-1 ns", duration(0, -1)),
+        ("nanos = 1e9", duration(1, 1_000_000_000)),
+        ("i64::MIN s", duration(i64::MIN, 0)),
+        ("90 days + 1 s", duration(90 * DAY_SECONDS + 1, 0)),
+        ("i64::MAX s", duration(i64::MAX, 999_999_999)),
+    ];
+    for (field, set) in fields {
+        for (what, value) in &malformed {
+            let mut policy = pb::Policy::default();
+            set(&mut policy, *value);
+            invalid(
+                format!("create_resource: policy.{field} {what}"),
+                Call::CreateResource(create(policy)),
+            );
+        }
+    }
+    let incoherent: Vec<(&str, pb::Policy)> = vec![
+        (
+            "default_ttl 0",
+            pb::Policy {
+                default_ttl: duration(0, 0),
+                ..Default::default()
+            },
+        ),
+        (
+            "default_ttl 999 ms",
+            pb::Policy {
+                default_ttl: duration(0, 999_000_000),
+                ..Default::default()
+            },
+        ),
+        (
+            "max_ttl 0",
+            pb::Policy {
+                max_ttl: duration(0, 0),
+                ..Default::default()
+            },
+        ),
+        (
+            "max_lifetime 500 ms",
+            pb::Policy {
+                max_lifetime: duration(0, 500_000_000),
+                ..Default::default()
+            },
+        ),
+        (
+            "default_ttl 2 h above max_ttl 1 h",
+            pb::Policy {
+                default_ttl: duration(7_200, 0),
+                max_ttl: duration(3_600, 0),
+                ..Default::default()
+            },
+        ),
+        (
+            "default_ttl 20 min above max_lifetime 10 min",
+            pb::Policy {
+                default_ttl: duration(1_200, 0),
+                max_lifetime: duration(600, 0),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (what, policy) in incoherent {
+        invalid(
+            format!("create_resource: policy with {what}"),
+            Call::CreateResource(create(policy)),
+        );
+    }
+
+    // Modes, limits, FSM requirements.
+    let modes: [(&str, Vec<i32>); 6] = [
+        ("EXCLUSIVE", vec![pb::LeaseMode::Exclusive as i32]),
+        (
+            "UNSPECIFIED (= exclusive)",
+            vec![pb::LeaseMode::Unspecified as i32],
+        ),
+        ("unknown 99", vec![99]),
+        ("unknown -1", vec![-1]),
+        ("READ and unknown 4", vec![pb::LeaseMode::Read as i32, 4]),
+        (
+            "WRITE and EXCLUSIVE",
+            vec![pb::LeaseMode::Write as i32, pb::LeaseMode::Exclusive as i32],
+        ),
+    ];
+    for (what, shared_modes) in modes {
+        invalid(
+            format!("create_resource: policy.shared_modes with {what}"),
+            Call::CreateResource(create(pb::Policy {
+                shared_modes,
+                ..Default::default()
+            })),
+        );
+    }
+    for max_waiters in [1_000_001, u32::MAX] {
+        invalid(
+            format!("create_resource: policy.max_waiters {max_waiters}"),
+            Call::CreateResource(create(pb::Policy {
+                max_waiters,
+                ..Default::default()
+            })),
+        );
+    }
+    for max_metadata_bytes in [16 * 1024 + 1, u32::MAX] {
+        invalid(
+            format!("create_resource: policy.max_metadata_bytes {max_metadata_bytes}"),
+            Call::CreateResource(create(pb::Policy {
+                max_metadata_bytes,
+                ..Default::default()
+            })),
+        );
+    }
+    let pair = |machine: &str, transition: &str| pb::FsmRequirement {
+        machine: machine.into(),
+        transition: transition.into(),
+    };
+    let requirements: Vec<(&str, Vec<pb::FsmRequirement>)> = vec![
+        ("an empty machine", vec![pair("", "ship")]),
+        ("an empty transition", vec![pair("order", "")]),
+        ("both empty", vec![pb::FsmRequirement::default()]),
+        ("a control character", vec![pair("order\n", "ship")]),
+        ("a machine of 257 bytes", vec![pair(&long(257), "ship")]),
+        ("a transition of 257 bytes", vec![pair("order", &long(257))]),
+        (
+            "65 pairs",
+            (0..65).map(|i| pair("order", &format!("t{i}"))).collect(),
+        ),
+    ];
+    for (what, fsm_requirements) in requirements {
+        invalid(
+            format!("create_resource: policy.fsm_requirements with {what}"),
+            Call::CreateResource(create(pb::Policy {
+                fsm_requirements,
+                ..Default::default()
+            })),
+        );
+    }
+    for (what, request_id) in [
+        ("129 bytes", long(129)),
+        ("a control character", "id\u{7}".into()),
+    ] {
+        invalid(
+            format!("create_resource: request_id with {what}"),
+            Call::CreateResource(pb::CreateResourceRequest {
+                request_id,
+                ..create(pb::Policy::default())
+            }),
+        );
+    }
+
+    // Transfer of the held lease, everything else right.
+    let transfer = || pb::TransferRequest {
+        resource: HELD.into(),
+        lease_id: held.lease_id.clone(),
+        holder: HOLDER.into(),
+        fencing_token: held.fencing_token,
+        to_holder: "t50-next".into(),
+        to_principal: String::new(),
+        request_id: String::new(),
+    };
+    for (what, name) in bad_names() {
+        invalid(
+            format!("transfer: resource with {what}"),
+            Call::Transfer(pb::TransferRequest {
+                resource: name.clone(),
+                ..transfer()
+            }),
+        );
+        invalid(
+            format!("transfer: holder with {what}"),
+            Call::Transfer(pb::TransferRequest {
+                holder: name.clone(),
+                ..transfer()
+            }),
+        );
+        invalid(
+            format!("transfer: to_holder with {what}"),
+            Call::Transfer(pb::TransferRequest {
+                to_holder: name,
+                ..transfer()
+            }),
+        );
+    }
+    for (what, lease_id) in [
+        ("129 bytes", long(129)),
+        ("a control character", "lse_\u{1b}".into()),
+    ] {
+        invalid(
+            format!("transfer: lease_id with {what}"),
+            Call::Transfer(pb::TransferRequest {
+                lease_id,
+                ..transfer()
+            }),
+        );
+    }
+    invalid(
+        "transfer: no fencing_token".into(),
+        Call::Transfer(pb::TransferRequest {
+            fencing_token: 0,
+            ..transfer()
+        }),
+    );
+    for (what, to_principal) in &bad_labels {
+        invalid(
+            format!("transfer: to_principal with {what}"),
+            Call::Transfer(pb::TransferRequest {
+                to_principal: to_principal.clone(),
+                ..transfer()
+            }),
+        );
+    }
+    invalid(
+        "transfer: request_id of 129 bytes".into(),
+        Call::Transfer(pb::TransferRequest {
+            request_id: long(129),
+            ..transfer()
+        }),
+    );
+    invalid(
+        "transfer: empty request".into(),
+        Call::Transfer(pb::TransferRequest::default()),
+    );
+
+    // Valid requests the state machine refuses, changing nothing.
+    cases.push((
+        "create_resource: the name of a held ad-hoc resource".into(),
+        Call::CreateResource(pb::CreateResourceRequest {
+            name: HELD.into(),
+            ..Default::default()
+        }),
+        Code::AlreadyExists,
+        "already_exists",
+    ));
+    cases.push((
+        "transfer: an ad-hoc lease (not transferable)".into(),
+        Call::Transfer(transfer()),
+        Code::FailedPrecondition,
+        "not_transferable",
+    ));
+    cases
+}
+
+/// `ListResources`, `ListLeases`, `History`, and `Validate`'s FSM pair.
+fn listing_rows(held: &pb::Lease) -> Vec<Case> {
+    let mut cases: Vec<Case> = Vec::new();
+    let mut invalid = |what: String, call: Call| {
+        cases.push((what, call, Code::InvalidArgument, "invalid_argument"))
+    };
+    let bad_page_sizes = [1_001, u32::MAX];
+    let bad_consistency = [99, -1];
+
+    let resources = pb::ListResourcesRequest::default;
+    for (what, prefix) in bad_names().into_iter().filter(|(what, _)| *what != "empty") {
+        invalid(
+            format!("list_resources: prefix with {what}"),
+            Call::ListResources(pb::ListResourcesRequest {
+                prefix,
+                ..resources()
+            }),
+        );
+    }
+    for page_size in bad_page_sizes {
+        invalid(
+            format!("list_resources: page_size {page_size}"),
+            Call::ListResources(pb::ListResourcesRequest {
+                page_size,
+                ..resources()
+            }),
+        );
+    }
+    for page_token in ["has space", "t50|held", "\u{7}"]
+        .map(String::from)
+        .into_iter()
+        .chain([long(129)])
+    {
+        invalid(
+            format!("list_resources: page_token {:.20?}", page_token),
+            Call::ListResources(pb::ListResourcesRequest {
+                page_token,
+                ..resources()
+            }),
+        );
+    }
+    for consistency in bad_consistency {
+        invalid(
+            format!("list_resources: consistency = {consistency}"),
+            Call::ListResources(pb::ListResourcesRequest {
+                consistency,
+                ..resources()
+            }),
+        );
+    }
+
+    let leases = || pb::ListLeasesRequest {
+        holder: HOLDER.into(),
+        ..Default::default()
+    };
+    invalid(
+        "list_leases: neither holder nor principal".into(),
+        Call::ListLeases(pb::ListLeasesRequest::default()),
+    );
+    for (what, holder) in bad_names().into_iter().filter(|(what, _)| *what != "empty") {
+        invalid(
+            format!("list_leases: holder with {what}"),
+            Call::ListLeases(pb::ListLeasesRequest { holder, ..leases() }),
+        );
+    }
+    for (what, principal) in [
+        ("a control character", "p\u{7}".to_string()),
+        ("257 bytes", long(257)),
+    ] {
+        invalid(
+            format!("list_leases: principal with {what}"),
+            Call::ListLeases(pb::ListLeasesRequest {
+                holder: String::new(),
+                principal,
+                ..leases()
+            }),
+        );
+    }
+    for page_size in bad_page_sizes {
+        invalid(
+            format!("list_leases: page_size {page_size}"),
+            Call::ListLeases(pb::ListLeasesRequest {
+                page_size,
+                ..leases()
+            }),
+        );
+    }
+    for page_token in ["nopipe", "a b|c", "t50/held|", "|lse_1_0", "a|b|c"] {
+        invalid(
+            format!("list_leases: page_token {page_token:?}"),
+            Call::ListLeases(pb::ListLeasesRequest {
+                page_token: page_token.into(),
+                ..leases()
+            }),
+        );
+    }
+    for consistency in bad_consistency {
+        invalid(
+            format!("list_leases: consistency = {consistency}"),
+            Call::ListLeases(pb::ListLeasesRequest {
+                consistency,
+                ..leases()
+            }),
+        );
+    }
+
+    let history = || pb::HistoryRequest {
+        resource: HELD.into(),
+        ..Default::default()
+    };
+    for (what, resource) in bad_names() {
+        invalid(
+            format!("history: resource with {what}"),
+            Call::History(pb::HistoryRequest {
+                resource,
+                ..history()
+            }),
+        );
+    }
+    for page_size in bad_page_sizes {
+        invalid(
+            format!("history: page_size {page_size}"),
+            Call::History(pb::HistoryRequest {
+                page_size,
+                ..history()
+            }),
+        );
+    }
+    for order in [3, 99, -1] {
+        invalid(
+            format!("history: order = {order}"),
+            Call::History(pb::HistoryRequest { order, ..history() }),
+        );
+    }
+    for events in [
+        vec![0],
+        vec![99],
+        vec![-1],
+        vec![pb::EventType::Acquired as i32, 13],
+    ] {
+        invalid(
+            format!("history: events {events:?}"),
+            Call::History(pb::HistoryRequest {
+                events,
+                ..history()
+            }),
+        );
+    }
+    for page_token in [
+        "x",
+        "1",
+        "1.x",
+        "x.1",
+        "-1.0",
+        "1.4294967296",
+        "1.2.3",
+        "18446744073709551616.0",
+    ] {
+        invalid(
+            format!("history: page_token {page_token:?}"),
+            Call::History(pb::HistoryRequest {
+                page_token: page_token.into(),
+                ..history()
+            }),
+        );
+    }
+    for consistency in bad_consistency {
+        invalid(
+            format!("history: consistency = {consistency}"),
+            Call::History(pb::HistoryRequest {
+                consistency,
+                ..history()
+            }),
+        );
+    }
+
+    let validate = || pb::ValidateRequest {
+        resource: HELD.into(),
+        lease_id: held.lease_id.clone(),
+        fencing_token: held.fencing_token,
+        ..Default::default()
+    };
+    let fsm: [(&str, String, String); 5] = [
+        (
+            "fsm_machine without fsm_transition",
+            "order".into(),
+            String::new(),
+        ),
+        (
+            "fsm_transition without fsm_machine",
+            String::new(),
+            "ship".into(),
+        ),
+        (
+            "fsm_machine with a control character",
+            "order\u{7}".into(),
+            "ship".into(),
+        ),
+        ("fsm_machine of 257 bytes", long(257), "ship".into()),
+        ("fsm_transition of 257 bytes", "order".into(), long(257)),
+    ];
+    for (what, fsm_machine, fsm_transition) in fsm {
+        invalid(
+            format!("validate: {what}"),
+            Call::Validate(pb::ValidateRequest {
+                fsm_machine,
+                fsm_transition,
+                ..validate()
+            }),
+        );
     }
     cases
 }

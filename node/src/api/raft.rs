@@ -51,7 +51,7 @@ impl Raft for RaftApi {
     async fn propose(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         let request: ProposeRequest = body(&request)?;
         // Only client commands are handed over; the leader proposes Tick and Reclaim itself.
-        if !matches!(request.op, Op::Acquire(_) | Op::Renew(_) | Op::Release(_)) {
+        if matches!(request.op, Op::Tick | Op::Reclaim { .. }) {
             return Err(Status::permission_denied(
                 "only client commands may be forwarded",
             ));

@@ -237,12 +237,8 @@ pub fn policy(
             top.to_string()
         }
     };
-    let policy = Policy {
-        default_ttl_ms: or(
-            "policy.default_ttl",
-            p.default_ttl.as_ref(),
-            defaults.default_ttl_ms,
-        )?,
+    let mut policy = Policy {
+        default_ttl_ms: or("policy.default_ttl", p.default_ttl.as_ref(), 0)?,
         max_ttl_ms: or("policy.max_ttl", p.max_ttl.as_ref(), defaults.max_ttl_ms)?,
         max_lifetime_ms: or("policy.max_lifetime", p.max_lifetime.as_ref(), 0)?,
         renewal_grace_ms: or(
@@ -266,6 +262,11 @@ pub fn policy(
         display_name: pick(display_name, p.display_name),
         fsm_requirements,
     };
+    if p.default_ttl.is_none() {
+        // The registered default (1 h), but never more than the policy lets a lease hold: a
+        // policy capping max_ttl or max_lifetime below 1 h needs no default_ttl of its own.
+        policy.default_ttl_ms = defaults.default_ttl_ms.min(policy.ttl_ceiling_ms());
+    }
     policy.check()?;
     Ok(policy)
 }
@@ -524,6 +525,42 @@ mod tests {
         req.metadata
             .insert("k".into(), "v".repeat(MAX_METADATA_BYTES - 1));
         assert_eq!(reason(acquire(&req)), "ok");
+    }
+
+    #[test]
+    fn an_absent_default_ttl_fits_under_the_policys_caps() {
+        let with = |p: pb::Policy| policy(Some(&p), "", "").expect("a valid policy");
+        let mins = |m: i64| {
+            Some(prost_types::Duration {
+                seconds: m * 60,
+                nanos: 0,
+            })
+        };
+        assert_eq!(with(pb::Policy::default()).default_ttl_ms, 3_600_000);
+        let capped = with(pb::Policy {
+            max_lifetime: mins(10),
+            ..Default::default()
+        });
+        assert_eq!(capped.default_ttl_ms, 600_000);
+        let short = with(pb::Policy {
+            max_ttl: mins(5),
+            ..Default::default()
+        });
+        assert_eq!(short.default_ttl_ms, 300_000);
+        let explicit = policy(
+            Some(&pb::Policy {
+                default_ttl: mins(20),
+                max_lifetime: mins(10),
+                ..Default::default()
+            }),
+            "",
+            "",
+        );
+        assert_eq!(
+            explicit.err().map(|e| e.reason_and_code().0),
+            Some("invalid_argument"),
+            "a default_ttl the caps forbid is refused, not clamped"
+        );
     }
 
     #[test]

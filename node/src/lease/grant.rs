@@ -102,6 +102,14 @@ impl State {
         let empty = ResourceState::default();
         let rs = rs.unwrap_or(&empty);
         if let Some(own) = rs.leases.iter().find(|l| l.holder == op.holder) {
+            if !ctx.admin && own.principal != ctx.principal {
+                // Handing the lease (and its token) to another principal would let it fence
+                // downstream writes as the holder it is not.
+                return Err(Rejection::InsufficientPermissions(format!(
+                    "holder {} holds this resource for another principal",
+                    op.holder
+                )));
+            }
             if own.mode == op.mode && own.units == units {
                 // Idempotent: the same lease, unchanged, ttl not extended (SPEC §4.2).
                 return Ok(granted(self.live_view(own)));
@@ -130,9 +138,7 @@ impl State {
         } else if op.mode == Mode::Exclusive || rs.leases.iter().any(|l| l.mode == Mode::Exclusive)
         {
             Some(Refusal::ResourceUnavailable)
-        } else if total_units > 0
-            && rs.leases.iter().map(|l| l.units).sum::<u64>() + units > total_units
-        {
+        } else if total_units > 0 && units > total_units.saturating_sub(units_in_use(rs)) {
             Some(Refusal::InsufficientUnits)
         } else {
             None
@@ -181,6 +187,14 @@ impl State {
         self.record(ctx.index, ctx.principal, &name, event);
         view
     }
+}
+
+/// Units the live leases draw from the pool. Saturates: a pool near `u64::MAX` must refuse, not
+/// overflow (a panic in apply would stop every node on the same entry).
+fn units_in_use(rs: &ResourceState) -> u64 {
+    rs.leases
+        .iter()
+        .fold(0u64, |sum, l| sum.saturating_add(l.units))
 }
 
 fn granted(view: super::types::LeaseView) -> Reply {

@@ -18,6 +18,8 @@ pub mod query;
 pub mod types;
 
 #[cfg(test)]
+mod spec_tests;
+#[cfg(test)]
 mod tests;
 
 pub use clock::{LeaderKey, LeaseClock};

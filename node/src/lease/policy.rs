@@ -97,16 +97,17 @@ impl Policy {
                 format!("must be within [{MIN_TTL_MS}, {ceiling}] ms"),
             );
         }
-        if !(MIN_TTL_MS..=self.max_ttl_ms).contains(&self.default_ttl_ms) {
-            return bad(
-                "policy.default_ttl",
-                format!("must be within [{MIN_TTL_MS} ms, max_ttl]"),
-            );
-        }
         if self.max_lifetime_ms != 0 && !(MIN_TTL_MS..=ceiling).contains(&self.max_lifetime_ms) {
             return bad(
                 "policy.max_lifetime",
                 format!("must be 0 (no cap) or within [{MIN_TTL_MS}, {ceiling}] ms"),
+            );
+        }
+        // Against the effective ceiling, so that an acquire without a ttl can be granted.
+        if !(MIN_TTL_MS..=self.ttl_ceiling_ms()).contains(&self.default_ttl_ms) {
+            return bad(
+                "policy.default_ttl",
+                format!("must be within [{MIN_TTL_MS} ms, max_ttl] and at most max_lifetime"),
             );
         }
         for (field, value) in [

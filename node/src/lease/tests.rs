@@ -258,7 +258,7 @@ mod model {
                     resource,
                     holder,
                     ttl_ms,
-                } => self.acquire(now_ms, index, principal, resource, holder, *ttl_ms),
+                } => self.acquire(now_ms, index, principal, admin, resource, holder, *ttl_ms),
                 Request::Renew {
                     resource,
                     lease_id,
@@ -315,11 +315,13 @@ mod model {
             }
         }
 
+        #[allow(clippy::too_many_arguments)]
         fn acquire(
             &mut self,
             now_ms: u64,
             index: u64,
             principal: &str,
+            admin: bool,
             resource: &str,
             holder: &str,
             ttl_ms: Option<u64>,
@@ -330,6 +332,11 @@ mod model {
             }
             let slot = self.slots.entry(resource.to_string()).or_default();
             match &slot.current {
+                // §1: only the lease's principal or an admin may act for its holder; CHOICE:
+                // that includes getting the lease (and its token) back from an acquire.
+                Some(held) if held.holder == holder && !admin && held.principal != principal => {
+                    rejected("insufficient_permissions")
+                }
                 // §4.2: the same holder gets its lease unchanged; the ttl asked for is ignored.
                 // CHOICE: that includes a lease in its renewal grace (shown as GRACE).
                 Some(held) if held.holder == holder => Answer::Granted(live(held, now_ms)),

@@ -1,0 +1,304 @@
+//! One test per rule of SPEC §4.1–4.6, 4.10, 4.11, 4.13 and the order of checks of §3, each
+//! named after its rule, driving [`apply`] directly; and a property test of the whole pipeline
+//! (request validation → command → apply, and reads) under random requests (`pipeline`).
+//!
+//! The harness is one leader writing entries into one state: every proposal is the next log
+//! index, stamped with the leader's monotonic clock, so the lease clock is exactly the sum of
+//! the `elapse` calls since the first entry.
+
+mod acquire;
+mod history;
+mod limits;
+mod listing;
+mod mutate;
+mod order;
+mod pipeline;
+mod transfer;
+mod validate;
+
+use super::clock::LeaderKey;
+use super::command::{
+    AcquireOp, Command, CreateOp, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp, TransferOp,
+};
+use super::history::Event;
+use super::machine::{apply, EntryMeta, State};
+use super::policy::Policy;
+use super::query::{self, Answer, Query, Validation};
+use super::types::{LeaseView, Mode, Refusal, Rejection};
+
+const LEADER: LeaderKey = LeaderKey {
+    term: 1,
+    node_id: 1,
+};
+/// The wall clock of the stamps: this plus the monotonic reading.
+const WALL_BASE_MS: u64 = 1_700_000_000_000;
+
+/// Who proposes an entry.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Caller {
+    pub principal: &'static str,
+    pub admin: bool,
+}
+
+pub(super) const ALICE: Caller = Caller {
+    principal: "alice",
+    admin: false,
+};
+pub(super) const BOB: Caller = Caller {
+    principal: "bob",
+    admin: false,
+};
+pub(super) const ROOT: Caller = Caller {
+    principal: "root",
+    admin: true,
+};
+
+/// A log of one leader's entries applied to one state.
+pub(super) struct Log {
+    pub state: State,
+    /// The index of the last entry.
+    pub index: u64,
+    mono_ms: u64,
+    pub require_registration: bool,
+}
+
+impl Log {
+    /// A fresh state under the ad-hoc default policy.
+    pub fn new() -> Self {
+        Log {
+            state: State::default(),
+            index: 0,
+            mono_ms: 5_000,
+            require_registration: false,
+        }
+    }
+
+    /// The leader's clock moves on; the next entry carries it into the lease clock.
+    pub fn elapse(&mut self, ms: u64) {
+        self.mono_ms += ms;
+    }
+
+    /// The committed lease clock.
+    pub fn now_ms(&self) -> u64 {
+        self.state.clock().now_ms()
+    }
+
+    pub fn propose(&mut self, caller: Caller, op: Op) -> Reply {
+        self.propose_with(caller, None, op)
+    }
+
+    /// The next entry, with a `request_id` (SPEC §5).
+    pub fn propose_with(&mut self, caller: Caller, request_id: Option<String>, op: Op) -> Reply {
+        self.index += 1;
+        let proposal = Proposal {
+            stamp: Stamp {
+                mono_ms: self.mono_ms,
+                wall_ms: WALL_BASE_MS + self.mono_ms,
+                clock_epoch: 0,
+            },
+            principal: caller.principal.to_string(),
+            admin: caller.admin,
+            request_id,
+            require_registration: self.require_registration,
+            op,
+        };
+        let meta = EntryMeta {
+            index: self.index,
+            leader: LEADER,
+        };
+        apply(&mut self.state, meta, &Command::V1(proposal))
+    }
+
+    /// Registers `name` as the admin `root`; panics unless it is registered.
+    #[track_caller]
+    pub fn register(&mut self, name: &str, policy: Policy) {
+        let reply = self.propose(ROOT, create(Some(name), policy));
+        assert!(
+            matches!(reply, Reply::Resource(_)),
+            "register {name}: {reply:?}"
+        );
+    }
+
+    pub fn acquire(&mut self, caller: Caller, op: AcquireOp) -> Reply {
+        self.propose(caller, Op::Acquire(op))
+    }
+
+    pub fn renew(&mut self, caller: Caller, op: RenewOp) -> Reply {
+        self.propose(caller, Op::Renew(op))
+    }
+
+    pub fn release(&mut self, caller: Caller, op: ReleaseOp) -> Reply {
+        self.propose(caller, Op::Release(op))
+    }
+
+    pub fn transfer(&mut self, caller: Caller, op: TransferOp) -> Reply {
+        self.propose(caller, Op::Transfer(op))
+    }
+
+    pub fn tick(&mut self) -> Reply {
+        self.propose(ROOT, Op::Tick)
+    }
+
+    pub fn query(&self, query: &Query) -> Answer {
+        query::answer(&self.state, query)
+    }
+
+    pub fn validate(&self, resource: &str, lease_id: &str, fencing_token: u64) -> Validation {
+        self.state.validate(resource, lease_id, fencing_token, None)
+    }
+
+    /// A resource's retained events, oldest first.
+    pub fn events(&self, resource: &str) -> Vec<Event> {
+        self.state
+            .resources
+            .get(resource)
+            .map(|rs| rs.history.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The live leases of a resource as (holder, fencing token), in grant order.
+    pub fn holders(&self, resource: &str) -> Vec<(String, u64)> {
+        pairs(&self.state.resource_view(resource).leases)
+    }
+}
+
+pub(super) fn pairs(views: &[LeaseView]) -> Vec<(String, u64)> {
+    views
+        .iter()
+        .map(|v| (v.lease.holder.clone(), v.lease.fencing_token))
+        .collect()
+}
+
+pub(super) fn create(name: Option<&str>, policy: Policy) -> Op {
+    Op::CreateResource(CreateOp {
+        name: name.map(str::to_string),
+        policy,
+    })
+}
+
+/// An exclusive acquire with the policy's default ttl, no units, no metadata.
+pub(super) fn acq(resource: &str, holder: &str) -> AcquireOp {
+    AcquireOp {
+        resource: resource.to_string(),
+        holder: holder.to_string(),
+        ttl_ms: None,
+        mode: Mode::Exclusive,
+        units: 0,
+        metadata: Default::default(),
+        idempotency_key: None,
+    }
+}
+
+pub(super) fn acq_ttl(resource: &str, holder: &str, ttl_ms: u64) -> AcquireOp {
+    AcquireOp {
+        ttl_ms: Some(ttl_ms),
+        ..acq(resource, holder)
+    }
+}
+
+pub(super) fn shared(resource: &str, holder: &str, mode: Mode, units: u64) -> AcquireOp {
+    AcquireOp {
+        mode,
+        units,
+        ..acq(resource, holder)
+    }
+}
+
+/// Names the lease by id (the way a client that kept its lease does).
+pub(super) fn renew_of(view: &LeaseView, ttl_ms: Option<u64>) -> RenewOp {
+    RenewOp {
+        resource: view.lease.resource.clone(),
+        lease_id: view.lease.lease_id.clone(),
+        holder: view.lease.holder.clone(),
+        fencing_token: view.lease.fencing_token,
+        ttl_ms,
+    }
+}
+
+pub(super) fn release_of(view: &LeaseView) -> ReleaseOp {
+    ReleaseOp {
+        resource: view.lease.resource.clone(),
+        lease_id: view.lease.lease_id.clone(),
+        holder: view.lease.holder.clone(),
+        fencing_token: view.lease.fencing_token,
+    }
+}
+
+pub(super) fn transfer_of(
+    view: &LeaseView,
+    to_holder: &str,
+    to_principal: Option<&str>,
+) -> TransferOp {
+    TransferOp {
+        resource: view.lease.resource.clone(),
+        lease_id: view.lease.lease_id.clone(),
+        holder: view.lease.holder.clone(),
+        fencing_token: view.lease.fencing_token,
+        to_holder: to_holder.to_string(),
+        to_principal: to_principal.map(str::to_string),
+    }
+}
+
+/// A registered policy (SPEC §4.13 defaults) with these shared modes and unit pool.
+pub(super) fn shared_policy(modes: &[Mode], total_units: u64) -> Policy {
+    Policy {
+        shared_modes: modes.to_vec(),
+        total_units,
+        ..Policy::registered()
+    }
+}
+
+#[track_caller]
+pub(super) fn granted(reply: &Reply) -> LeaseView {
+    match reply {
+        Reply::Acquire(outcome) if outcome.granted => {
+            assert_eq!(outcome.refusal, None);
+            assert!(outcome.holders.is_empty(), "{outcome:?}");
+            outcome.lease.clone().expect("a grant carries its lease")
+        }
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// A refused acquire: its reason and the current holders as (holder, fencing token).
+#[track_caller]
+pub(super) fn refused(reply: &Reply) -> (Refusal, Vec<(String, u64)>) {
+    match reply {
+        Reply::Acquire(outcome) if !outcome.granted => {
+            assert_eq!(outcome.lease, None);
+            let refusal = outcome.refusal.expect("a refusal carries its reason");
+            (refusal, pairs(&outcome.holders))
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[track_caller]
+pub(super) fn lease(reply: &Reply) -> LeaseView {
+    match reply {
+        Reply::Lease(view) => view.clone(),
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+#[track_caller]
+pub(super) fn rejection(reply: &Reply) -> Rejection {
+    match reply {
+        Reply::Rejected(rejection) => rejection.clone(),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+/// The field an `invalid_argument` names.
+#[track_caller]
+pub(super) fn invalid_field(reply: &Reply) -> String {
+    match rejection(reply) {
+        Rejection::InvalidArgument { field, .. } => field,
+        other => panic!("expected invalid_argument, got {other:?}"),
+    }
+}
+
+/// Pairs (holder, token) from string literals.
+pub(super) fn held(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+    list.iter().map(|(h, t)| (h.to_string(), *t)).collect()
+}

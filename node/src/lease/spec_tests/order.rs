@@ -1,0 +1,142 @@
+//! SPEC §3's order of checks when several fail: argument validation → (authentication, at the
+//! API) → resource/lease existence → holder and permission → fencing token → lease state →
+//! policy. And `require_registration`'s `resource_not_found`.
+
+use super::*;
+
+/// Registers "r" with a 10 s lifetime cap (index 1); alice holds it as "a" (index 2, token 2).
+fn capped() -> (Log, LeaseView) {
+    let mut log = Log::new();
+    log.register(
+        "r",
+        Policy {
+            max_lifetime_ms: 10_000,
+            default_ttl_ms: 5_000,
+            ..Policy::registered()
+        },
+    );
+    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 5_000)));
+    (log, a)
+}
+
+#[test]
+fn s3_a_bad_name_with_an_unknown_lease_is_invalid_argument() {
+    let (mut log, a) = capped();
+    let op = RenewOp {
+        resource: "bad name".into(),
+        lease_id: "lse_404_0".into(),
+        ..renew_of(&a, None)
+    };
+    assert_eq!(invalid_field(&log.renew(ALICE, op)), "resource");
+    let op = ReleaseOp {
+        holder: String::new(),
+        lease_id: "lse_404_0".into(),
+        ..release_of(&a)
+    };
+    assert_eq!(invalid_field(&log.release(ALICE, op)), "holder");
+}
+
+#[test]
+fn s3_an_unknown_lease_with_a_wrong_token_is_lease_not_found() {
+    let (mut log, a) = capped();
+    let op = RenewOp {
+        lease_id: "lse_404_0".into(),
+        fencing_token: 404,
+        ..renew_of(&a, None)
+    };
+    assert_eq!(rejection(&log.renew(ALICE, op)).reason(), "lease_not_found");
+    let op = ReleaseOp {
+        resource: "elsewhere".into(),
+        fencing_token: 404,
+        ..release_of(&a)
+    };
+    assert_eq!(rejection(&log.release(BOB, op)).reason(), "lease_not_found");
+}
+
+#[test]
+fn s3_a_wrong_holder_with_a_stale_token_is_insufficient_permissions() {
+    let (mut log, a) = capped();
+    let op = RenewOp {
+        holder: "not-a".into(),
+        fencing_token: 1,
+        ..renew_of(&a, None)
+    };
+    assert_eq!(
+        rejection(&log.renew(ALICE, op)).reason(),
+        "insufficient_permissions"
+    );
+    // Another principal with the right holder and a stale token: permission first, too.
+    let op = RenewOp {
+        fencing_token: 1,
+        ..renew_of(&a, None)
+    };
+    assert_eq!(
+        rejection(&log.renew(BOB, op)).reason(),
+        "insufficient_permissions"
+    );
+}
+
+#[test]
+fn s3_a_stale_token_past_the_lifetime_is_stale_fencing_token() {
+    let (mut log, a) = capped();
+    log.elapse(8_000);
+    // Renewing 5 s more would pass the 10 s cap; the token is checked first.
+    let op = RenewOp {
+        fencing_token: 1,
+        ..renew_of(&a, Some(5_000))
+    };
+    assert_eq!(
+        rejection(&log.renew(ALICE, op)),
+        Rejection::StaleFencingToken {
+            expected: 2,
+            got: 1
+        }
+    );
+    assert_eq!(
+        rejection(&log.renew(ALICE, renew_of(&a, Some(5_000)))).reason(),
+        "lifetime_exceeded"
+    );
+}
+
+#[test]
+fn s3_a_ttl_argument_out_of_range_answers_before_the_lease_is_looked_up() {
+    let (mut log, a) = capped();
+    let op = RenewOp {
+        lease_id: "lse_404_0".into(),
+        ..renew_of(&a, Some(500))
+    };
+    assert_eq!(rejection(&log.renew(BOB, op)).reason(), "ttl_out_of_range");
+}
+
+/// CHOICE (the lead's, documented in tests.rs's model): a lease that is gone answers by how it
+/// ended — reclaimed → `lease_expired`, released → `lease_not_found`, transferred →
+/// `stale_fencing_token` — whatever holder, principal and token the caller gave. A strict
+/// reading of §3 would check holder, permission and token of the ended lease first.
+#[test]
+fn s3_a_gone_lease_answers_by_how_it_ended() {
+    let (mut log, a) = capped();
+    log.elapse(5_000 + 60_000);
+    log.tick();
+    let op = RenewOp {
+        fencing_token: 1,
+        ..renew_of(&a, None)
+    };
+    assert_eq!(rejection(&log.renew(BOB, op)), Rejection::LeaseExpired);
+}
+
+#[test]
+fn s3_require_registration_makes_an_unregistered_name_resource_not_found() {
+    let mut log = Log::new();
+    log.require_registration = true;
+    let refusal = rejection(&log.acquire(ALICE, acq("adhoc", "a")));
+    assert_eq!(refusal, Rejection::ResourceNotFound("adhoc".into()));
+    assert_eq!(refusal.reason(), "resource_not_found");
+    assert!(log.holders("adhoc").is_empty());
+    // A bad name is still an argument error first.
+    assert_eq!(
+        invalid_field(&log.acquire(ALICE, acq("bad name", "a"))),
+        "resource"
+    );
+    log.register("known", Policy::registered());
+    granted(&log.acquire(ALICE, acq("known", "a")));
+}

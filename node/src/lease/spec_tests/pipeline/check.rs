@@ -1,0 +1,279 @@
+//! What every step must keep: the reply's shape, the invariants of SPEC §1 and §4 after every
+//! entry, reads that never fail but for `compacted`, and snapshots that restore exactly.
+
+use std::collections::BTreeSet;
+
+use tenure_proto::v1 as pb;
+
+use super::gen::{label, Read, HOLDERS, RESOURCES};
+use super::Run;
+use crate::api::{convert, validate as request};
+use crate::error::ApiError;
+use crate::lease::command::{Op, Reply};
+use crate::lease::machine::State;
+use crate::lease::query::Answer;
+use crate::lease::types::Mode;
+
+/// What the node's handler does with a validation error: it must be a client error.
+#[track_caller]
+pub(super) fn client_error(error: &ApiError) {
+    let (reason, code) = error.reason_and_code();
+    assert!(
+        matches!(error, ApiError::Rejected(_)),
+        "validation answered {reason}: {error:?}"
+    );
+    assert_ne!(code, tonic::Code::Internal, "{error:?}");
+}
+
+impl Run {
+    /// The reply has the shape the gRPC handler maps (anything else would be `internal`), and
+    /// every lease it shows converts.
+    pub(super) fn check_reply(&mut self, n: usize, op: &Op, reply: &Reply) {
+        let fits = match (op, reply) {
+            (_, Reply::Rejected(rejection)) => {
+                client_error(&ApiError::from(rejection.clone()));
+                true
+            }
+            (Op::CreateResource(_), Reply::Resource(view)) => {
+                convert::resource(view);
+                true
+            }
+            (Op::Acquire(_), Reply::Acquire(outcome)) => {
+                assert_eq!(
+                    outcome.granted,
+                    outcome.lease.is_some(),
+                    "step {n}: {outcome:?}"
+                );
+                assert_eq!(
+                    outcome.granted,
+                    outcome.refusal.is_none(),
+                    "step {n}: {outcome:?}"
+                );
+                self.seen.extend(outcome.lease.iter().cloned());
+                self.seen.extend(outcome.holders.iter().cloned());
+                true
+            }
+            (Op::Renew(_) | Op::Release(_) | Op::Transfer(_), Reply::Lease(view)) => {
+                convert::lease(view);
+                self.seen.push(view.clone());
+                true
+            }
+            (Op::Tick, Reply::Reclaimed(_)) => true,
+            _ => false,
+        };
+        assert!(fits, "step {n}: {op:?} answered {reply:?}");
+    }
+
+    pub(super) fn check_invariants(&mut self, n: usize) {
+        let state = &self.log.state;
+        let index = self.log.index;
+        let now_ms = state.clock().now_ms();
+        assert!(
+            now_ms >= self.now_before_ms,
+            "step {n}: the lease clock ran backwards"
+        );
+        self.now_before_ms = now_ms;
+        let mut live = BTreeSet::new();
+        let mut count = 0;
+        for (name, rs) in &state.resources {
+            let policy = state.policy_of(name);
+            let leases = &rs.leases;
+            count += leases.len();
+            if leases.iter().any(|l| l.mode == Mode::Exclusive) {
+                assert_eq!(
+                    leases.len(),
+                    1,
+                    "step {n}: {name}: exclusive shares: {leases:?}"
+                );
+            } else {
+                for l in leases {
+                    assert!(
+                        policy.shared_modes.contains(&l.mode),
+                        "step {n}: {name}: {l:?}"
+                    );
+                }
+            }
+            let units: u128 = leases.iter().map(|l| u128::from(l.units)).sum();
+            assert!(
+                units <= u128::from(policy.total_units),
+                "step {n}: {name}: {units} units"
+            );
+            let holders: BTreeSet<&str> = leases.iter().map(|l| l.holder.as_str()).collect();
+            assert_eq!(
+                holders.len(),
+                leases.len(),
+                "step {n}: {name}: a holder twice"
+            );
+            let high = self.exclusive_high.get(name).copied().unwrap_or(0);
+            for l in leases {
+                assert!(
+                    (1..=index).contains(&l.fencing_token),
+                    "step {n}: {name}: token {} at index {index}",
+                    l.fencing_token
+                );
+                if !self.live_before.contains(&l.lease_id) {
+                    // Granted (or transferred) by this entry: its token is this index, above
+                    // every exclusive tenure the resource had.
+                    assert_eq!(l.fencing_token, index, "step {n}: {name}: new lease {l:?}");
+                    assert!(
+                        l.fencing_token > high,
+                        "step {n}: {name}: token not above {high}"
+                    );
+                }
+                live.insert(l.lease_id.clone());
+                // Validate judges the live tenure by the committed clock.
+                let v = state.validate(name, &l.lease_id, l.fencing_token, None);
+                let expected = if now_ms < l.expires_at_ms {
+                    (true, "ok")
+                } else {
+                    (false, "lease expired")
+                };
+                assert_eq!((v.valid, v.reason.as_str()), expected, "step {n}: {l:?}");
+            }
+            if let Some(top) = leases
+                .iter()
+                .filter(|l| l.mode == Mode::Exclusive)
+                .map(|l| l.fencing_token)
+                .max()
+            {
+                self.exclusive_high.insert(name.clone(), high.max(top));
+            }
+            assert!(
+                rs.revision <= index,
+                "step {n}: {name}: revision from the future"
+            );
+            assert!(
+                rs.history
+                    .iter()
+                    .zip(rs.history.iter().skip(1))
+                    .all(|(a, b)| { a.revision <= b.revision && a.position() < b.position() }),
+                "step {n}: {name}: history out of order"
+            );
+        }
+        assert_eq!(state.live_leases(), count, "step {n}: live_leases()");
+        self.live_before = live;
+    }
+
+    /// A read through validation and `query::answer`: no panic, never `internal`.
+    pub(super) fn read(&self, read: &Read) {
+        const PREFIXES: [&str; 5] = ["", "d", "p", "bad prefix", "db"];
+        const PRINCIPALS: [&str; 5] = ["", "alice", "bob", "root", "ctl\n"];
+        const RESOURCE_TOKENS: [&str; 4] = ["", "db", "bad token", "zzz"];
+        const LEASE_TOKENS: [&str; 5] = ["", "db|lse_1_0", "nopipe", "a|b|c", "db|"];
+        const HISTORY_TOKENS: [&str; 5] = [
+            "",
+            "3.0",
+            "x",
+            "1.99999999999",
+            "18446744073709551615.4294967295",
+        ];
+        let query = match read {
+            Read::Get(name, consistency) => request::get_resource(&pb::GetResourceRequest {
+                name: RESOURCES[*name].into(),
+                consistency: *consistency,
+            }),
+            Read::Resources {
+                prefix,
+                page_size,
+                page_token,
+            } => request::list_resources(&pb::ListResourcesRequest {
+                prefix: PREFIXES[*prefix].into(),
+                page_size: *page_size,
+                page_token: RESOURCE_TOKENS[*page_token].into(),
+                consistency: 0,
+            }),
+            Read::Leases {
+                holder,
+                principal,
+                page_size,
+                page_token,
+            } => request::list_leases(&pb::ListLeasesRequest {
+                holder: HOLDERS[*holder].into(),
+                principal: PRINCIPALS[*principal].into(),
+                page_size: *page_size,
+                page_token: LEASE_TOKENS[*page_token].into(),
+                consistency: 0,
+            }),
+            Read::History {
+                resource,
+                page_size,
+                page_token,
+                order,
+                events,
+            } => request::history(&pb::HistoryRequest {
+                resource: RESOURCES[*resource].into(),
+                page_size: *page_size,
+                page_token: HISTORY_TOKENS[*page_token].into(),
+                order: *order,
+                events: events.clone(),
+                consistency: 0,
+            }),
+            Read::Validate {
+                target,
+                fsm,
+                consistency,
+            } => {
+                let (resource, lease_id, _, fencing_token) = self.aim(target);
+                request::validate(&pb::ValidateRequest {
+                    resource,
+                    lease_id,
+                    fencing_token,
+                    fsm_machine: label(fsm.0),
+                    fsm_transition: label(fsm.1),
+                    consistency: *consistency,
+                })
+            }
+        };
+        let (query, _stale) = match query {
+            Ok(query) => query,
+            Err(error) => return client_error(&error),
+        };
+        match self.log.query(&query) {
+            Answer::Resource(view) => drop(convert::resource(&view)),
+            Answer::Resources { resources, .. } => {
+                resources.iter().for_each(|r| drop(convert::resource(r)));
+            }
+            Answer::Leases { leases, next } => {
+                leases.iter().for_each(|l| drop(convert::lease(l)));
+                if let Some((resource, lease_id)) = next {
+                    let token = request::lease_page_token(&resource, &lease_id);
+                    let again = pb::ListLeasesRequest {
+                        holder: "h1".into(),
+                        page_token: token,
+                        ..Default::default()
+                    };
+                    request::list_leases(&again).expect("a page token we made parses");
+                }
+            }
+            Answer::History { events, next } => {
+                events
+                    .iter()
+                    .for_each(|e| drop(convert::history_entry("r", e)));
+                if let Some(position) = next {
+                    let again = pb::HistoryRequest {
+                        resource: "db".into(),
+                        page_token: request::history_page_token(position),
+                        ..Default::default()
+                    };
+                    request::history(&again).expect("a page token we made parses");
+                }
+            }
+            Answer::Validate(v) => {
+                assert!(v.valid == (v.reason == "ok"), "{v:?}");
+                v.lease.iter().for_each(|l| drop(convert::lease(l)));
+            }
+            Answer::Rejected(rejection) => {
+                assert_eq!(rejection.reason(), "compacted", "{query:?}: {rejection:?}");
+            }
+        }
+    }
+
+    /// A snapshot of the state restores to the same state, derived indexes included.
+    pub(super) fn check_snapshot(&self) {
+        let json = serde_json::to_string(&self.log.state).expect("state serializes");
+        let restored = serde_json::from_str::<State>(&json)
+            .expect("state deserializes")
+            .restored();
+        assert_eq!(restored, self.log.state, "snapshot round trip");
+    }
+}

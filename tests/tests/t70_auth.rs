@@ -1,0 +1,420 @@
+//! Auth (SPEC §6, §3): bearer tokens map to principals and roles. With `--token-file`, a call
+//! without a known token is `unauthenticated`; only an admin registers; only a lease's principal
+//! or an admin renews, releases or transfers it; argument validation answers before
+//! authentication; and a follower that forwards a call keeps the caller's principal.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use tenure_client::{pb, Client, Error};
+use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::{acquire_request, ids};
+use tonic::Code;
+
+const ELECTION: Duration = Duration::from_secs(15);
+const TTL: Duration = Duration::from_secs(60);
+const ADMIN: &str = "t70-admin-secret";
+const ALICE: &str = "t70-alice-secret";
+const BOB: &str = "t70-bob-secret";
+
+/// A 3-node cluster whose nodes all read one token file: `root` (admin), `alice` and `bob`
+/// (clients). The temp dir holding the file lives as long as the cluster.
+async fn cluster() -> (InProcessCluster, tempfile::TempDir, u64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tokens");
+    std::fs::write(
+        &path,
+        format!("# t70\n{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n"),
+    )
+    .expect("token file");
+    let flags = vec!["--token-file".to_string(), path.display().to_string()];
+    let extra: BTreeMap<u64, Vec<String>> =
+        ids(3).into_iter().map(|id| (id, flags.clone())).collect();
+    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    (cluster, dir, leader)
+}
+
+fn as_(client: &Client, token: &str) -> Client {
+    client.with_token(token).expect("an ASCII token")
+}
+
+#[track_caller]
+fn refused<T: Debug>(what: &str, result: Result<T, Error>, code: Code, reason: &str) {
+    match result {
+        Ok(reply) => panic!("{what}: accepted ({reply:?}); expected {reason}"),
+        Err(Error::Status {
+            code: got_code,
+            reason: got_reason,
+            message,
+        }) => {
+            assert_eq!(
+                (got_code, got_reason.as_str()),
+                (code, reason),
+                "{what}: {message}"
+            );
+        }
+        Err(other) => panic!("{what}: {other}"),
+    }
+}
+
+fn registered(name: &str, transferable: bool) -> pb::CreateResourceRequest {
+    pb::CreateResourceRequest {
+        name: name.into(),
+        policy: Some(pb::Policy {
+            transferable,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn renew(lease: &pb::Lease) -> pb::RenewRequest {
+    pb::RenewRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        ..Default::default()
+    }
+}
+
+fn release(lease: &pb::Lease) -> pb::ReleaseRequest {
+    pb::ReleaseRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        ..Default::default()
+    }
+}
+
+fn transfer(lease: &pb::Lease, to_holder: &str, to_principal: &str) -> pb::TransferRequest {
+    pb::TransferRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        to_holder: to_holder.into(),
+        to_principal: to_principal.into(),
+        ..Default::default()
+    }
+}
+
+async fn granted(client: &Client, resource: &str, holder: &str) -> pb::Lease {
+    let reply = client
+        .acquire(acquire_request(resource, holder, TTL))
+        .await
+        .unwrap_or_else(|e| panic!("acquire {resource}: {e}"));
+    assert!(reply.granted, "acquire {resource}: {reply:?}");
+    reply.lease.expect("a granted lease")
+}
+
+async fn leases_on(client: &Client, resource: &str) -> Vec<pb::Lease> {
+    client
+        .get_resource(pb::GetResourceRequest {
+            name: resource.into(),
+            consistency: 0,
+        })
+        .await
+        .expect("get_resource as admin")
+        .resource
+        .expect("a resource")
+        .leases
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_or_unknown_tokens_are_unauthenticated_and_arguments_are_checked_first() {
+    let (cluster, _dir, _) = cluster().await;
+    let anonymous = cluster.client();
+    let stranger = as_(&anonymous, "not-a-known-token");
+    let admin = as_(&anonymous, ADMIN);
+    const UNAUTHENTICATED: (Code, &str) = (Code::Unauthenticated, "unauthenticated");
+
+    for (who, client) in [("no token", &anonymous), ("unknown token", &stranger)] {
+        let (code, reason) = UNAUTHENTICATED;
+        refused(
+            &format!("{who}: acquire"),
+            client.acquire(acquire_request("t70/a", "h", TTL)).await,
+            code,
+            reason,
+        );
+        refused(
+            &format!("{who}: create_resource"),
+            client.create_resource(registered("t70/a-reg", false)).await,
+            code,
+            reason,
+        );
+        refused(
+            &format!("{who}: get_resource"),
+            client
+                .get_resource(pb::GetResourceRequest {
+                    name: "t70/a".into(),
+                    consistency: 0,
+                })
+                .await,
+            code,
+            reason,
+        );
+        refused(
+            &format!("{who}: validate"),
+            client
+                .validate(pb::ValidateRequest {
+                    resource: "t70/a".into(),
+                    fencing_token: 1,
+                    ..Default::default()
+                })
+                .await,
+            code,
+            reason,
+        );
+        refused(
+            &format!("{who}: list_leases"),
+            client
+                .list_leases(pb::ListLeasesRequest {
+                    principal: "alice".into(),
+                    ..Default::default()
+                })
+                .await,
+            code,
+            reason,
+        );
+        // SPEC §3: argument validation comes before authentication.
+        refused(
+            &format!("{who}: acquire with a bad resource name"),
+            client.acquire(acquire_request("bad name", "h", TTL)).await,
+            Code::InvalidArgument,
+            "invalid_argument",
+        );
+        refused(
+            &format!("{who}: history with page_size 1001"),
+            client
+                .history(pb::HistoryRequest {
+                    resource: "t70/a".into(),
+                    page_size: 1_001,
+                    ..Default::default()
+                })
+                .await,
+            Code::InvalidArgument,
+            "invalid_argument",
+        );
+        refused(
+            &format!("{who}: create_resource with EXCLUSIVE as a shared mode"),
+            client
+                .create_resource(pb::CreateResourceRequest {
+                    name: "t70/a-reg".into(),
+                    policy: Some(pb::Policy {
+                        shared_modes: vec![pb::LeaseMode::Exclusive as i32],
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await,
+            Code::InvalidArgument,
+            "invalid_argument",
+        );
+    }
+    // Nothing was acquired or registered.
+    assert!(leases_on(&admin, "t70/a").await.is_empty());
+    let resource = admin
+        .get_resource(pb::GetResourceRequest {
+            name: "t70/a-reg".into(),
+            consistency: 0,
+        })
+        .await
+        .expect("get_resource")
+        .resource
+        .expect("a resource");
+    assert!(resource.ad_hoc, "{resource:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_lease() {
+    let (cluster, _dir, _) = cluster().await;
+    let client = cluster.client();
+    let (admin, alice, bob) = (as_(&client, ADMIN), as_(&client, ALICE), as_(&client, BOB));
+    const DENIED: (Code, &str) = (Code::PermissionDenied, "insufficient_permissions");
+
+    refused(
+        "alice registers",
+        alice.create_resource(registered("t70/reg", true)).await,
+        DENIED.0,
+        DENIED.1,
+    );
+    let resource = admin
+        .create_resource(registered("t70/reg", true))
+        .await
+        .expect("the admin registers")
+        .resource
+        .expect("a resource");
+    assert!(!resource.ad_hoc && resource.policy.is_some_and(|p| p.transferable));
+
+    let lease = granted(&alice, "t70/reg", "alice-h").await;
+    assert_eq!(lease.principal, "alice");
+    refused(
+        "bob renews alice's lease",
+        bob.renew(renew(&lease)).await,
+        DENIED.0,
+        DENIED.1,
+    );
+    refused(
+        "bob releases alice's lease",
+        bob.release(release(&lease)).await,
+        DENIED.0,
+        DENIED.1,
+    );
+    refused(
+        "bob transfers alice's lease to himself",
+        bob.transfer(transfer(&lease, "bob-h", "bob")).await,
+        DENIED.0,
+        DENIED.1,
+    );
+    let held = leases_on(&admin, "t70/reg").await;
+    assert_eq!(
+        held.iter()
+            .map(|l| (l.holder.as_str(), l.fencing_token))
+            .collect::<Vec<_>>(),
+        [("alice-h", lease.fencing_token)],
+        "bob changed nothing"
+    );
+
+    // Alice may; the admin may too.
+    alice.renew(renew(&lease)).await.expect("alice renews");
+    let renewed = admin.renew(renew(&lease)).await.expect("the admin renews");
+    assert_eq!(renewed.lease.map(|l| l.principal).as_deref(), Some("alice"));
+    let released = admin
+        .release(release(&lease))
+        .await
+        .expect("the admin releases alice's lease")
+        .lease
+        .expect("the released lease");
+    assert_eq!(released.status, pb::LeaseStatus::Released as i32);
+    assert!(leases_on(&admin, "t70/reg").await.is_empty());
+
+    // A transfer to another principal hands over the right to change the lease.
+    let lease = granted(&alice, "t70/reg", "alice-h").await;
+    let moved = alice
+        .transfer(transfer(&lease, "bob-h", "bob"))
+        .await
+        .expect("alice transfers to bob")
+        .lease
+        .expect("the new lease");
+    assert_eq!(
+        (moved.holder.as_str(), moved.principal.as_str()),
+        ("bob-h", "bob")
+    );
+    refused(
+        "alice renews bob's lease",
+        alice.renew(renew(&moved)).await,
+        DENIED.0,
+        DENIED.1,
+    );
+    bob.renew(renew(&moved))
+        .await
+        .expect("bob renews his lease");
+    let listed = bob
+        .list_leases(pb::ListLeasesRequest {
+            principal: "bob".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list_leases");
+    assert_eq!(
+        listed
+            .leases
+            .iter()
+            .map(|l| l.lease_id.as_str())
+            .collect::<Vec<_>>(),
+        [moved.lease_id.as_str()]
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_through_a_follower_keeps_the_callers_principal() {
+    let (cluster, _dir, leader) = cluster().await;
+    let follower = ids(3)
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let through = cluster.client_of(follower);
+    let (admin, alice, bob) = (
+        as_(&through, ADMIN),
+        as_(&through, ALICE),
+        as_(&through, BOB),
+    );
+    const DENIED: (Code, &str) = (Code::PermissionDenied, "insufficient_permissions");
+
+    // The follower authenticates before it forwards.
+    refused(
+        "no token, through a follower",
+        through.acquire(acquire_request("t70/fwd", "h", TTL)).await,
+        Code::Unauthenticated,
+        "unauthenticated",
+    );
+    refused(
+        "alice registers, through a follower",
+        alice.create_resource(registered("t70/fwd-reg", true)).await,
+        DENIED.0,
+        DENIED.1,
+    );
+    admin
+        .create_resource(registered("t70/fwd-reg", true))
+        .await
+        .expect("the admin registers through a follower");
+
+    let lease = granted(&alice, "t70/fwd", "alice-h").await;
+    assert_eq!(lease.principal, "alice");
+    let on_leader = cluster.client_of(leader).with_token(ADMIN).expect("token");
+    let seen = leases_on(&on_leader, "t70/fwd").await;
+    assert_eq!(
+        seen.iter()
+            .map(|l| (l.holder.as_str(), l.principal.as_str()))
+            .collect::<Vec<_>>(),
+        [("alice-h", "alice")]
+    );
+    refused(
+        "bob renews alice's lease, through a follower",
+        bob.renew(renew(&lease)).await,
+        DENIED.0,
+        DENIED.1,
+    );
+
+    let lease = granted(&alice, "t70/fwd-reg", "alice-h").await;
+    let moved = alice
+        .transfer(transfer(&lease, "carol-h", ""))
+        .await
+        .expect("a transfer through a follower")
+        .lease
+        .expect("the new lease");
+    assert_eq!(
+        (moved.holder.as_str(), moved.principal.as_str()),
+        ("carol-h", "alice")
+    );
+    assert!(moved.fencing_token > lease.fencing_token);
+
+    let history = alice
+        .history(pb::HistoryRequest {
+            resource: "t70/fwd-reg".into(),
+            order: pb::Order::Asc as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("history through a follower");
+    let actors: Vec<(i32, &str)> = history
+        .entries
+        .iter()
+        .map(|e| (e.event, e.actor.as_str()))
+        .collect();
+    assert_eq!(
+        actors,
+        [
+            (pb::EventType::Registered as i32, "root"),
+            (pb::EventType::Acquired as i32, "alice"),
+            (pb::EventType::Transferred as i32, "alice"),
+        ]
+    );
+    cluster.shutdown().await;
+}
