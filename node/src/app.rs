@@ -72,7 +72,16 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     let log_store = LogStore::open(&config.data_dir.join("raft"), stats.clone())?;
     let sm = StateMachineStore::open(config.data_dir.join("snapshots"), stats)?;
     let shared = sm.shared.clone();
-    let peers = Peers::default();
+    let auth = match &config.token_file {
+        Some(path) => crate::auth::Auth::load(path)?,
+        None => {
+            tracing::warn!(
+                "AUTH IS OFF (no --token-file): every caller is the principal `anonymous` with the admin role"
+            );
+            crate::auth::Auth::off()
+        }
+    };
+    let peers = Peers::new(auth.peer_token())?;
     let raft = Raft::new(
         config.id,
         Arc::new(raft_config(&config)?),
@@ -98,15 +107,6 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         });
     }
 
-    let auth = match &config.token_file {
-        Some(path) => crate::auth::Auth::load(path)?,
-        None => {
-            tracing::warn!(
-                "AUTH IS OFF (no --token-file): every caller is the principal `anonymous` with the admin role"
-            );
-            crate::auth::Auth::off()
-        }
-    };
     if config.breaks_linearizable_reads() {
         tracing::error!(
             "fault injection: DELIBERATELY BROKEN: linearizable reads are served from local state"

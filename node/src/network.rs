@@ -18,6 +18,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tenure_proto::raft::v1::raft_client::RaftClient;
 use tenure_proto::raft::v1::RaftBytes;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::store::{NodeId, TypeConfig};
@@ -25,15 +27,52 @@ use crate::store::{NodeId, TypeConfig};
 /// Raft bodies carry snapshots; allow far more than the client API's 4 MiB.
 pub const PEER_MESSAGE_LIMIT: usize = 256 * 1024 * 1024;
 
+/// Puts this node's peer token (auth on) on every call to another node.
+#[derive(Clone, Default)]
+pub struct PeerAuth(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for PeerAuth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+pub type PeerClient = RaftClient<InterceptedService<Channel, PeerAuth>>;
+
 /// Cached peer channels, keyed by address. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Peers {
-    channels: Arc<Mutex<HashMap<String, RaftClient<Channel>>>>,
+    channels: Arc<Mutex<HashMap<String, PeerClient>>>,
+    auth: PeerAuth,
 }
 
 impl Peers {
+    /// Peers reached with `peer_token` (None: auth is off).
+    pub fn new(peer_token: Option<&str>) -> anyhow::Result<Self> {
+        let auth = match peer_token {
+            Some(token) => Some(
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("the peer token must be printable ASCII"))?,
+            ),
+            None => None,
+        };
+        Ok(Peers {
+            channels: Arc::default(),
+            auth: PeerAuth(auth),
+        })
+    }
+
     /// The client for `addr`, creating its channel on first use (connects lazily).
-    pub fn client(&self, addr: &str) -> Result<RaftClient<Channel>, tonic::transport::Error> {
+    pub fn client(&self, addr: &str) -> Result<PeerClient, tonic::transport::Error> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(client) = channels.get(addr) {
             return Ok(client.clone());
@@ -45,7 +84,7 @@ impl Peers {
             .keep_alive_timeout(Duration::from_secs(3))
             .keep_alive_while_idle(true)
             .connect_lazy();
-        let client = RaftClient::new(channel)
+        let client = RaftClient::with_interceptor(channel, self.auth.clone())
             .max_decoding_message_size(PEER_MESSAGE_LIMIT)
             .max_encoding_message_size(PEER_MESSAGE_LIMIT);
         channels.insert(addr.to_string(), client.clone());

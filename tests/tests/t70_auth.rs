@@ -17,6 +17,7 @@ const TTL: Duration = Duration::from_secs(60);
 const ADMIN: &str = "t70-admin-secret";
 const ALICE: &str = "t70-alice-secret";
 const BOB: &str = "t70-bob-secret";
+const PEER: &str = "t70-peer-secret";
 
 /// A 3-node cluster whose nodes all read one token file: `root` (admin), `alice` and `bob`
 /// (clients). The temp dir holding the file lives as long as the cluster.
@@ -25,7 +26,9 @@ async fn cluster() -> (InProcessCluster, tempfile::TempDir, u64) {
     let path = dir.path().join("tokens");
     std::fs::write(
         &path,
-        format!("# t70\n{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n"),
+        format!(
+            "# t70\n{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"
+        ),
     )
     .expect("token file");
     let flags = vec!["--token-file".to_string(), path.display().to_string()];
@@ -415,6 +418,53 @@ async fn a_call_through_a_follower_keeps_the_callers_principal() {
             (pb::EventType::Acquired as i32, "alice"),
             (pb::EventType::Transferred as i32, "alice"),
         ]
+    );
+    cluster.shutdown().await;
+}
+
+/// The internal Raft service shares the port: with auth on it takes only the peer token, so a
+/// client cannot hand a node a command in another principal's name; the client API refuses
+/// the peer token.
+#[tokio::test]
+async fn the_internal_raft_service_takes_only_the_peer_token() {
+    tenure_tests::init_tracing();
+    let (cluster, _dir, leader) = cluster().await;
+    let addr = cluster.node(leader).addr.clone();
+    let mut raft =
+        tenure_proto::raft::v1::raft_client::RaftClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect");
+    let forged = |token: Option<&str>| {
+        let mut request = tonic::Request::new(tenure_proto::raft::v1::RaftBytes {
+            data: br#"{"principal":"alice","admin":true}"#.to_vec(),
+        });
+        if let Some(token) = token {
+            let value = format!("Bearer {token}").parse().expect("ascii");
+            request.metadata_mut().insert("authorization", value);
+        }
+        request
+    };
+    for token in [None, Some(ADMIN), Some(ALICE), Some("nope")] {
+        let status = raft.propose(forged(token)).await.expect_err("refused");
+        assert_eq!(
+            status.code(),
+            Code::Unauthenticated,
+            "{token:?}: {status:?}"
+        );
+    }
+    // The peer token passes the door; the forged body then fails to decode.
+    let status = raft
+        .propose(forged(Some(PEER)))
+        .await
+        .expect_err("bad body");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    let as_peer = as_(&cluster.client(), PEER);
+    refused(
+        "the peer token on the client API",
+        as_peer.acquire(acquire_request("t70/peer", "h", TTL)).await,
+        Code::Unauthenticated,
+        "unauthenticated",
     );
     cluster.shutdown().await;
 }

@@ -17,9 +17,16 @@ pub struct RaftApi {
     pub node: Arc<Node>,
 }
 
-fn body<T: serde::de::DeserializeOwned>(request: &Request<RaftBytes>) -> Result<T, Status> {
-    decode(request.get_ref())
-        .map_err(|e| Status::invalid_argument(format!("undecodable raft body: {e}")))
+impl RaftApi {
+    /// Decodes a call's body once its caller proved to be a peer (auth on: the peer token).
+    fn body<T: serde::de::DeserializeOwned>(
+        &self,
+        request: &Request<RaftBytes>,
+    ) -> Result<T, Status> {
+        self.node.auth.check_peer(request.metadata())?;
+        decode(request.get_ref())
+            .map_err(|e| Status::invalid_argument(format!("undecodable raft body: {e}")))
+    }
 }
 
 fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftBytes>, Status> {
@@ -34,22 +41,22 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        reply(&self.node.raft.append_entries(body(&request)?).await)
+        reply(&self.node.raft.append_entries(self.body(&request)?).await)
     }
 
     async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
-        reply(&self.node.raft.vote(body(&request)?).await)
+        reply(&self.node.raft.vote(self.body(&request)?).await)
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        reply(&self.node.raft.install_snapshot(body(&request)?).await)
+        reply(&self.node.raft.install_snapshot(self.body(&request)?).await)
     }
 
     async fn propose(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
-        let request: ProposeRequest = body(&request)?;
+        let request: ProposeRequest = self.body(&request)?;
         // Only client commands are handed over; the leader proposes Tick and Reclaim itself.
         if matches!(request.op, Op::Tick | Op::Reclaim { .. }) {
             return Err(Status::permission_denied(
@@ -67,14 +74,14 @@ impl Raft for RaftApi {
     }
 
     async fn read(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
-        let request: ReadRequest = body(&request)?;
+        let request: ReadRequest = self.body(&request)?;
         reply(&self.node.query_local(&request.query).await)
     }
 
     async fn set_clock(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         #[cfg(feature = "fault-injection")]
         {
-            let skew: crate::clock::ClockSkew = body(&request)?;
+            let skew: crate::clock::ClockSkew = self.body(&request)?;
             tracing::warn!(?skew, "fault injection: clocks changed");
             self.node.clock.apply_skew(skew);
             reply(&())
