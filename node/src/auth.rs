@@ -15,6 +15,7 @@ use anyhow::Context;
 use tonic::metadata::MetadataMap;
 
 use crate::error::ApiError;
+use crate::lease::history::SYSTEM_ACTOR;
 use crate::lease::policy;
 
 /// The principal of every caller when auth is off.
@@ -93,6 +94,16 @@ impl Auth {
                 policy::valid_name(principal),
                 "line {}: principal must be 1-128 bytes of [A-Za-z0-9_.:/-]",
                 n + 1
+            );
+            anyhow::ensure!(
+                ![ANONYMOUS, SYSTEM_ACTOR].contains(&principal),
+                "line {}: `{principal}` is reserved (history shows it for {})",
+                n + 1,
+                if principal == ANONYMOUS {
+                    "callers when auth is off"
+                } else {
+                    "reclaims"
+                }
             );
             let entry = Entry {
                 principal: principal.to_string(),

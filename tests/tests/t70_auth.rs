@@ -468,3 +468,29 @@ async fn the_internal_raft_service_takes_only_the_peer_token() {
     );
     cluster.shutdown().await;
 }
+
+/// SPEC §2: the Cluster service is admin only.
+#[tokio::test]
+async fn cluster_status_is_for_admins() {
+    tenure_tests::init_tracing();
+    let (cluster, _dir, _leader) = cluster().await;
+    let client = cluster.client();
+    refused(
+        "status without a token",
+        client.node_status(0).await,
+        Code::Unauthenticated,
+        "unauthenticated",
+    );
+    refused(
+        "status as a client",
+        as_(&client, ALICE).node_status(0).await,
+        Code::PermissionDenied,
+        "insufficient_permissions",
+    );
+    let status = as_(&client, ADMIN)
+        .node_status(0)
+        .await
+        .expect("an admin reads it");
+    assert!(status.leader_id > 0, "{status:?}");
+    cluster.shutdown().await;
+}

@@ -8,6 +8,8 @@ use tenure_proto::v1::cluster_server::Cluster;
 use tonic::{Request, Response, Status};
 
 use crate::app::Node;
+use crate::error::ApiError;
+use crate::lease::Rejection;
 use crate::store::StorageStats;
 
 pub struct ClusterApi {
@@ -18,9 +20,16 @@ pub struct ClusterApi {
 impl Cluster for ClusterApi {
     async fn status(
         &self,
-        _request: Request<pb::StatusRequest>,
+        request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let node = &self.node;
+        // SPEC §2: the Cluster service is admin only.
+        if !node.auth.caller(request.metadata())?.admin {
+            return Err(ApiError::from(Rejection::InsufficientPermissions(
+                "the Cluster service is for admins".into(),
+            ))
+            .into());
+        }
         let metrics = node.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
         let voters: Vec<u64> = membership.voter_ids().collect();

@@ -136,5 +136,7 @@ pub fn resource(view: &ResourceView) -> pb::Resource {
         waiting: 0,
         revision: view.revision,
         ad_hoc: view.ad_hoc,
+        lease_count: view.lease_count as u64,
+        units_in_use: view.units_in_use,
     }
 }

@@ -26,9 +26,13 @@ impl LeasesApi {
 
     /// Proposes `op` as `caller`; a node that receives a call without a `request_id` assigns
     /// one, so its own retries across elections are exactly-once too.
-    async fn propose(&self, caller: Caller, request_id: &str, op: Op) -> Result<Reply, ApiError> {
-        let request_id =
-            validate::request_id(request_id)?.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    async fn propose(
+        &self,
+        caller: Caller,
+        request_id: Option<String>,
+        op: Op,
+    ) -> Result<Reply, ApiError> {
+        let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let span = tracing::debug_span!("propose", request_id = %request_id);
         let _entered = span.enter();
         self.node
@@ -76,9 +80,10 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::CreateResourceResponse>, Status> {
         let req = request.get_ref();
         let op = validate::create_resource(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
         match self
-            .propose(caller, &req.request_id, Op::CreateResource(op))
+            .propose(caller, request_id, Op::CreateResource(op))
             .await?
         {
             Reply::Resource(view) => Ok(Response::new(pb::CreateResourceResponse {
@@ -108,13 +113,14 @@ impl Leases for LeasesApi {
         &self,
         request: Request<pb::ListResourcesRequest>,
     ) -> Result<Response<pb::ListResourcesResponse>, Status> {
-        let query = validate::list_resources(request.get_ref())?;
-        match self.read(&request, query).await? {
+        let (query, stale) = validate::list_resources(request.get_ref())?;
+        match self.read(&request, (query, stale)).await? {
             (Answer::Resources { resources, next }, read_revision) => {
                 Ok(Response::new(pb::ListResourcesResponse {
                     resources: resources.iter().map(convert::resource).collect(),
                     next_page_token: next.unwrap_or_default(),
                     read_revision,
+                    stale,
                 }))
             }
             (other, _) => Err(unexpected(other).into()),
@@ -127,11 +133,9 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let req = request.get_ref();
         let op = validate::acquire(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
-        match self
-            .propose(caller, &req.request_id, Op::Acquire(op))
-            .await?
-        {
+        match self.propose(caller, request_id, Op::Acquire(op)).await? {
             Reply::Acquire(outcome) => Ok(Response::new(pb::AcquireResponse {
                 granted: outcome.granted,
                 lease: outcome.lease.as_ref().map(convert::lease),
@@ -153,8 +157,9 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::RenewResponse>, Status> {
         let req = request.get_ref();
         let op = validate::renew(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
-        let reply = self.propose(caller, &req.request_id, Op::Renew(op)).await?;
+        let reply = self.propose(caller, request_id, Op::Renew(op)).await?;
         Ok(Response::new(pb::RenewResponse {
             lease: Some(lease_reply(reply)?),
         }))
@@ -166,10 +171,9 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let req = request.get_ref();
         let op = validate::release(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
-        let reply = self
-            .propose(caller, &req.request_id, Op::Release(op))
-            .await?;
+        let reply = self.propose(caller, request_id, Op::Release(op)).await?;
         Ok(Response::new(pb::ReleaseResponse {
             lease: Some(lease_reply(reply)?),
         }))
@@ -181,10 +185,9 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::TransferResponse>, Status> {
         let req = request.get_ref();
         let op = validate::transfer(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
-        let reply = self
-            .propose(caller, &req.request_id, Op::Transfer(op))
-            .await?;
+        let reply = self.propose(caller, request_id, Op::Transfer(op)).await?;
         Ok(Response::new(pb::TransferResponse {
             lease: Some(lease_reply(reply)?),
         }))
@@ -194,12 +197,14 @@ impl Leases for LeasesApi {
         &self,
         request: Request<pb::ValidateRequest>,
     ) -> Result<Response<pb::ValidateResponse>, Status> {
-        let query = validate::validate(request.get_ref())?;
-        match self.read(&request, query).await? {
-            (Answer::Validate(v), _) => Ok(Response::new(pb::ValidateResponse {
+        let (query, stale) = validate::validate(request.get_ref())?;
+        match self.read(&request, (query, stale)).await? {
+            (Answer::Validate(v), read_revision) => Ok(Response::new(pb::ValidateResponse {
                 valid: v.valid,
                 reason: v.reason,
                 lease: v.lease.as_ref().map(convert::lease),
+                read_revision,
+                stale,
             })),
             (other, _) => Err(unexpected(other).into()),
         }
@@ -209,8 +214,8 @@ impl Leases for LeasesApi {
         &self,
         request: Request<pb::ListLeasesRequest>,
     ) -> Result<Response<pb::ListLeasesResponse>, Status> {
-        let query = validate::list_leases(request.get_ref())?;
-        match self.read(&request, query).await? {
+        let (query, stale) = validate::list_leases(request.get_ref())?;
+        match self.read(&request, (query, stale)).await? {
             (Answer::Leases { leases, next }, read_revision) => {
                 Ok(Response::new(pb::ListLeasesResponse {
                     leases: leases.iter().map(convert::lease).collect(),
@@ -218,6 +223,7 @@ impl Leases for LeasesApi {
                         .map(|(r, l)| validate::lease_page_token(&r, &l))
                         .unwrap_or_default(),
                     read_revision,
+                    stale,
                 }))
             }
             (other, _) => Err(unexpected(other).into()),
@@ -229,8 +235,8 @@ impl Leases for LeasesApi {
         request: Request<pb::HistoryRequest>,
     ) -> Result<Response<pb::HistoryResponse>, Status> {
         let resource = request.get_ref().resource.clone();
-        let query = validate::history(request.get_ref())?;
-        match self.read(&request, query).await? {
+        let (query, stale) = validate::history(request.get_ref())?;
+        match self.read(&request, (query, stale)).await? {
             (Answer::History { events, next }, read_revision) => {
                 Ok(Response::new(pb::HistoryResponse {
                     entries: events
@@ -239,6 +245,7 @@ impl Leases for LeasesApi {
                         .collect(),
                     next_page_token: next.map(validate::history_page_token).unwrap_or_default(),
                     read_revision,
+                    stale,
                 }))
             }
             (other, _) => Err(unexpected(other).into()),

@@ -6,6 +6,7 @@ use tenure_proto::v1 as pb;
 use crate::error::ApiError;
 use crate::lease::policy::{self, MAX_METADATA_BYTES, MAX_TTL_CEILING_MS, MIN_TTL_MS};
 use crate::lease::query::MAX_PAGE_SIZE;
+use crate::lease::types::lease_order;
 use crate::lease::{
     AcquireOp, CreateOp, EventKind, FsmRequirement, Mode, Policy, Query, Rejection, ReleaseOp,
     RenewOp, TransferOp,
@@ -295,7 +296,7 @@ pub fn transfer(req: &pb::TransferRequest) -> Result<TransferOp, ApiError> {
         to_principal: if req.to_principal.is_empty() {
             None
         } else {
-            Some(label("to_principal", &req.to_principal, false)?)
+            Some(name("to_principal", &req.to_principal)?)
         },
     })
 }
@@ -342,7 +343,7 @@ pub fn list_leases(req: &pb::ListLeasesRequest) -> Result<(Query, bool), ApiErro
         .transpose()?;
     let after = match req.page_token.split_once('|') {
         _ if req.page_token.is_empty() => None,
-        Some((r, l)) if policy::valid_name(r) && policy::valid_name(l) => {
+        Some((r, l)) if policy::valid_name(r) && lease_order(l).is_some() => {
             Some((r.to_string(), l.to_string()))
         }
         _ => return Err(bad_page_token()),

@@ -5,6 +5,7 @@ use super::command::{AcquireOp, CreateOp, Reply};
 use super::history::{Event, EventKind};
 use super::machine::{check_name, check_names, check_ttl, Ctx, ResourceState, State};
 use super::policy;
+use super::query::HOLDERS_SHOWN;
 use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Refusal, Rejection};
 
 impl State {
@@ -32,7 +33,7 @@ impl State {
                 "only an admin may register resources".into(),
             ));
         }
-        let rs = self.resources.entry(name.clone()).or_default();
+        let rs = self.resource_entry(&name);
         rs.registration = Some(op.policy.clone());
         rs.revision = ctx.index;
         self.record(
@@ -148,7 +149,7 @@ impl State {
                 granted: false,
                 lease: None,
                 refusal: Some(refusal),
-                holders: rs.leases.iter().map(|l| self.live_view(l)).collect(),
+                holders: self.leases_shown(&rs.leases, HOLDERS_SHOWN),
             }));
         }
 
@@ -181,7 +182,7 @@ impl State {
         let view = self.live_view(&lease);
         let event = Event::about(kind, &lease, None, Some(LeaseStatus::Active));
         let name = lease.resource.clone();
-        let rs = self.resources.entry(name.clone()).or_default();
+        let rs = self.resource_entry(&name);
         rs.leases.push(lease);
         rs.revision = ctx.index;
         self.record(ctx.index, ctx.principal, &name, event);

@@ -87,6 +87,17 @@ pub struct State {
     pub(super) due: BTreeSet<(u64, String, String)>,
     #[serde(skip)]
     pub(super) retention: Retention,
+    /// The (revision, seq) of the newest event the global bound dropped: a resource created
+    /// after that (perhaps a forgotten one, used again) may have had events up to it.
+    #[serde(default)]
+    pub(super) dropped_through: Option<(u64, u32)>,
+    /// The global bound on retained events: [`history::TOTAL`]; tests lower it.
+    #[serde(skip, default = "history_total")]
+    pub(super) history_total: usize,
+}
+
+fn history_total() -> usize {
+    history::TOTAL
 }
 
 impl Default for State {
@@ -144,7 +155,22 @@ impl State {
             dedup: Dedup::default(),
             due: BTreeSet::new(),
             retention: Retention::default(),
+            dropped_through: None,
+            history_total: history::TOTAL,
         }
+    }
+
+    /// The resource `name`, created if the state does not know it. A new resource counts as
+    /// trimmed through every event the global bound has dropped, so a history cursor kept
+    /// from a forgotten resource of the same name answers `compacted`, never a silent gap.
+    pub(super) fn resource_entry(&mut self, name: &str) -> &mut ResourceState {
+        let dropped_through = self.dropped_through;
+        self.resources
+            .entry(name.to_string())
+            .or_insert_with(|| ResourceState {
+                trimmed_through: dropped_through,
+                ..ResourceState::default()
+            })
     }
 
     /// Rebuilds the derived indexes after deserializing a snapshot.
@@ -337,7 +363,7 @@ impl State {
             self.retention.dropped(name, old);
             rs.trimmed_through = Some(old.position());
         }
-        while self.retention.len() > history::TOTAL {
+        while self.retention.len() > self.history_total {
             let Some(oldest) = self.retention.oldest().map(str::to_string) else {
                 break;
             };
@@ -348,6 +374,7 @@ impl State {
                 Some(old) => {
                     self.retention.dropped(&oldest, &old);
                     rs.trimmed_through = Some(old.position());
+                    self.dropped_through = self.dropped_through.max(Some(old.position()));
                 }
                 None => break,
             }

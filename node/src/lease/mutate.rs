@@ -4,7 +4,6 @@
 use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
 use super::history::{Event, EventKind, Successor};
 use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, State};
-use super::policy;
 use super::types::{Lease, LeaseStatus, Rejection};
 
 /// The lease a renew, release or transfer names, and the token it claims.
@@ -52,24 +51,16 @@ impl State {
                 l.lease_id == lease_id
             }
         };
-        let live = rs.and_then(|rs| rs.leases.iter().find(|l| names(l)));
-        let Some(lease) = live else {
-            let ended = rs.and_then(|rs| rs.ended.iter().rev().find(|e| names(&e.lease)));
-            return Err(match ended {
-                Some(Ended {
-                    status: LeaseStatus::Released,
-                    ..
-                }) => Rejection::LeaseNotFound(": it was released".into()),
-                Some(Ended {
-                    superseded_by: Some(expected),
-                    ..
-                }) => Rejection::StaleFencingToken {
-                    expected: *expected,
-                    got: fencing_token,
-                },
-                Some(_) => Rejection::LeaseExpired,
-                None => Rejection::LeaseNotFound(String::new()),
-            });
+        // Existence: a live lease, or one that ended (a released one no longer exists).
+        let (lease, ended) = match rs.and_then(|rs| rs.leases.iter().find(|l| names(l))) {
+            Some(live) => (live, None),
+            None => match rs.and_then(|rs| rs.ended.iter().rev().find(|e| names(&e.lease))) {
+                Some(e) if e.status == LeaseStatus::Released => {
+                    return Err(Rejection::LeaseNotFound(": it was released".into()))
+                }
+                Some(e) => (&e.lease, Some(e)),
+                None => return Err(Rejection::LeaseNotFound(String::new())),
+            },
         };
         if lease.holder != holder {
             return Err(Rejection::InsufficientPermissions(format!(
@@ -83,11 +74,19 @@ impl State {
                 lease.lease_id
             )));
         }
-        if lease.fencing_token != fencing_token {
+        // Token: after a transfer only the successor's token is current.
+        let current = ended
+            .and_then(|e| e.superseded_by)
+            .unwrap_or(lease.fencing_token);
+        if ended.is_some_and(|e| e.superseded_by.is_some()) || current != fencing_token {
             return Err(Rejection::StaleFencingToken {
-                expected: lease.fencing_token,
+                expected: current,
                 got: fencing_token,
             });
+        }
+        // State: a reclaimed lease is lost to its holder.
+        if ended.is_some() {
+            return Err(Rejection::LeaseExpired);
         }
         Ok(lease.clone())
     }
@@ -138,22 +137,17 @@ impl State {
     pub(super) fn transfer(&mut self, ctx: &Ctx<'_>, op: &TransferOp) -> Result<Reply, Rejection> {
         check_name("to_holder", &op.to_holder)?;
         if let Some(p) = &op.to_principal {
-            if !policy::valid_label(p, false) {
-                return Err(Rejection::invalid(
-                    "to_principal",
-                    "must be 1-256 bytes without control characters",
-                ));
-            }
+            check_name("to_principal", p)?;
         }
-        let old = self.mutable_lease(ctx, op.into())?;
-        if !self.policy_of(&op.resource).transferable {
-            return Err(Rejection::NotTransferable(op.resource.clone()));
-        }
-        if op.to_holder == old.holder {
+        if op.to_holder == op.holder {
             return Err(Rejection::invalid(
                 "to_holder",
                 "is already the lease's holder",
             ));
+        }
+        let old = self.mutable_lease(ctx, op.into())?;
+        if !self.policy_of(&op.resource).transferable {
+            return Err(Rejection::NotTransferable(op.resource.clone()));
         }
         let rs = self.resources.get(&op.resource);
         if let Some(other) = rs.and_then(|rs| rs.leases.iter().find(|l| l.holder == op.to_holder)) {

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::history::{Event, EventKind};
 use super::machine::State;
-use super::policy::{self, Policy};
-use super::types::{Lease, LeaseStatus, LeaseView, Rejection};
+use super::policy::Policy;
+use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Rejection};
 
 /// Largest page of any listing.
 pub const MAX_PAGE_SIZE: u32 = 1000;
@@ -106,7 +106,12 @@ pub fn answer(state: &State, query: &Query) -> Answer {
 pub struct ResourceView {
     pub name: String,
     pub policy: Policy,
+    /// The first live leases in grant order, about [`LEASES_SHOWN_BYTES`] at most.
     pub leases: Vec<LeaseView>,
+    /// How many leases are live (`leases` may show fewer).
+    pub lease_count: usize,
+    /// Units the live leases draw from the pool.
+    pub units_in_use: u64,
     pub revision: u64,
     pub ad_hoc: bool,
 }
@@ -126,46 +131,95 @@ pub const PAGE_BYTES: usize = 2 * 1024 * 1024;
 /// Estimated bytes of one listed item beside its metadata.
 const ITEM_BYTES: usize = 256;
 
+/// The leases a resource view (GetResource, ListResources) or a refused acquire's `holders`
+/// shows: the first in grant order, up to about this many bytes; `lease_count` tells the rest.
+pub const LEASES_SHOWN_BYTES: usize = 1024 * 1024;
+/// At most this many holders in a refused acquire's answer (it is also kept for dedup).
+pub const HOLDERS_SHOWN: usize = 100;
+
+/// The first items of `items`, at most `limit` of them and about `budget` bytes as `size`
+/// estimates them (always at least one). Returns them and whether anything is left.
+pub(super) fn bounded<T>(
+    items: impl Iterator<Item = T>,
+    limit: usize,
+    budget: usize,
+    size: impl Fn(&T) -> usize,
+) -> (Vec<T>, bool) {
+    let mut taken = Vec::new();
+    let mut used = 0;
+    for item in items {
+        let bytes = size(&item);
+        if taken.len() == limit || (!taken.is_empty() && used + bytes > budget) {
+            return (taken, true);
+        }
+        used += bytes;
+        taken.push(item);
+    }
+    (taken, false)
+}
+
 /// One page of `items`: at most `page_size` (0 = the default) and about [`PAGE_BYTES`].
-/// Returns the page and whether anything is left after it.
 fn page<T>(
     items: impl Iterator<Item = T>,
     page_size: u32,
     size: impl Fn(&T) -> usize,
 ) -> (Vec<T>, bool) {
     let limit = match page_size {
-        0 => DEFAULT_PAGE_SIZE as usize,
-        n => n.min(MAX_PAGE_SIZE) as usize,
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
     };
-    let mut page = Vec::new();
-    let mut used = 0;
-    for item in items {
-        let bytes = size(&item);
-        if page.len() == limit || (!page.is_empty() && used + bytes > PAGE_BYTES) {
-            return (page, true);
-        }
-        used += bytes;
-        page.push(item);
-    }
-    (page, false)
+    bounded(items, limit as usize, PAGE_BYTES, size)
 }
 
-fn lease_bytes(lease: &Lease) -> usize {
-    ITEM_BYTES + policy::metadata_bytes(&lease.metadata)
+/// Estimated encoded bytes of a string map: keys, values and protobuf's per-entry framing.
+fn map_bytes(map: &std::collections::BTreeMap<String, String>) -> usize {
+    map.iter().map(|(k, v)| k.len() + v.len() + 8).sum()
+}
+
+pub(super) fn lease_bytes(lease: &Lease) -> usize {
+    ITEM_BYTES + map_bytes(&lease.metadata)
+}
+
+fn resource_bytes(view: &ResourceView) -> usize {
+    let policy = &view.policy;
+    let fsm: usize = policy
+        .fsm_requirements
+        .iter()
+        .map(|r| r.machine.len() + r.transition.len() + 8)
+        .sum();
+    2 * ITEM_BYTES
+        + policy.kind.len()
+        + policy.display_name.len()
+        + fsm
+        + view
+            .leases
+            .iter()
+            .map(|v| lease_bytes(&v.lease))
+            .sum::<usize>()
 }
 
 impl State {
     pub fn resource_view(&self, name: &str) -> ResourceView {
         let rs = self.resources.get(name);
+        let live = rs.map(|rs| rs.leases.as_slice()).unwrap_or_default();
         ResourceView {
             name: name.to_string(),
             policy: self.policy_of(name).clone(),
-            leases: rs
-                .map(|rs| rs.leases.iter().map(|l| self.live_view(l)).collect())
-                .unwrap_or_default(),
+            leases: self.leases_shown(live, usize::MAX),
+            lease_count: live.len(),
+            units_in_use: live.iter().fold(0, |sum, l| sum.saturating_add(l.units)),
             revision: rs.map_or(0, |rs| rs.revision),
             ad_hoc: rs.is_none_or(|rs| rs.registration.is_none()),
         }
+    }
+
+    /// The first of `live` (at most `limit`, about [`LEASES_SHOWN_BYTES`]) as replies show them.
+    pub(super) fn leases_shown(&self, live: &[Lease], limit: usize) -> Vec<LeaseView> {
+        bounded(live.iter(), limit, LEASES_SHOWN_BYTES, |l| lease_bytes(l))
+            .0
+            .into_iter()
+            .map(|l| self.live_view(l))
+            .collect()
     }
 
     fn list_resources(&self, prefix: &str, page_size: u32, after: Option<&str>) -> Answer {
@@ -179,13 +233,7 @@ impl State {
             .map(|(name, _)| name)
             .take_while(|name| name.starts_with(prefix))
             .map(|name| self.resource_view(name));
-        let (resources, more) = page(views, page_size, |r| {
-            ITEM_BYTES
-                + r.leases
-                    .iter()
-                    .map(|v| lease_bytes(&v.lease))
-                    .sum::<usize>()
-        });
+        let (resources, more) = page(views, page_size, resource_bytes);
         Answer::Resources {
             next: more
                 .then(|| resources.last().map(|r| r.name.clone()))
@@ -194,7 +242,8 @@ impl State {
         }
     }
 
-    /// Live leases of a holder and/or principal, ordered by (resource, lease_id).
+    /// Live leases of a holder and/or principal, ordered by resource and then grant order (the
+    /// order of `lse_<index>_<position>` by number, not as text).
     fn list_leases(
         &self,
         holder: Option<&str>,
@@ -214,7 +263,7 @@ impl State {
             .filter(|l| principal.is_none_or(|p| l.principal == p))
             .filter(|l| {
                 after.as_ref().is_none_or(|(resource, lease_id)| {
-                    (&l.resource, &l.lease_id) > (resource, lease_id)
+                    (&l.resource, lease_order(&l.lease_id)) > (resource, lease_order(lease_id))
                 })
             });
         let (leases, more) = page(matching.map(|l| self.live_view(l)), page_size, |v| {
@@ -256,7 +305,7 @@ impl State {
             }
         }
         let wanted = |e: &&Event| kinds.is_empty() || kinds.contains(&e.kind);
-        let event_bytes = |e: &&Event| ITEM_BYTES + policy::metadata_bytes(&e.metadata);
+        let event_bytes = |e: &&Event| ITEM_BYTES + map_bytes(&e.metadata);
         let ordered: Box<dyn Iterator<Item = &Event>> = if ascending {
             Box::new(rs.history.iter())
         } else {

@@ -380,19 +380,21 @@ mod model {
             let current = slot
                 .and_then(|slot| slot.current.as_ref())
                 .filter(|held| names(held, lease_id, holder));
-            let Some(held) = current else {
-                // CHOICE: a lease that is gone answers by how it ended, whatever holder and
-                // token the caller gave: reclaimed → lease_expired, released → lease_not_found.
-                let ended = slot.and_then(|slot| {
-                    slot.ended
-                        .iter()
-                        .rev()
-                        .find(|(held, _)| names(held, lease_id, holder))
-                });
-                return Some(match ended {
-                    Some((_, Ending::Reclaimed)) => rejected("lease_expired"),
-                    Some((_, Ending::Released)) | None => rejected("lease_not_found"),
-                });
+            // §3 order: existence → holder and permission → token → state. CHOICE: a lease
+            // that ended still "exists" for that order unless it was released; a reclaimed one
+            // answers lease_expired only to its own holder and principal with its own token.
+            let ended = slot.and_then(|slot| {
+                slot.ended
+                    .iter()
+                    .rev()
+                    .find(|(held, _)| names(held, lease_id, holder))
+            });
+            let (held, reclaimed) = match (current, ended) {
+                (Some(held), _) => (held, false),
+                (None, Some((held, Ending::Reclaimed))) => (held, true),
+                (None, Some((_, Ending::Released)) | None) => {
+                    return Some(rejected("lease_not_found"))
+                }
             };
             if held.holder != holder || (!admin && held.principal != principal) {
                 return Some(rejected("insufficient_permissions"));
@@ -402,6 +404,9 @@ mod model {
                     reason: "stale_fencing_token",
                     stale: Some((held.token, fencing_token)),
                 });
+            }
+            if reclaimed {
+                return Some(rejected("lease_expired"));
             }
             None
         }

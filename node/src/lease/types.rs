@@ -42,6 +42,13 @@ pub struct Lease {
     pub idempotency_key: Option<String>,
 }
 
+/// Where a server-made lease id (`lse_<index>_<position>`) sorts: by its granting entry, then
+/// its position in that entry, which is the order leases are granted in.
+pub fn lease_order(lease_id: &str) -> Option<(u64, u32)> {
+    let (index, position) = lease_id.strip_prefix("lse_")?.split_once('_')?;
+    Some((index.parse().ok()?, position.parse().ok()?))
+}
+
 /// A lease as a reply shows it: with its status and the advisory wall-clock times, all computed
 /// deterministically at apply or read time from the committed lease clock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

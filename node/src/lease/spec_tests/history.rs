@@ -292,3 +292,32 @@ fn s4_11_retention_bounds_a_resource_and_older_cursors_are_compacted() {
     assert_eq!(newest.len(), 1_000);
     assert_eq!(newest[0].revision, log.index);
 }
+
+/// SPEC §4.11: an ad-hoc resource whose every event the global bound dropped is forgotten; if
+/// its name is used again, a cursor kept from before answers `compacted` rather than resuming
+/// silently past the events that were dropped.
+#[test]
+fn s4_11_a_forgotten_resource_used_again_answers_old_cursors_with_compacted() {
+    let mut log = Log::new();
+    log.state.history_total = 6;
+    let first = granted(&log.acquire(ALICE, acq("a", "h")));
+    lease(&log.release(ALICE, release_of(&first)));
+    let (events, cursor) = page(&log, "a", 1, None, true, &[]).expect("a page");
+    assert_eq!(events.len(), 1);
+    let cursor = cursor.expect("more to read");
+    // Other resources push every event of `a` out of the global bound: `a` is forgotten.
+    for n in 0..4 {
+        let other = granted(&log.acquire(ALICE, acq(&format!("b{n}"), "h")));
+        lease(&log.release(ALICE, release_of(&other)));
+    }
+    assert!(!log.state.resources.contains_key("a"), "forgotten");
+    granted(&log.acquire(ALICE, acq("a", "h")));
+    let oldest = log.index;
+    assert_eq!(
+        page(&log, "a", 10, Some(cursor), true, &[]),
+        Err(Rejection::Compacted { oldest })
+    );
+    // A cursor from the new life of `a` pages on normally.
+    let (fresh, _) = page(&log, "a", 10, Some((oldest - 1, 0)), true, &[]).expect("a page");
+    assert_eq!(fresh.len(), 1);
+}

@@ -297,3 +297,40 @@ fn s2_create_resource_with_no_name_generates_res_index() {
     };
     assert_eq!(view.name, "res_4_1");
 }
+
+/// However many shared holders a resource has, a reply that lists them stays far below the
+/// 4 MiB transport limit: views list the first ~1 MiB and count the rest, a refusal names at
+/// most 100 holders.
+#[test]
+fn s2_replies_listing_many_holders_stay_under_the_transport_limit() {
+    let mut log = Log::new();
+    log.register("crowd", shared_policy(&[Mode::Read], 0));
+    let metadata: std::collections::BTreeMap<String, String> =
+        [("k".to_string(), "v".repeat(16_000))].into();
+    for n in 0..300 {
+        let op = AcquireOp {
+            metadata: metadata.clone(),
+            ..shared("crowd", &format!("h{n}"), Mode::Read, 1)
+        };
+        granted(&log.acquire(ALICE, op));
+    }
+    let view = log.state.resource_view("crowd");
+    assert_eq!(view.lease_count, 300);
+    let shown_bytes: usize = view
+        .leases
+        .iter()
+        .map(|v| v.lease.metadata["k"].len())
+        .sum();
+    assert!(
+        view.leases.len() < 300 && shown_bytes <= 1024 * 1024 + 16_000,
+        "{shown_bytes}"
+    );
+    assert_eq!(
+        view.leases[0].lease.holder, "h0",
+        "the first in grant order"
+    );
+
+    let (refusal, holders) = refused(&log.acquire(ALICE, acq("crowd", "exclusive-h")));
+    assert_eq!(refusal, Refusal::ResourceUnavailable);
+    assert!(holders.len() <= 100 && holders.len() == view.leases.len().min(100));
+}

@@ -101,3 +101,36 @@ fn held_on(list: &[(&str, &str)]) -> Vec<(String, String)> {
         .map(|(r, h)| (r.to_string(), h.to_string()))
         .collect()
 }
+
+/// Lease ids sort by number (`lse_9_0` before `lse_10_0`), so a page boundary between them
+/// neither skips nor repeats a lease, however many digits the indexes have.
+#[test]
+fn s2_list_leases_pages_in_grant_order_across_index_digit_counts() {
+    let mut log = Log::new();
+    log.register("pool", shared_policy(&[Mode::Read], 0));
+    while log.index < 7 {
+        log.tick();
+    }
+    let mut granted_ids = Vec::new();
+    for holder in ["h1", "h2", "h3", "h4"] {
+        granted_ids.push(granted(
+            &log.acquire(ALICE, shared("pool", holder, Mode::Read, 1)),
+        ));
+    }
+    let ids: Vec<String> = granted_ids
+        .iter()
+        .map(|v| v.lease.lease_id.clone())
+        .collect();
+    assert_eq!(ids, ["lse_8_0", "lse_9_0", "lse_10_0", "lse_11_0"]);
+    let mut listed = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = leases(&log, None, Some("alice"), 1, after);
+        listed.extend(page.into_iter().map(|(_, holder)| holder));
+        match next {
+            Some(cursor) => after = Some(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(listed, ["h1", "h2", "h3", "h4"]);
+}

@@ -108,20 +108,35 @@ fn s3_a_ttl_argument_out_of_range_answers_before_the_lease_is_looked_up() {
     assert_eq!(rejection(&log.renew(BOB, op)).reason(), "ttl_out_of_range");
 }
 
-/// CHOICE (the lead's, documented in tests.rs's model): a lease that is gone answers by how it
-/// ended — reclaimed → `lease_expired`, released → `lease_not_found`, transferred →
-/// `stale_fencing_token` — whatever holder, principal and token the caller gave. A strict
-/// reading of §3 would check holder, permission and token of the ended lease first.
+/// A reclaimed lease keeps §3's order: another principal is refused for permission, its own
+/// principal with a wrong token for the token, and only then is it `lease_expired`. A released
+/// lease no longer exists (`lease_not_found`, whoever asks).
 #[test]
-fn s3_a_gone_lease_answers_by_how_it_ended() {
+fn s3_a_reclaimed_lease_checks_permission_then_token_then_state() {
     let (mut log, a) = capped();
     log.elapse(5_000 + 60_000);
     log.tick();
-    let op = RenewOp {
-        fencing_token: 1,
+    let wrong_token = RenewOp {
+        fencing_token: a.lease.fencing_token + 1,
         ..renew_of(&a, None)
     };
-    assert_eq!(rejection(&log.renew(BOB, op)), Rejection::LeaseExpired);
+    let refused = rejection(&log.renew(BOB, wrong_token.clone()));
+    assert_eq!(refused.reason(), "insufficient_permissions");
+    assert_eq!(
+        rejection(&log.renew(ALICE, wrong_token)),
+        Rejection::StaleFencingToken {
+            expected: a.lease.fencing_token,
+            got: a.lease.fencing_token + 1
+        }
+    );
+    assert_eq!(
+        rejection(&log.renew(ALICE, renew_of(&a, None))),
+        Rejection::LeaseExpired
+    );
+    let b = granted(&log.acquire(ALICE, acq("other", "b")));
+    lease(&log.release(ALICE, release_of(&b)));
+    let refused = rejection(&log.renew(BOB, renew_of(&b, None)));
+    assert_eq!(refused.reason(), "lease_not_found");
 }
 
 #[test]
