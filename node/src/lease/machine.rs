@@ -263,20 +263,29 @@ impl State {
     /// Reclaims every live lease whose expiry and grace have passed on the lease clock.
     fn settle_due(&mut self, index: u64) -> Vec<LeaseView> {
         let now_ms = self.clock.now_ms();
-        let mut reclaimed = Vec::new();
-        while let Some((due_ms, name, lease_id)) = self.due.first().cloned() {
+        // Everything due by now, by resource, so that each resource's leases are filtered once
+        // however many of them expire together.
+        let mut due: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        while let Some((due_ms, name, lease_id)) = self.due.pop_first() {
             if due_ms > now_ms {
+                self.due.insert((due_ms, name, lease_id));
                 break;
             }
-            self.due.remove(&(due_ms, name.clone(), lease_id.clone()));
-            let ended = self.end_lease(
-                index,
-                history::SYSTEM_ACTOR,
-                &name,
-                &lease_id,
-                LeaseStatus::Reclaimed,
-            );
-            reclaimed.extend(ended);
+            due.entry(name).or_default().insert(lease_id);
+        }
+        let mut reclaimed = Vec::new();
+        for (name, lease_ids) in due {
+            let Some(rs) = self.resources.get_mut(&name) else {
+                continue;
+            };
+            let (gone, kept): (Vec<Lease>, Vec<Lease>) = std::mem::take(&mut rs.leases)
+                .into_iter()
+                .partition(|l| lease_ids.contains(&l.lease_id));
+            rs.leases = kept;
+            for lease in gone {
+                let actor = history::SYSTEM_ACTOR;
+                reclaimed.push(self.lease_ended(index, actor, lease, LeaseStatus::Reclaimed));
+            }
         }
         reclaimed
     }
@@ -290,22 +299,37 @@ impl State {
         lease_id: &str,
         status: LeaseStatus,
     ) -> Option<LeaseView> {
-        let now_ms = self.clock.now_ms();
-        let policy = self.policy_of(name);
-        let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);
         let rs = self.resources.get_mut(name)?;
         let at = rs.leases.iter().position(|l| l.lease_id == lease_id)?;
         let lease = rs.leases.remove(at);
+        Some(self.lease_ended(index, actor, lease, status))
+    }
+
+    /// The bookkeeping of a lease just taken out of its resource's live list: expiry index,
+    /// lock delay, revision, the ended list and history.
+    fn lease_ended(
+        &mut self,
+        index: u64,
+        actor: &str,
+        lease: Lease,
+        status: LeaseStatus,
+    ) -> LeaseView {
+        let now_ms = self.clock.now_ms();
+        let name = lease.resource.clone();
+        let policy = self.policy_of(&name);
+        let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);
+        self.due.remove(&due_key(&lease, grace_ms));
+        if let Some(rs) = self.resources.get_mut(&name) {
+            if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
+                rs.closed_until_ms = rs.closed_until_ms.max(now_ms.saturating_add(lock_delay_ms));
+            }
+            rs.revision = index;
+        }
         let was = if now_ms < lease.expires_at_ms {
             LeaseStatus::Active
         } else {
             LeaseStatus::Grace
         };
-        self.due.remove(&due_key(&lease, grace_ms));
-        if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
-            rs.closed_until_ms = rs.closed_until_ms.max(now_ms.saturating_add(lock_delay_ms));
-        }
-        rs.revision = index;
         let event = Event::about(
             match status {
                 LeaseStatus::Released => EventKind::Released,
@@ -322,9 +346,9 @@ impl State {
             superseded_by: None,
         };
         let view = self.ended_view(&ended);
-        self.remember_ended(name, ended);
-        self.record(index, actor, name, event);
-        Some(view)
+        self.remember_ended(&name, ended);
+        self.record(index, actor, &name, event);
+        view
     }
 
     pub(super) fn remember_ended(&mut self, name: &str, ended: Ended) {

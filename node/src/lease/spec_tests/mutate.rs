@@ -324,3 +324,40 @@ fn s4_5_a_released_lease_cannot_be_released_again() {
         "{refusal:?}"
     );
 }
+
+/// SPEC §4.4: leases that fall due together are all reclaimed by the same entry, each with its
+/// own `reclaimed` event, and the expiry index forgets every one of them.
+#[test]
+fn s4_4_many_shared_leases_due_together_are_reclaimed_by_one_entry() {
+    let mut log = Log::new();
+    log.register(
+        "crowd",
+        Policy {
+            renewal_grace_ms: 0,
+            ..shared_policy(&[Mode::Read], 0)
+        },
+    );
+    for n in 0..2_000 {
+        granted(&log.acquire(
+            ALICE,
+            AcquireOp {
+                ttl_ms: Some(10_000),
+                ..shared("crowd", &format!("h{n}"), Mode::Read, 1)
+            },
+        ));
+    }
+    assert_eq!(log.state.live_leases(), 2_000);
+    log.elapse(10_000);
+    let Reply::Reclaimed(views) = log.tick() else {
+        panic!("a tick answers with what it reclaimed");
+    };
+    assert_eq!(views.len(), 2_000);
+    assert_eq!(log.state.live_leases(), 0);
+    assert!(log.state.resource_view("crowd").leases.is_empty());
+    let reclaims = log
+        .events("crowd")
+        .iter()
+        .filter(|e| e.kind == EventKind::Reclaimed && e.revision == log.index)
+        .count();
+    assert_eq!(reclaims, 2_000);
+}
