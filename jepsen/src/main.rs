@@ -16,7 +16,7 @@ use tenure_jepsen::checker::{self, CheckParams};
 use tenure_jepsen::history::History;
 use tenure_jepsen::nemesis::Fault;
 use tenure_jepsen::run::{run_test, TestOptions};
-use tenure_jepsen::workload::WorkloadConfig;
+use tenure_jepsen::workload::{Kind, WorkloadConfig};
 use tenure_jepsen::{hosts, report};
 
 #[derive(Parser)]
@@ -46,8 +46,13 @@ enum Command {
         seed: Option<u64>,
         #[arg(long, default_value_t = 12)]
         clients: u64,
+        /// Ad-hoc exclusive resources (workload `exclusive`).
         #[arg(long, default_value_t = 8)]
         resources: u64,
+        /// Comma-separated resource kinds the clients use: exclusive (ad-hoc r0…), shared
+        /// (READ/WRITE with a unit pool, s0…), transfer (transferable, x0…).
+        #[arg(long, default_value = "exclusive,shared,transfer")]
+        workload: String,
         /// Where history.jsonl, summary.json, report.html and node logs go.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -133,6 +138,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seed,
             clients,
             resources,
+            workload,
             out,
             min_grants,
             min_leader_changes,
@@ -147,6 +153,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .filter(|s| !s.trim().is_empty())
                 .map(Fault::parse)
                 .collect::<Result<_, _>>()?;
+            let mut kinds = workload
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(Kind::parse)
+                .collect::<Result<Vec<_>, _>>()?;
+            kinds.sort();
+            kinds.dedup();
+            anyhow::ensure!(!kinds.is_empty(), "--workload names no resource kind");
             let node_args = match broken.as_deref() {
                 None => vec![],
                 Some("stale-reads") => vec!["--fi-stale-reads".to_string()],
@@ -165,6 +179,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 workload: WorkloadConfig {
                     clients,
                     resources,
+                    kinds,
                     ..WorkloadConfig::default()
                 },
                 out_dir: out_dir.clone(),
@@ -180,7 +195,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for problem in &verdict.problems {
                 println!("FAIL: {problem}");
             }
-            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --seed {seed}", humantime::format_duration(time_limit));
+            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --seed {seed}", humantime::format_duration(time_limit));
             println!("report: {}", out_dir.join("report.html").display());
             Ok(if check.ok() && verdict.ok() {
                 ExitCode::SUCCESS

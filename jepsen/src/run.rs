@@ -9,8 +9,10 @@ use std::time::Duration;
 use tenure_client::Client;
 use tokio::time::Instant;
 
+use tenure_client::{pb, prost_duration};
+
 use crate::checker::{self, CheckParams, CheckReport};
-use crate::history::{now_ns, History};
+use crate::history::{now_ns, History, Mode, ResourcePolicy};
 use crate::hosts::{self, Hosts};
 use crate::nemesis::{current_leader, Fault, Nemesis, Targets};
 use crate::procs::{self, Procs};
@@ -176,6 +178,43 @@ async fn observe_leaders(
     seen
 }
 
+/// Registers `name` with `policy` (admin: auth is off in the harness), retrying until the
+/// cluster confirms it or says it exists.
+async fn register(client: &Client, name: &str, policy: &ResourcePolicy) -> anyhow::Result<()> {
+    let ms = |ms: u64| Some(prost_duration(Duration::from_millis(ms)));
+    let mode = |m: &Mode| match m {
+        Mode::Exclusive => pb::LeaseMode::Exclusive as i32,
+        Mode::Read => pb::LeaseMode::Read as i32,
+        Mode::Write => pb::LeaseMode::Write as i32,
+    };
+    let request = pb::CreateResourceRequest {
+        name: name.into(),
+        kind: "jepsen".into(),
+        policy: Some(pb::Policy {
+            default_ttl: ms(policy.default_ttl_ms),
+            max_ttl: ms(policy.max_ttl_ms),
+            renewal_grace: ms(policy.renewal_grace_ms),
+            transferable: policy.transferable,
+            shared_modes: policy.shared_modes.iter().map(mode).collect(),
+            total_units: policy.total_units,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.create_resource(request.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.reason() == "already_exists" => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(%name, %e, "registering again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => anyhow::bail!("could not register {name}: {e}"),
+        }
+    }
+}
+
 async fn drive(
     options: &TestOptions,
     hosts: Arc<Hosts>,
@@ -208,14 +247,27 @@ async fn drive(
         }
     }
 
+    // Registered resources first, with their policies (recorded in the history).
+    let mut registered = std::collections::BTreeMap::new();
+    for (name, kind) in options.workload.all_resources() {
+        if let Some(policy) = options.workload.policy(kind) {
+            register(&client, &name, &policy).await?;
+            registered.insert(name, policy);
+        }
+    }
+
     let started_ns = now_ns();
     let recorder = Arc::new(Recorder::default());
+    let (inboxes, receivers): (Vec<_>, Vec<_>) = (1..=options.workload.clients)
+        .map(|_| tokio::sync::mpsc::unbounded_channel())
+        .unzip();
     let env = Arc::new(Env {
         client,
         per_node: per_node.clone(),
         recorder: recorder.clone(),
         store: FencedStore::default(),
         config: options.workload.clone(),
+        inboxes,
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let observer = tokio::spawn(observe_leaders(per_node.clone(), stop_rx));
@@ -234,7 +286,7 @@ async fn drive(
         interrupt_rx,
     );
     let nemesis = tokio::spawn(nemesis.run(deadline));
-    let clients: Vec<_> = (1..=options.workload.clients)
+    let mut clients: Vec<_> = (1..=options.workload.clients)
         .map(|p| {
             tokio::spawn(workload::client_loop(
                 env.clone(),
@@ -244,6 +296,15 @@ async fn drive(
             ))
         })
         .collect();
+    for (p, inbox) in (1..=options.workload.clients).zip(receivers) {
+        clients.push(tokio::spawn(workload::receiver_loop(
+            env.clone(),
+            p,
+            options.seed,
+            deadline,
+            inbox,
+        )));
+    }
     let interrupted = tokio::select! {
         _ = futures::future::join_all(clients) => false,
         _ = tokio::signal::ctrl_c() => true,
@@ -258,7 +319,7 @@ async fn drive(
         .await
         .is_some();
     if healed {
-        for resource in (0..options.workload.resources).map(workload::resource_name) {
+        for (resource, _) in options.workload.all_resources() {
             for node in 1..=options.nodes {
                 env.read(0, &resource, node).await;
             }
@@ -267,7 +328,10 @@ async fn drive(
     let progress_deadline = Instant::now() + Duration::from_secs(15);
     let mut progress = false;
     while healed && !progress && Instant::now() < progress_deadline {
-        progress = env.acquire(0, "progress", 5_000).await.is_some();
+        progress = env
+            .acquire(0, "progress", 5_000, Mode::Exclusive, 0)
+            .await
+            .is_some();
         if !progress {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -288,6 +352,7 @@ async fn drive(
         ops: recorder.take(),
         nemesis: nemesis_events,
         leaders,
+        resources: registered,
     };
     Ok((history, progress))
 }

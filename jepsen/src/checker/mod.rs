@@ -1,14 +1,17 @@
-//! The checker: an independent model of SPEC §4 (exclusive leases under the ad-hoc policy:
-//! no renewal grace) and a linearizability search over it, plus cheaper invariants.
+//! The checker: an independent model of SPEC §4 (exclusive and shared leases, unit pools,
+//! transfers and the renewal grace, each resource under the policy the history records) and a
+//! linearizability search over it, plus cheaper invariants.
 //!
-//! * `model`: the per-resource state (live lease, highest token) and what each op does to it.
+//! * `model`: the per-resource state (live leases, token floor) and what each op does to it.
 //! * `linear`: a Wing–Gong search with Lowe's memoisation, per resource (P-compositionality).
-//! * `invariants`: tenures never overlap, tokens increase, the fenced store keeps its word.
+//! * `invariants`: exclusive tenures never overlap others, shared ones fit the pool, tokens
+//!   increase (also across transfers) and die when transferred, the fenced store keeps its word.
 //!
 //! Time: every op carries `invoke_ns`/`complete_ns` on the harness's one monotonic clock. A lease
-//! granted by an acquire invoked at `t` with `ttl` cannot expire before `t + ttl·(1−ε)` (a
-//! successful renew invoked at `t` replaces that bound); after it, it may expire at any moment
-//! (leader changes lose time), so the search considers both.
+//! granted by an acquire invoked at `t` with `ttl` cannot expire before `t + ttl·(1−ε)`, nor be
+//! reclaimed before `t + (ttl + grace)·(1−ε)` (a successful renew invoked at `t` replaces both
+//! bounds, a transfer keeps them); after them, it may expire at any moment (leader changes lose
+//! time), so the search considers both.
 
 mod invariants;
 mod linear;
@@ -22,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::history::{History, Nanos, Op};
-use model::{at, compile, describe_op, describe_state, Compiled, Holders};
+use model::{at, compile, describe_op, describe_state, Compiled, Holders, Rules};
 
 /// Knobs of [`check`].
 #[derive(Clone, Debug)]
@@ -62,7 +65,8 @@ pub struct CheckReport {
     /// Ops the lease model or the fenced-store check looked at (failures that prove nothing,
     /// and reads/validates that got no answer, are not counted).
     pub ops_checked: usize,
-    /// Distinct tenures granted: (resource, holder, token) of `Granted` answers.
+    /// Distinct tenures granted: (resource, holder, token) of `Granted` answers and of
+    /// successful transfers (to the new holder).
     pub grants: usize,
     /// Every resource's search finished and found a linearization.
     pub linearizable: bool,
@@ -85,7 +89,8 @@ impl CheckReport {
 /// One violation, with the ops that show it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Anomaly {
-    /// `nonlinearizable`, `overlapping_tenures`, `token_not_increasing`, `stale_write_accepted`,
+    /// `nonlinearizable`, `overlapping_tenures`, `units_oversubscribed`, `token_not_increasing`,
+    /// `transfer_token_not_higher`, `stale_token_accepted`, `stale_write_accepted`,
     /// `fresh_write_rejected`, `unexpected_value`.
     pub kind: String,
     pub resource: String,
@@ -124,12 +129,14 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
 
     for (resource, mut ops) in by_resource {
         ops.sort_by_key(|op| (op.invoke_ns, op.id));
+        let policy = history.resources.get(resource).cloned().unwrap_or_default();
+        let rules = Rules::of(&policy);
 
         // The lease model.
         let mut holders = Holders::default();
         let mut sops = Vec::new();
         for (src, op) in ops.iter().enumerate() {
-            match compile(op, eps, &mut holders) {
+            match compile(op, eps, &policy, &mut holders) {
                 Compiled::Model { op: mop, required } => {
                     sops.push(linear::SOp::new(src, op, mop, required))
                 }
@@ -144,7 +151,13 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
             }
         }
         report.ops_checked += sops.len();
-        match linear::search(&sops, params.max_states_per_resource) {
+        let outcome = if rules.fits(holders.len()) {
+            linear::search(&sops, rules, params.max_states_per_resource)
+        } else {
+            // More co-holders than the model holds: undecided rather than a false anomaly.
+            linear::Outcome::Exhausted
+        };
+        match outcome {
             linear::Outcome::Linearizable => {}
             linear::Outcome::Exhausted => {
                 report.linearizable = false;
@@ -159,17 +172,17 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         }
 
         // The invariants.
-        let tenures = invariants::tenures(&ops, eps);
+        let tenures = invariants::tenures(&ops, eps, &policy);
         report.grants += tenures.len();
-        report
-            .anomalies
-            .extend(invariants::overlapping_tenures(resource, &tenures, t0));
-        report
-            .anomalies
-            .extend(invariants::token_not_increasing(resource, &tenures, t0));
-        report
-            .anomalies
-            .extend(invariants::fenced_store(resource, &ops, t0));
+        let found = [
+            invariants::overlapping_tenures(resource, &tenures, t0),
+            invariants::units_oversubscribed(resource, &tenures, &policy, t0),
+            invariants::token_not_increasing(resource, &tenures, t0),
+            invariants::transfer_token_not_higher(resource, &ops, t0),
+            invariants::stale_token_accepted(resource, &ops, t0),
+            invariants::fenced_store(resource, &ops, t0),
+        ];
+        report.anomalies.extend(found.into_iter().flatten());
     }
     for anomaly in &mut report.anomalies {
         anomaly.ops.sort_unstable();

@@ -5,12 +5,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
+use super::tables::{anomaly_table, summary_tables};
 use super::timeline::{legend_timeline, tenures, timeline, TimelineInput};
-use super::{
-    counts, distinct_leaders, fmt_ms, kind_of, linearizable_word, op_list, Span, Summary, KINDS,
-};
+use super::{distinct_leaders, kind_of, Span, Summary, KINDS};
 use crate::checker::CheckReport;
-use crate::history::{Call, History, Nanos, Op, Outcome, Value};
+use crate::history::{History, Nanos, Op, Outcome};
 
 /// Latency points drawn at most (uniformly sampled beyond; anomaly ops are always drawn).
 pub(super) const MAX_POINTS: usize = 20_000;
@@ -218,77 +217,19 @@ pub(super) fn draw_time_axis(out: &mut String, scale: &Scale, top: f64, bottom: 
     }
 }
 
-fn describe_value(value: &Value) -> String {
-    match value {
-        Value::Granted { token, lease_id } => format!("granted token {token} ({lease_id})"),
-        Value::Refused {
-            reason,
-            holder,
-            token,
-        } => {
-            let mut s = format!("refused: {reason}");
-            if let Some(h) = holder {
-                w!(s, ", held by {h}");
-            }
-            if let Some(t) = token {
-                w!(s, " token {t}");
-            }
-            s
-        }
-        Value::Renewed { token } => format!("renewed token {token}"),
-        Value::Released { token } => format!("released token {token}"),
-        Value::Validated { valid, reason } => format!("valid={valid} {reason}"),
-        Value::Read { holder, token } => match (holder, token) {
-            (Some(h), Some(t)) => format!("read: {h} token {t}"),
-            (Some(h), None) => format!("read: {h}"),
-            (None, Some(t)) => format!("read: token {t}"),
-            (None, None) => "read: free".to_string(),
-        },
-        Value::StoreAccepted => "store accepted".to_string(),
-        Value::StoreRejected { highest } => format!("store rejected (highest {highest})"),
-    }
-}
-
 /// One line about an op, for tooltips.
 pub(super) fn describe(op: &Op, span: Span) -> String {
-    let call = match &op.call {
-        Call::Acquire {
-            resource,
-            holder,
-            ttl_ms,
-        } => format!("acquire {resource} by {holder} ttl {ttl_ms}ms"),
-        Call::Renew {
-            resource,
-            holder,
-            token,
-            ttl_ms,
-            ..
-        } => {
-            format!("renew {resource} by {holder} token {token} ttl {ttl_ms}ms")
-        }
-        Call::Release {
-            resource,
-            holder,
-            token,
-            ..
-        } => format!("release {resource} by {holder} token {token}"),
-        Call::Validate { resource, token } => format!("validate {resource} token {token}"),
-        Call::Read { resource, node } => format!("read {resource} at n{node}"),
-        Call::Write {
-            resource,
-            holder,
-            token,
-        } => format!("write {resource} by {holder} token {token}"),
-    };
     let outcome = match &op.outcome {
-        Outcome::Ok { value } => format!("ok, {}", describe_value(value)),
+        Outcome::Ok { value } => format!("ok, {}", value.describe()),
         Outcome::Fail { reason } => format!("fail: {reason}"),
         Outcome::Unknown { error } => format!("unknown: {error}"),
     };
     format!(
-        "op {} (p{}): {call}; {:.3}s..{:.3}s ({:.1}ms); {outcome}",
+        "op {} (p{}): {} on {}; {:.3}s..{:.3}s ({:.1}ms); {outcome}",
         op.id,
         op.process,
+        op.call.describe(),
+        op.call.resource(),
         span.secs(op.invoke_ns),
         span.secs(op.complete_ns),
         op.complete_ns.saturating_sub(op.invoke_ns) as f64 / 1e6
@@ -312,6 +253,7 @@ text.tick{fill:#868e96;font-size:10px}text.lane{fill:#495057}text.nem-label{font
 text.tok{fill:#fff;font-size:9.5px;pointer-events:none}
 .k-acquire{fill:#1c7ed6;stroke:#1c7ed6}.k-renew{fill:#37b24d;stroke:#37b24d}.k-release{fill:#ae3ec9;stroke:#ae3ec9}
 .k-validate{fill:#f59f00;stroke:#f59f00}.k-read{fill:#15aabf;stroke:#15aabf}.k-write{fill:#495057;stroke:#495057}
+.k-transfer{fill:#d6336c;stroke:#d6336c}.k-list{fill:#74b816;stroke:#74b816}
 circle.u{fill:none;stroke-width:1}
 details{margin:2px 0}summary{cursor:pointer}code{font-size:12px}
 "#;
@@ -419,150 +361,6 @@ pub fn html(history: &History, check: &CheckReport, summary: &Summary) -> String
     );
     out.push_str("</body></html>\n");
     out
-}
-
-fn summary_tables(out: &mut String, s: &Summary) {
-    out.push_str("<div class=\"cols\">\n<table><tr><th colspan=2>Run</th></tr>");
-    let nemeses = if s.nemeses.is_empty() {
-        "none".to_string()
-    } else {
-        s.nemeses.join(", ")
-    };
-    let rows: Vec<(&str, String)> = vec![
-        ("seed", s.seed.to_string()),
-        ("nodes", s.nodes.to_string()),
-        ("nemeses", nemeses),
-        ("clock ε", format!("{}", s.clock_epsilon)),
-        ("duration", format!("{:.1} s", s.duration_s)),
-        (
-            "throughput",
-            format!(
-                "{:.1} ops/s ({:.1} ok/s)",
-                s.throughput_ops_per_s, s.ok_per_s
-            ),
-        ),
-        ("nemesis events", counts(&s.nemesis_events)),
-        ("leader changes", s.leader_changes.to_string()),
-    ];
-    for (k, v) in rows {
-        w!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
-    }
-    out.push_str("</table>\n<table><tr><th colspan=2>Outcomes</th></tr>");
-    let rows: Vec<(&str, String)> = vec![
-        ("ops", s.ops.to_string()),
-        ("ok", s.ok.to_string()),
-        ("fail", s.fail.to_string()),
-        ("unknown", s.unknown.to_string()),
-        ("grants", s.grants.to_string()),
-        ("ended by expiry", s.tenures_ended_by_expiry.to_string()),
-    ];
-    for (k, v) in rows {
-        w!(out, "<tr><th>{k}</th><td class=n>{v}</td></tr>");
-    }
-    out.push_str("</table>\n<table><tr><th colspan=2>Checker</th></tr>");
-    w!(
-        out,
-        "<tr><th>resources</th><td class=n>{}</td></tr>",
-        s.resources_checked
-    );
-    w!(
-        out,
-        "<tr><th>ops checked</th><td class=n>{}</td></tr>",
-        s.ops_checked
-    );
-    w!(
-        out,
-        "<tr><th>linearizable</th><td class=\"{}\">{}</td></tr>",
-        if s.linearizable { "" } else { "red" },
-        linearizable_word(s)
-    );
-    w!(
-        out,
-        "<tr><th>anomalies</th><td class=\"{}\">{}</td></tr>",
-        if s.anomaly_count == 0 { "" } else { "red" },
-        if s.anomaly_count == 0 {
-            "none".to_string()
-        } else {
-            esc(&counts(&s.anomalies))
-        }
-    );
-    if !s.search_exhausted.is_empty() {
-        w!(
-            out,
-            "<tr><th>search exhausted</th><td>{}</td></tr>",
-            esc(&s.search_exhausted.join(", "))
-        );
-    }
-    out.push_str("</table>\n<table><tr><th>call</th><th>ok</th><th>fail</th><th>unknown</th><th>p50</th><th>p99</th><th>max</th></tr>");
-    for (kind, c) in s.calls.iter() {
-        if c.total() == 0 {
-            continue;
-        }
-        w!(
-            out,
-            "<tr><th><svg width=\"9\" height=\"9\" style=\"display:inline\"><rect class=\"k-{kind}\" width=\"9\" height=\"9\"/></svg> {kind}</th><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td>",
-            c.ok,
-            c.fail,
-            c.unknown
-        );
-        match &c.latency {
-            Some(l) => w!(
-                out,
-                "<td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                fmt_ms(l.p50_ms),
-                fmt_ms(l.p99_ms),
-                fmt_ms(l.max_ms)
-            ),
-            None => out.push_str("<td class=n>-</td><td class=n>-</td><td class=n>-</td></tr>"),
-        }
-    }
-    out.push_str("</table>\n</div>\n");
-}
-
-fn anomaly_table(
-    out: &mut String,
-    check: &CheckReport,
-    span: Span,
-    ops_by_id: &HashMap<u64, &Op>,
-    index_of: &HashMap<&str, usize>,
-) {
-    const MAX_ROWS: usize = 500;
-    if check.anomalies.is_empty() {
-        return;
-    }
-    w!(out, "<h2>Anomalies ({})</h2>\n<table><tr><th>kind</th><th>resource</th><th>what</th><th>ops</th></tr>", check.anomalies.len());
-    for anomaly in check.anomalies.iter().take(MAX_ROWS) {
-        let link = match index_of.get(anomaly.resource.as_str()) {
-            Some(i) => format!(
-                "<a href=\"#{}\">{}</a>",
-                resource_id(*i),
-                esc(&anomaly.resource)
-            ),
-            None => esc(&anomaly.resource),
-        };
-        w!(
-            out,
-            "<tr><td class=red>{}</td><td>{link}</td><td>{}</td><td><details><summary>{}</summary>",
-            esc(&anomaly.kind),
-            esc(&anomaly.message),
-            esc(&op_list(&anomaly.ops, 12))
-        );
-        for id in anomaly.ops.iter().take(50) {
-            match ops_by_id.get(id) {
-                Some(op) => w!(out, "<div><code>{}</code></div>", esc(&describe(op, span))),
-                None => w!(out, "<div><code>op {id}: not in the history</code></div>"),
-            }
-        }
-        out.push_str("</details></td></tr>");
-    }
-    out.push_str("</table>\n");
-    if check.anomalies.len() > MAX_ROWS {
-        w!(
-            out,
-            "<p class=muted>... and {} more (see the checker's output).</p>",
-            check.anomalies.len() - MAX_ROWS
-        );
-    }
 }
 
 pub(super) fn anomaly_title(op: &Op, ids: &[usize], check: &CheckReport, span: Span) -> String {

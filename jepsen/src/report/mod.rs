@@ -5,18 +5,18 @@
 //!
 //! A run's history and its check are only useful if someone can see at once whether the run
 //! passed and, if not, where it went wrong; this module turns them into that. This file holds
-//! the numbers ([`summarize`]), the terminal text ([`text`]), [`write_all`] and the small helpers
-//! both outputs share; `html` draws the page (summary tables, anomalies, latency scatter, the
-//! shared time scale and nemesis bands) and `timeline` the tenures of one resource.
+//! the numbers ([`summarize`]), [`write_all`] and the small helpers the outputs share; `text`
+//! writes the terminal lines, `html` draws the page (latency scatter, the shared time scale and
+//! nemesis bands), `tables` its tables (summary, policies, anomalies) and `timeline` the tenures
+//! of one resource (co-holders of shared leases in lanes of their own, transfers as arrows).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fmt::Write as _;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use serde::Serialize;
 
 use crate::checker::CheckReport;
-use crate::history::{Call, History, Nanos, Outcome, Value};
+use crate::history::{Call, History, Nanos, Outcome, ResourcePolicy, Value};
 
 /// `write!` into a `String`, which cannot fail.
 macro_rules! w {
@@ -26,14 +26,21 @@ macro_rules! w {
 }
 
 mod html;
+mod tables;
+mod tenures;
 #[cfg(test)]
 mod tests;
+mod text;
 mod timeline;
 
 pub use html::html;
+pub use text::text;
+use text::{counts, fmt_ms, op_list};
 
 /// The call kinds, in the order they are shown.
-const KINDS: [&str; 6] = ["acquire", "renew", "release", "validate", "read", "write"];
+const KINDS: [&str; 8] = [
+    "acquire", "renew", "release", "transfer", "validate", "read", "list", "write",
+];
 
 // ---------------------------------------------------------------------------------------------
 // Summary
@@ -70,20 +77,24 @@ pub struct Calls {
     pub acquire: CallStats,
     pub renew: CallStats,
     pub release: CallStats,
+    pub transfer: CallStats,
     pub validate: CallStats,
     pub read: CallStats,
+    pub list: CallStats,
     pub write: CallStats,
 }
 
 impl Calls {
     /// `(kind, stats)` in display order.
-    pub fn iter(&self) -> [(&'static str, &CallStats); 6] {
+    pub fn iter(&self) -> [(&'static str, &CallStats); 8] {
         [
             ("acquire", &self.acquire),
             ("renew", &self.renew),
             ("release", &self.release),
+            ("transfer", &self.transfer),
             ("validate", &self.validate),
             ("read", &self.read),
+            ("list", &self.list),
             ("write", &self.write),
         ]
     }
@@ -93,11 +104,24 @@ impl Calls {
             "acquire" => &mut self.acquire,
             "renew" => &mut self.renew,
             "release" => &mut self.release,
+            "transfer" => &mut self.transfer,
             "validate" => &mut self.validate,
             "read" => &mut self.read,
+            "list" => &mut self.list,
             _ => &mut self.write,
         }
     }
+}
+
+/// Fresh grants by kind: distinct `(resource, token)`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GrantsByKind {
+    /// Exclusive leases granted by an acquire.
+    pub exclusive: usize,
+    /// READ or WRITE leases granted by an acquire.
+    pub shared: usize,
+    /// Leases a transfer handed to a new holder.
+    pub transfer: usize,
 }
 
 /// The numbers of a run.
@@ -119,8 +143,11 @@ pub struct Summary {
     pub ok_per_s: f64,
     pub calls: Calls,
     /// Fresh grants: distinct `(resource, token)` over `Ok Granted` acquires (idempotent repeats
-    /// of the same lease count once).
+    /// of the same lease count once) and successful transfers.
     pub grants: usize,
+    pub grants_by_kind: GrantsByKind,
+    /// Registered resources and their policies (others are ad hoc).
+    pub resources: BTreeMap<String, ResourcePolicy>,
     /// Grants never released successfully: their tenure ended by expiry (reclaims are not
     /// observed directly), including any still live when the run stopped.
     pub tenures_ended_by_expiry: usize,
@@ -262,19 +289,38 @@ fn distinct_leaders(history: &History) -> Vec<(Nanos, u64, u64)> {
 /// `(resource, token)`.
 type LeaseKey<'a> = (&'a str, u64);
 
-/// `(resource, token)` of every fresh grant, and of every successful release.
-fn grants_and_releases(history: &History) -> (BTreeSet<LeaseKey<'_>>, HashSet<LeaseKey<'_>>) {
-    let mut grants = BTreeSet::new();
+/// `(resource, token)` of every fresh grant (with its kind), and of every lease that ended by
+/// a successful release or transfer.
+fn grants_and_releases(
+    history: &History,
+) -> (BTreeMap<LeaseKey<'_>, &'static str>, HashSet<LeaseKey<'_>>) {
+    let mut grants = BTreeMap::new();
     let mut released = HashSet::new();
     for op in &history.ops {
         match (&op.call, &op.outcome) {
             (
-                Call::Acquire { resource, .. },
+                Call::Acquire { resource, mode, .. },
                 Outcome::Ok {
                     value: Value::Granted { token, .. },
                 },
             ) => {
-                grants.insert((resource.as_str(), *token));
+                let kind = if mode.is_exclusive() {
+                    "exclusive"
+                } else {
+                    "shared"
+                };
+                grants.entry((resource.as_str(), *token)).or_insert(kind);
+            }
+            (
+                Call::Transfer {
+                    resource, token, ..
+                },
+                Outcome::Ok {
+                    value: Value::Transferred { token: new, .. },
+                },
+            ) => {
+                grants.insert((resource.as_str(), *new), "transfer");
+                released.insert((resource.as_str(), *token));
             }
             (
                 Call::Release {
@@ -324,7 +370,13 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         calls.get_mut(kind).latency = micros.get(kind).and_then(|m| latency(m));
     }
     let (grants, released) = grants_and_releases(history);
-    let expired = grants.iter().filter(|g| !released.contains(*g)).count();
+    let expired = grants.keys().filter(|g| !released.contains(*g)).count();
+    let count = |kind: &str| grants.values().filter(|k| **k == kind).count();
+    let grants_by_kind = GrantsByKind {
+        exclusive: count("exclusive"),
+        shared: count("shared"),
+        transfer: count("transfer"),
+    };
     let mut nemesis_events = BTreeMap::new();
     for event in &history.nemesis {
         *nemesis_events.entry(event.kind.clone()).or_default() += 1;
@@ -356,6 +408,8 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         ok_per_s: per_s(ok),
         calls,
         grants: grants.len(),
+        grants_by_kind,
+        resources: history.resources.clone(),
         tenures_ended_by_expiry: expired,
         leader_changes: distinct_leaders(history).len().saturating_sub(1),
         nemesis_events,
@@ -379,128 +433,6 @@ fn linearizable_word(s: &Summary) -> &'static str {
     } else {
         "no"
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Terminal text
-// ---------------------------------------------------------------------------------------------
-
-fn fmt_ms(ms: f64) -> String {
-    if ms >= 1000.0 {
-        format!("{:.2}s", ms / 1000.0)
-    } else if ms >= 10.0 {
-        format!("{ms:.0}ms")
-    } else {
-        format!("{ms:.1}ms")
-    }
-}
-
-fn counts(map: &BTreeMap<String, usize>) -> String {
-    if map.is_empty() {
-        return "none".to_string();
-    }
-    map.iter()
-        .map(|(k, n)| format!("{k} x{n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn op_list(ops: &[u64], max: usize) -> String {
-    let mut s: Vec<String> = ops.iter().take(max).map(|id| id.to_string()).collect();
-    if ops.len() > max {
-        s.push(format!("... +{}", ops.len() - max));
-    }
-    s.join(", ")
-}
-
-/// A compact terminal summary ending with `PASS` or `FAIL: <why>`.
-pub fn text(summary: &Summary, check: &CheckReport) -> String {
-    const MAX_ANOMALY_LINES: usize = 50;
-    let s = summary;
-    let mut out = String::new();
-    let nemeses = if s.nemeses.is_empty() {
-        "none".to_string()
-    } else {
-        s.nemeses.join(",")
-    };
-    w!(
-        out,
-        "seed {} | {} nodes | nemeses {} | {:.1}s | {} ops ({:.1}/s): ok {}, fail {}, unknown {}\n",
-        s.seed,
-        s.nodes,
-        nemeses,
-        s.duration_s,
-        s.ops,
-        s.throughput_ops_per_s,
-        s.ok,
-        s.fail,
-        s.unknown
-    );
-    w!(
-        out,
-        "grants {} | ended by expiry {} | leader changes {} | nemesis events: {}\n",
-        s.grants,
-        s.tenures_ended_by_expiry,
-        s.leader_changes,
-        counts(&s.nemesis_events)
-    );
-    for (kind, stats) in s.calls.iter() {
-        if stats.total() == 0 {
-            continue;
-        }
-        w!(
-            out,
-            "  {kind:<8} ok {:>7}  fail {:>6}  unknown {:>6}",
-            stats.ok,
-            stats.fail,
-            stats.unknown
-        );
-        if let Some(l) = &stats.latency {
-            w!(
-                out,
-                "  p50 {:>7}  p99 {:>7}  max {:>7}",
-                fmt_ms(l.p50_ms),
-                fmt_ms(l.p99_ms),
-                fmt_ms(l.max_ms)
-            );
-        }
-        out.push('\n');
-    }
-    w!(
-        out,
-        "checker: {} resources, {} ops, linearizable: {}",
-        s.resources_checked,
-        s.ops_checked,
-        linearizable_word(s)
-    );
-    if !s.search_exhausted.is_empty() {
-        w!(
-            out,
-            ", search exhausted on {}",
-            s.search_exhausted.join(", ")
-        );
-    }
-    out.push('\n');
-    for anomaly in check.anomalies.iter().take(MAX_ANOMALY_LINES) {
-        w!(
-            out,
-            "  ANOMALY {} [{}]: {} (ops {})\n",
-            anomaly.kind,
-            anomaly.resource,
-            anomaly.message,
-            op_list(&anomaly.ops, 12)
-        );
-    }
-    if check.anomalies.len() > MAX_ANOMALY_LINES {
-        w!(
-            out,
-            "  ... and {} more anomalies (see report.html)\n",
-            check.anomalies.len() - MAX_ANOMALY_LINES
-        );
-    }
-    out.push_str(&s.verdict);
-    out.push('\n');
-    out
 }
 
 /// Writes `summary.json` and `report.html` into `dir`; returns the summary.

@@ -1,5 +1,7 @@
 //! The timeline of one resource: its tenures (grant to release, or to the last renew + ttl),
-//! one lane per holding process, fenced-store writes, and the ops anomalies name in red.
+//! one lane per holding process (co-holders of shared leases stack in their lanes; colour by
+//! mode), transfers as arrows from the old holder's lane to the new one's, fenced-store writes,
+//! and the ops anomalies name in red.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -8,133 +10,30 @@ use super::html::{
     anomaly_title, describe, draw_leaders, draw_time_axis, esc, nemesis_color, resource_id, Bands,
     Scale, ANOMALY_RED, AXIS_H, LANE_H, LEFT, WIDTH,
 };
-use super::{op_list, Span};
+use super::op_list;
+pub(super) use super::tenures::tenures;
+use super::tenures::{End, Tenure};
 use crate::checker::CheckReport;
-use crate::history::{Call, History, Nanos, Op, Outcome, Value};
+use crate::history::{Call, History, Mode, Nanos, Op, Outcome, Value};
 
-/// One holder's hold on a lease, as drawn.
-pub(super) struct Tenure {
-    process: u64,
-    token: u64,
-    holder: String,
-    lease_id: String,
-    start_ns: Nanos,
-    end_ns: Nanos,
-    released: bool,
-    /// Grant, renews, release.
-    ops: Vec<u64>,
+/// `(solid, light, label text)` colours of a tenure bar by mode.
+fn colors(mode: Mode) -> (&'static str, &'static str, &'static str) {
+    match mode {
+        Mode::Exclusive => ("#339af0", "#a5d8ff", "#1864ab"),
+        Mode::Read => ("#37b24d", "#b2f2bb", "#2b8a3e"),
+        Mode::Write => ("#f08c00", "#ffd8a8", "#d9480f"),
+    }
 }
 
-/// Tenures per resource, keyed by `(resource, token, process)` so that a token wrongly granted
-/// to two holders shows as two bars.
-pub(super) fn tenures(history: &History, span: Span) -> BTreeMap<String, Vec<Tenure>> {
-    let mut by_key: BTreeMap<(&str, u64, u64), Tenure> = BTreeMap::new();
-    // Latest "valid until" per key: an acquire's or renew's invoke + its ttl.
-    let mut until: HashMap<(&str, u64, u64), Nanos> = HashMap::new();
-    let mut release_at: HashMap<(&str, u64, u64), (Nanos, u64)> = HashMap::new();
-    let mut ops: Vec<&Op> = history.ops.iter().collect();
-    ops.sort_by_key(|op| (op.invoke_ns, op.id));
-    for op in &ops {
-        if let (
-            Call::Acquire {
-                resource,
-                holder,
-                ttl_ms,
-            },
-            Outcome::Ok {
-                value: Value::Granted { token, lease_id },
-            },
-        ) = (&op.call, &op.outcome)
-        {
-            let key = (resource.as_str(), *token, op.process);
-            let grant_until = op
-                .invoke_ns
-                .saturating_add(ttl_ms.saturating_mul(1_000_000));
-            match by_key.get_mut(&key) {
-                Some(t) => t.ops.push(op.id),
-                None => {
-                    by_key.insert(
-                        key,
-                        Tenure {
-                            process: op.process,
-                            token: *token,
-                            holder: holder.clone(),
-                            lease_id: lease_id.clone(),
-                            start_ns: op.complete_ns,
-                            end_ns: 0,
-                            released: false,
-                            ops: vec![op.id],
-                        },
-                    );
-                    until.insert(key, grant_until);
-                }
-            }
-        }
-    }
-    for op in &ops {
-        match (&op.call, &op.outcome) {
-            (
-                Call::Renew {
-                    resource,
-                    token,
-                    ttl_ms,
-                    ..
-                },
-                Outcome::Ok {
-                    value: Value::Renewed { .. },
-                },
-            ) => {
-                let key = (resource.as_str(), *token, op.process);
-                if let Some(t) = by_key.get_mut(&key) {
-                    t.ops.push(op.id);
-                    let u = op
-                        .invoke_ns
-                        .saturating_add(ttl_ms.saturating_mul(1_000_000));
-                    let e = until.entry(key).or_insert(u);
-                    *e = (*e).max(u);
-                }
-            }
-            (
-                Call::Release {
-                    resource, token, ..
-                },
-                Outcome::Ok {
-                    value: Value::Released { .. },
-                },
-            ) => {
-                let key = (resource.as_str(), *token, op.process);
-                if by_key.contains_key(&key) {
-                    release_at.entry(key).or_insert((op.invoke_ns, op.id));
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out: BTreeMap<String, Vec<Tenure>> = BTreeMap::new();
-    for (key, mut tenure) in by_key {
-        match release_at.get(&key) {
-            Some(&(at, id)) => {
-                tenure.end_ns = at;
-                tenure.released = true;
-                tenure.ops.push(id);
-            }
-            None => tenure.end_ns = until.get(&key).copied().unwrap_or(tenure.start_ns),
-        }
-        tenure.end_ns = tenure
-            .end_ns
-            .clamp(tenure.start_ns, span.t1.max(tenure.start_ns));
-        out.entry(key.0.to_string()).or_default().push(tenure);
-    }
-    for list in out.values_mut() {
-        list.sort_by_key(|t| (t.start_ns, t.token));
-    }
-    out
-}
+const TRANSFER: &str = "#d6336c";
 
 pub(super) fn legend_timeline(out: &mut String) {
     out.push_str("<div class=\"legend\">");
-    out.push_str("<svg width=\"26\" height=\"12\"><rect x=\"1\" y=\"1\" width=\"24\" height=\"10\" fill=\"#339af0\"/></svg>tenure (grant .. release)");
+    out.push_str("<svg width=\"26\" height=\"12\"><rect x=\"1\" y=\"1\" width=\"24\" height=\"10\" fill=\"#339af0\"/></svg>exclusive tenure (grant .. release)");
     out.push_str("<svg width=\"26\" height=\"12\"><rect x=\"1\" y=\"1\" width=\"24\" height=\"10\" fill=\"#a5d8ff\" stroke=\"#339af0\" stroke-dasharray=\"3,2\"/></svg>tenure never released (.. last renew + ttl)");
+    out.push_str("<svg width=\"26\" height=\"12\"><rect x=\"1\" y=\"1\" width=\"24\" height=\"10\" fill=\"#37b24d\"/></svg>read lease");
+    out.push_str("<svg width=\"26\" height=\"12\"><rect x=\"1\" y=\"1\" width=\"24\" height=\"10\" fill=\"#f08c00\"/></svg>write lease (label: #token R/W units)");
+    w!(out, "<svg width=\"26\" height=\"14\"><line x1=\"3\" x2=\"23\" y1=\"2\" y2=\"12\" stroke=\"{TRANSFER}\" stroke-width=\"1.5\"/><circle cx=\"23\" cy=\"12\" r=\"2\" fill=\"{TRANSFER}\"/></svg>transfer (old holder → new)");
     out.push_str("<svg width=\"8\" height=\"14\"><line x1=\"4\" x2=\"4\" y1=\"0\" y2=\"14\" stroke=\"#212529\" stroke-width=\"2\"/></svg>write accepted");
     out.push_str("<svg width=\"8\" height=\"14\"><line x1=\"4\" x2=\"4\" y1=\"0\" y2=\"14\" stroke=\"#fd7e14\" stroke-width=\"2.5\"/></svg>write rejected");
     w!(out, "<svg width=\"14\" height=\"14\"><rect x=\"2\" y=\"1\" width=\"10\" height=\"12\" fill=\"{ANOMALY_RED}\" fill-opacity=\"0.35\" stroke=\"{ANOMALY_RED}\" stroke-width=\"1.5\"/></svg>op in an anomaly");
@@ -200,13 +99,7 @@ pub(super) fn timeline(out: &mut String, input: TimelineInput<'_>) {
             .or_insert_with(|| t.holder.clone());
     }
     for op in writes.iter().chain(&flagged) {
-        let holder = match &op.call {
-            Call::Acquire { holder, .. }
-            | Call::Renew { holder, .. }
-            | Call::Release { holder, .. }
-            | Call::Write { holder, .. } => holder.clone(),
-            _ => String::new(),
-        };
+        let holder = op.call.holder().unwrap_or_default().to_owned();
         holder_of.entry(op.process).or_insert(holder);
     }
     let lanes: Vec<u64> = holder_of.keys().copied().collect();
@@ -223,18 +116,33 @@ pub(super) fn timeline(out: &mut String, input: TimelineInput<'_>) {
             )
         })
         .count();
-    let released = tenures.iter().filter(|t| t.released).count();
+    let released = tenures.iter().filter(|t| t.end == End::Released).count();
+    let shared = tenures.iter().filter(|t| t.mode != Mode::Exclusive).count();
+    let transfers = tenures.iter().filter(|t| t.from.is_some()).count();
+    let mut kinds = String::new();
+    if shared > 0 {
+        w!(kinds, ", {shared} shared");
+    }
+    if transfers > 0 {
+        w!(kinds, ", {transfers} by transfer");
+    }
+    let policy = match history.resources.get(resource) {
+        Some(p) => format!(" · {}", p.describe()),
+        None => String::new(),
+    };
     w!(
         out,
-        "<h3 id=\"{}\">{}<span class=sub>{} tenures ({} released) · {} holders · {} writes ({} rejected) · {} ops{}</span></h3>\n",
+        "<h3 id=\"{}\">{}<span class=sub>{} tenures ({} released{}) · {} holders · {} writes ({} rejected) · {} ops{}{}</span></h3>\n",
         resource_id(index),
         esc(resource),
         tenures.len(),
         released,
+        kinds,
         lanes.len(),
         writes.len(),
         rejected,
         ops.len(),
+        esc(&policy),
         if anomaly_count > 0 {
             format!(" · <span class=red>{anomaly_count} anomal{}</span>", if anomaly_count == 1 { "y" } else { "ies" })
         } else {
@@ -301,24 +209,33 @@ pub(super) fn timeline(out: &mut String, input: TimelineInput<'_>) {
             .copied()
             .filter(|id| anomalous.contains_key(id))
             .collect();
-        let style = if t.released {
-            r##"fill="#339af0""##.to_string()
+        let (solid, light, dark) = colors(t.mode);
+        let ended = t.end != End::Expired;
+        let style = if ended {
+            format!(r#"fill="{solid}""#)
         } else {
-            r##"fill="#a5d8ff" stroke="#339af0" stroke-width="0.8" stroke-dasharray="3,2""##
-                .to_string()
+            format!(r#"fill="{light}" stroke="{solid}" stroke-width="0.8" stroke-dasharray="3,2""#)
         };
         let stroke = if flagged_ops.is_empty() {
             String::new()
         } else {
             format!(r#" stroke="{ANOMALY_RED}" stroke-width="2""#)
         };
-        let how = if t.released {
-            "released"
-        } else {
-            "not released (until last renew + ttl)"
+        let how = match t.end {
+            End::Released => "released",
+            End::Transferred => "transferred away",
+            End::Expired => "not released (until last renew + ttl)",
+        };
+        let mode = match t.mode {
+            Mode::Exclusive => "exclusive".to_string(),
+            m => format!("{} {} units", m.name(), t.units),
+        };
+        let from = match t.from {
+            Some(p) => format!(", handed over by p{p}"),
+            None => String::new(),
         };
         let mut title = format!(
-            "{resource} token {} held by {} (p{}), lease {}: {:.3}s..{:.3}s, {how}; ops {}",
+            "{resource} token {} ({mode}) held by {} (p{}{from}), lease {}: {:.3}s..{:.3}s, {how}; ops {}",
             t.token,
             t.holder,
             t.process,
@@ -336,12 +253,25 @@ pub(super) fn timeline(out: &mut String, input: TimelineInput<'_>) {
             x1 - x0,
             esc(&title)
         );
-        let label = format!("#{}", t.token);
+        if let Some(&from) = t.from.and_then(|p| lane_of.get(&p)) {
+            // The transfer: from the old holder's lane to the new one's.
+            let y_from = top + from as f64 * LANE_H + LANE_H / 2.0;
+            w!(
+                out,
+                r#"<line class="transfer" x1="{x0:.1}" x2="{x0:.1}" y1="{y_from:.1}" y2="{:.1}" stroke="{TRANSFER}" stroke-width="1.5"/><circle cx="{x0:.1}" cy="{:.1}" r="2.5" fill="{TRANSFER}"/>"#,
+                y + 6.0,
+                y + 6.0
+            );
+        }
+        let label = match t.mode {
+            Mode::Exclusive => format!("#{}", t.token),
+            m => format!("#{} {}{}", t.token, m.letter(), t.units),
+        };
         if x1 - x0 >= 6.0 * label.len() as f64 + 4.0 {
-            let fill = if t.released {
-                ""
+            let fill = if ended {
+                String::new()
             } else {
-                r##" style="fill:#1864ab""##
+                format!(r#" style="fill:{dark}""#)
             };
             w!(
                 labels,

@@ -1,18 +1,16 @@
-//! The clients: concurrent holders contending for a small pool of resources, each writing to a
-//! simulated downstream fenced store with its token. Some stall past their ttl before writing,
-//! as a paused process would. Every call is recorded as invoke → ok / fail / unknown.
+//! The recorded calls: every client call is recorded as invoke → ok / fail / unknown, and the
+//! simulated fenced store the leases protect.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use tenure_client::{pb, prost_duration, Client, Error};
-use tokio::time::Instant;
+use tokio::sync::mpsc;
 
-use crate::history::{now_ns, Call, Op, Outcome, Value};
+use super::{Handoff, WorkloadConfig};
+use crate::history::{now_ns, Call, Held, Mode, Op, Outcome, Value};
 
 /// Reasons that prove a call did not take effect.
 const DEFINITE_FAILURES: &[&str] = &[
@@ -25,33 +23,9 @@ const DEFINITE_FAILURES: &[&str] = &[
     "stale_fencing_token",
     "lease_expired",
     "already_held",
+    "not_transferable",
     "resource_exhausted",
 ];
-
-#[derive(Clone, Debug)]
-pub struct WorkloadConfig {
-    pub clients: u64,
-    pub resources: u64,
-    pub ttl_min_ms: u64,
-    pub ttl_max_ms: u64,
-    /// Chance that a holder stalls for 1.5 × ttl before its next write.
-    pub stall_probability: f64,
-    /// Deadline of each call, retries included: past it the outcome is unknown.
-    pub call_timeout: Duration,
-}
-
-impl Default for WorkloadConfig {
-    fn default() -> Self {
-        WorkloadConfig {
-            clients: 12,
-            resources: 8,
-            ttl_min_ms: 1_000,
-            ttl_max_ms: 3_000,
-            stall_probability: 0.1,
-            call_timeout: Duration::from_secs(2),
-        }
-    }
-}
 
 /// Collects the history's ops.
 #[derive(Default)]
@@ -97,19 +71,22 @@ impl Recorder {
     }
 }
 
-/// The downstream system a lease protects: it keeps the highest token it has seen per
-/// resource and refuses any write with a lower one.
+/// The downstream system a lease protects: it keeps, per resource, the highest token an
+/// exclusive holder wrote with, and refuses any write (shared or exclusive) with a lower one
+/// (SPEC §1: co-holders' tokens are not ordered against each other).
 #[derive(Default)]
 pub struct FencedStore {
     highest: Mutex<HashMap<String, u64>>,
 }
 
 impl FencedStore {
-    pub fn write(&self, resource: &str, token: u64) -> Value {
+    pub fn write(&self, resource: &str, token: u64, shared: bool) -> Value {
         let mut highest = self.highest.lock().unwrap_or_else(|p| p.into_inner());
         let seen = highest.entry(resource.to_string()).or_insert(0);
         if token >= *seen {
-            *seen = token;
+            if !shared {
+                *seen = token;
+            }
             Value::StoreAccepted
         } else {
             Value::StoreRejected { highest: *seen }
@@ -117,14 +94,26 @@ impl FencedStore {
     }
 }
 
+/// A lease a client holds (granted, or handed over by a transfer).
+#[derive(Clone, Debug)]
+pub struct Tenancy {
+    pub resource: String,
+    pub lease_id: String,
+    pub token: u64,
+    pub mode: Mode,
+    pub transferable: bool,
+}
+
 /// What every client shares.
 pub struct Env {
     pub client: Client,
     /// One client per node, for reads through a chosen node.
     pub per_node: Vec<Client>,
-    pub recorder: Arc<Recorder>,
+    pub recorder: std::sync::Arc<Recorder>,
     pub store: FencedStore,
     pub config: WorkloadConfig,
+    /// Each client's inbox of leases handed over to it (index = process − 1).
+    pub inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
 }
 
 fn classify(error: &Error) -> Outcome {
@@ -139,24 +128,62 @@ fn classify(error: &Error) -> Outcome {
     }
 }
 
+pub fn holder_name(process: u64) -> String {
+    format!("c{process}")
+}
+
+fn pb_mode(mode: Mode) -> pb::LeaseMode {
+    match mode {
+        Mode::Exclusive => pb::LeaseMode::Exclusive,
+        Mode::Read => pb::LeaseMode::Read,
+        Mode::Write => pb::LeaseMode::Write,
+    }
+}
+
+fn mode_of(lease: &pb::Lease) -> Mode {
+    match pb::LeaseMode::try_from(lease.mode) {
+        Ok(pb::LeaseMode::Read) => Mode::Read,
+        Ok(pb::LeaseMode::Write) => Mode::Write,
+        _ => Mode::Exclusive,
+    }
+}
+
+/// A lease as the history records what an answer showed.
+pub fn held(lease: &pb::Lease) -> Held {
+    Held {
+        holder: lease.holder.clone(),
+        token: lease.fencing_token,
+        mode: mode_of(lease),
+        units: lease.units,
+        grace: lease.status == pb::LeaseStatus::Grace as i32,
+    }
+}
+
 impl Env {
+    /// `Acquire`; the lease if granted.
     pub async fn acquire(
         &self,
         process: u64,
         resource: &str,
         ttl_ms: u64,
+        mode: Mode,
+        units: u64,
     ) -> Option<(u64, String)> {
-        let holder = format!("c{process}");
+        let holder = holder_name(process);
         let call = Call::Acquire {
             resource: resource.into(),
             holder: holder.clone(),
             ttl_ms,
+            mode,
+            units,
         };
         let pending = self.recorder.invoke(process, call);
         let request = pb::AcquireRequest {
             resource: resource.into(),
             holder,
             ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
+            mode: pb_mode(mode) as i32,
+            units,
             ..Default::default()
         };
         let outcome = match self.client.acquire(request).await {
@@ -178,6 +205,7 @@ impl Env {
                         reason: r.reason,
                         holder: current.map(|l| l.holder.clone()),
                         token: current.map(|l| l.fencing_token),
+                        holders: r.holders.iter().map(held).collect(),
                     },
                 }
             }
@@ -191,65 +219,90 @@ impl Env {
         }
     }
 
-    pub async fn renew(
-        &self,
-        process: u64,
-        resource: &str,
-        lease_id: &str,
-        token: u64,
-        ttl_ms: u64,
-    ) -> Outcome {
-        let holder = format!("c{process}");
+    pub async fn renew(&self, process: u64, lease: &Tenancy, ttl_ms: u64) -> Outcome {
+        let holder = holder_name(process);
         let call = Call::Renew {
-            resource: resource.into(),
+            resource: lease.resource.clone(),
             holder: holder.clone(),
-            lease_id: lease_id.into(),
-            token,
+            lease_id: lease.lease_id.clone(),
+            token: lease.token,
             ttl_ms,
         };
         let pending = self.recorder.invoke(process, call);
         let request = pb::RenewRequest {
-            resource: resource.into(),
-            lease_id: lease_id.into(),
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
             holder,
-            fencing_token: token,
+            fencing_token: lease.token,
             ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
             request_id: String::new(),
         };
         let outcome = match self.client.renew(request).await {
             Ok(_) => Outcome::Ok {
-                value: Value::Renewed { token },
+                value: Value::Renewed { token: lease.token },
             },
             Err(e) => classify(&e),
         };
         self.recorder.complete(pending, outcome)
     }
 
-    pub async fn release(
-        &self,
-        process: u64,
-        resource: &str,
-        lease_id: &str,
-        token: u64,
-    ) -> Outcome {
-        let holder = format!("c{process}");
+    pub async fn release(&self, process: u64, lease: &Tenancy) -> Outcome {
+        let holder = holder_name(process);
         let call = Call::Release {
-            resource: resource.into(),
+            resource: lease.resource.clone(),
             holder: holder.clone(),
-            lease_id: lease_id.into(),
-            token,
+            lease_id: lease.lease_id.clone(),
+            token: lease.token,
         };
         let pending = self.recorder.invoke(process, call);
         let request = pb::ReleaseRequest {
-            resource: resource.into(),
-            lease_id: lease_id.into(),
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
             holder,
-            fencing_token: token,
+            fencing_token: lease.token,
             request_id: String::new(),
         };
         let outcome = match self.client.release(request).await {
             Ok(_) => Outcome::Ok {
-                value: Value::Released { token },
+                value: Value::Released { token: lease.token },
+            },
+            Err(e) => classify(&e),
+        };
+        self.recorder.complete(pending, outcome)
+    }
+
+    /// `Transfer` of `lease` to client `to`.
+    pub async fn transfer(&self, process: u64, lease: &Tenancy, to: u64) -> Outcome {
+        let holder = holder_name(process);
+        let call = Call::Transfer {
+            resource: lease.resource.clone(),
+            holder: holder.clone(),
+            lease_id: lease.lease_id.clone(),
+            token: lease.token,
+            to_holder: holder_name(to),
+        };
+        let pending = self.recorder.invoke(process, call);
+        let request = pb::TransferRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder,
+            fencing_token: lease.token,
+            to_holder: holder_name(to),
+            ..Default::default()
+        };
+        let outcome = match self.client.transfer(request).await {
+            Ok(r) => match r.lease {
+                Some(new) => Outcome::Ok {
+                    value: Value::Transferred {
+                        token: new.fencing_token,
+                        mode: mode_of(&new),
+                        units: new.units,
+                        lease_id: new.lease_id,
+                    },
+                },
+                None => Outcome::Unknown {
+                    error: "transferred without a lease".into(),
+                },
             },
             Err(e) => classify(&e),
         };
@@ -297,12 +350,19 @@ impl Env {
         };
         let outcome = match client.get_resource(request).await {
             Ok(r) => {
-                let lease = r.resource.and_then(|res| res.leases.into_iter().next());
-                Outcome::Ok {
-                    value: Value::Read {
-                        holder: lease.as_ref().map(|l| l.holder.clone()),
-                        token: lease.map(|l| l.fencing_token),
-                    },
+                let (leases, count) = r
+                    .resource
+                    .map(|res| (res.leases, res.lease_count))
+                    .unwrap_or_default();
+                if count as usize > leases.len() {
+                    // A view cut short proves nothing about the leases it leaves out.
+                    Outcome::Unknown {
+                        error: format!("the read shows {} of {count} leases", leases.len()),
+                    }
+                } else {
+                    Outcome::Ok {
+                        value: Value::read(leases.iter().map(held).collect()),
+                    }
                 }
             }
             Err(e) => classify(&e),
@@ -310,14 +370,51 @@ impl Env {
         self.recorder.complete(pending, outcome)
     }
 
-    pub fn write(&self, process: u64, resource: &str, token: u64) -> Value {
+    /// A linearizable `ListLeases` of this client's leases, recorded as what it shows of
+    /// `resource`; the lease there, if any.
+    pub async fn list_leases(&self, process: u64, resource: &str) -> Option<pb::Lease> {
+        let holder = holder_name(process);
+        let pending = self.recorder.invoke(
+            process,
+            Call::ListLeases {
+                resource: resource.into(),
+                holder: holder.clone(),
+            },
+        );
+        let request = pb::ListLeasesRequest {
+            holder,
+            consistency: pb::Consistency::Linearizable as i32,
+            ..Default::default()
+        };
+        let (outcome, found) = match self.client.list_leases(request).await {
+            // Every lease of one holder fits the first page (a client holds a few at most).
+            Ok(r) => {
+                let mine: Vec<pb::Lease> = r
+                    .leases
+                    .into_iter()
+                    .filter(|l| l.resource == resource)
+                    .collect();
+                let value = Value::Leases {
+                    leases: mine.iter().map(held).collect(),
+                };
+                (Outcome::Ok { value }, mine.into_iter().next())
+            }
+            Err(e) => (classify(&e), None),
+        };
+        self.recorder.complete(pending, outcome);
+        found
+    }
+
+    pub fn write(&self, process: u64, lease: &Tenancy) -> Value {
+        let shared = !lease.mode.is_exclusive();
         let call = Call::Write {
-            resource: resource.into(),
-            holder: format!("c{process}"),
-            token,
+            resource: lease.resource.clone(),
+            holder: holder_name(process),
+            token: lease.token,
+            shared,
         };
         let pending = self.recorder.invoke(process, call);
-        let value = self.store.write(resource, token);
+        let value = self.store.write(&lease.resource, lease.token, shared);
         self.recorder.complete(
             pending,
             Outcome::Ok {
@@ -325,59 +422,5 @@ impl Env {
             },
         );
         value
-    }
-}
-
-pub fn resource_name(index: u64) -> String {
-    format!("r{index}")
-}
-
-/// One client until `deadline`: acquire a random resource; if granted, hold it for a few
-/// rounds of write → renew (sometimes stalling past the ttl first), then release it or let
-/// it expire; otherwise back off. Reads and validations are mixed in.
-pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Instant) {
-    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(process));
-    let config = env.config.clone();
-    let nodes = env.per_node.len() as u64;
-    while Instant::now() < deadline {
-        let resource = resource_name(rng.random_range(0..config.resources));
-        if rng.random_bool(0.15) {
-            env.read(process, &resource, rng.random_range(1..=nodes))
-                .await;
-            continue;
-        }
-        let ttl_ms = rng.random_range(config.ttl_min_ms..=config.ttl_max_ms);
-        let Some((token, lease_id)) = env.acquire(process, &resource, ttl_ms).await else {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
-            continue;
-        };
-        let rounds = rng.random_range(0..=3);
-        if rounds == 0 {
-            env.write(process, &resource, token);
-        }
-        let mut held = true;
-        for _ in 0..rounds {
-            let pause = if rng.random_bool(config.stall_probability) {
-                ttl_ms * 3 / 2
-            } else {
-                ttl_ms / 4
-            };
-            tokio::time::sleep(Duration::from_millis(pause)).await;
-            env.write(process, &resource, token);
-            if rng.random_bool(0.3) {
-                env.validate(process, &resource, token).await;
-            }
-            if !matches!(
-                env.renew(process, &resource, &lease_id, token, ttl_ms)
-                    .await,
-                Outcome::Ok { .. }
-            ) {
-                held = false;
-                break;
-            }
-        }
-        if held && rng.random_bool(0.8) {
-            env.release(process, &resource, &lease_id, token).await;
-        }
     }
 }

@@ -5,6 +5,8 @@ use super::*;
 use crate::checker::Anomaly;
 use crate::history::{NemesisEvent, Op};
 
+mod shared;
+
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_000_000_000_000;
 
@@ -36,6 +38,8 @@ fn acquire(r: &str, h: &str) -> Call {
         resource: r.into(),
         holder: h.into(),
         ttl_ms: 3000,
+        mode: crate::history::Mode::Exclusive,
+        units: 0,
     }
 }
 
@@ -63,6 +67,7 @@ fn write(r: &str, h: &str, token: u64) -> Call {
         resource: r.into(),
         holder: h.into(),
         token,
+        shared: false,
     }
 }
 
@@ -87,6 +92,7 @@ fn sample() -> (History, CheckReport, u64) {
             reason: "held".into(),
             holder: Some("h1".into()),
             token: Some(1),
+            holders: vec![],
         }),
     );
     b.op(1, write("alpha", "h1", 1), 500, 0, ok(Value::StoreAccepted));
@@ -165,6 +171,7 @@ fn sample() -> (History, CheckReport, u64) {
         ok(Value::Read {
             holder: Some("h3".into()),
             token: Some(1),
+            leases: vec![],
         }),
     );
     b.op(
@@ -196,6 +203,7 @@ fn sample() -> (History, CheckReport, u64) {
         ok(Value::Read {
             holder: Some("h2".into()),
             token: Some(2),
+            leases: vec![],
         }),
     );
     let history = History {
@@ -231,6 +239,7 @@ fn sample() -> (History, CheckReport, u64) {
             (T0 + 1350 * MS, 2, 2),
             (T0 + 3700 * MS, 3, 3),
         ],
+        resources: Default::default(),
     };
     let check = CheckReport {
         anomalies: vec![Anomaly {
@@ -356,8 +365,9 @@ fn the_page_draws_every_resource_the_faults_and_the_anomaly() {
         1
     );
     // The anomaly: a red marker whose tooltip names the op, on the timeline and the scatter.
-    let marker =
-        format!("<g class=\"anomaly\" data-op=\"{stale}\"><title>op {stale} (p2): read beta");
+    let marker = format!(
+        "<g class=\"anomaly\" data-op=\"{stale}\"><title>op {stale} (p2): read(node 2) on beta"
+    );
     assert_eq!(
         page.matches(&marker).count(),
         2,

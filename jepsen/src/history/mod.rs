@@ -1,11 +1,16 @@
 //! The history of a run: every client call as invoke → ok / fail / unknown, every fenced-store
-//! write, every nemesis event, each stamped with the harness's monotonic clock. Written as JSON
-//! lines, one [`Record`] a line; read back by the checker and the report.
+//! write, every nemesis event, each stamped with the harness's monotonic clock, and the policy of
+//! every registered resource (so a saved history can be checked again without the cluster).
+//! Written as JSON lines, one [`Record`] a line; read back by the checker and the report.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+mod ops;
+pub use ops::{Call, Held, Mode, ResourcePolicy, Value};
 
 /// Nanoseconds on the harness's CLOCK_MONOTONIC (one clock for every client and the nemesis).
 pub type Nanos = u64;
@@ -15,103 +20,6 @@ pub fn now_ns() -> Nanos {
         Ok(ts) => ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64,
         Err(_) => 0,
     }
-}
-
-/// What a client asked.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "f", rename_all = "snake_case")]
-pub enum Call {
-    Acquire {
-        resource: String,
-        holder: String,
-        ttl_ms: u64,
-    },
-    Renew {
-        resource: String,
-        holder: String,
-        lease_id: String,
-        token: u64,
-        ttl_ms: u64,
-    },
-    Release {
-        resource: String,
-        holder: String,
-        lease_id: String,
-        token: u64,
-    },
-    /// `Validate` by fencing token.
-    Validate { resource: String, token: u64 },
-    /// Linearizable `GetResource` sent to node `node`.
-    Read { resource: String, node: u64 },
-    /// A write to the simulated downstream fenced store (local to the harness).
-    Write {
-        resource: String,
-        holder: String,
-        token: u64,
-    },
-}
-
-impl Call {
-    /// The call's kind, as reports name it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Call::Acquire { .. } => "acquire",
-            Call::Renew { .. } => "renew",
-            Call::Release { .. } => "release",
-            Call::Validate { .. } => "validate",
-            Call::Read { .. } => "read",
-            Call::Write { .. } => "write",
-        }
-    }
-
-    pub fn resource(&self) -> &str {
-        match self {
-            Call::Acquire { resource, .. }
-            | Call::Renew { resource, .. }
-            | Call::Release { resource, .. }
-            | Call::Validate { resource, .. }
-            | Call::Read { resource, .. }
-            | Call::Write { resource, .. } => resource,
-        }
-    }
-}
-
-/// What the cluster (or the store) answered, when it answered.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "v", rename_all = "snake_case")]
-pub enum Value {
-    /// Acquire granted (a fresh grant or the same lease returned idempotently).
-    Granted {
-        token: u64,
-        lease_id: String,
-    },
-    /// Acquire answered but not granted; `holder`/`token` of the current lease when reported.
-    Refused {
-        reason: String,
-        holder: Option<String>,
-        token: Option<u64>,
-    },
-    Renewed {
-        token: u64,
-    },
-    Released {
-        token: u64,
-    },
-    Validated {
-        valid: bool,
-        reason: String,
-    },
-    /// The live exclusive lease a linearizable read saw, if any.
-    Read {
-        holder: Option<String>,
-        token: Option<u64>,
-    },
-    /// The fenced store took the write.
-    StoreAccepted,
-    /// The fenced store refused the write: it had seen `highest`.
-    StoreRejected {
-        highest: u64,
-    },
 }
 
 /// How a call ended.
@@ -159,7 +67,7 @@ pub struct NemesisEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Record {
-    /// Run parameters: seed, nodes, nemeses, ttl bounds, clock-rate bound.
+    /// Run parameters: seed, nodes, nemeses, clock-rate bound.
     Meta {
         seed: u64,
         nodes: u64,
@@ -175,6 +83,11 @@ pub enum Record {
         node: u64,
         term: u64,
     },
+    /// A resource the run registered, with its policy (others are ad hoc).
+    Resource {
+        name: String,
+        policy: ResourcePolicy,
+    },
 }
 
 /// A whole run, in memory.
@@ -189,6 +102,8 @@ pub struct History {
     pub ops: Vec<Op>,
     pub nemesis: Vec<NemesisEvent>,
     pub leaders: Vec<(Nanos, u64, u64)>,
+    /// Registered resources and their policies.
+    pub resources: BTreeMap<String, ResourcePolicy>,
 }
 
 impl History {
@@ -200,6 +115,14 @@ impl History {
             clock_epsilon: self.clock_epsilon,
             started_ns: self.started_ns,
         }];
+        records.extend(
+            self.resources
+                .iter()
+                .map(|(name, policy)| Record::Resource {
+                    name: name.clone(),
+                    policy: policy.clone(),
+                }),
+        );
         records.extend(self.ops.iter().cloned().map(Record::Op));
         records.extend(self.nemesis.iter().cloned().map(Record::Nemesis));
         records.extend(
@@ -232,6 +155,9 @@ impl History {
             Record::Op(op) => self.ops.push(op),
             Record::Nemesis(event) => self.nemesis.push(event),
             Record::Leader { at_ns, node, term } => self.leaders.push((at_ns, node, term)),
+            Record::Resource { name, policy } => {
+                self.resources.insert(name, policy);
+            }
         }
     }
 
@@ -277,6 +203,8 @@ mod tests {
                     resource: "r".into(),
                     holder: "h".into(),
                     ttl_ms: 3000,
+                    mode: Mode::Read,
+                    units: 2,
                 },
                 invoke_ns: 10,
                 complete_ns: 20,
@@ -294,10 +222,56 @@ mod tests {
                 end_ns: Some(30),
             }],
             leaders: vec![(12, 1, 2)],
+            resources: [(
+                "r".to_string(),
+                ResourcePolicy {
+                    shared_modes: vec![Mode::Read, Mode::Write],
+                    total_units: 4,
+                    renewal_grace_ms: 500,
+                    ..ResourcePolicy::default()
+                },
+            )]
+            .into_iter()
+            .collect(),
         };
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("history.jsonl");
         history.write_jsonl(&path).expect("write");
         assert_eq!(History::read_jsonl(&path).expect("read"), history);
+    }
+}
+
+#[cfg(test)]
+mod compat_tests {
+    use super::*;
+
+    #[test]
+    fn a_line_written_before_shared_modes_still_reads() {
+        let acquire: Record = serde_json::from_str(
+            r#"{"type":"op","id":0,"process":1,"call":{"f":"acquire","resource":"r","holder":"h","ttl_ms":3000},"invoke_ns":10,"complete_ns":20,"outcome":{"outcome":"ok","value":{"v":"refused","reason":"resource_unavailable","holder":"g","token":4}}}"#,
+        )
+        .expect("old acquire");
+        let Record::Op(op) = acquire else {
+            panic!("not an op")
+        };
+        assert!(matches!(
+            op.call,
+            Call::Acquire {
+                mode: Mode::Exclusive,
+                units: 0,
+                ..
+            }
+        ));
+        let read: Value =
+            serde_json::from_str(r#"{"v":"read","holder":"g","token":4}"#).expect("old read");
+        let Value::Read {
+            holder,
+            token,
+            leases,
+        } = &read
+        else {
+            panic!("not a read")
+        };
+        assert_eq!(Value::read_leases(holder, token, leases).len(), 1);
     }
 }

@@ -1,0 +1,375 @@
+//! From history ops to model ops: what each answer proves about the resource's state.
+
+use std::collections::HashMap;
+
+use super::{HolderId, MOp, Refusal, Seen};
+use crate::history::{Call, Held, Op, Outcome, ResourcePolicy, Value};
+
+/// Holder names of one resource.
+#[derive(Default)]
+pub(crate) struct Holders {
+    names: Vec<String>,
+    ids: HashMap<String, HolderId>,
+}
+
+impl Holders {
+    pub(crate) fn intern(&mut self, name: &str) -> HolderId {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as HolderId;
+        self.names.push(name.to_owned());
+        self.ids.insert(name.to_owned(), id);
+        id
+    }
+
+    pub(crate) fn name(&self, id: HolderId) -> &str {
+        self.names
+            .get(id as usize)
+            .map(String::as_str)
+            .unwrap_or("?")
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// What a history op means to the checker.
+pub(crate) enum Compiled {
+    /// Part of the lease model; `required` = it must be linearized (outcome Ok or a proving Fail).
+    Model { op: MOp, required: bool },
+    /// A fenced-store write (checked by the invariants, not the model).
+    Write,
+    /// Constrains nothing (a failure that proves nothing, a read that timed out, …).
+    Ignored,
+    /// The answer does not fit the call (a harness bug or a protocol bug).
+    Unexpected(String),
+}
+
+/// A refused acquire lists at most this many holders (the node's `HOLDERS_SHOWN`): a longer
+/// list may be cut short, so it shows only some of the live leases.
+const HOLDERS_SHOWN: usize = 100;
+
+/// Reasons that prove the named lease is not the live one.
+const NOT_LIVE_REASONS: [&str; 3] = ["stale_fencing_token", "lease_expired", "lease_not_found"];
+
+/// `d·(1−ε)` in nanoseconds, for a duration `d` in milliseconds.
+pub(crate) fn ttl_floor_ns(ttl_ms: u64, eps: f64) -> u64 {
+    let ns = ttl_ms as f64 * 1e6 * (1.0 - eps.clamp(0.0, 1.0));
+    if ns <= 0.0 {
+        0
+    } else {
+        ns as u64
+    }
+}
+
+fn units32(units: u64) -> u32 {
+    units.min(u32::MAX as u64) as u32
+}
+
+fn seen(holders: &mut Holders, held: &Held, policy: &ResourcePolicy) -> Seen {
+    Seen {
+        holder: holders.intern(&held.holder),
+        token: Some(held.token),
+        mode: Some(held.mode),
+        units: Some(units32(policy.effective_units(held.mode, held.units))),
+        grace: Some(held.grace),
+    }
+}
+
+/// Compiles one op of a resource with policy `policy`; `eps` bounds the clock-rate error.
+pub(crate) fn compile(
+    op: &Op,
+    eps: f64,
+    policy: &ResourcePolicy,
+    holders: &mut Holders,
+) -> Compiled {
+    let unexpected =
+        |value: &Value| Compiled::Unexpected(format!("{} answered {:?}", op.call.name(), value));
+    // Lower bounds of a lease's expiry and of its reclaim, for a grant or renew invoked now.
+    let bounds = |ttl_ms: u64| {
+        (
+            op.invoke_ns.saturating_add(ttl_floor_ns(ttl_ms, eps)),
+            op.invoke_ns.saturating_add(ttl_floor_ns(
+                ttl_ms.saturating_add(policy.renewal_grace_ms),
+                eps,
+            )),
+        )
+    };
+    match (&op.call, &op.outcome) {
+        (Call::Write { .. }, _) => Compiled::Write,
+        (
+            Call::Acquire {
+                holder,
+                ttl_ms,
+                mode,
+                units,
+                ..
+            },
+            outcome,
+        ) => {
+            let holder = holders.intern(holder);
+            let (mode, units) = (*mode, units32(policy.effective_units(*mode, *units)));
+            let (expiry, bound) = bounds(*ttl_ms);
+            match outcome {
+                Outcome::Ok {
+                    value: Value::Granted { token, .. },
+                } => Compiled::Model {
+                    op: MOp::AcquireGranted {
+                        holder,
+                        mode,
+                        units,
+                        token: *token,
+                        expiry,
+                        bound,
+                    },
+                    required: true,
+                },
+                Outcome::Ok {
+                    value:
+                        Value::Refused {
+                            reason,
+                            holder: first,
+                            token,
+                            holders: all,
+                        },
+                } => {
+                    let why = match reason.as_str() {
+                        "resource_unavailable" => Refusal::Unavailable,
+                        "insufficient_units" => Refusal::Units,
+                        _ => return Compiled::Ignored,
+                    };
+                    let (listed, exact): (Vec<Seen>, bool) = if all.is_empty() {
+                        // Before shared modes only the first holder was recorded.
+                        let listed = first.as_deref().map(|name| Seen {
+                            holder: holders.intern(name),
+                            token: *token,
+                            mode: None,
+                            units: None,
+                            grace: None,
+                        });
+                        (listed.into_iter().collect(), false)
+                    } else {
+                        let listed = all.iter().map(|h| seen(holders, h, policy)).collect();
+                        (listed, all.len() < HOLDERS_SHOWN)
+                    };
+                    Compiled::Model {
+                        op: MOp::AcquireRefused {
+                            holder,
+                            mode,
+                            units,
+                            why,
+                            holders: listed.into_boxed_slice(),
+                            exact,
+                        },
+                        required: true,
+                    }
+                }
+                Outcome::Ok { value } => unexpected(value),
+                Outcome::Fail { reason } if reason == "already_held" => Compiled::Model {
+                    op: MOp::AlreadyHeld {
+                        holder,
+                        mode,
+                        units,
+                    },
+                    required: true,
+                },
+                Outcome::Fail { .. } => Compiled::Ignored,
+                Outcome::Unknown { .. } => Compiled::Model {
+                    op: MOp::AcquireUnknown {
+                        holder,
+                        mode,
+                        units,
+                        expiry,
+                        bound,
+                    },
+                    required: false,
+                },
+            }
+        }
+        (
+            Call::Renew {
+                holder,
+                token,
+                ttl_ms,
+                ..
+            },
+            outcome,
+        ) => {
+            let holder = holders.intern(holder);
+            let (expiry, bound) = bounds(*ttl_ms);
+            let renew = MOp::Renew {
+                holder,
+                token: *token,
+                expiry,
+                bound,
+            };
+            let answered =
+                |value: &Value| matches!(value, Value::Renewed { token: t } if t == token);
+            lease_call(renew, holder, *token, outcome, answered, unexpected)
+        }
+        (Call::Release { holder, token, .. }, outcome) => {
+            let holder = holders.intern(holder);
+            let release = MOp::Release {
+                holder,
+                token: *token,
+            };
+            let answered =
+                |value: &Value| matches!(value, Value::Released { token: t } if t == token);
+            lease_call(release, holder, *token, outcome, answered, unexpected)
+        }
+        (
+            Call::Transfer {
+                holder,
+                token,
+                to_holder,
+                ..
+            },
+            outcome,
+        ) => {
+            let holder = holders.intern(holder);
+            let to = holders.intern(to_holder);
+            let transfer = |new_token| MOp::Transfer {
+                holder,
+                token: *token,
+                to,
+                new_token,
+            };
+            match outcome {
+                Outcome::Ok {
+                    value: Value::Transferred { token: t, .. },
+                } => Compiled::Model {
+                    op: transfer(Some(*t)),
+                    required: true,
+                },
+                Outcome::Fail { reason } if reason == "already_held" => Compiled::Model {
+                    op: MOp::TransferToHolder {
+                        holder,
+                        token: *token,
+                        to,
+                    },
+                    required: true,
+                },
+                _ => lease_call(
+                    transfer(None),
+                    holder,
+                    *token,
+                    outcome,
+                    |_| false,
+                    unexpected,
+                ),
+            }
+        }
+        (Call::Validate { token, .. }, outcome) => match outcome {
+            Outcome::Ok {
+                value: Value::Validated { valid, .. },
+            } => Compiled::Model {
+                op: MOp::Validate {
+                    token: *token,
+                    valid: *valid,
+                },
+                required: true,
+            },
+            Outcome::Ok { value } => unexpected(value),
+            _ => Compiled::Ignored,
+        },
+        (Call::Read { .. }, outcome) => match outcome {
+            Outcome::Ok {
+                value:
+                    Value::Read {
+                        holder,
+                        token,
+                        leases,
+                    },
+            } => {
+                let all = Value::read_leases(holder, token, leases);
+                let listed: Vec<Seen> = if leases.is_empty() {
+                    // Before shared modes: the one exclusive lease, as seen.
+                    all.iter()
+                        .map(|h| Seen {
+                            mode: None,
+                            units: None,
+                            grace: None,
+                            ..seen(holders, h, policy)
+                        })
+                        .collect()
+                } else {
+                    all.iter().map(|h| seen(holders, h, policy)).collect()
+                };
+                if listed.is_empty() && holder.is_some() {
+                    // A holder without a token (never written by the workload): held by it.
+                    let h = holders.intern(holder.as_deref().unwrap_or_default());
+                    return Compiled::Model {
+                        op: MOp::Holding {
+                            holder: h,
+                            lease: Some(Seen {
+                                holder: h,
+                                token: None,
+                                mode: None,
+                                units: None,
+                                grace: None,
+                            }),
+                        },
+                        required: true,
+                    };
+                }
+                Compiled::Model {
+                    op: MOp::Read {
+                        leases: listed.into_boxed_slice(),
+                    },
+                    required: true,
+                }
+            }
+            Outcome::Ok { value } => unexpected(value),
+            _ => Compiled::Ignored,
+        },
+        (Call::ListLeases { holder, .. }, outcome) => match outcome {
+            Outcome::Ok {
+                value: value @ Value::Leases { leases },
+            } => {
+                let id = holders.intern(holder);
+                if leases.len() > 1 || leases.iter().any(|l| l.holder != *holder) {
+                    return unexpected(value);
+                }
+                let lease = leases.first().map(|l| seen(holders, l, policy));
+                Compiled::Model {
+                    op: MOp::Holding { holder: id, lease },
+                    required: true,
+                }
+            }
+            Outcome::Ok { value } => unexpected(value),
+            _ => Compiled::Ignored,
+        },
+    }
+}
+
+/// A renew, release or transfer: it took effect (`answered`), proved the lease not live (a
+/// not-live failure), constrains nothing (other failures), or may have taken effect (unknown).
+fn lease_call(
+    effect: MOp,
+    holder: HolderId,
+    token: u64,
+    outcome: &Outcome,
+    answered: impl Fn(&Value) -> bool,
+    unexpected: impl Fn(&Value) -> Compiled,
+) -> Compiled {
+    match outcome {
+        Outcome::Ok { value } if answered(value) => Compiled::Model {
+            op: effect,
+            required: true,
+        },
+        Outcome::Ok { value } => unexpected(value),
+        Outcome::Fail { reason } if NOT_LIVE_REASONS.contains(&reason.as_str()) => {
+            Compiled::Model {
+                op: MOp::NotLive { holder, token },
+                required: true,
+            }
+        }
+        Outcome::Fail { .. } => Compiled::Ignored,
+        Outcome::Unknown { .. } => Compiled::Model {
+            op: effect,
+            required: false,
+        },
+    }
+}

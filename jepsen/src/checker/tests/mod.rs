@@ -1,0 +1,199 @@
+//! The checker must be shown to fail: small hand-written histories, each with one anomaly,
+//! valid controls, and a synthetic history from a ground-truth simulation for speed.
+//!
+//! * `exclusive`: ad-hoc exclusive leases;
+//! * `shared`: shared modes and units, transfers, the renewal grace;
+//! * `synthetic`: a ground-truth simulation of exclusive leases;
+//! * `pool`: a ground-truth simulation of a shared, transferable resource with a grace;
+//! * `reference`: the pruned search against a plain one, on small doctored histories.
+
+mod exclusive;
+mod pool;
+mod reference;
+mod shared;
+mod synthetic;
+
+use super::*;
+use crate::history::{Call, Held, History, Mode, Op, Outcome, ResourcePolicy, Value};
+
+const MS: u64 = 1_000_000;
+const R: &str = "res";
+
+/// A history under construction; times in milliseconds.
+struct Builder {
+    ops: Vec<Op>,
+    resources: std::collections::BTreeMap<String, ResourcePolicy>,
+}
+
+impl Builder {
+    fn new() -> Self {
+        Builder {
+            ops: Vec::new(),
+            resources: Default::default(),
+        }
+    }
+
+    /// `R` under `policy` instead of the ad-hoc one.
+    fn with_policy(policy: ResourcePolicy) -> Self {
+        let mut b = Builder::new();
+        b.resources.insert(R.to_owned(), policy);
+        b
+    }
+
+    fn op(&mut self, call: Call, invoke_ms: u64, complete_ms: u64, outcome: Outcome) -> u64 {
+        let id = self.ops.len() as u64;
+        let process = call
+            .holder()
+            .map_or(0, |holder| holder.bytes().map(u64::from).sum());
+        self.ops.push(Op {
+            id,
+            process,
+            call,
+            invoke_ns: invoke_ms * MS,
+            complete_ns: complete_ms * MS,
+            outcome,
+        });
+        id
+    }
+
+    fn history(&self) -> History {
+        let mut ops = self.ops.clone();
+        ops.sort_by_key(|op| (op.invoke_ns, op.id));
+        History {
+            clock_epsilon: 0.02,
+            started_ns: 0,
+            ops,
+            resources: self.resources.clone(),
+            ..History::default()
+        }
+    }
+
+    fn check(&self) -> CheckReport {
+        let history = self.history();
+        check(
+            &history,
+            &CheckParams {
+                clock_epsilon: history.clock_epsilon,
+                max_states_per_resource: 2_000_000,
+            },
+        )
+    }
+}
+
+/// Simulated ops ordered by invocation and numbered in that order, as a recorded history is.
+fn in_invocation_order(mut ops: Vec<Op>) -> Vec<Op> {
+    ops.sort_by_key(|op| op.invoke_ns);
+    for (id, op) in ops.iter_mut().enumerate() {
+        op.id = id as u64;
+    }
+    ops
+}
+
+fn acquire(holder: &str, ttl_ms: u64) -> Call {
+    acquire_in(holder, Mode::Exclusive, 0, ttl_ms)
+}
+fn acquire_in(holder: &str, mode: Mode, units: u64, ttl_ms: u64) -> Call {
+    Call::Acquire {
+        resource: R.into(),
+        holder: holder.into(),
+        ttl_ms,
+        mode,
+        units,
+    }
+}
+fn renew(holder: &str, token: u64, ttl_ms: u64) -> Call {
+    Call::Renew {
+        resource: R.into(),
+        holder: holder.into(),
+        lease_id: format!("lse_{token}_0"),
+        token,
+        ttl_ms,
+    }
+}
+fn release(holder: &str, token: u64) -> Call {
+    Call::Release {
+        resource: R.into(),
+        holder: holder.into(),
+        lease_id: format!("lse_{token}_0"),
+        token,
+    }
+}
+fn validate(token: u64) -> Call {
+    Call::Validate {
+        resource: R.into(),
+        token,
+    }
+}
+fn read(node: u64) -> Call {
+    Call::Read {
+        resource: R.into(),
+        node,
+    }
+}
+fn write(holder: &str, token: u64) -> Call {
+    Call::Write {
+        resource: R.into(),
+        holder: holder.into(),
+        token,
+        shared: false,
+    }
+}
+
+fn ok(value: Value) -> Outcome {
+    Outcome::Ok { value }
+}
+fn granted(token: u64) -> Outcome {
+    ok(Value::Granted {
+        token,
+        lease_id: format!("lse_{token}_0"),
+    })
+}
+/// A refusal as histories before shared modes recorded it: the first holder only.
+fn refused(holder: Option<&str>, token: Option<u64>) -> Outcome {
+    ok(Value::Refused {
+        reason: "resource_unavailable".into(),
+        holder: holder.map(Into::into),
+        token,
+        holders: vec![],
+    })
+}
+/// A read as histories before shared modes recorded it: the one exclusive lease.
+fn read_held(holder: &str, token: u64) -> Outcome {
+    ok(Value::Read {
+        holder: Some(holder.into()),
+        token: Some(token),
+        leases: vec![],
+    })
+}
+fn read_free() -> Outcome {
+    ok(Value::read(vec![]))
+}
+fn fail(reason: &str) -> Outcome {
+    Outcome::Fail {
+        reason: reason.into(),
+    }
+}
+fn unknown() -> Outcome {
+    Outcome::Unknown {
+        error: "deadline exceeded".into(),
+    }
+}
+
+fn kinds(report: &CheckReport) -> Vec<&str> {
+    report.anomalies.iter().map(|a| a.kind.as_str()).collect()
+}
+
+fn assert_ok(report: &CheckReport) {
+    assert!(report.ok(), "expected a clean report, got {:#?}", report);
+    assert!(report.linearizable);
+}
+
+fn the<'a>(report: &'a CheckReport, kind: &str) -> &'a Anomaly {
+    match report.of_kind(kind).into_iter().next() {
+        Some(a) => {
+            eprintln!("{kind}: {}", a.message);
+            a
+        }
+        None => panic!("expected a {kind} anomaly, got {:#?}", report.anomalies),
+    }
+}

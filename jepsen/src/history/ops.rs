@@ -1,0 +1,426 @@
+//! What the clients asked and what they were told: calls, answers, the leases answers show,
+//! and the resource policies the checker needs.
+
+use serde::{Deserialize, Serialize};
+
+/// A lease's mode (SPEC §1): exclusive, or one of the shared modes.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Exclusive,
+    Read,
+    Write,
+}
+
+impl Mode {
+    pub fn is_exclusive(&self) -> bool {
+        *self == Mode::Exclusive
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Read => "read",
+            Mode::Write => "write",
+        }
+    }
+
+    /// `X`, `R`, `W`: for labels.
+    pub fn letter(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "X",
+            Mode::Read => "R",
+            Mode::Write => "W",
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The part of a resource's policy the checker needs (SPEC §1). Resources without a recorded
+/// policy are ad hoc: exclusive only, no pool, not transferable, no renewal grace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourcePolicy {
+    #[serde(default)]
+    pub shared_modes: Vec<Mode>,
+    #[serde(default)]
+    pub total_units: u64,
+    #[serde(default)]
+    pub transferable: bool,
+    #[serde(default)]
+    pub renewal_grace_ms: u64,
+    #[serde(default)]
+    pub default_ttl_ms: u64,
+    #[serde(default)]
+    pub max_ttl_ms: u64,
+}
+
+impl Default for ResourcePolicy {
+    /// The ad-hoc policy (SPEC §4.13).
+    fn default() -> Self {
+        ResourcePolicy {
+            shared_modes: Vec::new(),
+            total_units: 0,
+            transferable: false,
+            renewal_grace_ms: 0,
+            default_ttl_ms: 60_000,
+            max_ttl_ms: 86_400_000,
+        }
+    }
+}
+
+impl ResourcePolicy {
+    pub fn allows(&self, mode: Mode) -> bool {
+        mode == Mode::Exclusive || self.shared_modes.contains(&mode)
+    }
+
+    /// The units a lease in `mode` asking for `units` draws from the pool (the node's rule:
+    /// 0 for exclusive leases or without a pool, else at least 1).
+    pub fn effective_units(&self, mode: Mode, units: u64) -> u64 {
+        if mode == Mode::Exclusive || self.total_units == 0 {
+            0
+        } else {
+            units.max(1)
+        }
+    }
+
+    /// `shared read+write, 4 units, transferable, grace 500ms`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.shared_modes.is_empty() {
+            parts.push("exclusive only".to_string());
+        } else {
+            let modes: Vec<&str> = self.shared_modes.iter().map(|m| m.name()).collect();
+            parts.push(format!("shared {}", modes.join("+")));
+        }
+        if self.total_units > 0 {
+            parts.push(format!("{} units", self.total_units));
+        }
+        if self.transferable {
+            parts.push("transferable".into());
+        }
+        if self.renewal_grace_ms > 0 {
+            parts.push(format!("grace {}ms", self.renewal_grace_ms));
+        }
+        parts.join(", ")
+    }
+}
+
+/// One live lease as an answer showed it (a read, a refusal, a listing).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub holder: String,
+    pub token: u64,
+    #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+    pub mode: Mode,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub units: u64,
+    /// Status `GRACE`: past its expiry, inside the renewal grace.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub grace: bool,
+}
+
+impl Held {
+    /// `c3 token 17 (read 2u, grace)`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} token {}", self.holder, self.token);
+        let mut extra = Vec::new();
+        if !self.mode.is_exclusive() {
+            extra.push(if self.units > 0 {
+                format!("{} {}u", self.mode.name(), self.units)
+            } else {
+                self.mode.name().to_string()
+            });
+        }
+        if self.grace {
+            extra.push("grace".to_string());
+        }
+        if !extra.is_empty() {
+            s.push_str(&format!(" ({})", extra.join(", ")));
+        }
+        s
+    }
+}
+
+fn list(leases: &[Held]) -> String {
+    leases
+        .iter()
+        .map(Held::describe)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a client asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "f", rename_all = "snake_case")]
+pub enum Call {
+    Acquire {
+        resource: String,
+        holder: String,
+        ttl_ms: u64,
+        #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+        mode: Mode,
+        /// As requested (0 = the default, 1).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        units: u64,
+    },
+    Renew {
+        resource: String,
+        holder: String,
+        lease_id: String,
+        token: u64,
+        ttl_ms: u64,
+    },
+    Release {
+        resource: String,
+        holder: String,
+        lease_id: String,
+        token: u64,
+    },
+    /// `Transfer` of (holder, token) to `to_holder`.
+    Transfer {
+        resource: String,
+        holder: String,
+        lease_id: String,
+        token: u64,
+        to_holder: String,
+    },
+    /// `Validate` by fencing token.
+    Validate { resource: String, token: u64 },
+    /// Linearizable `GetResource` sent to node `node`.
+    Read { resource: String, node: u64 },
+    /// Linearizable `ListLeases(holder)`, as far as it concerns `resource` (a read of all the
+    /// holder's leases is, on each resource, a read of that resource).
+    ListLeases { resource: String, holder: String },
+    /// A write to the simulated downstream fenced store (local to the harness). `shared`: the
+    /// writer holds a shared lease (its token does not raise the store's bar).
+    Write {
+        resource: String,
+        holder: String,
+        token: u64,
+        #[serde(default, skip_serializing_if = "is_false")]
+        shared: bool,
+    },
+}
+
+impl Call {
+    /// The call's kind, as reports name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Acquire { .. } => "acquire",
+            Call::Renew { .. } => "renew",
+            Call::Release { .. } => "release",
+            Call::Transfer { .. } => "transfer",
+            Call::Validate { .. } => "validate",
+            Call::Read { .. } => "read",
+            Call::ListLeases { .. } => "list",
+            Call::Write { .. } => "write",
+        }
+    }
+
+    pub fn resource(&self) -> &str {
+        match self {
+            Call::Acquire { resource, .. }
+            | Call::Renew { resource, .. }
+            | Call::Release { resource, .. }
+            | Call::Transfer { resource, .. }
+            | Call::Validate { resource, .. }
+            | Call::Read { resource, .. }
+            | Call::ListLeases { resource, .. }
+            | Call::Write { resource, .. } => resource,
+        }
+    }
+
+    /// The client identity that made the call, if it names one.
+    pub fn holder(&self) -> Option<&str> {
+        match self {
+            Call::Acquire { holder, .. }
+            | Call::Renew { holder, .. }
+            | Call::Release { holder, .. }
+            | Call::Transfer { holder, .. }
+            | Call::ListLeases { holder, .. }
+            | Call::Write { holder, .. } => Some(holder),
+            Call::Validate { .. } | Call::Read { .. } => None,
+        }
+    }
+
+    /// `acquire(c1, read 2u, ttl 1000ms)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Call::Acquire {
+                holder,
+                ttl_ms,
+                mode,
+                units,
+                ..
+            } => match mode {
+                Mode::Exclusive => format!("acquire({holder}, ttl {ttl_ms}ms)"),
+                m => format!("acquire({holder}, {} {units}u, ttl {ttl_ms}ms)", m.name()),
+            },
+            Call::Renew {
+                holder,
+                token,
+                ttl_ms,
+                ..
+            } => format!("renew({holder}, token {token}, ttl {ttl_ms}ms)"),
+            Call::Release { holder, token, .. } => format!("release({holder}, token {token})"),
+            Call::Transfer {
+                holder,
+                token,
+                to_holder,
+                ..
+            } => format!("transfer({holder}, token {token} → {to_holder})"),
+            Call::Validate { token, .. } => format!("validate(token {token})"),
+            Call::Read { node, .. } => format!("read(node {node})"),
+            Call::ListLeases { holder, .. } => format!("list_leases({holder})"),
+            Call::Write {
+                holder,
+                token,
+                shared,
+                ..
+            } => {
+                let shared = if *shared { ", shared" } else { "" };
+                format!("write({holder}, token {token}{shared})")
+            }
+        }
+    }
+}
+
+/// What the cluster (or the store) answered, when it answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "v", rename_all = "snake_case")]
+pub enum Value {
+    /// Acquire granted (a fresh grant or the same lease returned idempotently).
+    Granted {
+        token: u64,
+        lease_id: String,
+    },
+    /// Acquire answered but not granted; `holder`/`token` of the first current lease when
+    /// reported, `holders` every current lease (histories before shared modes lack it).
+    Refused {
+        reason: String,
+        holder: Option<String>,
+        token: Option<u64>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        holders: Vec<Held>,
+    },
+    Renewed {
+        token: u64,
+    },
+    Released {
+        token: u64,
+    },
+    /// Transfer done: the new holder's lease, its token and its mode and units.
+    Transferred {
+        token: u64,
+        lease_id: String,
+        #[serde(default, skip_serializing_if = "Mode::is_exclusive")]
+        mode: Mode,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        units: u64,
+    },
+    Validated {
+        valid: bool,
+        reason: String,
+    },
+    /// What a linearizable read saw: `holder`/`token` of the first live lease, `leases` every
+    /// live lease (histories before shared modes lack it).
+    Read {
+        holder: Option<String>,
+        token: Option<u64>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        leases: Vec<Held>,
+    },
+    /// `ListLeases`: the holder's live leases on the call's resource.
+    Leases {
+        leases: Vec<Held>,
+    },
+    /// The fenced store took the write.
+    StoreAccepted,
+    /// The fenced store refused the write: it had seen `highest`.
+    StoreRejected {
+        highest: u64,
+    },
+}
+
+impl Value {
+    /// A read's answer from the leases it saw.
+    pub fn read(leases: Vec<Held>) -> Value {
+        Value::Read {
+            holder: leases.first().map(|l| l.holder.clone()),
+            token: leases.first().map(|l| l.token),
+            leases,
+        }
+    }
+
+    /// Every lease a read saw, also from a history written before shared modes.
+    pub fn read_leases(holder: &Option<String>, token: &Option<u64>, leases: &[Held]) -> Vec<Held> {
+        if !leases.is_empty() {
+            return leases.to_vec();
+        }
+        match (holder, token) {
+            (Some(h), Some(t)) => vec![Held {
+                holder: h.clone(),
+                token: *t,
+                mode: Mode::Exclusive,
+                units: 0,
+                grace: false,
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    /// `granted token 7`, `refused resource_unavailable (held by c2 token 5)`, …
+    pub fn describe(&self) -> String {
+        match self {
+            Value::Granted { token, .. } => format!("granted token {token}"),
+            Value::Refused {
+                reason,
+                holder,
+                token,
+                holders,
+            } => {
+                let mut s = format!("refused {reason}");
+                if !holders.is_empty() {
+                    s.push_str(&format!(" (held by {})", list(holders)));
+                } else if let Some(h) = holder {
+                    s.push_str(&format!(" (held by {h}"));
+                    if let Some(t) = token {
+                        s.push_str(&format!(", token {t}"));
+                    }
+                    s.push(')');
+                }
+                s
+            }
+            Value::Renewed { token } => format!("renewed token {token}"),
+            Value::Released { token } => format!("released token {token}"),
+            Value::Transferred { token, .. } => format!("transferred, new token {token}"),
+            Value::Validated { valid, reason } => format!("valid={valid} ({reason})"),
+            Value::Read {
+                holder,
+                token,
+                leases,
+            } => {
+                let all = Value::read_leases(holder, token, leases);
+                match (all.is_empty(), holder) {
+                    (false, _) => format!("held by {}", list(&all)),
+                    (true, Some(h)) => format!("held by {h}"),
+                    (true, None) => "free".to_owned(),
+                }
+            }
+            Value::Leases { leases } if leases.is_empty() => "no lease".to_owned(),
+            Value::Leases { leases } => format!("holds {}", list(leases)),
+            Value::StoreAccepted => "accepted".to_owned(),
+            Value::StoreRejected { highest } => format!("rejected (store saw {highest})"),
+        }
+    }
+}

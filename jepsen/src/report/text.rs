@@ -1,0 +1,128 @@
+//! The terminal summary: a few lines ending with `PASS` or `FAIL: <why>`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::{linearizable_word, Summary};
+use crate::checker::CheckReport;
+
+pub(super) fn fmt_ms(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2}s", ms / 1000.0)
+    } else if ms >= 10.0 {
+        format!("{ms:.0}ms")
+    } else {
+        format!("{ms:.1}ms")
+    }
+}
+
+pub(super) fn counts(map: &BTreeMap<String, usize>) -> String {
+    if map.is_empty() {
+        return "none".to_string();
+    }
+    map.iter()
+        .map(|(k, n)| format!("{k} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn op_list(ops: &[u64], max: usize) -> String {
+    let mut s: Vec<String> = ops.iter().take(max).map(|id| id.to_string()).collect();
+    if ops.len() > max {
+        s.push(format!("... +{}", ops.len() - max));
+    }
+    s.join(", ")
+}
+
+/// A compact terminal summary ending with `PASS` or `FAIL: <why>`.
+pub fn text(summary: &Summary, check: &CheckReport) -> String {
+    const MAX_ANOMALY_LINES: usize = 50;
+    let s = summary;
+    let mut out = String::new();
+    let nemeses = if s.nemeses.is_empty() {
+        "none".to_string()
+    } else {
+        s.nemeses.join(",")
+    };
+    w!(
+        out,
+        "seed {} | {} nodes | nemeses {} | {:.1}s | {} ops ({:.1}/s): ok {}, fail {}, unknown {}\n",
+        s.seed,
+        s.nodes,
+        nemeses,
+        s.duration_s,
+        s.ops,
+        s.throughput_ops_per_s,
+        s.ok,
+        s.fail,
+        s.unknown
+    );
+    w!(
+        out,
+        "grants {} (exclusive {}, shared {}, by transfer {}) | ended by expiry {} | leader changes {} | nemesis events: {}\n",
+        s.grants,
+        s.grants_by_kind.exclusive,
+        s.grants_by_kind.shared,
+        s.grants_by_kind.transfer,
+        s.tenures_ended_by_expiry,
+        s.leader_changes,
+        counts(&s.nemesis_events)
+    );
+    for (kind, stats) in s.calls.iter() {
+        if stats.total() == 0 {
+            continue;
+        }
+        w!(
+            out,
+            "  {kind:<8} ok {:>7}  fail {:>6}  unknown {:>6}",
+            stats.ok,
+            stats.fail,
+            stats.unknown
+        );
+        if let Some(l) = &stats.latency {
+            w!(
+                out,
+                "  p50 {:>7}  p99 {:>7}  max {:>7}",
+                fmt_ms(l.p50_ms),
+                fmt_ms(l.p99_ms),
+                fmt_ms(l.max_ms)
+            );
+        }
+        out.push('\n');
+    }
+    w!(
+        out,
+        "checker: {} resources, {} ops, linearizable: {}",
+        s.resources_checked,
+        s.ops_checked,
+        linearizable_word(s)
+    );
+    if !s.search_exhausted.is_empty() {
+        w!(
+            out,
+            ", search exhausted on {}",
+            s.search_exhausted.join(", ")
+        );
+    }
+    out.push('\n');
+    for anomaly in check.anomalies.iter().take(MAX_ANOMALY_LINES) {
+        w!(
+            out,
+            "  ANOMALY {} [{}]: {} (ops {})\n",
+            anomaly.kind,
+            anomaly.resource,
+            anomaly.message,
+            op_list(&anomaly.ops, 12)
+        );
+    }
+    if check.anomalies.len() > MAX_ANOMALY_LINES {
+        w!(
+            out,
+            "  ... and {} more anomalies (see report.html)\n",
+            check.anomalies.len() - MAX_ANOMALY_LINES
+        );
+    }
+    out.push_str(&s.verdict);
+    out.push('\n');
+    out
+}
