@@ -80,6 +80,24 @@ impl Builder {
     }
 }
 
+/// The search budget that stands for "checks quickly" in tests: a deterministic bound on the
+/// effort, where a wall-clock bound would be flaky (timings are the ignored benchmarks' job).
+const QUICK_STATES: usize = 50_000;
+
+/// The seeded generator of simulated histories.
+struct SimRng(rand::rngs::SmallRng);
+
+impl SimRng {
+    fn new(seed: u64) -> Self {
+        SimRng(rand::SeedableRng::seed_from_u64(seed))
+    }
+
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        rand::Rng::random_range(&mut self.0, 0..n)
+    }
+}
+
 /// Simulated ops ordered by invocation and numbered in that order, as a recorded history is.
 fn in_invocation_order(mut ops: Vec<Op>) -> Vec<Op> {
     ops.sort_by_key(|op| op.invoke_ns);

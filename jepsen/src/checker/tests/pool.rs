@@ -2,27 +2,12 @@
 //! WRITE over a pool), transferable and has a renewal grace; its histories must pass, and on
 //! small doctored ones the pruned search must agree with the plain reference.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::reference::{compiled, naive_linearizable};
 use super::*;
 
 const HOLDERS: [&str; 5] = ["h0", "h1", "h2", "h3", "h4"];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn policy(grace_ms: u64) -> ResourcePolicy {
     ResourcePolicy {
@@ -59,7 +44,7 @@ fn held(l: &Truth, now: u64) -> Held {
 /// effect or not).
 fn simulate(n: usize, seed: u64, timeout_pct: u64, ttl_ms: u64, grace_ms: u64) -> History {
     let policy = policy(grace_ms);
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let mut log = 0u64;
     let mut live: Vec<Truth> = Vec::new();
     let mut known: [u64; 5] = [1; 5];
@@ -280,11 +265,16 @@ fn simulated_pool_histories_pass() {
 #[test]
 fn a_long_pool_history_checks_quickly() {
     let history = simulate(3000, 11, 4, 150, 50);
-    let started = Instant::now();
-    let report = check(&history, &params());
-    let took = started.elapsed();
+    // "Quickly" as a deterministic effort bound rather than a wall-clock one: the search must
+    // finish within a small state budget (the timing itself is the ignored benchmark's job).
+    let report = check(
+        &history,
+        &CheckParams {
+            max_states_per_resource: QUICK_STATES,
+            ..params()
+        },
+    );
     assert_ok(&report);
-    assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
 #[test]
@@ -314,7 +304,7 @@ fn a_doctored_pool_history_fails() {
 /// random: the search and the plain reference must agree on every one.
 #[test]
 fn the_pruned_search_agrees_with_a_plain_one_on_pools() {
-    let mut rng = Rng(0x9001);
+    let mut rng = SimRng::new(0x9001);
     let (mut yes, mut no) = (0, 0);
     let seeds: u64 = std::env::var("FUZZ_SEEDS")
         .ok()
