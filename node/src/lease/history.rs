@@ -144,14 +144,14 @@ impl Retention {
         Retention { oldest_first }
     }
 
-    pub fn added(&mut self, resource: &str, event: &Event) {
+    pub fn added(&mut self, resource: &str, (revision, seq): (u64, u32)) {
         self.oldest_first
-            .insert((event.revision, event.seq, resource.to_string()));
+            .insert((revision, seq, resource.to_string()));
     }
 
-    pub fn dropped(&mut self, resource: &str, event: &Event) {
+    pub fn dropped(&mut self, resource: &str, (revision, seq): (u64, u32)) {
         self.oldest_first
-            .remove(&(event.revision, event.seq, resource.to_string()));
+            .remove(&(revision, seq, resource.to_string()));
     }
 
     /// The resource whose event is the oldest retained.
@@ -160,17 +160,18 @@ impl Retention {
     }
 }
 
-/// Appends `event` to a resource's list, numbering it within its revision; returns the events
-/// the per-resource bound dropped.
-pub fn push(events: &mut VecDeque<Event>, mut event: Event) -> (Event, Vec<Event>) {
+/// Appends `event` to a resource's list, numbering it within its revision; returns its
+/// position and the events the per-resource bound dropped.
+pub fn push(events: &mut VecDeque<Event>, mut event: Event) -> ((u64, u32), Vec<Event>) {
     event.seq = match events.back() {
         Some(last) if last.revision == event.revision => last.seq + 1,
         _ => 0,
     };
-    events.push_back(event.clone());
+    let position = event.position();
+    events.push_back(event);
     let mut dropped = Vec::new();
     while events.len() > PER_RESOURCE {
         dropped.extend(events.pop_front());
     }
-    (event, dropped)
+    (position, dropped)
 }

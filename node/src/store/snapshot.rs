@@ -26,7 +26,7 @@ struct Body<S> {
     state: S,
 }
 
-/// Just the version, read before the state so an unreadable format is named as such.
+/// Just the version, to name the format of a snapshot this release cannot read.
 #[derive(Deserialize)]
 struct Version {
     format_version: u32,
@@ -40,12 +40,24 @@ pub fn encode_state(state: &State) -> serde_json::Result<Vec<u8>> {
 }
 
 pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
-    let Version { format_version } = serde_json::from_slice(data)?;
-    anyhow::ensure!(
-        format_version == FORMAT_VERSION,
-        "snapshot format {format_version} is not readable by this release (reads {FORMAT_VERSION})"
-    );
-    let body: Body<State> = serde_json::from_slice(data)?;
+    let unreadable = |version: u32| {
+        anyhow::anyhow!(
+            "snapshot format {version} is not readable by this release (reads {FORMAT_VERSION})"
+        )
+    };
+    // One parse when the snapshot is readable; the version is read on its own only to name
+    // the format of one that is not.
+    let body: Body<State> = serde_json::from_slice(data).map_err(|error| {
+        match serde_json::from_slice::<Version>(data) {
+            Ok(Version { format_version }) if format_version != FORMAT_VERSION => {
+                unreadable(format_version)
+            }
+            _ => error.into(),
+        }
+    })?;
+    if body.format_version != FORMAT_VERSION {
+        return Err(unreadable(body.format_version));
+    }
     Ok(body.state.restored())
 }
 

@@ -246,8 +246,8 @@ fn s4_11_history_push_keeps_the_newest_per_resource_events() {
     for revision in 1..=(history::PER_RESOURCE as u64 + 3) {
         let mut event = Event::of_resource(EventKind::Renewed);
         event.revision = revision;
-        let (pushed, dropped) = history::push(&mut events, event);
-        assert_eq!(pushed.seq, 0);
+        let ((_, seq), dropped) = history::push(&mut events, event);
+        assert_eq!(seq, 0);
         dropped_all.extend(dropped);
     }
     assert_eq!(events.len(), history::PER_RESOURCE);
@@ -263,7 +263,7 @@ fn s4_11_history_push_keeps_the_newest_per_resource_events() {
     // Events of one revision are numbered in order.
     let mut again = Event::of_resource(EventKind::Released);
     again.revision = history::PER_RESOURCE as u64 + 3;
-    assert_eq!(history::push(&mut events, again).0.seq, 1);
+    assert_eq!(history::push(&mut events, again).0 .1, 1);
 }
 
 #[test]

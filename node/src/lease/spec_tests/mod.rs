@@ -240,6 +240,22 @@ pub(super) fn transfer_of(
 }
 
 /// A registered policy (SPEC §4.13 defaults) with these shared modes and unit pool.
+/// Registers "r" with a 10 s lifetime cap (index 1); alice holds it as "a" for 5 s (index 2,
+/// token 2, acquired at lease time 0).
+pub(super) fn capped() -> (Log, LeaseView) {
+    let mut log = Log::new();
+    log.register(
+        "r",
+        Policy {
+            max_lifetime_ms: 10_000,
+            default_ttl_ms: 5_000,
+            ..Policy::registered()
+        },
+    );
+    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 5_000)));
+    (log, a)
+}
+
 pub(super) fn shared_policy(modes: &[Mode], total_units: u64) -> Policy {
     Policy {
         shared_modes: modes.to_vec(),

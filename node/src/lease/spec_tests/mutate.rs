@@ -116,16 +116,7 @@ fn s4_3_renew_naming_another_holder_is_insufficient_permissions() {
 
 #[test]
 fn s4_3_renew_past_max_lifetime_is_lifetime_exceeded() {
-    let mut log = Log::new();
-    log.register(
-        "r",
-        Policy {
-            max_lifetime_ms: 10_000,
-            default_ttl_ms: 5_000,
-            ..Policy::registered()
-        },
-    );
-    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 5_000)));
+    let (mut log, a) = capped();
     assert_eq!(a.lease.acquired_at_ms, 0);
     log.elapse(4_000);
     let renewed = lease(&log.renew(ALICE, renew_of(&a, Some(6_000))));

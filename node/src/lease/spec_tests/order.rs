@@ -4,21 +4,6 @@
 
 use super::*;
 
-/// Registers "r" with a 10 s lifetime cap (index 1); alice holds it as "a" (index 2, token 2).
-fn capped() -> (Log, LeaseView) {
-    let mut log = Log::new();
-    log.register(
-        "r",
-        Policy {
-            max_lifetime_ms: 10_000,
-            default_ttl_ms: 5_000,
-            ..Policy::registered()
-        },
-    );
-    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 5_000)));
-    (log, a)
-}
-
 #[test]
 fn s3_a_bad_name_with_an_unknown_lease_is_invalid_argument() {
     let (mut log, a) = capped();
