@@ -43,13 +43,19 @@ impl ApiError {
                         Code::OutOfRange
                     }
                     Rejection::InsufficientPermissions(_) => Code::PermissionDenied,
-                    Rejection::LeaseNotFound(_) | Rejection::ResourceNotFound(_) => Code::NotFound,
+                    Rejection::LeaseNotFound(_)
+                    | Rejection::ResourceNotFound(_)
+                    | Rejection::BookingNotFound => Code::NotFound,
+                    Rejection::WaitingRoomFull { .. } => Code::ResourceExhausted,
                     Rejection::AlreadyExists(_) => Code::AlreadyExists,
                     Rejection::LifetimeExceeded { .. }
                     | Rejection::StaleFencingToken { .. }
                     | Rejection::LeaseExpired
                     | Rejection::NotTransferable(_)
-                    | Rejection::AlreadyHeld { .. } => Code::FailedPrecondition,
+                    | Rejection::AlreadyHeld { .. }
+                    | Rejection::ResourceBooked { .. }
+                    | Rejection::BookingOverlaps { .. }
+                    | Rejection::HeldIntoWindow { .. } => Code::FailedPrecondition,
                 };
                 (rejection.reason(), code)
             }
@@ -63,8 +69,12 @@ impl ApiError {
 impl From<ApiError> for Status {
     fn from(error: ApiError) -> Status {
         let (reason, code) = error.reason_and_code();
-        let details =
-            ErrorDetails::with_error_info(reason, ERROR_DOMAIN, std::collections::HashMap::new());
+        let mut metadata = std::collections::HashMap::new();
+        if let ApiError::Rejected(Rejection::Compacted { oldest }) = &error {
+            // A watcher resumes from here: events before it are gone (SPEC §4.12).
+            metadata.insert("oldest_revision".to_string(), oldest.to_string());
+        }
+        let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
         let mut status = Status::with_error_details(code, error.to_string(), details);
         if let Ok(value) = reason.parse() {
             status.metadata_mut().insert(REASON_TRAILER, value);

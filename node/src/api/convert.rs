@@ -2,7 +2,7 @@
 
 use tenure_proto::v1 as pb;
 
-use crate::lease::{Event, EventKind, LeaseStatus, LeaseView, Mode, Policy, ResourceView};
+use crate::lease::{Booking, Event, EventKind, LeaseStatus, LeaseView, Mode, Policy, ResourceView};
 
 pub fn timestamp(unix_ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -133,10 +133,40 @@ pub fn resource(view: &ResourceView) -> pb::Resource {
         display_name: view.policy.display_name.clone(),
         policy: Some(policy(&view.policy)),
         leases: view.leases.iter().map(lease).collect(),
-        waiting: 0,
+        waiting: view.waiting as u32,
         revision: view.revision,
         ad_hoc: view.ad_hoc,
         lease_count: view.lease_count as u64,
         units_in_use: view.units_in_use,
+        bookings: view
+            .bookings
+            .iter()
+            .map(|b| booking(&view.name, b))
+            .collect(),
+        waiters: view
+            .waiters
+            .iter()
+            .enumerate()
+            .map(|(at, (w, deadline_wall_ms))| pb::Waiter {
+                holder: w.holder.clone(),
+                principal: w.principal.clone(),
+                mode: mode(w.mode) as i32,
+                units: w.units,
+                position: at as u32 + 1,
+                queued_revision: w.wait_id,
+                wait_deadline: Some(timestamp(*deadline_wall_ms)),
+            })
+            .collect(),
+    }
+}
+
+pub fn booking(resource: &str, b: &Booking) -> pb::Booking {
+    pb::Booking {
+        resource: resource.to_string(),
+        holder: b.holder.clone(),
+        principal: b.principal.clone(),
+        start: Some(timestamp(b.start_wall_ms)),
+        duration: Some(duration(b.duration_ms)),
+        revision: b.revision,
     }
 }

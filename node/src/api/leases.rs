@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use tenure_proto::v1 as pb;
 use tenure_proto::v1::leases_server::Leases;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 use super::{convert, validate};
 use crate::api::forward::ProposeRequest;
 use crate::app::Node;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::lease::{Answer, Op, Query, Reply};
+use crate::lease::{Answer, Op, Query, Refusal, Reply};
 
 pub struct LeasesApi {
     pub node: Arc<Node>,
@@ -34,16 +35,21 @@ impl LeasesApi {
     ) -> Result<Reply, ApiError> {
         let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let span = tracing::debug_span!("propose", request_id = %request_id);
-        let _entered = span.enter();
-        self.node
-            .propose(ProposeRequest {
-                principal: caller.principal,
-                admin: caller.admin,
-                request_id: Some(request_id),
-                require_registration: self.node.config.require_registration,
-                op,
-            })
-            .await
+        let waits = matches!(&op, Op::Acquire(a) if a.wait_ms.is_some());
+        let request = ProposeRequest {
+            principal: caller.principal,
+            admin: caller.admin,
+            request_id: Some(request_id),
+            require_registration: self.node.config.require_registration,
+            op,
+        };
+        if waits {
+            super::wait::acquire(&self.node, request)
+                .instrument(span)
+                .await
+        } else {
+            self.node.propose(request).instrument(span).await
+        }
     }
 
     /// Authenticates, then answers a read; a rejection in the answer becomes the error.
@@ -63,6 +69,14 @@ impl LeasesApi {
 fn lease_reply(reply: Reply) -> Result<pb::Lease, ApiError> {
     match reply {
         Reply::Lease(view) => Ok(convert::lease(&view)),
+        Reply::Rejected(rejection) => Err(rejection.into()),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn booking_reply(resource: &str, reply: Reply) -> Result<pb::Booking, ApiError> {
+    match reply {
+        Reply::Booking(booking) => Ok(convert::booking(resource, &booking)),
         Reply::Rejected(rejection) => Err(rejection.into()),
         other => Err(unexpected(other)),
     }
@@ -144,7 +158,13 @@ impl Leases for LeasesApi {
                     .map(|r| r.reason().to_string())
                     .unwrap_or_default(),
                 holders: outcome.holders.iter().map(convert::lease).collect(),
-                queue_position: 0,
+                queue_position: outcome.queue_position,
+                booked_from: match outcome.refusal {
+                    Some(Refusal::ResourceBooked { start_wall_ms }) => {
+                        Some(convert::timestamp(start_wall_ms))
+                    }
+                    _ => None,
+                },
             })),
             Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
             other => Err(unexpected(other).into()),
@@ -228,6 +248,83 @@ impl Leases for LeasesApi {
             }
             (other, _) => Err(unexpected(other).into()),
         }
+    }
+
+    async fn cancel_wait(
+        &self,
+        request: Request<pb::CancelWaitRequest>,
+    ) -> Result<Response<pb::CancelWaitResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::cancel_wait(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
+        let caller = self.caller(&request)?;
+        match self.propose(caller, request_id, Op::CancelWait(op)).await? {
+            Reply::Cancelled(cancelled) => Ok(Response::new(pb::CancelWaitResponse {
+                cancelled,
+                revision: self.node.sm.read().last_applied.map_or(0, |id| id.index),
+            })),
+            Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
+            other => Err(unexpected(other).into()),
+        }
+    }
+
+    async fn book(
+        &self,
+        request: Request<pb::BookRequest>,
+    ) -> Result<Response<pb::BookResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::book(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
+        let caller = self.caller(&request)?;
+        let resource = op.resource.clone();
+        let reply = self.propose(caller, request_id, Op::Book(op)).await?;
+        Ok(Response::new(pb::BookResponse {
+            booking: Some(booking_reply(&resource, reply)?),
+        }))
+    }
+
+    async fn cancel_booking(
+        &self,
+        request: Request<pb::CancelBookingRequest>,
+    ) -> Result<Response<pb::CancelBookingResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::cancel_booking(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
+        let caller = self.caller(&request)?;
+        let resource = op.resource.clone();
+        let reply = self
+            .propose(caller, request_id, Op::CancelBooking(op))
+            .await?;
+        Ok(Response::new(pb::CancelBookingResponse {
+            booking: Some(booking_reply(&resource, reply)?),
+        }))
+    }
+
+    type WatchStream = super::watch::WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let spec = validate::watch(request.get_ref())?;
+        self.caller(&request)?;
+        Ok(Response::new(super::watch::start(self.node.clone(), spec)))
+    }
+
+    type ServeStream = super::owner::ServeStream;
+
+    async fn serve(
+        &self,
+        request: Request<Streaming<pb::ServeRequest>>,
+    ) -> Result<Response<Self::ServeStream>, Status> {
+        super::owner::serve(&self.node, request).await
+    }
+
+    async fn forward(
+        &self,
+        request: Request<pb::ForwardRequest>,
+    ) -> Result<Response<pb::ForwardResponse>, Status> {
+        super::owner::forward(&self.node, request).await
     }
 
     async fn history(

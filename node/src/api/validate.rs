@@ -8,8 +8,8 @@ use crate::lease::policy::{self, MAX_METADATA_BYTES, MAX_TTL_CEILING_MS, MIN_TTL
 use crate::lease::query::MAX_PAGE_SIZE;
 use crate::lease::types::lease_order;
 use crate::lease::{
-    AcquireOp, CreateOp, EventKind, FsmRequirement, Mode, Policy, Query, Rejection, ReleaseOp,
-    RenewOp, TransferOp,
+    AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, CreateOp, EventKind, FsmRequirement, Mode,
+    Policy, Query, Rejection, ReleaseOp, RenewOp, TransferOp,
 };
 
 /// Longest `request_id`, `idempotency_key` and `lease_id` accepted.
@@ -115,13 +115,19 @@ pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {
     let holder = name("holder", &req.holder)?;
     let ttl_ms = ttl("ttl", req.ttl.as_ref())?;
     let mode = mode(req.mode)?;
-    match pb::OnConflict::try_from(req.on_conflict) {
-        Ok(pb::OnConflict::Unspecified | pb::OnConflict::Fail) => {}
+    let wait_ms = match pb::OnConflict::try_from(req.on_conflict) {
+        Ok(pb::OnConflict::Unspecified | pb::OnConflict::Fail) => None,
         Ok(pb::OnConflict::Wait) => {
-            return Err(ApiError::invalid(
-                "on_conflict",
-                "WAIT needs the waiting room, which this release lacks",
-            ))
+            let wait_ms = duration_ms("wait_timeout", req.wait_timeout.as_ref())?
+                .filter(|ms| *ms > 0)
+                .unwrap_or(DEFAULT_WAIT_TIMEOUT_MS);
+            if wait_ms > MAX_TTL_CEILING_MS {
+                return Err(ApiError::invalid(
+                    "wait_timeout",
+                    format!("must be at most {MAX_TTL_CEILING_MS} ms"),
+                ));
+            }
+            Some(wait_ms)
         }
         Err(_) => {
             return Err(ApiError::invalid(
@@ -129,7 +135,7 @@ pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {
                 format!("unknown OnConflict {}", req.on_conflict),
             ))
         }
-    }
+    };
     if policy::metadata_bytes(&req.metadata) > MAX_METADATA_BYTES {
         return Err(ApiError::invalid(
             "metadata",
@@ -144,6 +150,107 @@ pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {
         units: req.units,
         metadata: req.metadata.clone().into_iter().collect(),
         idempotency_key: key("idempotency_key", &req.idempotency_key)?,
+        wait_ms,
+    })
+}
+
+/// How long a `WAIT` acquire stays queued when the request leaves `wait_timeout` unset.
+pub const DEFAULT_WAIT_TIMEOUT_MS: u64 = 60_000;
+
+pub fn cancel_wait(req: &pb::CancelWaitRequest) -> Result<CancelWaitOp, ApiError> {
+    Ok(CancelWaitOp {
+        resource: name("resource", &req.resource)?,
+        holder: name("holder", &req.holder)?,
+        wait_id: None,
+    })
+}
+
+/// A Unix instant in milliseconds; before 1970 or malformed is `invalid_argument`.
+fn instant_ms(field: &str, value: Option<&prost_types::Timestamp>) -> Result<u64, ApiError> {
+    let t = value.ok_or_else(|| ApiError::invalid(field, "is required"))?;
+    if t.seconds < 0 || t.nanos < 0 || t.nanos >= 1_000_000_000 {
+        return Err(ApiError::invalid(
+            field,
+            "must be a valid instant after 1970",
+        ));
+    }
+    Ok((t.seconds as u64)
+        .saturating_mul(1_000)
+        .saturating_add(t.nanos as u64 / 1_000_000))
+}
+
+pub fn book(req: &pb::BookRequest) -> Result<BookOp, ApiError> {
+    let resource = name("resource", &req.resource)?;
+    let holder = name("holder", &req.holder)?;
+    let start_wall_ms = instant_ms("start", req.start.as_ref())?;
+    let duration_ms = duration_ms("duration", req.duration.as_ref())?
+        .ok_or_else(|| ApiError::invalid("duration", "is required"))?;
+    if !(MIN_TTL_MS..=MAX_TTL_CEILING_MS).contains(&duration_ms) {
+        return Err(ApiError::invalid(
+            "duration",
+            format!("must be between {MIN_TTL_MS} ms and {MAX_TTL_CEILING_MS} ms"),
+        ));
+    }
+    Ok(BookOp {
+        resource,
+        holder,
+        start_wall_ms,
+        duration_ms,
+    })
+}
+
+pub fn cancel_booking(req: &pb::CancelBookingRequest) -> Result<CancelBookingOp, ApiError> {
+    Ok(CancelBookingOp {
+        resource: name("resource", &req.resource)?,
+        holder: name("holder", &req.holder)?,
+        start_wall_ms: instant_ms("start", req.start.as_ref())?,
+    })
+}
+
+/// What a `Watch` streams: one resource or a prefix, from a revision, some event kinds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchSpec {
+    pub scope: crate::lease::Scope,
+    pub after: u64,
+    pub kinds: Vec<EventKind>,
+    pub live_only: bool,
+}
+
+pub fn watch(req: &pb::WatchRequest) -> Result<WatchSpec, ApiError> {
+    let scope = match (req.resource.is_empty(), req.prefix.is_empty()) {
+        (false, false) => {
+            return Err(ApiError::invalid(
+                "resource",
+                "give either resource or prefix, not both",
+            ))
+        }
+        (false, true) => crate::lease::Scope::Resource(name("resource", &req.resource)?),
+        (true, _) => {
+            if !req.prefix.is_empty() && !policy::valid_name(&req.prefix) {
+                return Err(ApiError::invalid(
+                    "prefix",
+                    "must be at most 128 bytes of [A-Za-z0-9_.:/-]",
+                ));
+            }
+            crate::lease::Scope::Prefix(req.prefix.clone())
+        }
+    };
+    let kinds = req
+        .events
+        .iter()
+        .map(|k| event_kind(*k))
+        .collect::<Result<Vec<_>, _>>()?;
+    if req.live_only && req.start_revision != 0 {
+        return Err(ApiError::invalid(
+            "live_only",
+            "cannot be combined with a start_revision",
+        ));
+    }
+    Ok(WatchSpec {
+        scope,
+        after: req.start_revision,
+        kinds,
+        live_only: req.live_only,
     })
 }
 

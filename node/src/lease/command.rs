@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::bookings::Booking;
 use super::policy::Policy;
 use super::query::ResourceView;
 use super::types::{AcquireOutcome, LeaseView, Mode, Rejection};
@@ -50,6 +51,9 @@ pub enum Op {
     Renew(RenewOp),
     Release(ReleaseOp),
     Transfer(TransferOp),
+    CancelWait(CancelWaitOp),
+    Book(BookOp),
+    CancelBooking(CancelBookingOp),
     /// Proposed by the leader when leases are due: ends each that is still past its grace.
     Reclaim {
         leases: Vec<(String, u64)>,
@@ -76,6 +80,33 @@ pub struct AcquireOp {
     pub units: u64,
     pub metadata: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
+    /// `on_conflict = WAIT`: queue for at most this long. None = answer at once (FAIL).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelWaitOp {
+    pub resource: String,
+    pub holder: String,
+    /// Only the wait queued by this entry; None = the holder's wait, whichever it is.
+    pub wait_id: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookOp {
+    pub resource: String,
+    pub holder: String,
+    /// Unix milliseconds.
+    pub start_wall_ms: u64,
+    pub duration_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelBookingOp {
+    pub resource: String,
+    pub holder: String,
+    pub start_wall_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +146,9 @@ pub enum Reply {
     Lease(LeaseView),
     Resource(Box<ResourceView>),
     Rejected(Rejection),
+    /// CancelWait: whether a wait was removed.
+    Cancelled(bool),
+    Booking(Booking),
     /// Reclaims done by the entry (Reclaim/Tick), and entries with nothing to answer.
     Reclaimed(Vec<LeaseView>),
     /// Blank and membership entries.

@@ -67,6 +67,14 @@ impl Dedup {
         );
     }
 
+    /// Replaces the remembered reply of a request, if still remembered: a waiting acquire's
+    /// reply becomes the wait's outcome once an entry decides it.
+    pub fn resolve(&mut self, principal: &str, request_id: &str, reply: Reply) {
+        if let Some(seen) = self.entries.get_mut(&key(principal, request_id)) {
+            seen.reply = reply;
+        }
+    }
+
     /// Forgets what is older than the window.
     pub fn prune(&mut self, now_ms: u64) {
         while let Some((at_ms, _)) = self.order.front() {

@@ -1,6 +1,7 @@
 //! What the leader proposes on its own, and when (DESIGN §4): a `Tick` right after taking
 //! office and whenever the committed clock is older than `tick_interval` while anything is
-//! live; a `Reclaim` as soon as a lease is due. Pure: the caller supplies the clock reading
+//! live (a lease or a waiter); a `Reclaim` as soon as a lease is due, and a `Tick` as soon as
+//! a wait times out or a lock delay with waiters behind it ends. Pure: the caller supplies the clock reading
 //! and runs the timer.
 
 use super::clock::LeaderKey;
@@ -35,7 +36,14 @@ pub fn plan(state: &State, me: LeaderKey, now: Stamp, tick_interval_ms: u64) -> 
     if !due.is_empty() {
         return Plan::Propose(Op::Reclaim { leases: due });
     }
-    if state.live_leases() == 0 {
+    if state
+        .next_due_ms()
+        .is_some_and(|due_ms| due_ms <= estimate_ms)
+    {
+        // A wait timed out or a lock delay that waiters wait behind ended: any entry settles it.
+        return Plan::Propose(Op::Tick);
+    }
+    if state.live_leases() == 0 && state.waiters() == 0 {
         return Plan::Wait(tick_interval_ms);
     }
     if since_stamp_ms >= tick_interval_ms {

@@ -5,7 +5,6 @@ use super::command::{AcquireOp, CreateOp, Reply};
 use super::history::{Event, EventKind};
 use super::machine::{check_name, check_names, check_ttl, Ctx, ResourceState, State};
 use super::policy;
-use super::query::HOLDERS_SHOWN;
 use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Refusal, Rejection};
 
 impl State {
@@ -61,7 +60,8 @@ impl State {
     }
 
     /// SPEC §3 order: names → existence → the policy's argument rules (mode, ttl, metadata,
-    /// units) → the holder's own lease (idempotent / `already_held`) → compatibility.
+    /// units) → the holder's own lease (idempotent / `already_held`) or wait (re-attached) →
+    /// compatibility, with nobody waiting ahead (no barging) → with `WAIT`, the waiting room.
     pub(super) fn acquire(&mut self, ctx: &Ctx<'_>, op: &AcquireOp) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
         let rs = self.resources.get(&op.resource);
@@ -98,7 +98,6 @@ impl State {
                 ),
             ));
         }
-        let total_units = policy.total_units;
 
         let empty = ResourceState::default();
         let rs = rs.unwrap_or(&empty);
@@ -120,6 +119,27 @@ impl State {
                 units: own.units,
             });
         }
+        if let Some((position, waiter)) = self.waiting(&op.resource, &op.holder) {
+            if !ctx.admin && waiter.principal != ctx.principal {
+                return Err(Rejection::InsufficientPermissions(format!(
+                    "holder {} waits for another principal",
+                    op.holder
+                )));
+            }
+            // A retried or re-sent call joins the wait it already has.
+            if op.wait_ms.is_some() {
+                return Ok(self.queued_reply(
+                    &op.resource,
+                    position,
+                    waiter.wait_id,
+                    Refusal::ResourceUnavailable,
+                ));
+            }
+            return Ok(Reply::Acquire(AcquireOutcome {
+                queue_position: position,
+                ..self.refused(&op.resource, Refusal::ResourceUnavailable)
+            }));
+        }
         if op.idempotency_key.is_some()
             && rs
                 .leases
@@ -131,30 +151,22 @@ impl State {
                 "already used by another holder on this resource",
             ));
         }
-        let now_ms = self.clock.now_ms();
-        let refusal = if now_ms < rs.closed_until_ms {
-            Some(Refusal::LockDelay)
-        } else if rs.leases.is_empty() {
-            None
-        } else if op.mode == Mode::Exclusive || rs.leases.iter().any(|l| l.mode == Mode::Exclusive)
-        {
-            Some(Refusal::ResourceUnavailable)
-        } else if total_units > 0 && units > total_units.saturating_sub(units_in_use(rs)) {
-            Some(Refusal::InsufficientUnits)
+        let refusal = if rs.waiters.is_empty() {
+            self.blocked(&op.resource, op.mode, units, ttl_ms, &op.holder)
         } else {
-            None
+            // Nobody barges past a waiter, even into room the head cannot use (SPEC §4.1).
+            Some(Refusal::ResourceUnavailable)
         };
         if let Some(refusal) = refusal {
-            return Ok(Reply::Acquire(AcquireOutcome {
-                granted: false,
-                lease: None,
-                refusal: Some(refusal),
-                holders: self.leases_shown(&rs.leases, HOLDERS_SHOWN),
-            }));
+            if let Some(wait_ms) = op.wait_ms {
+                return self.queue(ctx, op, (units, ttl_ms, wait_ms), refusal);
+            }
+            return Ok(Reply::Acquire(self.refused(&op.resource, refusal)));
         }
 
+        let now_ms = self.clock.now_ms();
         let lease = Lease {
-            lease_id: format!("lse_{}_0", ctx.index),
+            lease_id: self.next_lease_id(ctx.index),
             resource: op.resource.clone(),
             holder: op.holder.clone(),
             principal: ctx.principal.to_string(),
@@ -168,13 +180,67 @@ impl State {
             metadata: op.metadata.clone(),
             idempotency_key: op.idempotency_key.clone(),
         };
-        Ok(granted(self.grant(ctx, lease, EventKind::Acquired)))
+        Ok(granted(self.grant(
+            ctx.index,
+            ctx.principal,
+            lease,
+            EventKind::Acquired,
+        )))
+    }
+
+    /// Why a claim on `resource` (mode, units, ttl) by `holder` cannot be granted now, if it
+    /// cannot: lock delay → incompatible holders → units → a booking of another holder it
+    /// would extend into. The waiting room is the caller's to judge.
+    pub(super) fn blocked(
+        &self,
+        resource: &str,
+        mode: Mode,
+        units: u64,
+        ttl_ms: u64,
+        holder: &str,
+    ) -> Option<Refusal> {
+        let rs = self.resources.get(resource)?;
+        let policy = self.policy_of(resource);
+        let now_ms = self.clock.now_ms();
+        if now_ms < rs.closed_until_ms {
+            return Some(Refusal::LockDelay);
+        }
+        if !rs.leases.is_empty() {
+            if mode == Mode::Exclusive || rs.leases.iter().any(|l| l.mode == Mode::Exclusive) {
+                return Some(Refusal::ResourceUnavailable);
+            }
+            let total = policy.total_units;
+            if total > 0 && units > total.saturating_sub(units_in_use(rs)) {
+                return Some(Refusal::InsufficientUnits);
+            }
+        }
+        let until_ms = now_ms
+            .saturating_add(ttl_ms)
+            .saturating_add(policy.renewal_grace_ms);
+        let (from_wall, until_wall) = (self.clock.wall_ms(), self.clock.wall_of(until_ms));
+        rs.booked_against(holder, from_wall, until_wall)
+            .map(|b| Refusal::ResourceBooked {
+                start_wall_ms: b.start_wall_ms,
+            })
+    }
+
+    /// A not-granted answer with the current holders.
+    pub(super) fn refused(&self, resource: &str, refusal: Refusal) -> AcquireOutcome {
+        AcquireOutcome {
+            granted: false,
+            lease: None,
+            refusal: Some(refusal),
+            holders: self.holders_of(resource),
+            queue_position: 0,
+            wait_id: None,
+        }
     }
 
     /// Installs a new live lease: tracked for expiry, recorded in history.
     pub(super) fn grant(
         &mut self,
-        ctx: &Ctx<'_>,
+        index: u64,
+        actor: &str,
         lease: Lease,
         kind: EventKind,
     ) -> super::types::LeaseView {
@@ -184,8 +250,8 @@ impl State {
         let name = lease.resource.clone();
         let rs = self.resource_entry(&name);
         rs.leases.push(lease);
-        rs.revision = ctx.index;
-        self.record(ctx.index, ctx.principal, &name, event);
+        rs.revision = index;
+        self.record(index, actor, &name, event);
         view
     }
 }
@@ -204,5 +270,7 @@ fn granted(view: super::types::LeaseView) -> Reply {
         lease: Some(view),
         refusal: None,
         holders: vec![],
+        queue_position: 0,
+        wait_id: None,
     })
 }

@@ -10,12 +10,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::bookings::Booking;
 use super::clock::{LeaderKey, LeaseClock};
 use super::command::{Command, Op, Proposal, Reply};
 use super::dedup::{Dedup, Seen};
 use super::history::{self, Event, EventKind, Retention};
 use super::policy::{self, Policy};
 use super::types::{Lease, LeaseStatus, LeaseView, Rejection};
+use super::waiting::{wait_due_key, WaitOutcome, Waiter};
 
 /// Ended leases remembered per resource, so a late caller learns how its lease ended.
 pub const ENDED_KEPT: usize = 8;
@@ -33,6 +35,8 @@ pub(super) struct Ctx<'a> {
     pub principal: &'a str,
     pub admin: bool,
     pub require_registration: bool,
+    /// The entry's exactly-once key, if it has one.
+    pub request_id: Option<&'a str>,
 }
 
 /// A tenure that ended, so its holder learns how it ended.
@@ -63,6 +67,12 @@ pub struct ResourceState {
     /// The (revision, seq) of the newest event retention dropped: paging past it is `compacted`.
     #[serde(default)]
     pub trimmed_through: Option<(u64, u32)>,
+    /// The waiting room, head first.
+    #[serde(default)]
+    pub waiters: VecDeque<Waiter>,
+    /// Bookings whose window has not ended, by start.
+    #[serde(default)]
+    pub bookings: Vec<Booking>,
 }
 
 impl ResourceState {
@@ -72,7 +82,11 @@ impl ResourceState {
 
     /// Nothing to remember: an ad-hoc resource in this state is forgotten.
     fn idle(&self) -> bool {
-        self.registration.is_none() && self.leases.is_empty() && self.history.is_empty()
+        self.registration.is_none()
+            && self.leases.is_empty()
+            && self.history.is_empty()
+            && self.waiters.is_empty()
+            && self.bookings.is_empty()
     }
 }
 
@@ -94,7 +108,42 @@ pub struct State {
     /// The global bound on retained events: [`history::TOTAL`]; tests lower it.
     #[serde(skip, default = "history_total")]
     pub(super) history_total: usize,
+    /// (timeout, resource, wait_id) of every waiter: the next wait timeout is first.
+    #[serde(skip)]
+    pub(super) wait_due: BTreeSet<(u64, String, u64)>,
+    /// (lock delay end, resource) of resources a reclaim closed, until the delay ends: they
+    /// admit their waiters then.
+    #[serde(skip)]
+    pub(super) reopen: BTreeSet<(u64, String)>,
+    /// (window end, resource) of every booking: ended windows are forgotten.
+    #[serde(skip)]
+    pub(super) booking_ends: BTreeSet<(u64, String)>,
+    /// What the entry being applied did besides its reply.
+    #[serde(skip)]
+    pub(super) effects: Effects,
 }
+
+/// The side effects of applying one entry, for the node to publish: the events it recorded
+/// (watchers) and the waits it decided (blocked calls). Cleared when the next entry applies;
+/// not part of the replicated state, so two states compare equal whatever their effects.
+#[derive(Clone, Debug, Default)]
+pub struct Effects {
+    /// (resource, event) in the order recorded.
+    pub events: Vec<(String, Event)>,
+    pub waits: Vec<WaitOutcome>,
+    /// Resources whose capacity may have grown: their waiters are considered.
+    pub(super) touched: BTreeSet<String>,
+    /// Leases granted so far by this entry: the `<position>` of the next `lse_<index>_<position>`.
+    pub(super) granted: u32,
+}
+
+impl PartialEq for Effects {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Effects {}
 
 fn history_total() -> usize {
     history::TOTAL
@@ -109,41 +158,51 @@ impl Default for State {
 /// Applies one command entry. Never panics on any input: bad input is a `Rejected` reply.
 pub fn apply(state: &mut State, meta: EntryMeta, command: &Command) -> Reply {
     let Command::V1(proposal) = command;
+    state.effects = Effects::default();
     state.clock.observe(meta.leader, &proposal.stamp);
     let now_ms = state.clock.now_ms();
     state.dedup.prune(now_ms);
+    // Time first: reclaims, wait timeouts, lock delays and bookings that ended by now, and
+    // the waiters that lets in, all before the command sees the resource.
     let reclaimed = state.settle_due(meta.index);
+    state.settle_waits(meta.index);
+    state.settle_bookings();
+    state.admit_touched(meta.index);
     let ctx = Ctx {
         index: meta.index,
         principal: &proposal.principal,
         admin: proposal.admin,
         require_registration: proposal.require_registration,
+        request_id: proposal.request_id.as_deref(),
     };
 
-    let Some(request_id) = proposal.request_id.as_deref() else {
-        return state.execute(&ctx, proposal, reclaimed);
+    let reply = match ctx.request_id {
+        None => state.execute(&ctx, proposal, reclaimed),
+        Some(request_id) => match state
+            .dedup
+            .check(&proposal.principal, request_id, &proposal.op)
+        {
+            Seen::Retry(reply) => reply,
+            Seen::Conflict => Reply::Rejected(Rejection::invalid(
+                "request_id",
+                "already used with a different request",
+            )),
+            Seen::New => {
+                let reply = state.execute(&ctx, proposal, reclaimed);
+                state.dedup.remember(
+                    &proposal.principal,
+                    request_id,
+                    proposal.op.clone(),
+                    reply.clone(),
+                    now_ms,
+                );
+                reply
+            }
+        },
     };
-    match state
-        .dedup
-        .check(&proposal.principal, request_id, &proposal.op)
-    {
-        Seen::Retry(reply) => reply,
-        Seen::Conflict => Reply::Rejected(Rejection::invalid(
-            "request_id",
-            "already used with a different request",
-        )),
-        Seen::New => {
-            let reply = state.execute(&ctx, proposal, reclaimed);
-            state.dedup.remember(
-                &proposal.principal,
-                request_id,
-                proposal.op.clone(),
-                reply.clone(),
-                now_ms,
-            );
-            reply
-        }
-    }
+    // Capacity the command freed goes to the waiting room in this same entry (SPEC §4.5, §4.7).
+    state.admit_touched(meta.index);
+    reply
 }
 
 impl State {
@@ -157,6 +216,10 @@ impl State {
             retention: Retention::default(),
             dropped_through: None,
             history_total: history::TOTAL,
+            wait_due: BTreeSet::new(),
+            reopen: BTreeSet::new(),
+            booking_ends: BTreeSet::new(),
+            effects: Effects::default(),
         }
     }
 
@@ -176,13 +239,28 @@ impl State {
     /// Rebuilds the derived indexes after deserializing a snapshot.
     pub fn restored(mut self) -> Self {
         let mut due = BTreeSet::new();
+        let mut wait_due = BTreeSet::new();
+        let mut reopen = BTreeSet::new();
+        let mut booking_ends = BTreeSet::new();
         for (name, rs) in &self.resources {
             let grace_ms = self.policy_of(name).renewal_grace_ms;
             for l in &rs.leases {
                 due.insert(due_key(l, grace_ms));
             }
+            for w in &rs.waiters {
+                wait_due.insert(wait_due_key(name, w));
+            }
+            for b in &rs.bookings {
+                booking_ends.insert((b.end_wall_ms(), name.clone()));
+            }
+            if rs.closed_until_ms > self.clock.now_ms() {
+                reopen.insert((rs.closed_until_ms, name.clone()));
+            }
         }
         self.due = due;
+        self.wait_due = wait_due;
+        self.reopen = reopen;
+        self.booking_ends = booking_ends;
         self.retention = Retention::rebuild(self.resources.iter().map(|(n, rs)| (n, &rs.history)));
         self
     }
@@ -195,14 +273,38 @@ impl State {
         self.due.len()
     }
 
+    /// Waiters in all waiting rooms.
+    pub fn waiters(&self) -> usize {
+        self.wait_due.len()
+    }
+
+    /// What the last applied entry did besides its reply: its events and decided waits.
+    pub fn effects(&self) -> &Effects {
+        &self.effects
+    }
+
+    /// Takes the last applied entry's effects (the node publishes them once).
+    pub fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// `lse_<index>_<position>`: the next lease id this entry grants.
+    pub(super) fn next_lease_id(&mut self, index: u64) -> String {
+        let position = self.effects.granted;
+        self.effects.granted += 1;
+        format!("lse_{index}_{position}")
+    }
+
     /// Events retained in all resources' histories.
     pub fn retained_events(&self) -> usize {
         self.retention.len()
     }
 
-    /// The lease-clock instant at which the next live lease is due for reclaim.
+    /// The lease-clock instant at which the next live lease is due for reclaim, or the next
+    /// wait times out, or a lock delay ends that waiters wait behind.
     pub fn next_due_ms(&self) -> Option<u64> {
-        self.due.first().map(|(due_ms, _, _)| *due_ms)
+        let reclaim = self.due.first().map(|(due_ms, _, _)| *due_ms);
+        reclaim.into_iter().chain(self.next_wait_due_ms()).min()
     }
 
     /// Up to `limit` live leases due at or before `at_ms`, as (resource, fencing token).
@@ -255,6 +357,9 @@ impl State {
             Op::Renew(op) => self.renew(ctx, op),
             Op::Release(op) => self.release(ctx, op),
             Op::Transfer(op) => self.transfer(ctx, op),
+            Op::CancelWait(op) => self.cancel_wait(ctx, op),
+            Op::Book(op) => self.book(ctx, op),
+            Op::CancelBooking(op) => self.cancel_booking(ctx, op),
             Op::Reclaim { .. } | Op::Tick => Ok(Reply::Reclaimed(reclaimed)),
         };
         result.unwrap_or_else(Reply::Rejected)
@@ -321,10 +426,13 @@ impl State {
         self.due.remove(&due_key(&lease, grace_ms));
         if let Some(rs) = self.resources.get_mut(&name) {
             if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
+                self.reopen.remove(&(rs.closed_until_ms, name.clone()));
                 rs.closed_until_ms = rs.closed_until_ms.max(now_ms.saturating_add(lock_delay_ms));
+                self.reopen.insert((rs.closed_until_ms, name.clone()));
             }
             rs.revision = index;
         }
+        self.effects.touched.insert(name.clone());
         let was = if now_ms < lease.expires_at_ms {
             LeaseStatus::Active
         } else {
@@ -382,6 +490,11 @@ impl State {
         event.at_wall_ms = wall_ms;
         event.actor = actor.to_string();
         let (position, dropped) = history::push(&mut rs.history, event);
+        if let Some(recorded) = rs.history.back() {
+            self.effects
+                .events
+                .push((name.to_string(), recorded.clone()));
+        }
         self.retention.added(name, position);
         for old in &dropped {
             self.retention.dropped(name, old.position());

@@ -5,6 +5,7 @@
 //! [`command::Stamp`] in each entry and the lease clock of [`clock`]; the entry's log index
 //! is the fencing token of whatever it grants.
 
+pub mod bookings;
 pub mod clock;
 pub mod command;
 pub mod dedup;
@@ -16,18 +17,24 @@ mod mutate;
 pub mod policy;
 pub mod query;
 pub mod types;
+pub mod waiting;
+pub mod watch;
 
 #[cfg(test)]
 mod spec_tests;
 #[cfg(test)]
 mod tests;
 
+pub use bookings::Booking;
 pub use clock::{LeaderKey, LeaseClock};
 pub use command::{
-    AcquireOp, Command, CreateOp, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp, TransferOp,
+    AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, Command, CreateOp, Op, Proposal, ReleaseOp,
+    RenewOp, Reply, Stamp, TransferOp,
 };
 pub use history::{Event, EventKind};
-pub use machine::{apply, EntryMeta, State};
+pub use machine::{apply, Effects, EntryMeta, State};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
 pub use types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};
+pub use waiting::{WaitOutcome, Waiter};
+pub use watch::{Cursor, Scope};

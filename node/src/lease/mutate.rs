@@ -107,6 +107,18 @@ impl State {
         {
             return Err(Rejection::LifetimeExceeded { max_lifetime_ms });
         }
+        let until_ms = expires_at_ms.saturating_add(policy.renewal_grace_ms);
+        if let Some(b) = self.resources.get(&op.resource).and_then(|rs| {
+            rs.booked_against(
+                &lease.holder,
+                self.clock.wall_ms(),
+                self.clock.wall_of(until_ms),
+            )
+        }) {
+            return Err(Rejection::ResourceBooked {
+                start_wall_ms: b.start_wall_ms,
+            });
+        }
         let was = self.live_view(&lease).status;
         self.untrack_due(&lease);
         lease.expires_at_ms = expires_at_ms;
@@ -157,7 +169,7 @@ impl State {
             });
         }
         let new = Lease {
-            lease_id: format!("lse_{}_0", ctx.index),
+            lease_id: self.next_lease_id(ctx.index),
             holder: op.to_holder.clone(),
             principal: op
                 .to_principal

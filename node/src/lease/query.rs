@@ -5,10 +5,12 @@ use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
+use super::bookings::Booking;
 use super::history::{Event, EventKind};
 use super::machine::State;
 use super::policy::Policy;
 use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Rejection};
+use super::waiting::Waiter;
 
 /// Largest page of any listing.
 pub const MAX_PAGE_SIZE: u32 = 1000;
@@ -114,6 +116,13 @@ pub struct ResourceView {
     pub units_in_use: u64,
     pub revision: u64,
     pub ad_hoc: bool,
+    /// How many wait.
+    pub waiting: usize,
+    /// The first [`HOLDERS_SHOWN`] waiters, head first, with the wall-clock estimate of
+    /// their timeout.
+    pub waiters: Vec<(Waiter, u64)>,
+    /// Bookings whose window has not ended, by start.
+    pub bookings: Vec<Booking>,
 }
 
 /// The answer of `Validate` (SPEC §4.10).
@@ -210,6 +219,17 @@ impl State {
             units_in_use: live.iter().fold(0, |sum, l| sum.saturating_add(l.units)),
             revision: rs.map_or(0, |rs| rs.revision),
             ad_hoc: rs.is_none_or(|rs| rs.registration.is_none()),
+            waiting: rs.map_or(0, |rs| rs.waiters.len()),
+            waiters: rs
+                .map(|rs| {
+                    rs.waiters
+                        .iter()
+                        .take(HOLDERS_SHOWN)
+                        .map(|w| (w.clone(), self.clock.wall_of(w.deadline_ms)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            bookings: rs.map(|rs| rs.bookings.clone()).unwrap_or_default(),
         }
     }
 

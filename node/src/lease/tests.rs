@@ -472,6 +472,7 @@ fn answer_of(reply: &Reply) -> Answer {
         }
         Reply::None => panic!("a command entry answered Reply::None"),
         Reply::Resource(view) => panic!("the model registers nothing, yet got {view:?}"),
+        Reply::Cancelled(_) | Reply::Booking(_) => panic!("the model never waits or books"),
     }
 }
 
@@ -489,6 +490,7 @@ fn op_of(request: &Request) -> Op {
             units: 1,
             metadata: BTreeMap::new(),
             idempotency_key: None,
+            wait_ms: None,
         }),
         Request::Renew {
             resource,

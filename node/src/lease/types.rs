@@ -69,6 +69,12 @@ pub enum Refusal {
     InsufficientUnits,
     /// A reclaim closed the resource for the policy's `lock_delay`.
     LockDelay,
+    /// The lease would extend into another holder's booking, which starts at this wall time.
+    ResourceBooked { start_wall_ms: u64 },
+    /// A waiting acquire's `wait_timeout` passed before it was admitted.
+    WaitTimeout,
+    /// A waiting acquire was removed by `CancelWait` or because its call went away.
+    WaitCancelled,
 }
 
 impl Refusal {
@@ -77,6 +83,9 @@ impl Refusal {
             Refusal::ResourceUnavailable => "resource_unavailable",
             Refusal::InsufficientUnits => "insufficient_units",
             Refusal::LockDelay => "lock_delay",
+            Refusal::ResourceBooked { .. } => "resource_booked",
+            Refusal::WaitTimeout => "wait_timeout",
+            Refusal::WaitCancelled => "wait_cancelled",
         }
     }
 }
@@ -88,6 +97,14 @@ pub struct AcquireOutcome {
     pub refusal: Option<Refusal>,
     /// The current holders when not granted.
     pub holders: Vec<LeaseView>,
+    /// With WAIT and not granted: the caller's place in the waiting room (1 = the head), or
+    /// the place it had when its wait ended.
+    #[serde(default)]
+    pub queue_position: u32,
+    /// Set while the caller waits: the index of the entry that queued it, which names the
+    /// wait until an admission or removal entry decides it.
+    #[serde(default)]
+    pub wait_id: Option<u64>,
 }
 
 /// A command the state machine refused; each maps to one SPEC §3 reason.
@@ -123,6 +140,16 @@ pub enum Rejection {
     NotTransferable(String),
     #[error("history before revision {oldest} is no longer retained")]
     Compacted { oldest: u64 },
+    #[error("the waiting room is full ({max_waiters} waiters)")]
+    WaitingRoomFull { max_waiters: u32 },
+    #[error("the lease would extend into another holder's booking starting at {start_wall_ms} ms (Unix)")]
+    ResourceBooked { start_wall_ms: u64 },
+    #[error("booking overlaps the booking of {holder} starting at {start_wall_ms} ms (Unix)")]
+    BookingOverlaps { holder: String, start_wall_ms: u64 },
+    #[error("holder {holder} holds the resource into the window")]
+    HeldIntoWindow { holder: String },
+    #[error("booking not found")]
+    BookingNotFound,
 }
 
 impl Rejection {
@@ -149,6 +176,11 @@ impl Rejection {
             Rejection::AlreadyExists(_) => "already_exists",
             Rejection::NotTransferable(_) => "not_transferable",
             Rejection::Compacted { .. } => "compacted",
+            Rejection::WaitingRoomFull { .. } => "waiting_room_full",
+            Rejection::ResourceBooked { .. } => "resource_booked",
+            Rejection::BookingOverlaps { .. } => "resource_booked",
+            Rejection::BookingNotFound => "booking_not_found",
+            Rejection::HeldIntoWindow { .. } => "resource_unavailable",
         }
     }
 }

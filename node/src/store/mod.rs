@@ -2,6 +2,7 @@
 //! (`state_machine`) and its snapshot files (`snapshot`).
 
 pub mod log;
+pub mod notify;
 pub mod snapshot;
 pub mod state_machine;
 

@@ -185,6 +185,7 @@ mod tests {
                 units: 2,
                 metadata: Default::default(),
                 idempotency_key: None,
+                wait_ms: None,
             };
             entry(&mut state, index, Op::Acquire(op));
         }

@@ -15,6 +15,7 @@ use openraft::{
 };
 use tokio::sync::watch;
 
+use super::notify::Notifier;
 use super::snapshot::{self, SnapshotMeta, StoredSnapshot};
 use super::{Entry, LogId, NodeId, StorageStats, TypeConfig};
 use crate::lease::{self, EntryMeta, LeaderKey, Reply, State};
@@ -37,6 +38,8 @@ pub struct Shared {
     snapshot_dir: PathBuf,
     applied_index: watch::Sender<u64>,
     pub stats: Arc<StorageStats>,
+    /// Events and decided waits of applied entries, for this node's watchers and waiters.
+    pub notify: Arc<Notifier>,
 }
 
 impl Shared {
@@ -70,7 +73,10 @@ impl Shared {
 
     fn replace(&self, applied: Applied) {
         let index = applied.last_applied.map_or(0, |id| id.index);
-        *self.applied.write().unwrap_or_else(|p| p.into_inner()) = applied;
+        let mut current = self.applied.write().unwrap_or_else(|p| p.into_inner());
+        *current = applied;
+        self.notify.reset();
+        drop(current);
         self.applied_index.send_replace(index);
     }
 }
@@ -112,6 +118,7 @@ impl StateMachineStore {
             snapshot_dir,
             applied_index,
             stats,
+            notify: Arc::default(),
         };
         Ok(StateMachineStore {
             shared: Arc::new(shared),
@@ -178,6 +185,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let mut replies = Vec::new();
+        let mut effects = Vec::new();
         let index = {
             let mut applied = self
                 .shared
@@ -202,11 +210,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                                 node_id: leader.node_id,
                             },
                         };
-                        lease::apply(&mut applied.state, meta, command)
+                        let reply = lease::apply(&mut applied.state, meta, command);
+                        effects.push(applied.state.take_effects());
+                        reply
                     }
                 };
                 replies.push(reply);
             }
+            self.shared.notify.publish(effects);
             applied.last_applied.map_or(0, |id| id.index)
         };
         self.shared.applied_index.send_replace(index);

@@ -186,6 +186,7 @@ pub(super) fn acq(resource: &str, holder: &str) -> AcquireOp {
         units: 0,
         metadata: Default::default(),
         idempotency_key: None,
+        wait_ms: None,
     }
 }
 

@@ -59,6 +59,8 @@ impl Run {
                 true
             }
             (Op::Tick, Reply::Reclaimed(_)) => true,
+            (Op::CancelWait(_), Reply::Cancelled(_)) => true,
+            (Op::Book(_) | Op::CancelBooking(_), Reply::Booking(_)) => true,
             _ => false,
         };
         assert!(fits, "step {n}: {op:?} answered {reply:?}");
@@ -151,7 +153,45 @@ impl Run {
             );
         }
         assert_eq!(state.live_leases(), count, "step {n}: live_leases()");
+        self.check_waiting_rooms(n);
         self.live_before = live;
+    }
+
+    /// Waiting rooms (SPEC §4.7): a waiter is never left behind room it could use (admission
+    /// happens in the entry that frees it), never outlives its wait_timeout, never holds a
+    /// lease on the same resource, and waits once.
+    fn check_waiting_rooms(&self, n: usize) {
+        let state = &self.log.state;
+        let now_ms = state.clock().now_ms();
+        let mut waiting = 0;
+        for (name, rs) in &state.resources {
+            waiting += rs.waiters.len();
+            if let Some(head) = rs.waiters.front() {
+                assert!(
+                    state
+                        .blocked(name, head.mode, head.units, head.ttl_ms, &head.holder)
+                        .is_some(),
+                    "step {n}: {name}: head waiter {head:?} fits but was not admitted"
+                );
+            }
+            let holders: BTreeSet<&str> = rs.waiters.iter().map(|w| w.holder.as_str()).collect();
+            assert_eq!(
+                holders.len(),
+                rs.waiters.len(),
+                "step {n}: {name}: waits twice"
+            );
+            for w in &rs.waiters {
+                assert!(
+                    w.deadline_ms > now_ms,
+                    "step {n}: {name}: {w:?} outlived its wait"
+                );
+                assert!(
+                    rs.leases.iter().all(|l| l.holder != w.holder),
+                    "step {n}: {name}: {w:?} waits and holds"
+                );
+            }
+        }
+        assert_eq!(state.waiters(), waiting, "step {n}: waiters()");
     }
 
     /// A read through validation and `query::answer`: no panic, never `internal`.

@@ -1,0 +1,151 @@
+//! `Watch` (SPEC §4.12): the retained events of a resource or prefix after `start_revision`,
+//! then live ones, in one order, without gap or duplicate, from this node's applied state.
+//!
+//! The stream subscribes to applied events *before* it reads the state, so every event is
+//! either in what it read or in a later message; a cursor drops what it has already sent. A
+//! watcher that falls behind the live backlog (or sees a snapshot replace the state) goes
+//! back to reading the state from its cursor, which answers `compacted` if retention dropped
+//! anything it has not seen: never a silent gap.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_proto::v1 as pb;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::Stream;
+use tonic::Status;
+
+use super::convert;
+use super::validate::WatchSpec;
+use crate::app::Node;
+use crate::error::ApiError;
+use crate::lease::{Cursor, Event};
+use crate::store::notify::Published;
+
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+/// Events read from the state per lock hold (and per message at most).
+const PAGE: usize = 1000;
+/// How often an idle watch reports progress (the applied revision it has covered).
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+pub fn start(node: Arc<Node>, spec: WatchSpec) -> WatchStream {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        if let Err(status) = run(&node, &spec, &tx).await {
+            let _ = tx.send(Err(status)).await;
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+type Sink = mpsc::Sender<Result<pb::WatchResponse, Status>>;
+
+/// Ends with Ok when the client went away.
+async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
+    let mut live = node.sm.notify.subscribe();
+    let mut cursor = {
+        let applied = node.sm.read();
+        if spec.live_only {
+            Cursor::after_revision(applied.last_applied.map_or(0, |id| id.index))
+        } else if spec.after == 0 {
+            applied.state.watch_origin(&spec.scope)
+        } else {
+            Cursor::after_revision(spec.after)
+        }
+    };
+    loop {
+        // Catch up from the state.
+        let covered = loop {
+            let (events, applied_index) = {
+                let applied = node.sm.read();
+                let events = applied
+                    .state
+                    .watch_events(&spec.scope, &cursor, &spec.kinds, PAGE)
+                    .map_err(|r| Status::from(ApiError::from(r)))?;
+                (events, applied.last_applied.map_or(0, |id| id.index))
+            };
+            let full = events.len() == PAGE;
+            if let Some((name, last)) = events.last() {
+                cursor = Cursor::at(name, last);
+            }
+            if !full {
+                // Everything up to the applied index is covered.
+                cursor = cursor.max(Cursor::after_revision(applied_index));
+                if !send(tx, &events, applied_index).await {
+                    return Ok(());
+                }
+                break applied_index;
+            }
+            if !send(tx, &events, cursor.revision.saturating_sub(1)).await {
+                return Ok(());
+            }
+        };
+        let _ = covered;
+        // Then live.
+        let mut last_progress = tokio::time::Instant::now();
+        let mut progress = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            tokio::select! {
+                message = live.recv() => match message {
+                    Ok(published) => match published.as_ref() {
+                        Published::Events(events) => {
+                            let fresh: Vec<(String, Event)> = events
+                                .iter()
+                                .filter(|(name, e)| {
+                                    spec.scope.covers(name)
+                                        && cursor.before(name, e)
+                                        && (spec.kinds.is_empty() || spec.kinds.contains(&e.kind))
+                                })
+                                .cloned()
+                                .collect();
+                            let Some(newest) = events.last().map(|(_, e)| e.revision) else {
+                                continue;
+                            };
+                            cursor = cursor.max(Cursor::after_revision(newest));
+                            if !fresh.is_empty() {
+                                if !send(tx, &fresh, newest).await {
+                                    return Ok(());
+                                }
+                                last_progress = tokio::time::Instant::now();
+                            }
+                        }
+                        Published::Reset => break,
+                    },
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return Err(ApiError::Unavailable("the node is shutting down".into()).into())
+                    }
+                },
+                _ = progress.tick() => {
+                    if last_progress.elapsed() >= PROGRESS_EVERY {
+                        let applied_index = node.sm.read().last_applied.map_or(0, |id| id.index);
+                        // Progress only up to what the cursor covers: events of later entries
+                        // may still be on their way through the live channel.
+                        let covered = cursor.revision.min(applied_index);
+                        if !send(tx, &[], covered).await {
+                            return Ok(());
+                        }
+                        last_progress = tokio::time::Instant::now();
+                    }
+                }
+                _ = tx.closed() => return Ok(()),
+            }
+        }
+        // Fell behind or the state was replaced: re-read from the cursor.
+        live = node.sm.notify.subscribe();
+    }
+}
+
+/// Sends one message; false when the client is gone.
+async fn send(tx: &Sink, events: &[(String, Event)], revision: u64) -> bool {
+    let message = pb::WatchResponse {
+        events: events
+            .iter()
+            .map(|(name, e)| convert::history_entry(name, e))
+            .collect(),
+        revision,
+    };
+    tx.send(Ok(message)).await.is_ok()
+}

@@ -1,0 +1,192 @@
+//! Bookings (SPEC §4.8): reservations of future windows `[start, start + duration)` of a
+//! resource. Bookings of one resource never overlap, and no lease of another holder may
+//! extend into a booked window. Windows are wall-clock times judged by the leader's stamp in
+//! the entry: a scheduling promise to the precision of clock sync, not a fencing guarantee.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{BookOp, CancelBookingOp, Reply};
+use super::history::{Event, EventKind};
+use super::machine::{check_names, Ctx, ResourceState, State};
+use super::policy::{MAX_TTL_CEILING_MS, MIN_TTL_MS};
+use super::types::Rejection;
+
+/// How far ahead a window may start.
+pub const MAX_BOOKING_LEAD_MS: u64 = 366 * 24 * 3600 * 1000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Booking {
+    pub holder: String,
+    pub principal: String,
+    /// Unix milliseconds.
+    pub start_wall_ms: u64,
+    pub duration_ms: u64,
+    /// The index of the entry that booked it.
+    pub revision: u64,
+}
+
+impl Booking {
+    pub fn end_wall_ms(&self) -> u64 {
+        self.start_wall_ms.saturating_add(self.duration_ms)
+    }
+
+    fn overlaps(&self, from_wall_ms: u64, until_wall_ms: u64) -> bool {
+        self.start_wall_ms < until_wall_ms && from_wall_ms < self.end_wall_ms()
+    }
+
+    fn event(&self, kind: EventKind) -> Event {
+        Event {
+            holder: self.holder.clone(),
+            metadata: BTreeMap::from([
+                ("start_unix_ms".to_string(), self.start_wall_ms.to_string()),
+                ("duration_ms".to_string(), self.duration_ms.to_string()),
+            ]),
+            ..Event::of_resource(kind)
+        }
+    }
+}
+
+impl ResourceState {
+    /// The first booking of another holder that a claim on the resource over the wall-clock
+    /// span `[from, until)` would extend into.
+    pub(super) fn booked_against(
+        &self,
+        holder: &str,
+        from_wall_ms: u64,
+        until_wall_ms: u64,
+    ) -> Option<&Booking> {
+        self.bookings
+            .iter()
+            .find(|b| b.holder != holder && b.overlaps(from_wall_ms, until_wall_ms))
+    }
+}
+
+impl State {
+    /// Books a window: argument checks → a lease of another holder that reaches into it → an
+    /// overlapping booking. Any authenticated caller may book.
+    pub(super) fn book(&mut self, ctx: &Ctx<'_>, op: &BookOp) -> Result<Reply, Rejection> {
+        check_names(&op.resource, &op.holder)?;
+        if op.duration_ms < MIN_TTL_MS || op.duration_ms > MAX_TTL_CEILING_MS {
+            return Err(Rejection::invalid(
+                "duration",
+                format!("must be between {MIN_TTL_MS} ms and {MAX_TTL_CEILING_MS} ms"),
+            ));
+        }
+        let now_wall_ms = self.clock.wall_ms();
+        let end_wall_ms = op.start_wall_ms.saturating_add(op.duration_ms);
+        if end_wall_ms <= now_wall_ms {
+            return Err(Rejection::invalid("start", "the window has already ended"));
+        }
+        if op.start_wall_ms > now_wall_ms.saturating_add(MAX_BOOKING_LEAD_MS) {
+            return Err(Rejection::invalid(
+                "start",
+                "must be less than 366 days ahead",
+            ));
+        }
+        if ctx.require_registration
+            && self
+                .resources
+                .get(&op.resource)
+                .and_then(|rs| rs.registration.as_ref())
+                .is_none()
+        {
+            return Err(Rejection::ResourceNotFound(op.resource.clone()));
+        }
+        let grace_ms = self.policy_of(&op.resource).renewal_grace_ms;
+        if let Some(rs) = self.resources.get(&op.resource) {
+            if let Some(l) = rs.leases.iter().find(|l| {
+                l.holder != op.holder
+                    && self.clock.wall_of(l.expires_at_ms.saturating_add(grace_ms))
+                        > op.start_wall_ms
+            }) {
+                return Err(Rejection::HeldIntoWindow {
+                    holder: l.holder.clone(),
+                });
+            }
+            if let Some(b) = rs
+                .bookings
+                .iter()
+                .find(|b| b.overlaps(op.start_wall_ms, end_wall_ms))
+            {
+                return Err(Rejection::BookingOverlaps {
+                    holder: b.holder.clone(),
+                    start_wall_ms: b.start_wall_ms,
+                });
+            }
+        }
+        let booking = Booking {
+            holder: op.holder.clone(),
+            principal: ctx.principal.to_string(),
+            start_wall_ms: op.start_wall_ms,
+            duration_ms: op.duration_ms,
+            revision: ctx.index,
+        };
+        let event = booking.event(EventKind::Booked);
+        self.booking_ends
+            .insert((booking.end_wall_ms(), op.resource.clone()));
+        let rs = self.resource_entry(&op.resource);
+        let at = rs
+            .bookings
+            .partition_point(|b| b.start_wall_ms < booking.start_wall_ms);
+        rs.bookings.insert(at, booking.clone());
+        rs.revision = ctx.index;
+        self.record(ctx.index, ctx.principal, &op.resource, event);
+        Ok(Reply::Booking(booking))
+    }
+
+    /// Cancels the holder's booking that starts at `start`: its principal or an admin only.
+    pub(super) fn cancel_booking(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &CancelBookingOp,
+    ) -> Result<Reply, Rejection> {
+        check_names(&op.resource, &op.holder)?;
+        let rs = self.resources.get(&op.resource);
+        let at = rs
+            .and_then(|rs| {
+                rs.bookings
+                    .iter()
+                    .position(|b| b.holder == op.holder && b.start_wall_ms == op.start_wall_ms)
+            })
+            .ok_or(Rejection::BookingNotFound)?;
+        let rs = self
+            .resources
+            .get_mut(&op.resource)
+            .ok_or(Rejection::BookingNotFound)?;
+        if !ctx.admin && rs.bookings[at].principal != ctx.principal {
+            return Err(Rejection::InsufficientPermissions(
+                "only the booking's principal or an admin may cancel it".into(),
+            ));
+        }
+        let booking = rs.bookings.remove(at);
+        rs.revision = ctx.index;
+        self.booking_ends
+            .remove(&(booking.end_wall_ms(), op.resource.clone()));
+        self.effects.touched.insert(op.resource.clone());
+        self.record(
+            ctx.index,
+            ctx.principal,
+            &op.resource,
+            booking.event(EventKind::BookingCancelled),
+        );
+        Ok(Reply::Booking(booking))
+    }
+
+    /// Forgets bookings whose window has ended by the entry's wall stamp; their resources
+    /// may now admit waiters.
+    pub(super) fn settle_bookings(&mut self) {
+        let now_wall_ms = self.clock.wall_ms();
+        while let Some((end_wall_ms, resource)) = self.booking_ends.first().cloned() {
+            if end_wall_ms > now_wall_ms {
+                break;
+            }
+            self.booking_ends.pop_first();
+            if let Some(rs) = self.resources.get_mut(&resource) {
+                rs.bookings.retain(|b| b.end_wall_ms() > now_wall_ms);
+            }
+            self.effects.touched.insert(resource);
+        }
+    }
+}

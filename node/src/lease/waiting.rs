@@ -1,0 +1,329 @@
+//! The waiting room (SPEC §4.7): a FIFO queue per resource for acquires made with `WAIT`.
+//!
+//! Admission happens inside the entry that frees capacity, whose index becomes the admitted
+//! lease's token. Shared-mode waiters at the head are admitted together while they fit; nobody
+//! barges past the head. A wait ends only by an entry: admission, its `wait_timeout` (the
+//! leader proposes a `Tick` when one is due), or a removal (`CancelWait`, or the node holding
+//! the blocked call proposing it when the call goes away). Each end is an [`WaitOutcome`] the
+//! node holding the call picks up after applying the entry.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{AcquireOp, CancelWaitOp, Reply};
+use super::history::{self, Event, EventKind};
+use super::machine::{check_names, Ctx, State};
+use super::query::HOLDERS_SHOWN;
+use super::types::{AcquireOutcome, Lease, Mode, Refusal, Rejection};
+
+/// One queued acquire: everything needed to grant it later.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiter {
+    pub holder: String,
+    pub principal: String,
+    pub mode: Mode,
+    /// Units as the grant would draw them (0 for exclusive or without a pool).
+    pub units: u64,
+    pub ttl_ms: u64,
+    pub metadata: BTreeMap<String, String>,
+    pub idempotency_key: Option<String>,
+    /// The index of the entry that queued it: names the wait.
+    pub wait_id: u64,
+    /// Lease-clock instant at which the wait times out.
+    pub deadline_ms: u64,
+    /// The queuing call's `request_id`: its remembered reply becomes the wait's outcome, so a
+    /// retry of the call learns how the wait ended.
+    pub request_id: Option<String>,
+}
+
+/// How a wait ended, for the node holding the blocked call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitOutcome {
+    pub resource: String,
+    pub holder: String,
+    pub wait_id: u64,
+    /// What the blocked acquire answers: granted, or `wait_timeout` / `wait_cancelled`.
+    pub outcome: AcquireOutcome,
+}
+
+impl Event {
+    fn about_waiter(kind: EventKind, waiter: &Waiter) -> Self {
+        Event {
+            holder: waiter.holder.clone(),
+            metadata: if kind == EventKind::Queued {
+                waiter.metadata.clone()
+            } else {
+                BTreeMap::new()
+            },
+            mode: waiter.mode,
+            units: waiter.units,
+            ..Event::of_resource(kind)
+        }
+    }
+}
+
+impl State {
+    /// Queues an acquire that could not be granted (SPEC §4.7), or re-attaches a holder that
+    /// already waits (a retried or re-sent call). `refusal` is why it was not granted.
+    pub(super) fn queue(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &AcquireOp,
+        (units, ttl_ms, wait_ms): (u64, u64, u64),
+        why: Refusal,
+    ) -> Result<Reply, Rejection> {
+        let max_waiters = self.policy_of(&op.resource).max_waiters;
+        let rs = self.resource_entry(&op.resource);
+        if rs.waiters.len() >= max_waiters as usize {
+            return Err(Rejection::WaitingRoomFull { max_waiters });
+        }
+        let now_ms = self.clock.now_ms();
+        let waiter = Waiter {
+            holder: op.holder.clone(),
+            principal: ctx.principal.to_string(),
+            mode: op.mode,
+            units,
+            ttl_ms,
+            metadata: op.metadata.clone(),
+            idempotency_key: op.idempotency_key.clone(),
+            wait_id: ctx.index,
+            deadline_ms: now_ms.saturating_add(wait_ms),
+            request_id: ctx.request_id.map(str::to_string),
+        };
+        let event = Event::about_waiter(EventKind::Queued, &waiter);
+        self.wait_due.insert(wait_due_key(&op.resource, &waiter));
+        let rs = self.resource_entry(&op.resource);
+        rs.waiters.push_back(waiter);
+        rs.revision = ctx.index;
+        let position = rs.waiters.len() as u32;
+        self.record(ctx.index, ctx.principal, &op.resource, event);
+        Ok(self.queued_reply(&op.resource, position, ctx.index, why))
+    }
+
+    /// The reply of a call that now waits at `position`, because of `why`.
+    pub(super) fn queued_reply(
+        &self,
+        resource: &str,
+        position: u32,
+        wait_id: u64,
+        why: Refusal,
+    ) -> Reply {
+        Reply::Acquire(AcquireOutcome {
+            queue_position: position,
+            wait_id: Some(wait_id),
+            ..self.refused(resource, why)
+        })
+    }
+
+    pub(super) fn holders_of(&self, resource: &str) -> Vec<super::types::LeaseView> {
+        self.resources
+            .get(resource)
+            .map(|rs| self.leases_shown(&rs.leases, HOLDERS_SHOWN))
+            .unwrap_or_default()
+    }
+
+    /// Removes a holder's wait (SPEC §2 `CancelWait`): only its principal or an admin may.
+    /// `wait_id` set = only that wait (a node cancelling a call it held must not remove a
+    /// newer wait of the same holder).
+    pub(super) fn cancel_wait(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &CancelWaitOp,
+    ) -> Result<Reply, Rejection> {
+        check_names(&op.resource, &op.holder)?;
+        let Some(rs) = self.resources.get(&op.resource) else {
+            return Ok(Reply::Cancelled(false));
+        };
+        let Some(at) = rs
+            .waiters
+            .iter()
+            .position(|w| w.holder == op.holder && op.wait_id.is_none_or(|id| id == w.wait_id))
+        else {
+            return Ok(Reply::Cancelled(false));
+        };
+        if !ctx.admin && rs.waiters[at].principal != ctx.principal {
+            return Err(Rejection::InsufficientPermissions(format!(
+                "holder {} waits for another principal",
+                op.holder
+            )));
+        }
+        self.end_wait(
+            ctx.index,
+            ctx.principal,
+            &op.resource,
+            at,
+            Refusal::WaitCancelled,
+        );
+        Ok(Reply::Cancelled(true))
+    }
+
+    /// Ends the wait at `at` without a grant, and admits whoever that lets through.
+    fn end_wait(&mut self, index: u64, actor: &str, resource: &str, at: usize, why: Refusal) {
+        let Some(rs) = self.resources.get_mut(resource) else {
+            return;
+        };
+        let Some(waiter) = rs.waiters.remove(at) else {
+            return;
+        };
+        rs.revision = index;
+        self.wait_due.remove(&wait_due_key(resource, &waiter));
+        let kind = match why {
+            Refusal::WaitTimeout => EventKind::WaitTimedOut,
+            _ => EventKind::WaitCancelled,
+        };
+        self.record(index, actor, resource, Event::about_waiter(kind, &waiter));
+        let outcome = AcquireOutcome {
+            queue_position: at as u32 + 1,
+            ..self.refused(resource, why)
+        };
+        self.wait_ended(resource, waiter, outcome);
+        self.effects.touched.insert(resource.to_string());
+    }
+
+    /// Hands a wait's outcome to the blocked call and to the queuing request's dedup entry.
+    fn wait_ended(&mut self, resource: &str, waiter: Waiter, outcome: AcquireOutcome) {
+        if let Some(request_id) = &waiter.request_id {
+            self.dedup.resolve(
+                &waiter.principal,
+                request_id,
+                Reply::Acquire(outcome.clone()),
+            );
+        }
+        self.effects.waits.push(WaitOutcome {
+            resource: resource.to_string(),
+            holder: waiter.holder,
+            wait_id: waiter.wait_id,
+            outcome,
+        });
+    }
+
+    /// Ends every wait whose timeout has passed on the lease clock.
+    pub(super) fn settle_waits(&mut self, index: u64) {
+        let now_ms = self.clock.now_ms();
+        while let Some((deadline_ms, resource, wait_id)) = self.wait_due.first().cloned() {
+            if deadline_ms > now_ms {
+                break;
+            }
+            self.wait_due.pop_first();
+            let at = self
+                .resources
+                .get(&resource)
+                .and_then(|rs| rs.waiters.iter().position(|w| w.wait_id == wait_id));
+            if let Some(at) = at {
+                self.end_wait(
+                    index,
+                    history::SYSTEM_ACTOR,
+                    &resource,
+                    at,
+                    Refusal::WaitTimeout,
+                );
+            }
+        }
+        while let Some((until_ms, resource)) = self.reopen.first().cloned() {
+            if until_ms > now_ms {
+                break;
+            }
+            self.reopen.pop_first();
+            self.effects.touched.insert(resource);
+        }
+    }
+
+    /// Admits waiters of every resource this entry touched, head first, while they fit.
+    pub(super) fn admit_touched(&mut self, index: u64) {
+        for resource in std::mem::take(&mut self.effects.touched) {
+            self.admit(index, &resource);
+        }
+    }
+
+    fn admit(&mut self, index: u64, resource: &str) {
+        loop {
+            let Some(rs) = self.resources.get(resource) else {
+                return;
+            };
+            let Some(head) = rs.waiters.front() else {
+                return;
+            };
+            // A holder that meanwhile got a lease here (a transfer to it) has what it waited for.
+            let held = rs.leases.iter().find(|l| l.holder == head.holder).cloned();
+            if held.is_none()
+                && self
+                    .blocked(resource, head.mode, head.units, head.ttl_ms, &head.holder)
+                    .is_some()
+            {
+                return;
+            }
+            let Some(waiter) = self
+                .resources
+                .get_mut(resource)
+                .and_then(|rs| rs.waiters.pop_front())
+            else {
+                return;
+            };
+            self.wait_due.remove(&wait_due_key(resource, &waiter));
+            let view = match held {
+                Some(lease) => self.live_view(&lease),
+                None => {
+                    let now_ms = self.clock.now_ms();
+                    let lease = Lease {
+                        lease_id: self.next_lease_id(index),
+                        resource: resource.to_string(),
+                        holder: waiter.holder.clone(),
+                        principal: waiter.principal.clone(),
+                        mode: waiter.mode,
+                        units: waiter.units,
+                        fencing_token: index,
+                        acquired_at_ms: now_ms,
+                        expires_at_ms: now_ms.saturating_add(waiter.ttl_ms),
+                        ttl_ms: waiter.ttl_ms,
+                        acquired_wall_ms: self.clock.wall_ms(),
+                        metadata: waiter.metadata.clone(),
+                        idempotency_key: waiter.idempotency_key.clone(),
+                    };
+                    self.grant(index, &waiter.principal.clone(), lease, EventKind::Admitted)
+                }
+            };
+            let outcome = AcquireOutcome {
+                granted: true,
+                lease: Some(view),
+                refusal: None,
+                holders: vec![],
+                queue_position: 0,
+                wait_id: None,
+            };
+            self.wait_ended(resource, waiter, outcome);
+        }
+    }
+
+    /// The place of `holder` in the waiting room of `resource` (1 = the head) and its wait.
+    pub(super) fn waiting(&self, resource: &str, holder: &str) -> Option<(u32, &Waiter)> {
+        let rs = self.resources.get(resource)?;
+        let at = rs.waiters.iter().position(|w| w.holder == holder)?;
+        Some((at as u32 + 1, &rs.waiters[at]))
+    }
+
+    /// Whether the wait queued by entry `wait_id` still waits.
+    pub fn is_waiting(&self, resource: &str, holder: &str, wait_id: u64) -> bool {
+        self.waiting(resource, holder)
+            .is_some_and(|(_, w)| w.wait_id == wait_id)
+    }
+
+    /// Lease-clock instant of the next wait timeout or lock-delay end that admits waiters.
+    pub(super) fn next_wait_due_ms(&self) -> Option<u64> {
+        let timeout = self.wait_due.first().map(|(ms, _, _)| *ms);
+        let reopen = self
+            .reopen
+            .iter()
+            .find(|(_, name)| {
+                self.resources
+                    .get(name)
+                    .is_some_and(|rs| !rs.waiters.is_empty())
+            })
+            .map(|(ms, _)| *ms);
+        timeout.into_iter().chain(reopen).min()
+    }
+}
+
+pub(super) fn wait_due_key(resource: &str, waiter: &Waiter) -> (u64, String, u64) {
+    (waiter.deadline_ms, resource.to_string(), waiter.wait_id)
+}
