@@ -16,6 +16,8 @@ use crate::error::Error;
 
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103";
 const LEADER_HEADER: &str = "tenure-leader";
+/// How long a `WAIT` acquire stays queued when the request leaves `wait_timeout` unset.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One `Leases` RPC with retries and the leader hint, until `deadline`.
 macro_rules! leases_call {
@@ -188,13 +190,84 @@ impl Client {
         request
     }
 
-    /// `Acquire`. Sets a `request_id` when the request has none.
+    /// `Acquire`. Sets a `request_id` when the request has none. With `on_conflict = WAIT`
+    /// the call blocks until the log decides the wait, so its deadline is the request's
+    /// `wait_timeout` (60 s when unset) plus the client's timeout; a retry after a lost
+    /// connection rejoins the same wait (same `request_id`).
     pub async fn acquire(
         &self,
         mut request: pb::AcquireRequest,
     ) -> Result<pb::AcquireResponse, Error> {
         ensure_request_id(&mut request.request_id);
-        leases_call!(self, self.deadline(), request, acquire)
+        let waits = request.on_conflict == pb::OnConflict::Wait as i32;
+        let deadline = if waits {
+            let wait = request
+                .wait_timeout
+                .as_ref()
+                .map(crate::lease::from_prost_duration)
+                .filter(|d| !d.is_zero())
+                .unwrap_or(DEFAULT_WAIT_TIMEOUT);
+            self.deadline() + wait
+        } else {
+            self.deadline()
+        };
+        leases_call!(self, deadline, request, acquire)
+    }
+
+    /// `CancelWait`: removes `holder`'s entry from the resource's waiting room.
+    pub async fn cancel_wait(
+        &self,
+        mut request: pb::CancelWaitRequest,
+    ) -> Result<pb::CancelWaitResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        leases_call!(self, self.deadline(), request, cancel_wait)
+    }
+
+    /// `Book`: reserves a future window. Sets a `request_id` when the request has none.
+    pub async fn book(&self, mut request: pb::BookRequest) -> Result<pb::BookResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        leases_call!(self, self.deadline(), request, book)
+    }
+
+    /// `CancelBooking`. Sets a `request_id` when the request has none.
+    pub async fn cancel_booking(
+        &self,
+        mut request: pb::CancelBookingRequest,
+    ) -> Result<pb::CancelBookingResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        leases_call!(self, self.deadline(), request, cancel_booking)
+    }
+
+    /// `Watch`: opens the event stream on the first endpoint that answers. The stream has no
+    /// deadline; to resume after it ends, watch again from the last `revision` received.
+    pub async fn watch(
+        &self,
+        request: pb::WatchRequest,
+    ) -> Result<tonic::Streaming<pb::WatchResponse>, Error> {
+        let inner = &self.inner;
+        let start = inner.preferred.load(Ordering::Relaxed);
+        let mut last = None;
+        for k in 0..inner.channels.len() {
+            let index = (start + k) % inner.channels.len();
+            let mut call = tonic::Request::new(request.clone());
+            if let Some(value) = &inner.authorization {
+                call.metadata_mut().insert("authorization", value.clone());
+            }
+            match LeasesClient::new(inner.channels[index].clone())
+                .watch(call)
+                .await
+            {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => {
+                    let error = Error::from(status);
+                    if !error.is_retryable() {
+                        return Err(error);
+                    }
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Local("no endpoints".into())))
     }
 
     /// `Renew`. Sets a `request_id` when the request has none.
