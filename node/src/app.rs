@@ -229,8 +229,10 @@ async fn report_health(node: Arc<Node>, health: tonic_health::server::HealthRepo
 }
 
 impl Running {
-    /// Stops serving, lets in-flight calls finish, and stops Raft.
+    /// Stops serving, lets in-flight calls finish, and stops Raft. Watches and blocked waits
+    /// end at once (their clients resume elsewhere): they would never finish by themselves.
     pub async fn shutdown(self) {
+        self.node.sm.notify.shut_down();
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.timers.await;
@@ -239,6 +241,7 @@ impl Running {
 
     /// Stops at once, as close to `kill -9` as one process can get: no call is finished.
     pub async fn kill(self) {
+        self.node.sm.notify.shut_down();
         self.server.abort();
         self.timers.abort();
         let _ = self.node.raft.shutdown().await;

@@ -48,6 +48,50 @@ pub fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::Acqui
     }
 }
 
+/// Acquires `resource` for `holder`; panics (naming the resource) unless granted.
+pub async fn granted(client: &Client, resource: &str, holder: &str, ttl: Duration) -> pb::Lease {
+    let reply = client
+        .acquire(acquire_request(resource, holder, ttl))
+        .await
+        .unwrap_or_else(|e| panic!("acquire {resource}: {e}"));
+    assert!(reply.granted, "acquire {resource}: {reply:?}");
+    reply.lease.expect("a granted lease")
+}
+
+/// A release of `lease` by its holder, with its token.
+pub fn release_request(lease: &pb::Lease) -> pb::ReleaseRequest {
+    pb::ReleaseRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        ..Default::default()
+    }
+}
+
+/// Asserts that a call failed with `code` and the SPEC §3 `reason`.
+#[track_caller]
+pub fn refused<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<T, tenure_client::Error>,
+    code: tonic::Code,
+    reason: &str,
+) {
+    match result {
+        Ok(reply) => panic!("{what}: accepted ({reply:?}); expected {reason}"),
+        Err(tenure_client::Error::Status {
+            code: got_code,
+            reason: got_reason,
+            message,
+        }) => assert_eq!(
+            (got_code, got_reason.as_str()),
+            (code, reason),
+            "{what}: {message}"
+        ),
+        Err(other) => panic!("{what}: {other}"),
+    }
+}
+
 /// Logs for a failing test: `RUST_LOG=debug cargo test …`.
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()

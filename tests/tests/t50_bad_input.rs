@@ -45,6 +45,10 @@ enum Call {
     Transfer(pb::TransferRequest),
     ListLeases(pb::ListLeasesRequest),
     History(pb::HistoryRequest),
+    CancelWait(pb::CancelWaitRequest),
+    Book(pb::BookRequest),
+    CancelBooking(pb::CancelBookingRequest),
+    Watch(pb::WatchRequest),
 }
 
 /// `AcquireRequest` with `bytes` where the real message has `string` (same tags), so the test
@@ -173,6 +177,11 @@ async fn send(client: &mut LeasesClient<Channel>, call: Call) -> Result<(), Stat
             Call::Transfer(r) => client.transfer(r).await.map(drop),
             Call::ListLeases(r) => client.list_leases(r).await.map(drop),
             Call::History(r) => client.history(r).await.map(drop),
+            Call::CancelWait(r) => client.cancel_wait(r).await.map(drop),
+            Call::Book(r) => client.book(r).await.map(drop),
+            Call::CancelBooking(r) => client.cancel_booking(r).await.map(drop),
+            // Arguments are checked before the stream opens.
+            Call::Watch(r) => client.watch(r).await.map(drop),
         }
     };
     tokio::time::timeout(CALL_TIMEOUT, answer)
@@ -593,12 +602,217 @@ fn table(held: &pb::Lease) -> Vec<Case> {
     }
     cases.extend(registry_rows(held));
     cases.extend(listing_rows(held));
+    cases.extend(waiting_rows());
     cases
 }
 
 /// `CreateResource` and `Transfer`: every field, each wrong in one way only. Two rows pass
 /// validation and are refused at apply (a taken name; the held ad-hoc lease is not
 /// transferable), so they also go through a follower's forwarding to the leader.
+/// The waiting room, bookings and watch (SPEC §4.7, §4.8, §4.12).
+fn waiting_rows() -> Vec<Case> {
+    const INVALID: Code = Code::InvalidArgument;
+    let wait = |wait_timeout| pb::AcquireRequest {
+        on_conflict: pb::OnConflict::Wait as i32,
+        wait_timeout,
+        ..acquire(BAD, HOLDER)
+    };
+    let book = || pb::BookRequest {
+        resource: BAD.into(),
+        holder: HOLDER.into(),
+        start: Some(prost_types::Timestamp {
+            seconds: 4_000_000_000,
+            nanos: 0,
+        }),
+        duration: ttl(60, 0),
+        request_id: String::new(),
+    };
+    let mut cases: Vec<Case> = vec![
+        (
+            "acquire: negative wait_timeout".into(),
+            Call::Acquire(wait(ttl(-1, 0))),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "acquire: wait_timeout over 90 days".into(),
+            Call::Acquire(wait(ttl(91 * DAY_SECONDS, 0))),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "book: no start".into(),
+            Call::Book(pb::BookRequest {
+                start: None,
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "book: start before 1970".into(),
+            Call::Book(pb::BookRequest {
+                start: Some(prost_types::Timestamp {
+                    seconds: -5,
+                    nanos: 0,
+                }),
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "book: nanos out of range".into(),
+            Call::Book(pb::BookRequest {
+                start: Some(prost_types::Timestamp {
+                    seconds: 4_000_000_000,
+                    nanos: 1_000_000_000,
+                }),
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "book: no duration".into(),
+            Call::Book(pb::BookRequest {
+                duration: None,
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "book: duration under 1 s".into(),
+            Call::Book(pb::BookRequest {
+                duration: ttl(0, 999_000_000),
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "book: duration over 90 days".into(),
+            Call::Book(pb::BookRequest {
+                duration: ttl(91 * DAY_SECONDS, 0),
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "book: start more than 366 days ahead".into(),
+            Call::Book(pb::BookRequest {
+                start: Some(prost_types::Timestamp {
+                    seconds: 40_000_000_000,
+                    nanos: 0,
+                }),
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "cancel_booking: no such booking".into(),
+            Call::CancelBooking(pb::CancelBookingRequest {
+                resource: BAD.into(),
+                holder: HOLDER.into(),
+                start: Some(prost_types::Timestamp {
+                    seconds: 4_000_000_000,
+                    nanos: 0,
+                }),
+                request_id: String::new(),
+            }),
+            Code::NotFound,
+            "booking_not_found",
+        ),
+        (
+            "watch: both resource and prefix".into(),
+            Call::Watch(pb::WatchRequest {
+                resource: BAD.into(),
+                prefix: "t50/".into(),
+                ..Default::default()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "watch: live_only with a start_revision".into(),
+            Call::Watch(pb::WatchRequest {
+                resource: BAD.into(),
+                start_revision: 5,
+                live_only: true,
+                ..Default::default()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+        (
+            "watch: unknown event type".into(),
+            Call::Watch(pb::WatchRequest {
+                resource: BAD.into(),
+                events: vec![99],
+                ..Default::default()
+            }),
+            INVALID,
+            "invalid_argument",
+        ),
+    ];
+    for (what, name) in bad_names() {
+        cases.push((
+            format!("cancel_wait: resource {what}"),
+            Call::CancelWait(pb::CancelWaitRequest {
+                resource: name.clone(),
+                holder: HOLDER.into(),
+                request_id: String::new(),
+            }),
+            INVALID,
+            "invalid_argument",
+        ));
+        cases.push((
+            format!("cancel_wait: holder {what}"),
+            Call::CancelWait(pb::CancelWaitRequest {
+                resource: BAD.into(),
+                holder: name.clone(),
+                request_id: String::new(),
+            }),
+            INVALID,
+            "invalid_argument",
+        ));
+        cases.push((
+            format!("book: resource {what}"),
+            Call::Book(pb::BookRequest {
+                resource: name.clone(),
+                ..book()
+            }),
+            INVALID,
+            "invalid_argument",
+        ));
+        // An empty resource and prefix is a watch of everything.
+        if !name.is_empty() {
+            cases.push((
+                format!("watch: resource {what}"),
+                Call::Watch(pb::WatchRequest {
+                    resource: name.clone(),
+                    ..Default::default()
+                }),
+                INVALID,
+                "invalid_argument",
+            ));
+            cases.push((
+                format!("watch: prefix {what}"),
+                Call::Watch(pb::WatchRequest {
+                    prefix: name.clone(),
+                    ..Default::default()
+                }),
+                INVALID,
+                "invalid_argument",
+            ));
+        }
+    }
+    cases
+}
+
 fn registry_rows(held: &pb::Lease) -> Vec<Case> {
     const INVALID: Code = Code::InvalidArgument;
     let create = |policy: pb::Policy| pb::CreateResourceRequest {

@@ -259,9 +259,12 @@ impl Leases for LeasesApi {
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
         match self.propose(caller, request_id, Op::CancelWait(op)).await? {
-            Reply::Cancelled(cancelled) => Ok(Response::new(pb::CancelWaitResponse {
+            Reply::Cancelled {
                 cancelled,
-                revision: self.node.sm.read().last_applied.map_or(0, |id| id.index),
+                revision,
+            } => Ok(Response::new(pb::CancelWaitResponse {
+                cancelled,
+                revision,
             })),
             Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
             other => Err(unexpected(other).into()),

@@ -24,25 +24,31 @@ pub async fn acquire(node: &Arc<Node>, request: ProposeRequest) -> Result<Reply,
     let (resource, holder) = (resource.clone(), holder.clone());
     // Listen before proposing: an admission applied right after the queuing entry is heard.
     let mut registration = node.sm.notify.register(&resource, &holder);
-    let reply = node.propose(request.clone()).await?;
+    // From here until the call answers, a client that goes away has its wait removed.
+    let mut guard = CancelOnDrop {
+        node: node.clone(),
+        request: Some(request.clone()),
+        wait_id: None,
+    };
+    let reply = match node.propose(request.clone()).await {
+        Ok(reply) => reply,
+        Err(error) => {
+            // Outcome unknown: a retry with the same request_id rejoins the wait, if any, and
+            // its wait_timeout bounds it otherwise.
+            guard.disarm();
+            return Err(error);
+        }
+    };
     let wait_id = match &reply {
         Reply::Acquire(AcquireOutcome {
             wait_id: Some(id), ..
         }) => *id,
-        _ => return Ok(reply),
+        _ => {
+            guard.disarm();
+            return Ok(reply);
+        }
     };
-    let mut cancel = CancelOnDrop {
-        node: node.clone(),
-        request: Some(ProposeRequest {
-            request_id: None,
-            op: Op::CancelWait(CancelWaitOp {
-                resource: resource.clone(),
-                holder: holder.clone(),
-                wait_id: Some(wait_id),
-            }),
-            ..request.clone()
-        }),
-    };
+    guard.wait_id = Some(wait_id);
     let mut check_state = true;
     loop {
         if check_state && decided_before(node, &resource, &holder, wait_id) {
@@ -50,19 +56,26 @@ pub async fn acquire(node: &Arc<Node>, request: ProposeRequest) -> Result<Reply,
             // reply is now the outcome.
             let reply = node.propose(request.clone()).await?;
             if !matches!(&reply, Reply::Acquire(o) if o.wait_id == Some(wait_id)) {
-                cancel.request = None;
+                guard.disarm();
                 return Ok(reply);
             }
         }
         check_state = false;
         match registration.next().await {
             Some(Decided::Outcome(decided)) if decided.wait_id == wait_id => {
-                cancel.request = None;
+                guard.disarm();
                 return Ok(Reply::Acquire(decided.outcome));
             }
             Some(Decided::Outcome(_)) => {}
             Some(Decided::Reset) => check_state = true,
-            None => return Err(ApiError::Unavailable("the node is shutting down".into())),
+            Some(Decided::ShuttingDown) | None => {
+                // The wait stays queued: a retry on another node (same request_id) rejoins it,
+                // and its wait_timeout bounds it otherwise.
+                guard.disarm();
+                return Err(ApiError::Unavailable(
+                    "this node is shutting down; retry on another node to rejoin the wait".into(),
+                ));
+            }
         }
     }
 }
@@ -77,23 +90,54 @@ fn decided_before(node: &Node, resource: &str, holder: &str, wait_id: u64) -> bo
 /// Proposes the removal of a wait whose call went away before the log decided it.
 struct CancelOnDrop {
     node: Arc<Node>,
+    /// The queuing request; None once the call has its answer.
     request: Option<ProposeRequest>,
+    /// The wait, once the queuing entry's reply named it.
+    wait_id: Option<u64>,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.request = None;
+    }
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        let Some(mut request) = self.request.take() else {
+        let Some(request) = self.request.take() else {
             return;
         };
-        let node = self.node.clone();
-        request.request_id = Some(uuid::Uuid::new_v4().to_string());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(error) = node.propose(request).await {
-                    // The wait still ends at its wait_timeout.
-                    tracing::debug!(%error, "could not remove the wait of a call that went away");
-                }
-            });
-        }
+        let (node, known) = (self.node.clone(), self.wait_id);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            // The call may have gone away while its acquire was in flight: proposing the same
+            // request again (same request_id, so applied at most once) pins down its wait
+            // before the removal names it, so the removal cannot overtake the queuing.
+            let wait_id = match known {
+                Some(id) => Some(id),
+                None => match node.propose(request.clone()).await {
+                    Ok(Reply::Acquire(outcome)) => outcome.wait_id,
+                    _ => None,
+                },
+            };
+            let (Some(wait_id), Op::Acquire(op)) = (wait_id, &request.op) else {
+                return;
+            };
+            let removal = ProposeRequest {
+                request_id: Some(uuid::Uuid::new_v4().to_string()),
+                op: Op::CancelWait(CancelWaitOp {
+                    resource: op.resource.clone(),
+                    holder: op.holder.clone(),
+                    wait_id: Some(wait_id),
+                }),
+                ..request.clone()
+            };
+            if let Err(error) = node.propose(removal).await {
+                // The wait still ends at its wait_timeout.
+                tracing::debug!(%error, "could not remove the wait of a call that went away");
+            }
+        });
     }
 }

@@ -45,6 +45,9 @@ type Sink = mpsc::Sender<Result<pb::WatchResponse, Status>>;
 /// Ends with Ok when the client went away.
 async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
     let mut live = node.sm.notify.subscribe();
+    if node.sm.notify.is_shut_down() {
+        return Err(shutting_down(&Cursor::after_revision(spec.after)));
+    }
     let mut cursor = {
         let applied = node.sm.read();
         if spec.live_only {
@@ -112,6 +115,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
                             }
                         }
                         Published::Reset => break,
+                        Published::ShuttingDown => return Err(shutting_down(&cursor)),
                     },
                     Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => {
@@ -136,6 +140,16 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
         // Fell behind or the state was replaced: re-read from the cursor.
         live = node.sm.notify.subscribe();
     }
+}
+
+fn shutting_down(cursor: &Cursor) -> Status {
+    ApiError::Unavailable(format!(
+        "this node is shutting down; watch another node from start_revision {}",
+        cursor
+            .revision
+            .saturating_sub(u64::from(cursor.within.is_some()))
+    ))
+    .into()
 }
 
 /// Sends one message; false when the client is gone.

@@ -146,8 +146,11 @@ pub enum Reply {
     Lease(LeaseView),
     Resource(Box<ResourceView>),
     Rejected(Rejection),
-    /// CancelWait: whether a wait was removed.
-    Cancelled(bool),
+    /// CancelWait: whether a wait was removed, and the index of the entry that decided it.
+    Cancelled {
+        cancelled: bool,
+        revision: u64,
+    },
     Booking(Booking),
     /// Reclaims done by the entry (Reclaim/Tick), and entries with nothing to answer.
     Reclaimed(Vec<LeaseView>),

@@ -210,6 +210,7 @@ impl State {
             },
         );
         self.record(ctx.index, ctx.principal, &op.resource, event);
+        self.waiter_got_lease(ctx.index, ctx.principal, &op.resource, view.clone());
         Ok(Reply::Lease(view))
     }
 

@@ -472,7 +472,7 @@ fn answer_of(reply: &Reply) -> Answer {
         }
         Reply::None => panic!("a command entry answered Reply::None"),
         Reply::Resource(view) => panic!("the model registers nothing, yet got {view:?}"),
-        Reply::Cancelled(_) | Reply::Booking(_) => panic!("the model never waits or books"),
+        Reply::Cancelled { .. } | Reply::Booking(_) => panic!("the model never waits or books"),
     }
 }
 

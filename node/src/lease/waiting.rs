@@ -15,7 +15,7 @@ use super::command::{AcquireOp, CancelWaitOp, Reply};
 use super::history::{self, Event, EventKind};
 use super::machine::{check_names, Ctx, State};
 use super::query::HOLDERS_SHOWN;
-use super::types::{AcquireOutcome, Lease, Mode, Refusal, Rejection};
+use super::types::{AcquireOutcome, Lease, LeaseView, Mode, Refusal, Rejection};
 
 /// One queued acquire: everything needed to grant it later.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,14 +133,20 @@ impl State {
     ) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
         let Some(rs) = self.resources.get(&op.resource) else {
-            return Ok(Reply::Cancelled(false));
+            return Ok(Reply::Cancelled {
+                cancelled: false,
+                revision: ctx.index,
+            });
         };
         let Some(at) = rs
             .waiters
             .iter()
             .position(|w| w.holder == op.holder && op.wait_id.is_none_or(|id| id == w.wait_id))
         else {
-            return Ok(Reply::Cancelled(false));
+            return Ok(Reply::Cancelled {
+                cancelled: false,
+                revision: ctx.index,
+            });
         };
         if !ctx.admin && rs.waiters[at].principal != ctx.principal {
             return Err(Rejection::InsufficientPermissions(format!(
@@ -155,7 +161,10 @@ impl State {
             at,
             Refusal::WaitCancelled,
         );
-        Ok(Reply::Cancelled(true))
+        Ok(Reply::Cancelled {
+            cancelled: true,
+            revision: ctx.index,
+        })
     }
 
     /// Ends the wait at `at` without a grant, and admits whoever that lets through.
@@ -244,12 +253,9 @@ impl State {
             let Some(head) = rs.waiters.front() else {
                 return;
             };
-            // A holder that meanwhile got a lease here (a transfer to it) has what it waited for.
-            let held = rs.leases.iter().find(|l| l.holder == head.holder).cloned();
-            if held.is_none()
-                && self
-                    .blocked(resource, head.mode, head.units, head.ttl_ms, &head.holder)
-                    .is_some()
+            if self
+                .blocked(resource, head.mode, head.units, head.ttl_ms, &head.holder)
+                .is_some()
             {
                 return;
             }
@@ -261,38 +267,64 @@ impl State {
                 return;
             };
             self.wait_due.remove(&wait_due_key(resource, &waiter));
-            let view = match held {
-                Some(lease) => self.live_view(&lease),
-                None => {
-                    let now_ms = self.clock.now_ms();
-                    let lease = Lease {
-                        lease_id: self.next_lease_id(index),
-                        resource: resource.to_string(),
-                        holder: waiter.holder.clone(),
-                        principal: waiter.principal.clone(),
-                        mode: waiter.mode,
-                        units: waiter.units,
-                        fencing_token: index,
-                        acquired_at_ms: now_ms,
-                        expires_at_ms: now_ms.saturating_add(waiter.ttl_ms),
-                        ttl_ms: waiter.ttl_ms,
-                        acquired_wall_ms: self.clock.wall_ms(),
-                        metadata: waiter.metadata.clone(),
-                        idempotency_key: waiter.idempotency_key.clone(),
-                    };
-                    self.grant(index, &waiter.principal.clone(), lease, EventKind::Admitted)
-                }
+            let now_ms = self.clock.now_ms();
+            let lease = Lease {
+                lease_id: self.next_lease_id(index),
+                resource: resource.to_string(),
+                holder: waiter.holder.clone(),
+                principal: waiter.principal.clone(),
+                mode: waiter.mode,
+                units: waiter.units,
+                fencing_token: index,
+                acquired_at_ms: now_ms,
+                expires_at_ms: now_ms.saturating_add(waiter.ttl_ms),
+                ttl_ms: waiter.ttl_ms,
+                acquired_wall_ms: self.clock.wall_ms(),
+                metadata: waiter.metadata.clone(),
+                idempotency_key: waiter.idempotency_key.clone(),
             };
-            let outcome = AcquireOutcome {
-                granted: true,
-                lease: Some(view),
-                refusal: None,
-                holders: vec![],
-                queue_position: 0,
-                wait_id: None,
-            };
-            self.wait_ended(resource, waiter, outcome);
+            let view = self.grant(index, &waiter.principal.clone(), lease, EventKind::Admitted);
+            self.wait_satisfied(resource, waiter, view);
         }
+    }
+
+    /// A holder that waits here just got a lease on the resource (a transfer to it): its
+    /// wait is over, admitted with that lease, and history says so.
+    pub(super) fn waiter_got_lease(
+        &mut self,
+        index: u64,
+        actor: &str,
+        resource: &str,
+        view: LeaseView,
+    ) {
+        let Some(rs) = self.resources.get_mut(resource) else {
+            return;
+        };
+        let Some(at) = rs
+            .waiters
+            .iter()
+            .position(|w| w.holder == view.lease.holder)
+        else {
+            return;
+        };
+        if let Some(waiter) = rs.waiters.remove(at) {
+            self.wait_due.remove(&wait_due_key(resource, &waiter));
+            let event = Event::about(EventKind::Admitted, &view.lease, None, Some(view.status));
+            self.record(index, actor, resource, event);
+            self.wait_satisfied(resource, waiter, view);
+        }
+    }
+
+    fn wait_satisfied(&mut self, resource: &str, waiter: Waiter, view: LeaseView) {
+        let outcome = AcquireOutcome {
+            granted: true,
+            lease: Some(view),
+            refusal: None,
+            holders: vec![],
+            queue_position: 0,
+            wait_id: None,
+        };
+        self.wait_ended(resource, waiter, outcome);
     }
 
     /// The place of `holder` in the waiting room of `resource` (1 = the head) and its wait.

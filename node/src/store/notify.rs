@@ -23,6 +23,8 @@ pub enum Published {
     /// A snapshot replaced the state: events between were never published one by one, so a
     /// watcher re-reads the state from its cursor and a waiting call re-checks its wait.
     Reset,
+    /// The node is stopping: streams end so that the server can.
+    ShuttingDown,
 }
 
 type WaitKey = (String, String);
@@ -32,6 +34,7 @@ pub struct Notifier {
     events: broadcast::Sender<Arc<Published>>,
     waits: Mutex<Registered>,
     next_registration: AtomicU64,
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 /// What a registered wait hears.
@@ -40,6 +43,8 @@ pub enum Decided {
     Outcome(Box<WaitOutcome>),
     /// The state was replaced by a snapshot: check the state for the wait.
     Reset,
+    /// The node is stopping.
+    ShuttingDown,
 }
 
 impl Default for Notifier {
@@ -48,6 +53,7 @@ impl Default for Notifier {
             events: broadcast::channel(EVENT_BACKLOG).0,
             waits: Mutex::new(HashMap::new()),
             next_registration: AtomicU64::new(0),
+            shut_down: Default::default(),
         }
     }
 }
@@ -62,6 +68,9 @@ impl Notifier {
         let (tx, rx) = mpsc::unbounded_channel();
         let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
         let key = (resource.to_string(), holder.to_string());
+        if self.is_shut_down() {
+            let _ = tx.send(Decided::ShuttingDown);
+        }
         self.lock().entry(key.clone()).or_default().push((id, tx));
         WaitRegistration {
             notifier: self.clone(),
@@ -102,6 +111,22 @@ impl Notifier {
             // No receiver is fine: nobody watches.
             let _ = self.events.send(Arc::new(Published::Events(events)));
         }
+    }
+
+    /// Ends every watch and blocked wait on this node: the server waits for open calls to
+    /// finish, and these would not by themselves.
+    pub fn shut_down(&self) {
+        self.shut_down.store(true, Ordering::SeqCst);
+        for senders in self.lock().values() {
+            for (_, tx) in senders {
+                let _ = tx.send(Decided::ShuttingDown);
+            }
+        }
+        let _ = self.events.send(Arc::new(Published::ShuttingDown));
+    }
+
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::SeqCst)
     }
 
     /// The state was replaced wholesale (a snapshot install).

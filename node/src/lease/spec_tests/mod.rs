@@ -7,6 +7,7 @@
 //! the `elapse` calls since the first entry.
 
 mod acquire;
+mod bookings;
 mod history;
 mod limits;
 mod listing;
@@ -15,6 +16,8 @@ mod order;
 mod pipeline;
 mod transfer;
 mod validate;
+mod waiting;
+mod watch;
 
 use super::clock::LeaderKey;
 use super::command::{
@@ -76,6 +79,11 @@ impl Log {
     /// The leader's clock moves on; the next entry carries it into the lease clock.
     pub fn elapse(&mut self, ms: u64) {
         self.mono_ms += ms;
+    }
+
+    /// The leader's monotonic clock reading for the next entry.
+    pub fn mono_ms(&self) -> u64 {
+        self.mono_ms
     }
 
     /// The committed lease clock.

@@ -59,7 +59,7 @@ impl Run {
                 true
             }
             (Op::Tick, Reply::Reclaimed(_)) => true,
-            (Op::CancelWait(_), Reply::Cancelled(_)) => true,
+            (Op::CancelWait(_), Reply::Cancelled { .. }) => true,
             (Op::Book(_) | Op::CancelBooking(_), Reply::Booking(_)) => true,
             _ => false,
         };

@@ -175,6 +175,19 @@ pub(super) enum Step {
     },
     Tick(u64),
     Read(Read),
+    CancelWait {
+        resource: usize,
+        holder: usize,
+    },
+    /// A booking starting this long after the clock's start (may be in the past), or its
+    /// cancellation.
+    Book {
+        resource: usize,
+        holder: usize,
+        start_s: i64,
+        duration_s: i64,
+        cancel: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -262,7 +275,7 @@ pub(super) fn step() -> impl Strategy<Value = Step> {
         (name_index(), holder_index(), duration(2, 1..60), mode()),
         prop::sample::select(vec![0u64, 0, 1, 1, 2, 3, 5, u64::MAX / 2 + 1, u64::MAX]),
         prop_oneof![12 => Just(0usize), 2 => Just(10usize), 1 => Just(20_000usize)],
-        prop_oneof![12 => Just(0i32), 1 => -1i32..4],
+        prop_oneof![8 => Just(0i32), 4 => Just(2i32), 1 => -1i32..4],
         prop_oneof![3 => Just(None), 1 => (0..3u8).prop_map(Some)],
     )
         .prop_map(
@@ -288,7 +301,7 @@ pub(super) fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         2 => (name_index(), label_index(), prop::option::weighted(0.9, policy()))
             .prop_map(|(name, kind, policy)| Step::Create { name, kind, policy }),
-        8 => acquire,
+        10 => acquire,
         4 => (target(), duration(2, 1..60)).prop_map(|(target, ttl)| Step::Renew { target, ttl }),
         3 => target().prop_map(|target| Step::Release { target }),
         2 => (target(), holder_index(), label_index()).prop_map(
@@ -301,6 +314,22 @@ pub(super) fn step() -> impl Strategy<Value = Step> {
         3 => prop::sample::select(vec![0u64, 1, 999, 1_000, 5_000, 60_000, 3_600_000])
             .prop_map(Step::Tick),
         3 => read().prop_map(Step::Read),
+        1 => (name_index(), holder_index())
+            .prop_map(|(resource, holder)| Step::CancelWait { resource, holder }),
+        1 => (
+            name_index(),
+            holder_index(),
+            prop::sample::select(vec![-100i64, 0, 30, 60, 3_600, 40_000_000]),
+            prop::sample::select(vec![-1i64, 0, 1, 60, 600, 100_000_000]),
+            any::<bool>()
+        )
+            .prop_map(|(resource, holder, start_s, duration_s, cancel)| Step::Book {
+                resource,
+                holder,
+                start_s,
+                duration_s,
+                cancel,
+            }),
     ]
 }
 

@@ -114,7 +114,10 @@ impl Run {
                         n => [("k".to_string(), "v".repeat(*n))].into_iter().collect(),
                     },
                     on_conflict: *on_conflict,
-                    wait_timeout: None,
+                    wait_timeout: Some(prost_types::Duration {
+                        seconds: (*holder as i64 % 3) * 20,
+                        nanos: 0,
+                    }),
                     idempotency_key: idempotency_key
                         .map(|k| format!("key-{k}"))
                         .unwrap_or_default(),
@@ -161,6 +164,51 @@ impl Run {
                     request_id: request_id.clone(),
                 };
                 request::transfer(&req).map(Op::Transfer)
+            }
+            Step::CancelWait { resource, holder } => {
+                let req = pb::CancelWaitRequest {
+                    resource: RESOURCES[*resource].to_string(),
+                    holder: HOLDERS[*holder].to_string(),
+                    request_id: request_id.clone(),
+                };
+                request::cancel_wait(&req).map(Op::CancelWait)
+            }
+            Step::Book {
+                resource,
+                holder,
+                start_s,
+                duration_s,
+                cancel,
+            } => {
+                let start = Some(prost_types::Timestamp {
+                    seconds: 1_700_000_000 + start_s,
+                    nanos: 0,
+                });
+                let (resource, holder) = (
+                    RESOURCES[*resource].to_string(),
+                    HOLDERS[*holder].to_string(),
+                );
+                if *cancel {
+                    let req = pb::CancelBookingRequest {
+                        resource,
+                        holder,
+                        start,
+                        request_id: request_id.clone(),
+                    };
+                    request::cancel_booking(&req).map(Op::CancelBooking)
+                } else {
+                    let req = pb::BookRequest {
+                        resource,
+                        holder,
+                        start,
+                        duration: Some(prost_types::Duration {
+                            seconds: *duration_s,
+                            nanos: 0,
+                        }),
+                        request_id: request_id.clone(),
+                    };
+                    request::book(&req).map(Op::Book)
+                }
             }
         };
         let request_id = request::request_id(&request_id).expect("generated ids are valid");

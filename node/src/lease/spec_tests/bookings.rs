@@ -1,0 +1,150 @@
+//! SPEC §4.8: bookings never overlap; no lease of another holder extends into a booked window.
+
+use super::*;
+use crate::lease::command::{BookOp, CancelBookingOp};
+
+/// The wall clock of the next entry (the harness stamps WALL_BASE_MS + the monotonic clock).
+fn wall(log: &Log) -> u64 {
+    WALL_BASE_MS + log.mono_ms()
+}
+
+fn book(resource: &str, holder: &str, start_wall_ms: u64, duration_ms: u64) -> Op {
+    Op::Book(BookOp {
+        resource: resource.into(),
+        holder: holder.into(),
+        start_wall_ms,
+        duration_ms,
+    })
+}
+
+#[track_caller]
+fn booked(reply: &Reply) -> crate::lease::Booking {
+    match reply {
+        Reply::Booking(b) => b.clone(),
+        other => panic!("expected a booking, got {other:?}"),
+    }
+}
+
+#[test]
+fn bookings_of_one_resource_never_overlap() {
+    let mut log = Log::new();
+    let start = wall(&log) + 60_000;
+    booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
+    assert_eq!(
+        rejection(&log.propose(BOB, book("r", "b", start + 9_999, 5_000))),
+        Rejection::BookingOverlaps {
+            holder: "a".into(),
+            start_wall_ms: start
+        }
+    );
+    // Back to back is fine.
+    booked(&log.propose(BOB, book("r", "b", start + 10_000, 5_000)));
+    let view = log.state.resource_view("r");
+    assert_eq!(view.bookings.len(), 2);
+}
+
+#[test]
+fn an_acquire_that_would_extend_into_another_holders_window_is_refused_with_its_start() {
+    let mut log = Log::new();
+    let start = wall(&log) + 60_000;
+    booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
+    let (refusal, _) = refused(&log.acquire(BOB, acq_ttl("r", "b", 61_000)));
+    assert_eq!(
+        refusal,
+        Refusal::ResourceBooked {
+            start_wall_ms: start
+        }
+    );
+    // Ending before the window starts is fine.
+    let b = granted(&log.acquire(BOB, acq_ttl("r", "b", 30_000)));
+    // Renewing into the window is not (SPEC §3: resource_booked).
+    assert_eq!(
+        rejection(&log.renew(BOB, renew_of(&b, Some(61_000)))),
+        Rejection::ResourceBooked {
+            start_wall_ms: start
+        }
+    );
+    log.release(BOB, release_of(&b));
+    // The booking's holder can acquire through its window.
+    log.elapse(60_000);
+    granted(&log.acquire(ALICE, acq_ttl("r", "a", 10_000)));
+}
+
+#[test]
+fn a_window_cannot_be_booked_into_a_lease_of_another_holder() {
+    let mut log = Log::new();
+    granted(&log.acquire(ALICE, acq_ttl("r", "a", 30_000)));
+    let start = wall(&log) + 10_000;
+    assert_eq!(
+        rejection(&log.propose(BOB, book("r", "b", start, 10_000))),
+        Rejection::HeldIntoWindow { holder: "a".into() }
+    );
+    booked(&log.propose(BOB, book("r", "b", start + 30_000, 10_000)));
+}
+
+#[test]
+fn a_waiter_kept_out_by_a_booking_is_admitted_when_the_window_ends() {
+    let mut log = Log::new();
+    let start = wall(&log) + 1_000;
+    booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
+    let reply = log.acquire(
+        BOB,
+        AcquireOp {
+            wait_ms: Some(60_000),
+            ..acq_ttl("r", "b", 30_000)
+        },
+    );
+    assert!(
+        matches!(&reply, Reply::Acquire(o) if o.wait_id.is_some()),
+        "{reply:?}"
+    );
+    log.elapse(10_999);
+    log.tick();
+    assert_eq!(log.holders("r"), vec![]);
+    log.elapse(1);
+    log.tick();
+    assert_eq!(log.holders("r"), held(&[("b", log.index)]));
+    assert!(log.state.resource_view("r").bookings.is_empty());
+}
+
+#[test]
+fn only_the_bookings_principal_or_an_admin_cancels_it() {
+    let mut log = Log::new();
+    let start = wall(&log) + 60_000;
+    booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
+    let cancel = || {
+        Op::CancelBooking(CancelBookingOp {
+            resource: "r".into(),
+            holder: "a".into(),
+            start_wall_ms: start,
+        })
+    };
+    assert!(matches!(
+        rejection(&log.propose(BOB, cancel())),
+        Rejection::InsufficientPermissions(_)
+    ));
+    booked(&log.propose(ALICE, cancel()));
+    assert_eq!(
+        rejection(&log.propose(ALICE, cancel())),
+        Rejection::BookingNotFound
+    );
+    granted(&log.acquire(BOB, acq_ttl("r", "b", 600_000)));
+}
+
+#[test]
+fn a_booking_needs_a_window_that_has_not_ended_and_a_sane_duration() {
+    let mut log = Log::new();
+    let now = wall(&log);
+    assert_eq!(
+        invalid_field(&log.propose(ALICE, book("r", "a", now - 20_000, 10_000))),
+        "start"
+    );
+    assert_eq!(
+        invalid_field(&log.propose(ALICE, book("r", "a", now, 999))),
+        "duration"
+    );
+    assert_eq!(
+        invalid_field(&log.propose(ALICE, book("r", "a", now + 400 * 24 * 3_600_000, 10_000))),
+        "start"
+    );
+}

@@ -1,0 +1,131 @@
+//! SPEC §4.12: what a watch reads from the state — after a cursor, in (revision, resource,
+//! seq) order, and `compacted` when retention dropped an event the watcher has not seen.
+
+use super::*;
+use crate::lease::history::EventKind;
+use crate::lease::watch::{Cursor, Scope};
+
+fn positions(events: &[(String, Event)]) -> Vec<(u64, String, u32)> {
+    events
+        .iter()
+        .map(|(name, e)| (e.revision, name.clone(), e.seq))
+        .collect()
+}
+
+#[test]
+fn a_watch_resumes_exactly_after_a_revision() {
+    let mut log = Log::new();
+    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 1_000))); // 1
+    log.renew(ALICE, renew_of(&a, Some(2_000))); // 2
+    log.release(ALICE, release_of(&a)); // 3
+    let scope = Scope::Resource("r".into());
+    let all = log
+        .state
+        .watch_events(&scope, &Cursor::default(), &[], 100)
+        .expect("events");
+    assert_eq!(all.len(), 3);
+    let after_2 = log
+        .state
+        .watch_events(&scope, &Cursor::after_revision(2), &[], 100)
+        .expect("events");
+    assert_eq!(positions(&after_2), vec![(3, "r".to_string(), 0)]);
+    let none = log
+        .state
+        .watch_events(&scope, &Cursor::after_revision(3), &[], 100)
+        .expect("events");
+    assert!(none.is_empty());
+}
+
+#[test]
+fn a_prefix_watch_orders_one_entrys_events_by_resource_then_seq() {
+    let mut log = Log::new();
+    granted(&log.acquire(ALICE, acq_ttl("p/b", "x", 1_000))); // 1
+    granted(&log.acquire(ALICE, acq_ttl("p/a", "x", 1_000))); // 2
+    granted(&log.acquire(ALICE, acq_ttl("q", "x", 1_000))); // 3, outside the prefix
+    log.elapse(1_000);
+    log.tick(); // 4: reclaims all three
+    let events = log
+        .state
+        .watch_events(&Scope::Prefix("p/".into()), &Cursor::default(), &[], 100)
+        .expect("events");
+    assert_eq!(
+        positions(&events),
+        vec![
+            (1, "p/b".to_string(), 0),
+            (2, "p/a".to_string(), 0),
+            (4, "p/a".to_string(), 0),
+            (4, "p/b".to_string(), 0)
+        ]
+    );
+    // Mid-revision cursor: after p/a's event of revision 4.
+    let rest = log
+        .state
+        .watch_events(
+            &Scope::Prefix("p/".into()),
+            &Cursor::at("p/a", &events[2].1),
+            &[],
+            100,
+        )
+        .expect("events");
+    assert_eq!(positions(&rest), vec![(4, "p/b".to_string(), 0)]);
+    // Only some kinds.
+    let reclaims = log
+        .state
+        .watch_events(
+            &Scope::Prefix("p/".into()),
+            &Cursor::default(),
+            &[EventKind::Reclaimed],
+            100,
+        )
+        .expect("events");
+    assert_eq!(reclaims.len(), 2);
+}
+
+#[test]
+fn a_watch_from_before_retained_history_is_compacted_with_the_oldest_complete_revision() {
+    let mut log = Log::new();
+    log.state.history_total = 3;
+    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000))); // 1
+    log.renew(ALICE, renew_of(&a, None)); // 2
+    log.renew(ALICE, renew_of(&a, None)); // 3
+    log.renew(ALICE, renew_of(&a, None)); // 4: drops revision 1
+    let scope = Scope::Resource("r".into());
+    assert_eq!(
+        log.state
+            .watch_events(&scope, &Cursor::after_revision(0), &[], 100),
+        Err(Rejection::Compacted { oldest: 2 })
+    );
+    // From revision 1 on nothing is missing.
+    let rest = log
+        .state
+        .watch_events(&scope, &Cursor::after_revision(1), &[], 100)
+        .expect("events");
+    assert_eq!(rest.len(), 3);
+    // "From the oldest retained" starts there.
+    assert_eq!(log.state.watch_origin(&scope), Cursor::after_revision(1));
+    // A prefix watch of a forgotten resource is compacted too, never silently empty.
+    granted(&log.acquire(ALICE, acq_ttl("s", "a", 60_000)));
+    assert!(matches!(
+        log.state.watch_events(
+            &Scope::Prefix("z".into()),
+            &Cursor::after_revision(0),
+            &[],
+            100
+        ),
+        Err(Rejection::Compacted { .. })
+    ));
+}
+
+#[test]
+fn each_entry_publishes_the_events_it_recorded() {
+    let mut log = Log::new();
+    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
+    assert_eq!(
+        positions(&log.state.effects().events),
+        vec![(1, "r".to_string(), 0)]
+    );
+    log.release(ALICE, release_of(&a));
+    assert_eq!(log.state.effects().events.len(), 1);
+    log.tick();
+    assert!(log.state.effects().events.is_empty());
+}
