@@ -50,9 +50,14 @@ enum Command {
         #[arg(long, default_value_t = 8)]
         resources: u64,
         /// Comma-separated resource kinds the clients use: exclusive (ad-hoc r0…), shared
-        /// (READ/WRITE with a unit pool, s0…), transfer (transferable, x0…).
-        #[arg(long, default_value = "exclusive,shared,transfer")]
+        /// (READ/WRITE with a unit pool, s0…), transfer (transferable, x0…), waiting (acquired
+        /// with on_conflict=WAIT, w0…).
+        #[arg(long, default_value = "exclusive,shared,transfer,waiting")]
         workload: String,
+        /// Tasks that keep Watch streams open (every resource, one kind's prefix, one
+        /// resource, in turn) and whose events are checked against the cluster's history.
+        #[arg(long, default_value_t = 3)]
+        watchers: u64,
         /// Where history.jsonl, summary.json, report.html and node logs go.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -62,6 +67,9 @@ enum Command {
         /// A run with fewer leader changes fails.
         #[arg(long, default_value_t = 1)]
         min_leader_changes: usize,
+        /// A run with fewer waits admitted from the waiting room fails.
+        #[arg(long, default_value_t = 0)]
+        min_admissions: usize,
         /// Largest clock-rate change the clock nemesis injects (0.02 = 2 %).
         #[arg(long, default_value_t = 0.02)]
         clock_epsilon: f64,
@@ -139,9 +147,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             clients,
             resources,
             workload,
+            watchers,
             out,
             min_grants,
             min_leader_changes,
+            min_admissions,
             clock_epsilon,
             broken,
             bin,
@@ -180,11 +190,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     clients,
                     resources,
                     kinds,
+                    watchers,
                     ..WorkloadConfig::default()
                 },
                 out_dir: out_dir.clone(),
                 min_grants,
                 min_leader_changes,
+                min_admissions,
                 node_args,
                 bin,
                 clock_epsilon,
@@ -195,7 +207,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for problem in &verdict.problems {
                 println!("FAIL: {problem}");
             }
-            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --seed {seed}", humantime::format_duration(time_limit));
+            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --watchers {watchers} --seed {seed}", humantime::format_duration(time_limit));
             println!("report: {}", out_dir.join("report.html").display());
             Ok(if check.ok() && verdict.ok() {
                 ExitCode::SUCCESS

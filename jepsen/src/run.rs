@@ -2,6 +2,7 @@
 //! healed, final reads through every node and a progress check, then teardown, the checker
 //! and the report.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +19,9 @@ use crate::nemesis::{current_leader, Fault, Nemesis, Targets};
 use crate::procs::{self, Procs};
 use crate::workload::{self, Env, FencedStore, Recorder, WorkloadConfig};
 
+/// The resource the run acquires once every fault is healed, to show progress.
+const PROGRESS: &str = "progress";
+
 #[derive(Clone, Debug)]
 pub struct TestOptions {
     pub nodes: u64,
@@ -28,6 +32,8 @@ pub struct TestOptions {
     pub out_dir: PathBuf,
     pub min_grants: usize,
     pub min_leader_changes: usize,
+    /// Waits admitted from the waiting room (after queueing) the run needs.
+    pub min_admissions: usize,
     /// Extra `tenured` flags, e.g. `--fi-stale-reads` for a deliberately broken build.
     pub node_args: Vec<String>,
     pub bin: Option<PathBuf>,
@@ -133,6 +139,29 @@ fn judge(
         verdict.problems.push(format!(
             "{leader_changes} leader changes (need {})",
             options.min_leader_changes
+        ));
+    }
+    if check.waits.admitted < options.min_admissions {
+        verdict.problems.push(format!(
+            "only {} waits admitted (need {})",
+            check.waits.admitted, options.min_admissions
+        ));
+    }
+    if options.workload.watchers > 0 && check.watch.events_checked == 0 {
+        verdict
+            .problems
+            .push("the watchers checked no event".into());
+    }
+    if !history.unread.is_empty() {
+        let unread: Vec<String> = history
+            .unread
+            .iter()
+            .map(|(resource, error)| format!("{resource} ({error})"))
+            .collect();
+        verdict.problems.push(format!(
+            "the history of {} resource(s) could not be read after the run: {}",
+            unread.len(),
+            unread.join(", ")
         ));
     }
     verdict
@@ -270,7 +299,19 @@ async fn drive(
         inboxes,
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let observer = tokio::spawn(observe_leaders(per_node.clone(), stop_rx));
+    let observer = tokio::spawn(observe_leaders(per_node.clone(), stop_rx.clone()));
+    let watchers: Vec<_> = (1..)
+        .zip(options.workload.watch_scopes())
+        .map(|(watcher, scope)| {
+            tokio::spawn(workload::watch_loop(
+                env.clone(),
+                watcher,
+                scope,
+                options.seed,
+                stop_rx.clone(),
+            ))
+        })
+        .collect();
     let (interrupt_tx, interrupt_rx) = tokio::sync::watch::channel(false);
     let deadline = Instant::now() + options.time_limit;
     let targets = Targets {
@@ -329,7 +370,7 @@ async fn drive(
     let mut progress = false;
     while healed && !progress && Instant::now() < progress_deadline {
         progress = env
-            .acquire(0, "progress", 5_000, Mode::Exclusive, 0)
+            .acquire(0, PROGRESS, 5_000, (Mode::Exclusive, 0), None)
             .await
             .is_some();
         if !progress {
@@ -338,6 +379,28 @@ async fn drive(
     }
     let _ = stop_tx.send(true);
     let leaders = observer.await.unwrap_or_default();
+    let watches: Vec<_> = futures::future::join_all(watchers)
+        .await
+        .into_iter()
+        .flat_map(Result::unwrap_or_default)
+        .collect();
+
+    // What the cluster recorded, once nothing changes it any more but the progress acquire:
+    // every resource the run used, the cluster lists or a watcher was told about.
+    let mut names: BTreeSet<String> = options
+        .workload
+        .all_resources()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    names.insert(PROGRESS.to_owned());
+    names.extend(
+        watches
+            .iter()
+            .flat_map(|s| s.events().map(|e| e.resource.clone())),
+    );
+    let (events, unread) =
+        workload::read_events(&env.client, names, Instant::now() + Duration::from_secs(60)).await;
 
     let history = History {
         seed: options.seed,
@@ -353,6 +416,9 @@ async fn drive(
         nemesis: nemesis_events,
         leaders,
         resources: registered,
+        events,
+        unread,
+        watches,
     };
     Ok((history, progress))
 }

@@ -29,6 +29,7 @@ fn a_node_serving_stale_reads_is_caught() {
         out_dir: out.path().to_path_buf(),
         min_grants: 0,
         min_leader_changes: 0,
+        min_admissions: 0,
         node_args: vec!["--fi-stale-reads".into()],
         bin: Some(bin),
         clock_epsilon: 0.02,

@@ -6,6 +6,11 @@
 //! * `linear`: a Wing–Gong search with Lowe's memoisation, per resource (P-compositionality).
 //! * `invariants`: exclusive tenures never overlap others, shared ones fit the pool, tokens
 //!   increase (also across transfers) and die when transferred, the fenced store keeps its word.
+//! * `waiting`: the waiting room on the cluster's own record (each resource's history, read
+//!   after the run) and the clients' answers: FIFO admissions in the entry that frees the
+//!   resource, no barging, every grant and every wait's end recorded.
+//! * `watch`: what the watchers were sent is exactly that record, in order, without gap or
+//!   duplicate, across reconnections; `compacted` only where retention dropped something.
 //!
 //! Time: every op carries `invoke_ns`/`complete_ns` on the harness's one monotonic clock. A lease
 //! granted by an acquire invoked at `t` with `ttl` cannot expire before `t + ttl·(1−ε)`, nor be
@@ -16,6 +21,9 @@
 mod invariants;
 mod linear;
 mod model;
+mod retention;
+mod waiting;
+mod watch;
 
 #[cfg(test)]
 mod tests;
@@ -26,6 +34,8 @@ use serde::Serialize;
 
 use crate::history::{History, Nanos, Op};
 use model::{at, compile, describe_op, describe_state, Compiled, Holders, Rules};
+pub use waiting::WaitStats;
+pub use watch::WatchStats;
 
 /// Knobs of [`check`].
 #[derive(Clone, Debug)]
@@ -72,6 +82,10 @@ pub struct CheckReport {
     pub linearizable: bool,
     /// Resources whose search hit `max_states_per_resource` (undecided).
     pub search_exhausted: Vec<String>,
+    /// The waits and the waiting-room checks.
+    pub waits: WaitStats,
+    /// The watchers and the watch checks.
+    pub watch: WatchStats,
 }
 
 impl CheckReport {
@@ -91,7 +105,11 @@ impl CheckReport {
 pub struct Anomaly {
     /// `nonlinearizable`, `overlapping_tenures`, `units_oversubscribed`, `token_not_increasing`,
     /// `transfer_token_not_higher`, `stale_token_accepted`, `stale_write_accepted`,
-    /// `fresh_write_rejected`, `unexpected_value`.
+    /// `fresh_write_rejected`, `unexpected_value`; the waiting room's `fifo_violated`,
+    /// `barging`, `admission_not_at_free`, `grant_unrecorded`, `wait_end_unrecorded`,
+    /// `cancel_revision_wrong`; the
+    /// watches' `watch_gap`, `watch_duplicate`, `watch_out_of_order`, `watch_unknown_event`,
+    /// `watch_dishonest_compaction`.
     pub kind: String,
     pub resource: String,
     pub message: String,
@@ -125,6 +143,8 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         grants: 0,
         linearizable: true,
         search_exhausted: Vec::new(),
+        waits: WaitStats::default(),
+        watch: WatchStats::default(),
     };
 
     for (resource, mut ops) in by_resource {
@@ -184,6 +204,12 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         ];
         report.anomalies.extend(found.into_iter().flatten());
     }
+    let (found, waits) = waiting::check(history, t0);
+    report.anomalies.extend(found);
+    report.waits = waits;
+    let (found, watch) = watch::check(history, t0);
+    report.anomalies.extend(found);
+    report.watch = watch;
     for anomaly in &mut report.anomalies {
         anomaly.ops.sort_unstable();
         anomaly.ops.dedup();

@@ -1,7 +1,9 @@
 //! The history of a run: every client call as invoke → ok / fail / unknown, every fenced-store
 //! write, every nemesis event, each stamped with the harness's monotonic clock, and the policy of
-//! every registered resource (so a saved history can be checked again without the cluster).
-//! Written as JSON lines, one [`Record`] a line; read back by the checker and the report.
+//! every registered resource (so a saved history can be checked again without the cluster),
+//! and what the cluster recorded itself: every resource's history read after the run, and every
+//! watch session (`events`). Written as JSON lines, one [`Record`] a line; read back by the
+//! checker and the report.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -9,7 +11,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+mod events;
 mod ops;
+pub use events::{
+    kind_name, Event, EventKey, EventKind, SessionEnd, WatchMessage, WatchScope, WatchSession,
+};
 pub use ops::{Call, Held, Mode, ResourcePolicy, Value};
 
 /// Nanoseconds on the harness's CLOCK_MONOTONIC (one clock for every client and the nemesis).
@@ -88,6 +94,18 @@ pub enum Record {
         name: String,
         policy: ResourcePolicy,
     },
+    /// A resource's history (ascending, every page, linearizable) read after the run.
+    Events {
+        resource: String,
+        events: Vec<Event>,
+    },
+    /// A resource whose history could not be read after the run.
+    Unread {
+        resource: String,
+        error: String,
+    },
+    /// One watch session.
+    Watch(WatchSession),
 }
 
 /// A whole run, in memory.
@@ -104,6 +122,12 @@ pub struct History {
     pub leaders: Vec<(Nanos, u64, u64)>,
     /// Registered resources and their policies.
     pub resources: BTreeMap<String, ResourcePolicy>,
+    /// Every resource's history as the cluster recorded it, read after the run.
+    pub events: BTreeMap<String, Vec<Event>>,
+    /// Resources whose history could not be read after the run, with the error.
+    pub unread: BTreeMap<String, String>,
+    /// Every watch session, by watcher and in the order they were opened.
+    pub watches: Vec<WatchSession>,
 }
 
 impl History {
@@ -134,6 +158,15 @@ impl History {
                     term: *term,
                 }),
         );
+        records.extend(self.events.iter().map(|(resource, events)| Record::Events {
+            resource: resource.clone(),
+            events: events.clone(),
+        }));
+        records.extend(self.unread.iter().map(|(resource, error)| Record::Unread {
+            resource: resource.clone(),
+            error: error.clone(),
+        }));
+        records.extend(self.watches.iter().cloned().map(Record::Watch));
         records
     }
 
@@ -158,6 +191,13 @@ impl History {
             Record::Resource { name, policy } => {
                 self.resources.insert(name, policy);
             }
+            Record::Events { resource, events } => {
+                self.events.insert(resource, events);
+            }
+            Record::Unread { resource, error } => {
+                self.unread.insert(resource, error);
+            }
+            Record::Watch(session) => self.watches.push(session),
         }
     }
 
@@ -190,6 +230,16 @@ mod tests {
 
     #[test]
     fn a_history_round_trips_through_json_lines() {
+        let event = Event {
+            revision: 5,
+            seq: 1,
+            resource: "r".into(),
+            kind: EventKind::Admitted,
+            holder: "h".into(),
+            token: 5,
+            to_holder: String::new(),
+            to_token: 0,
+        };
         let history = History {
             seed: 7,
             nodes: 3,
@@ -205,6 +255,7 @@ mod tests {
                     ttl_ms: 3000,
                     mode: Mode::Read,
                     units: 2,
+                    wait_ms: 2500,
                 },
                 invoke_ns: 10,
                 complete_ns: 20,
@@ -233,6 +284,26 @@ mod tests {
             )]
             .into_iter()
             .collect(),
+            events: [("r".to_string(), vec![event.clone()])]
+                .into_iter()
+                .collect(),
+            unread: [("q".to_string(), "deadline exceeded".to_string())]
+                .into_iter()
+                .collect(),
+            watches: vec![WatchSession {
+                watcher: 1,
+                scope: WatchScope::Prefix(String::new()),
+                node: 2,
+                start_revision: 4,
+                opened_ns: 11,
+                closed_ns: 19,
+                messages: vec![WatchMessage {
+                    at_ns: 12,
+                    revision: 5,
+                    events: vec![event],
+                }],
+                end: SessionEnd::Compacted { oldest_revision: 9 },
+            }],
         };
         let dir = tempfile::tempdir().expect("dir");
         let path = dir.path().join("history.jsonl");

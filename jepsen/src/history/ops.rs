@@ -172,6 +172,9 @@ pub enum Call {
         /// As requested (0 = the default, 1).
         #[serde(default, skip_serializing_if = "is_zero")]
         units: u64,
+        /// `on_conflict = WAIT` with this `wait_timeout`; 0 = `FAIL`.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        wait_ms: u64,
     },
     Renew {
         resource: String,
@@ -201,6 +204,8 @@ pub enum Call {
     /// Linearizable `ListLeases(holder)`, as far as it concerns `resource` (a read of all the
     /// holder's leases is, on each resource, a read of that resource).
     ListLeases { resource: String, holder: String },
+    /// `CancelWait` of the holder's wait on the resource.
+    CancelWait { resource: String, holder: String },
     /// A write to the simulated downstream fenced store (local to the harness). `shared`: the
     /// writer holds a shared lease (its token does not raise the store's bar).
     Write {
@@ -223,6 +228,7 @@ impl Call {
             Call::Validate { .. } => "validate",
             Call::Read { .. } => "read",
             Call::ListLeases { .. } => "list",
+            Call::CancelWait { .. } => "cancel_wait",
             Call::Write { .. } => "write",
         }
     }
@@ -236,6 +242,7 @@ impl Call {
             | Call::Validate { resource, .. }
             | Call::Read { resource, .. }
             | Call::ListLeases { resource, .. }
+            | Call::CancelWait { resource, .. }
             | Call::Write { resource, .. } => resource,
         }
     }
@@ -248,12 +255,13 @@ impl Call {
             | Call::Release { holder, .. }
             | Call::Transfer { holder, .. }
             | Call::ListLeases { holder, .. }
+            | Call::CancelWait { holder, .. }
             | Call::Write { holder, .. } => Some(holder),
             Call::Validate { .. } | Call::Read { .. } => None,
         }
     }
 
-    /// `acquire(c1, read 2u, ttl 1000ms)`.
+    /// `acquire(c1, read 2u, ttl 1000ms)`, `acquire(c1, ttl 1000ms, wait 3000ms)`.
     pub fn describe(&self) -> String {
         match self {
             Call::Acquire {
@@ -261,11 +269,19 @@ impl Call {
                 ttl_ms,
                 mode,
                 units,
+                wait_ms,
                 ..
-            } => match mode {
-                Mode::Exclusive => format!("acquire({holder}, ttl {ttl_ms}ms)"),
-                m => format!("acquire({holder}, {} {units}u, ttl {ttl_ms}ms)", m.name()),
-            },
+            } => {
+                let mode = match mode {
+                    Mode::Exclusive => String::new(),
+                    m => format!("{} {units}u, ", m.name()),
+                };
+                let wait = match wait_ms {
+                    0 => String::new(),
+                    ms => format!(", wait {ms}ms"),
+                };
+                format!("acquire({holder}, {mode}ttl {ttl_ms}ms{wait})")
+            }
             Call::Renew {
                 holder,
                 token,
@@ -282,6 +298,7 @@ impl Call {
             Call::Validate { token, .. } => format!("validate(token {token})"),
             Call::Read { node, .. } => format!("read(node {node})"),
             Call::ListLeases { holder, .. } => format!("list_leases({holder})"),
+            Call::CancelWait { holder, .. } => format!("cancel_wait({holder})"),
             Call::Write {
                 holder,
                 token,
@@ -343,6 +360,11 @@ pub enum Value {
     /// `ListLeases`: the holder's live leases on the call's resource.
     Leases {
         leases: Vec<Held>,
+    },
+    /// `CancelWait`: whether it removed a wait, and the index of the entry that decided it.
+    WaitCancelled {
+        cancelled: bool,
+        revision: u64,
     },
     /// The fenced store took the write.
     StoreAccepted,
@@ -419,6 +441,13 @@ impl Value {
             }
             Value::Leases { leases } if leases.is_empty() => "no lease".to_owned(),
             Value::Leases { leases } => format!("holds {}", list(leases)),
+            Value::WaitCancelled {
+                cancelled,
+                revision,
+            } => match cancelled {
+                true => format!("cancelled the wait at revision {revision}"),
+                false => format!("no wait to cancel (revision {revision})"),
+            },
             Value::StoreAccepted => "accepted".to_owned(),
             Value::StoreRejected { highest } => format!("rejected (store saw {highest})"),
         }

@@ -254,6 +254,7 @@ text.tok{fill:#fff;font-size:9.5px;pointer-events:none}
 .k-acquire{fill:#1c7ed6;stroke:#1c7ed6}.k-renew{fill:#37b24d;stroke:#37b24d}.k-release{fill:#ae3ec9;stroke:#ae3ec9}
 .k-validate{fill:#f59f00;stroke:#f59f00}.k-read{fill:#15aabf;stroke:#15aabf}.k-write{fill:#495057;stroke:#495057}
 .k-transfer{fill:#d6336c;stroke:#d6336c}.k-list{fill:#74b816;stroke:#74b816}
+.k-cancel_wait{fill:#f76707;stroke:#f76707}
 circle.u{fill:none;stroke-width:1}
 details{margin:2px 0}summary{cursor:pointer}code{font-size:12px}
 "#;

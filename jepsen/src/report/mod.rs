@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::checker::CheckReport;
+use crate::checker::{CheckReport, WaitStats, WatchStats};
 use crate::history::{Call, History, Nanos, Outcome, ResourcePolicy, Value};
 
 /// `write!` into a `String`, which cannot fail.
@@ -38,8 +38,16 @@ pub use text::text;
 use text::{counts, fmt_ms, op_list};
 
 /// The call kinds, in the order they are shown.
-const KINDS: [&str; 8] = [
-    "acquire", "renew", "release", "transfer", "validate", "read", "list", "write",
+const KINDS: [&str; 9] = [
+    "acquire",
+    "renew",
+    "release",
+    "transfer",
+    "validate",
+    "read",
+    "list",
+    "cancel_wait",
+    "write",
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -81,12 +89,13 @@ pub struct Calls {
     pub validate: CallStats,
     pub read: CallStats,
     pub list: CallStats,
+    pub cancel_wait: CallStats,
     pub write: CallStats,
 }
 
 impl Calls {
     /// `(kind, stats)` in display order.
-    pub fn iter(&self) -> [(&'static str, &CallStats); 8] {
+    pub fn iter(&self) -> [(&'static str, &CallStats); 9] {
         [
             ("acquire", &self.acquire),
             ("renew", &self.renew),
@@ -95,6 +104,7 @@ impl Calls {
             ("validate", &self.validate),
             ("read", &self.read),
             ("list", &self.list),
+            ("cancel_wait", &self.cancel_wait),
             ("write", &self.write),
         ]
     }
@@ -108,6 +118,7 @@ impl Calls {
             "validate" => &mut self.validate,
             "read" => &mut self.read,
             "list" => &mut self.list,
+            "cancel_wait" => &mut self.cancel_wait,
             _ => &mut self.write,
         }
     }
@@ -160,6 +171,10 @@ pub struct Summary {
     pub ops_checked: usize,
     pub linearizable: bool,
     pub search_exhausted: Vec<String>,
+    /// `WAIT` acquires and what they came to.
+    pub waits: WaitStats,
+    /// The watchers and what they were sent.
+    pub watch: WatchStats,
     pub pass: bool,
     /// `PASS` or `FAIL: <why>`.
     pub verdict: String,
@@ -419,6 +434,8 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         ops_checked: check.ops_checked,
         linearizable: check.linearizable,
         search_exhausted: check.search_exhausted.clone(),
+        waits: check.waits.clone(),
+        watch: check.watch.clone(),
         pass,
         verdict,
     }

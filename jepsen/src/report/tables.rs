@@ -84,7 +84,9 @@ pub(super) fn summary_tables(out: &mut String, s: &Summary) {
             esc(&s.search_exhausted.join(", "))
         );
     }
-    out.push_str("</table>\n<table><tr><th>call</th><th>ok</th><th>fail</th><th>unknown</th><th>p50</th><th>p99</th><th>max</th></tr>");
+    out.push_str("</table>\n");
+    waits_and_watches(out, s);
+    out.push_str("<table><tr><th>call</th><th>ok</th><th>fail</th><th>unknown</th><th>p50</th><th>p99</th><th>max</th></tr>");
     for (kind, c) in s.calls.iter() {
         if c.total() == 0 {
             continue;
@@ -121,6 +123,33 @@ pub(super) fn summary_tables(out: &mut String, s: &Summary) {
         out.push_str("</table>\n");
     }
     out.push_str("</div>\n");
+}
+
+/// The waiting room's and the watchers' numbers, when the run had them.
+fn waits_and_watches(out: &mut String, s: &Summary) {
+    let (w, v) = (&s.waits, &s.watch);
+    if w.waits == 0 && v.watchers == 0 {
+        return;
+    }
+    out.push_str("<table><tr><th colspan=2>Waits and watches</th></tr>");
+    let rows: [(&str, usize); 12] = [
+        ("WAIT acquires", w.waits),
+        ("  granted at once", w.granted_at_once),
+        ("  admitted", w.admitted),
+        ("  timed out", w.timed_out),
+        ("  cancelled", w.cancelled),
+        ("  unknown", w.unknown),
+        ("admitted events", w.admitted_events),
+        ("watchers", v.watchers),
+        ("watch sessions", v.sessions),
+        ("  compacted", v.compacted),
+        ("events sent", v.events_delivered),
+        ("events checked", v.events_checked),
+    ];
+    for (k, n) in rows {
+        w!(out, "<tr><th>{}</th><td class=n>{n}</td></tr>", esc(k));
+    }
+    out.push_str("</table>\n");
 }
 
 pub(super) fn anomaly_table(

@@ -63,6 +63,7 @@ pub(super) fn tenures(history: &History, span: Span) -> BTreeMap<String, Vec<Ten
                     ttl_ms,
                     mode,
                     units,
+                    wait_ms,
                 },
                 Outcome::Ok {
                     value: Value::Granted { token, lease_id },
@@ -71,7 +72,13 @@ pub(super) fn tenures(history: &History, span: Span) -> BTreeMap<String, Vec<Ten
                 let key = (resource.as_str(), *token, op.process);
                 let policy = history.resources.get(resource).cloned().unwrap_or_default();
                 let u = until.entry(key).or_insert(0);
-                *u = (*u).max(op.invoke_ns.saturating_add(ms(*ttl_ms)));
+                // A waited lease's ttl runs from its admission, which its return shows.
+                let from = if *wait_ms > 0 {
+                    op.complete_ns
+                } else {
+                    op.invoke_ns
+                };
+                *u = (*u).max(from.saturating_add(ms(*ttl_ms)));
                 let units = policy.effective_units(*mode, *units);
                 (key, holder, lease_id, *mode, units, None)
             }

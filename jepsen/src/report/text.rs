@@ -68,6 +68,25 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
         s.leader_changes,
         counts(&s.nemesis_events)
     );
+    if s.waits.waits > 0 || s.watch.watchers > 0 {
+        let (w, v) = (&s.waits, &s.watch);
+        w!(
+            out,
+            "waits {}: granted at once {}, admitted {}, timed out {}, cancelled {}, unknown {} | watch: {} watchers, {} sessions ({} compacted), {} events sent, {} checked, {} unverifiable\n",
+            w.waits,
+            w.granted_at_once,
+            w.admitted,
+            w.timed_out,
+            w.cancelled,
+            w.unknown,
+            v.watchers,
+            v.sessions,
+            v.compacted,
+            v.events_delivered,
+            v.events_checked,
+            v.unverifiable
+        );
+    }
     for (kind, stats) in s.calls.iter() {
         if stats.total() == 0 {
             continue;

@@ -25,6 +25,7 @@ const DEFINITE_FAILURES: &[&str] = &[
     "already_held",
     "not_transferable",
     "resource_exhausted",
+    "waiting_room_full",
 ];
 
 /// Collects the history's ops.
@@ -104,6 +105,16 @@ pub struct Tenancy {
     pub transferable: bool,
 }
 
+/// An acquire with `on_conflict = WAIT`.
+#[derive(Clone, Copy, Debug)]
+pub struct Wait {
+    /// The request's `wait_timeout`.
+    pub timeout_ms: u64,
+    /// Give up on the call this early (before the wait can have ended): its outcome is then
+    /// unknown, and the node holding it removes the wait, or the wait times out.
+    pub give_up_after: Option<Duration>,
+}
+
 /// What every client shares.
 pub struct Env {
     pub client: Client,
@@ -160,14 +171,14 @@ pub fn held(lease: &pb::Lease) -> Held {
 }
 
 impl Env {
-    /// `Acquire`; the lease if granted.
+    /// `Acquire`, waiting in the queue with `wait`; the lease if granted.
     pub async fn acquire(
         &self,
         process: u64,
         resource: &str,
         ttl_ms: u64,
-        mode: Mode,
-        units: u64,
+        (mode, units): (Mode, u64),
+        wait: Option<Wait>,
     ) -> Option<(u64, String)> {
         let holder = holder_name(process);
         let call = Call::Acquire {
@@ -176,6 +187,7 @@ impl Env {
             ttl_ms,
             mode,
             units,
+            wait_ms: wait.map_or(0, |w| w.timeout_ms),
         };
         let pending = self.recorder.invoke(process, call);
         let request = pb::AcquireRequest {
@@ -184,9 +196,25 @@ impl Env {
             ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
             mode: pb_mode(mode) as i32,
             units,
+            on_conflict: match wait {
+                Some(_) => pb::OnConflict::Wait as i32,
+                None => pb::OnConflict::Fail as i32,
+            },
+            wait_timeout: wait.map(|w| prost_duration(Duration::from_millis(w.timeout_ms))),
             ..Default::default()
         };
-        let outcome = match self.client.acquire(request).await {
+        let answer = match wait.and_then(|w| w.give_up_after) {
+            Some(after) => tokio::time::timeout(after, self.client.acquire(request))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Local(format!(
+                        "gave up waiting after {}ms",
+                        after.as_millis()
+                    )))
+                }),
+            None => self.client.acquire(request).await,
+        };
+        let outcome = match answer {
             Ok(r) if r.granted => match r.lease {
                 Some(lease) => Outcome::Ok {
                     value: Value::Granted {
@@ -217,6 +245,31 @@ impl Env {
             } => Some((token, lease_id)),
             _ => None,
         }
+    }
+
+    /// `CancelWait` of this client's wait on `resource`.
+    pub async fn cancel_wait(&self, process: u64, resource: &str) -> Outcome {
+        let holder = holder_name(process);
+        let call = Call::CancelWait {
+            resource: resource.into(),
+            holder: holder.clone(),
+        };
+        let pending = self.recorder.invoke(process, call);
+        let request = pb::CancelWaitRequest {
+            resource: resource.into(),
+            holder,
+            request_id: String::new(),
+        };
+        let outcome = match self.client.cancel_wait(request).await {
+            Ok(r) => Outcome::Ok {
+                value: Value::WaitCancelled {
+                    cancelled: r.cancelled,
+                    revision: r.revision,
+                },
+            },
+            Err(e) => classify(&e),
+        };
+        self.recorder.complete(pending, outcome)
     }
 
     pub async fn renew(&self, process: u64, lease: &Tenancy, ttl_ms: u64) -> Outcome {

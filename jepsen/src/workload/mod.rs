@@ -7,12 +7,19 @@
 //! * `transfer`: registered, transferable, exclusive-only `x0…`: holders hand their lease to
 //!   another client, which learns it from the transfer's reply (or, when the transfer's outcome
 //!   is unknown, from `ListLeases`) and carries on with the new token, while the old holder's
-//!   token is dead (its writes are refused once the new holder wrote, its renew fails).
+//!   token is dead (its writes are refused once the new holder wrote, its renew fails);
+//! * `waiting`: registered, exclusive-only `w0…` that clients acquire with `on_conflict = WAIT`
+//!   and a `wait_timeout` of 1–5 s, so that they queue behind each other and are admitted by the
+//!   release or reclaim that frees the resource. Some cancel their own wait with `CancelWait`
+//!   from another task; some give up before the wait ends (their outcome is unknown); some try a
+//!   plain acquire, which must not barge past the queue.
 //!
 //! Some holders stall past their ttl before writing, as a paused process would. Every call is
-//! recorded as invoke → ok / fail / unknown.
+//! recorded as invoke → ok / fail / unknown. Watchers (`watchers`) keep `Watch` streams open
+//! meanwhile and record what they are sent.
 
 mod calls;
+mod watchers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,9 +29,10 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-pub use calls::{holder_name, Env, FencedStore, Recorder, Tenancy};
+pub use calls::{holder_name, Env, FencedStore, Recorder, Tenancy, Wait};
+pub use watchers::{read_events, watch_loop};
 
-use crate::history::{Mode, Outcome, ResourcePolicy, Value};
+use crate::history::{Mode, Outcome, ResourcePolicy, Value, WatchScope};
 
 /// The kinds of resources a run uses (`--workload`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,17 +40,21 @@ pub enum Kind {
     Exclusive,
     Shared,
     Transfer,
+    Waiting,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Exclusive, Kind::Shared, Kind::Transfer];
+    pub const ALL: [Kind; 4] = [Kind::Exclusive, Kind::Shared, Kind::Transfer, Kind::Waiting];
 
     pub fn parse(name: &str) -> anyhow::Result<Kind> {
         Ok(match name.trim() {
             "exclusive" => Kind::Exclusive,
             "shared" => Kind::Shared,
             "transfer" => Kind::Transfer,
-            other => anyhow::bail!("unknown workload `{other}` (exclusive, shared, transfer)"),
+            "waiting" => Kind::Waiting,
+            other => {
+                anyhow::bail!("unknown workload `{other}` (exclusive, shared, transfer, waiting)")
+            }
         })
     }
 
@@ -51,6 +63,17 @@ impl Kind {
             Kind::Exclusive => "exclusive",
             Kind::Shared => "shared",
             Kind::Transfer => "transfer",
+            Kind::Waiting => "waiting",
+        }
+    }
+
+    /// The first letter of the kind's resource names (`r0`, `s0`, `x0`, `w0`).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Kind::Exclusive => "r",
+            Kind::Shared => "s",
+            Kind::Transfer => "x",
+            Kind::Waiting => "w",
         }
     }
 }
@@ -65,6 +88,19 @@ pub struct WorkloadConfig {
     pub shared_resources: u64,
     /// Registered transferable resources (kind `transfer`).
     pub transfer_resources: u64,
+    /// Registered resources acquired with `WAIT` (kind `waiting`).
+    pub waiting_resources: u64,
+    /// The range of a `WAIT` acquire's `wait_timeout`.
+    pub wait_min_ms: u64,
+    pub wait_max_ms: u64,
+    /// Chance that a client cancels its wait from another task before the wait ends.
+    pub cancel_probability: f64,
+    /// Chance that a client gives up on its wait before the wait ends (outcome unknown).
+    pub give_up_probability: f64,
+    /// Chance that a client on a waiting resource tries a plain (`FAIL`) acquire instead.
+    pub barge_probability: f64,
+    /// Tasks that keep `Watch` streams open during the run (see [`WorkloadConfig::watch_scopes`]).
+    pub watchers: u64,
     /// The shared resources' pool.
     pub total_units: u64,
     /// The registered resources' renewal grace.
@@ -87,6 +123,13 @@ impl Default for WorkloadConfig {
             kinds: Kind::ALL.to_vec(),
             shared_resources: 2,
             transfer_resources: 2,
+            waiting_resources: 2,
+            wait_min_ms: 1_000,
+            wait_max_ms: 5_000,
+            cancel_probability: 0.15,
+            give_up_probability: 0.1,
+            barge_probability: 0.2,
+            watchers: 3,
             total_units: 4,
             renewal_grace_ms: 500,
             ttl_min_ms: 1_000,
@@ -103,14 +146,32 @@ impl WorkloadConfig {
     pub fn all_resources(&self) -> Vec<(String, Kind)> {
         let mut out = Vec::new();
         for kind in Kind::ALL.into_iter().filter(|k| self.kinds.contains(k)) {
-            let (prefix, n) = match kind {
-                Kind::Exclusive => ("r", self.resources),
-                Kind::Shared => ("s", self.shared_resources),
-                Kind::Transfer => ("x", self.transfer_resources),
+            let n = match kind {
+                Kind::Exclusive => self.resources,
+                Kind::Shared => self.shared_resources,
+                Kind::Transfer => self.transfer_resources,
+                Kind::Waiting => self.waiting_resources,
             };
-            out.extend((0..n).map(|i| (format!("{prefix}{i}"), kind)));
+            out.extend((0..n).map(|i| (format!("{}{i}", kind.prefix()), kind)));
         }
         out
+    }
+
+    /// What each watcher watches, in turn: every resource (prefix ""), the resources of one
+    /// kind (by prefix; the waiting ones when they run), one resource of that kind.
+    pub fn watch_scopes(&self) -> Vec<WatchScope> {
+        let resources = self.all_resources();
+        let focus = resources
+            .iter()
+            .find(|(_, kind)| *kind == Kind::Waiting)
+            .or(resources.first());
+        (0..self.watchers)
+            .map(|i| match (i % 3, focus) {
+                (1, Some((_, kind))) => WatchScope::Prefix(kind.prefix().to_owned()),
+                (2, Some((name, _))) => WatchScope::Resource(name.clone()),
+                _ => WatchScope::Prefix(String::new()),
+            })
+            .collect()
     }
 
     /// The policy the run registers for a resource of this kind (None: ad hoc).
@@ -123,6 +184,7 @@ impl WorkloadConfig {
         };
         match kind {
             Kind::Exclusive => None,
+            Kind::Waiting => Some(registered),
             Kind::Shared => Some(ResourcePolicy {
                 shared_modes: vec![Mode::Read, Mode::Write],
                 total_units: self.total_units,
@@ -180,8 +242,16 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
             },
             _ => (Mode::Exclusive, 0),
         };
-        let Some((token, lease_id)) = env.acquire(process, resource, ttl_ms, mode, units).await
-        else {
+        let acquired = match kind {
+            Kind::Waiting if !rng.random_bool(config.barge_probability) => {
+                wait_turn(&env, process, &mut rng, resource, ttl_ms).await
+            }
+            _ => {
+                env.acquire(process, resource, ttl_ms, (mode, units), None)
+                    .await
+            }
+        };
+        let Some((token, lease_id)) = acquired else {
             tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
             continue;
         };
@@ -193,6 +263,47 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
             transferable: *kind == Kind::Transfer,
         };
         hold(&env, process, &mut rng, lease, ttl_ms, false).await;
+    }
+}
+
+/// An exclusive `WAIT` acquire of `resource`, with a wait of 1–5 s. Sometimes another task
+/// cancels the wait meanwhile, sometimes the client gives up before the wait can end.
+async fn wait_turn(
+    env: &Arc<Env>,
+    process: u64,
+    rng: &mut SmallRng,
+    resource: &str,
+    ttl_ms: u64,
+) -> Option<(u64, String)> {
+    let config = &env.config;
+    let timeout_ms = rng.random_range(config.wait_min_ms..=config.wait_max_ms);
+    let give_up_after = rng
+        .random_bool(config.give_up_probability)
+        .then(|| Duration::from_millis(rng.random_range(timeout_ms / 4..=timeout_ms)));
+    let cancel_after = rng
+        .random_bool(config.cancel_probability)
+        .then(|| Duration::from_millis(rng.random_range(0..=timeout_ms)));
+    let wait = Wait {
+        timeout_ms,
+        give_up_after,
+    };
+    let acquire = env.acquire(process, resource, ttl_ms, (Mode::Exclusive, 0), Some(wait));
+    let Some(cancel_after) = cancel_after else {
+        return acquire.await;
+    };
+    tokio::pin!(acquire);
+    tokio::select! {
+        acquired = &mut acquire => acquired,
+        _ = tokio::time::sleep(cancel_after) => {
+            let canceller = tokio::spawn({
+                let (env, resource) = (env.clone(), resource.to_owned());
+                async move { env.cancel_wait(process, &resource).await }
+            });
+            let acquired = acquire.await;
+            // The cancel must not outlive this wait: it would end the holder's next one.
+            let _ = canceller.await;
+            acquired
+        }
     }
 }
 

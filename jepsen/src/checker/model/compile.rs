@@ -51,6 +51,9 @@ pub(crate) enum Compiled {
 /// list may be cut short, so it shows only some of the live leases.
 const HOLDERS_SHOWN: usize = 100;
 
+/// How a wait ends without a grant (SPEC §4.7); it leaves the leases as they were.
+const WAIT_ENDS: [&str; 2] = ["wait_timeout", "wait_cancelled"];
+
 /// Reasons that prove the named lease is not the live one.
 const NOT_LIVE_REASONS: [&str; 3] = ["stale_fencing_token", "lease_expired", "lease_not_found"];
 
@@ -99,16 +102,30 @@ pub(crate) fn compile(
     };
     match (&op.call, &op.outcome) {
         (Call::Write { .. }, _) => Compiled::Write,
+        // The waiting room is the waiting checker's: a cancelled wait changes no lease.
+        (Call::CancelWait { .. }, _) => Compiled::Ignored,
         (
             Call::Acquire {
                 holder,
                 ttl_ms,
                 mode,
                 units,
+                wait_ms,
                 ..
             },
             outcome,
         ) => {
+            if let Outcome::Ok {
+                value: value @ Value::Refused { reason, .. },
+            } = outcome
+            {
+                // A `WAIT` acquire queues whatever the conflict: it ends granted or with its
+                // wait's end; only it ends so.
+                let wait_ended = WAIT_ENDS.contains(&reason.as_str());
+                if wait_ended != (*wait_ms > 0) {
+                    return unexpected(value);
+                }
+            }
             let holder = holders.intern(holder);
             let (mode, units) = (*mode, units32(policy.effective_units(*mode, *units)));
             let (expiry, bound) = bounds(*ttl_ms);

@@ -24,6 +24,10 @@
 //!   the answer lists are exactly the live leases. Other refusals constrain nothing.
 //! * acquire → `already_held`: the holder has a live lease in another mode or with other units.
 //! * acquire, outcome unknown: if it would grant, a new lease with an unseen token (or nothing).
+//! * an acquire with `WAIT` follows the same rules: its admission is a grant somewhere inside
+//!   the call (in the entry that freed the resource, whose index is the token); a wait that
+//!   ended `wait_timeout` / `wait_cancelled` changed no lease (the waiting checker judges the
+//!   queue). A plain acquire never ends so, and a `WAIT` one never ends refused otherwise.
 //! * renew → ok: the holder's live lease with that token; new bounds, active again.
 //! * release → ok: the holder's live lease with that token; it is gone.
 //! * transfer → ok `{t'}`: the resource is transferable, the holder's live lease has the token,

@@ -5,16 +5,22 @@
 //! * `shared`: shared modes and units, transfers, the renewal grace;
 //! * `synthetic`: a ground-truth simulation of exclusive leases;
 //! * `pool`: a ground-truth simulation of a shared, transferable resource with a grace;
-//! * `reference`: the pruned search against a plain one, on small doctored histories.
+//! * `reference`: the pruned search against a plain one, on small doctored histories;
+//! * `waiting`: the waiting room, on the cluster's recorded events and the clients' answers;
+//! * `watch`: watch sessions against the recorded events.
 
 mod exclusive;
 mod pool;
 mod reference;
 mod shared;
 mod synthetic;
+mod waiting;
+mod watch;
 
 use super::*;
-use crate::history::{Call, Held, History, Mode, Op, Outcome, ResourcePolicy, Value};
+use crate::history::{
+    Call, Event, EventKind, Held, History, Mode, Op, Outcome, ResourcePolicy, Value, WatchSession,
+};
 
 const MS: u64 = 1_000_000;
 const R: &str = "res";
@@ -23,6 +29,9 @@ const R: &str = "res";
 struct Builder {
     ops: Vec<Op>,
     resources: std::collections::BTreeMap<String, ResourcePolicy>,
+    /// The cluster's record of each resource, as read after the run.
+    events: std::collections::BTreeMap<String, Vec<Event>>,
+    watches: Vec<WatchSession>,
 }
 
 impl Builder {
@@ -30,7 +39,36 @@ impl Builder {
         Builder {
             ops: Vec::new(),
             resources: Default::default(),
+            events: Default::default(),
+            watches: Vec::new(),
         }
+    }
+
+    /// Records an event of `resource` at `revision` (numbered after the revision's others).
+    fn event(&mut self, resource: &str, revision: u64, kind: EventKind, holder: &str) -> Event {
+        let events = self.events.entry(resource.to_owned()).or_default();
+        let seq = events
+            .iter()
+            .filter(|e| e.revision == revision)
+            .map(|e| e.seq + 1)
+            .max()
+            .unwrap_or(0);
+        let token = match kind {
+            EventKind::Acquired | EventKind::Admitted => revision,
+            _ => 0,
+        };
+        let event = Event {
+            revision,
+            seq,
+            resource: resource.to_owned(),
+            kind,
+            holder: holder.to_owned(),
+            token,
+            to_holder: String::new(),
+            to_token: 0,
+        };
+        events.push(event.clone());
+        event
     }
 
     /// `R` under `policy` instead of the ad-hoc one.
@@ -64,6 +102,8 @@ impl Builder {
             started_ns: 0,
             ops,
             resources: self.resources.clone(),
+            events: self.events.clone(),
+            watches: self.watches.clone(),
             ..History::default()
         }
     }
@@ -110,6 +150,14 @@ fn in_invocation_order(mut ops: Vec<Op>) -> Vec<Op> {
 fn acquire(holder: &str, ttl_ms: u64) -> Call {
     acquire_in(holder, Mode::Exclusive, 0, ttl_ms)
 }
+/// An exclusive acquire with `on_conflict = WAIT`.
+fn acquire_waiting(holder: &str, ttl_ms: u64, wait_ms: u64) -> Call {
+    let mut call = acquire(holder, ttl_ms);
+    if let Call::Acquire { wait_ms: wait, .. } = &mut call {
+        *wait = wait_ms;
+    }
+    call
+}
 fn acquire_in(holder: &str, mode: Mode, units: u64, ttl_ms: u64) -> Call {
     Call::Acquire {
         resource: R.into(),
@@ -117,6 +165,7 @@ fn acquire_in(holder: &str, mode: Mode, units: u64, ttl_ms: u64) -> Call {
         ttl_ms,
         mode,
         units,
+        wait_ms: 0,
     }
 }
 fn renew(holder: &str, token: u64, ttl_ms: u64) -> Call {

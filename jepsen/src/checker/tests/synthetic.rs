@@ -59,6 +59,7 @@ pub(super) fn synthetic_ttl(
                         ttl_ms,
                         mode: Mode::Exclusive,
                         units: 0,
+                        wait_ms: 0,
                     };
                     let outcome = match truth {
                         None => {

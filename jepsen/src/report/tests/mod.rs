@@ -40,6 +40,7 @@ fn acquire(r: &str, h: &str) -> Call {
         ttl_ms: 3000,
         mode: crate::history::Mode::Exclusive,
         units: 0,
+        wait_ms: 0,
     }
 }
 
@@ -240,6 +241,7 @@ fn sample() -> (History, CheckReport, u64) {
             (T0 + 3700 * MS, 3, 3),
         ],
         resources: Default::default(),
+        ..History::default()
     };
     let check = CheckReport {
         anomalies: vec![Anomaly {
@@ -253,6 +255,8 @@ fn sample() -> (History, CheckReport, u64) {
         grants: 4,
         linearizable: false,
         search_exhausted: Vec::new(),
+        waits: Default::default(),
+        watch: Default::default(),
     };
     (history, check, stale)
 }
@@ -298,6 +302,43 @@ fn the_summary_counts_what_happened() {
         "{}",
         s.verdict
     );
+}
+
+#[test]
+fn waits_and_watches_are_summarized_when_the_run_had_them() {
+    let (history, check, _) = sample();
+    let quiet = text(&summarize(&history, &check), &check);
+    assert!(!quiet.contains("waits"), "{quiet}");
+    let check = CheckReport {
+        waits: WaitStats {
+            waits: 7,
+            granted_at_once: 1,
+            admitted: 3,
+            timed_out: 2,
+            cancelled: 1,
+            ..Default::default()
+        },
+        watch: WatchStats {
+            watchers: 3,
+            sessions: 9,
+            events_delivered: 120,
+            events_checked: 110,
+            ..Default::default()
+        },
+        ..check
+    };
+    let s = summarize(&history, &check);
+    assert_eq!((s.waits.admitted, s.watch.events_checked), (3, 110));
+    let t = text(&s, &check);
+    assert!(
+        t.contains("waits 7: granted at once 1, admitted 3, timed out 2, cancelled 1, unknown 0"),
+        "{t}"
+    );
+    assert!(
+        t.contains("3 watchers, 9 sessions (0 compacted), 120 events sent, 110 checked"),
+        "{t}"
+    );
+    assert!(html(&history, &check, &s).contains("Waits and watches"));
 }
 
 #[test]
@@ -463,6 +504,8 @@ fn a_long_run_stays_a_sane_size() {
         grants: 12_000,
         linearizable: true,
         search_exhausted: Vec::new(),
+        waits: Default::default(),
+        watch: Default::default(),
     };
     let s = summarize(&history, &check);
     assert_eq!(s.grants, 12_000);
