@@ -179,15 +179,51 @@ impl Client {
     }
 
     /// A request with the time left as its gRPC deadline, and the token if there is one.
-    fn request<T>(&self, message: T, left: Duration) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
+    pub(crate) fn request<T>(&self, message: T, left: Duration) -> tonic::Request<T> {
+        let mut request = self.authorized(message);
         request.set_timeout(left);
+        request
+    }
+
+    /// A request with the token if there is one, and no deadline (for streams).
+    pub(crate) fn authorized<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
         if let Some(value) = &self.inner.authorization {
             request
                 .metadata_mut()
                 .insert("authorization", value.clone());
         }
         request
+    }
+
+    /// Every endpoint's channel once, the preferred one (the leader, once named) first.
+    pub(crate) fn channels(&self) -> impl Iterator<Item = Channel> + '_ {
+        let channels = &self.inner.channels;
+        let start = self.inner.preferred.load(Ordering::Relaxed);
+        (0..channels.len()).map(move |k| channels[(start + k) % channels.len()].clone())
+    }
+
+    /// Opens a stream on the first endpoint that answers, trying each once; only
+    /// `unavailable` answers and transport failures move on to the next.
+    pub(crate) async fn open_stream<T, F, Fut>(&self, mut open: F) -> Result<T, Error>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut last = None;
+        for channel in self.channels() {
+            match open(channel).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => {
+                    let error = Error::from(status);
+                    if !error.is_retryable() {
+                        return Err(error);
+                    }
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Local("no endpoints".into())))
     }
 
     /// `Acquire`. Sets a `request_id` when the request has none. With `on_conflict = WAIT`
@@ -244,30 +280,11 @@ impl Client {
         &self,
         request: pb::WatchRequest,
     ) -> Result<tonic::Streaming<pb::WatchResponse>, Error> {
-        let inner = &self.inner;
-        let start = inner.preferred.load(Ordering::Relaxed);
-        let mut last = None;
-        for k in 0..inner.channels.len() {
-            let index = (start + k) % inner.channels.len();
-            let mut call = tonic::Request::new(request.clone());
-            if let Some(value) = &inner.authorization {
-                call.metadata_mut().insert("authorization", value.clone());
-            }
-            match LeasesClient::new(inner.channels[index].clone())
-                .watch(call)
-                .await
-            {
-                Ok(response) => return Ok(response.into_inner()),
-                Err(status) => {
-                    let error = Error::from(status);
-                    if !error.is_retryable() {
-                        return Err(error);
-                    }
-                    last = Some(error);
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| Error::Local("no endpoints".into())))
+        self.open_stream(|channel| {
+            let call = self.authorized(request.clone());
+            async move { LeasesClient::new(channel).watch(call).await }
+        })
+        .await
     }
 
     /// `Renew`. Sets a `request_id` when the request has none.

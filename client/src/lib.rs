@@ -20,8 +20,10 @@
 mod client;
 mod error;
 mod lease;
+mod owner;
 
 pub use client::{Client, DEFAULT_ENDPOINTS};
 pub use error::Error;
 pub use lease::{from_prost_duration, prost_duration, safety_margin, Acquired, Lease, Lost};
+pub use owner::{Forwarded, Inbox, DEFAULT_FORWARD_TIMEOUT, MAX_PAYLOAD_BYTES};
 pub use tenure_proto::v1 as pb;

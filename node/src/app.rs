@@ -41,6 +41,8 @@ pub struct Node {
     /// restarted in its old term reuses its old blank entry, so until it commits an entry of
     /// its own its read index may lag writes it acknowledged before the restart.
     pub own_commit: std::sync::atomic::AtomicU64,
+    /// The owner inboxes opened on this node (`Serve`, SPEC §4.9).
+    pub inboxes: crate::api::owner::Inboxes,
 }
 
 /// A started node; `shutdown` stops it gracefully, `kill` as abruptly as a process can be.
@@ -122,6 +124,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         config: config.clone(),
         auth,
         own_commit: std::sync::atomic::AtomicU64::new(0),
+        inboxes: Default::default(),
     });
 
     let (stop, stop_rx) = watch::channel(false);
@@ -229,9 +232,11 @@ async fn report_health(node: Arc<Node>, health: tonic_health::server::HealthRepo
 }
 
 impl Running {
-    /// Stops serving, lets in-flight calls finish, and stops Raft. Watches and blocked waits
-    /// end at once (their clients resume elsewhere): they would never finish by themselves.
+    /// Stops serving, lets in-flight calls finish, and stops Raft. Watches, blocked waits and
+    /// owner inboxes end at once (their clients resume elsewhere): they would never finish by
+    /// themselves.
     pub async fn shutdown(self) {
+        self.node.inboxes.shut_down();
         self.node.sm.notify.shut_down();
         let _ = self.stop.send(true);
         let _ = self.server.await;

@@ -24,6 +24,20 @@ pub enum ApiError {
     /// A bug. Never for bad input.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Forward: nobody holds the resource exclusively with a live (unexpired) lease.
+    #[error("no owner: {0}")]
+    NoOwner(String),
+    /// Forward: no inbox of the owner took the request, or the owner rejected it every time.
+    /// Nothing was processed: safe to retry.
+    #[error("owner unavailable: {0}")]
+    OwnerUnavailable(String),
+    /// Forward: the owner took the request and did not answer in time. Its outcome is unknown;
+    /// it is never sent again.
+    #[error("owner timeout: {0}")]
+    OwnerTimeout(String),
+    /// Forward: the owner answered with more than the reply limit.
+    #[error("the owner's reply of {bytes} bytes exceeds the limit of {limit} bytes")]
+    ReplyTooLarge { bytes: u64, limit: usize },
 }
 
 impl ApiError {
@@ -62,6 +76,10 @@ impl ApiError {
             ApiError::Unauthenticated(_) => ("unauthenticated", Code::Unauthenticated),
             ApiError::Unavailable(_) => ("unavailable", Code::Unavailable),
             ApiError::Internal(_) => ("internal", Code::Internal),
+            ApiError::NoOwner(_) => ("no_owner", Code::FailedPrecondition),
+            ApiError::OwnerUnavailable(_) => ("owner_unavailable", Code::Unavailable),
+            ApiError::OwnerTimeout(_) => ("owner_timeout", Code::DeadlineExceeded),
+            ApiError::ReplyTooLarge { .. } => ("reply_too_large", Code::ResourceExhausted),
         }
     }
 }
@@ -180,6 +198,29 @@ mod tests {
                 Code::Unavailable,
             ),
             (ApiError::Internal("bug".into()), "internal", Code::Internal),
+            (
+                ApiError::NoOwner("nobody holds r".into()),
+                "no_owner",
+                Code::FailedPrecondition,
+            ),
+            (
+                ApiError::OwnerUnavailable("no inbox".into()),
+                "owner_unavailable",
+                Code::Unavailable,
+            ),
+            (
+                ApiError::OwnerTimeout("no answer".into()),
+                "owner_timeout",
+                Code::DeadlineExceeded,
+            ),
+            (
+                ApiError::ReplyTooLarge {
+                    bytes: 2 << 20,
+                    limit: 1 << 20,
+                },
+                "reply_too_large",
+                Code::ResourceExhausted,
+            ),
         ];
         for (error, reason, code) in table {
             let status = Status::from(error.clone());

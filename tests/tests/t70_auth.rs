@@ -4,12 +4,11 @@
 //! authentication; and a follower that forwards a call keeps the caller's principal.
 
 use std::collections::BTreeMap;
-use std::fmt::Debug;
 use std::time::Duration;
 
-use tenure_client::{pb, Client, Error};
+use tenure_client::{pb, Client};
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{acquire_request, ids};
+use tenure_tests::{acquire_request, granted, ids, refused, release_request};
 use tonic::Code;
 
 const ELECTION: Duration = Duration::from_secs(15);
@@ -43,25 +42,6 @@ fn as_(client: &Client, token: &str) -> Client {
     client.with_token(token).expect("an ASCII token")
 }
 
-#[track_caller]
-fn refused<T: Debug>(what: &str, result: Result<T, Error>, code: Code, reason: &str) {
-    match result {
-        Ok(reply) => panic!("{what}: accepted ({reply:?}); expected {reason}"),
-        Err(Error::Status {
-            code: got_code,
-            reason: got_reason,
-            message,
-        }) => {
-            assert_eq!(
-                (got_code, got_reason.as_str()),
-                (code, reason),
-                "{what}: {message}"
-            );
-        }
-        Err(other) => panic!("{what}: {other}"),
-    }
-}
-
 fn registered(name: &str, transferable: bool) -> pb::CreateResourceRequest {
     pb::CreateResourceRequest {
         name: name.into(),
@@ -83,16 +63,6 @@ fn renew(lease: &pb::Lease) -> pb::RenewRequest {
     }
 }
 
-fn release(lease: &pb::Lease) -> pb::ReleaseRequest {
-    pb::ReleaseRequest {
-        resource: lease.resource.clone(),
-        lease_id: lease.lease_id.clone(),
-        holder: lease.holder.clone(),
-        fencing_token: lease.fencing_token,
-        ..Default::default()
-    }
-}
-
 fn transfer(lease: &pb::Lease, to_holder: &str, to_principal: &str) -> pb::TransferRequest {
     pb::TransferRequest {
         resource: lease.resource.clone(),
@@ -103,15 +73,6 @@ fn transfer(lease: &pb::Lease, to_holder: &str, to_principal: &str) -> pb::Trans
         to_principal: to_principal.into(),
         ..Default::default()
     }
-}
-
-async fn granted(client: &Client, resource: &str, holder: &str) -> pb::Lease {
-    let reply = client
-        .acquire(acquire_request(resource, holder, TTL))
-        .await
-        .unwrap_or_else(|e| panic!("acquire {resource}: {e}"));
-    assert!(reply.granted, "acquire {resource}: {reply:?}");
-    reply.lease.expect("a granted lease")
 }
 
 async fn leases_on(client: &Client, resource: &str) -> Vec<pb::Lease> {
@@ -254,7 +215,7 @@ async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_le
         .expect("a resource");
     assert!(!resource.ad_hoc && resource.policy.is_some_and(|p| p.transferable));
 
-    let lease = granted(&alice, "t70/reg", "alice-h").await;
+    let lease = granted(&alice, "t70/reg", "alice-h", TTL).await;
     assert_eq!(lease.principal, "alice");
     refused(
         "bob renews alice's lease",
@@ -264,7 +225,7 @@ async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_le
     );
     refused(
         "bob releases alice's lease",
-        bob.release(release(&lease)).await,
+        bob.release(release_request(&lease)).await,
         DENIED.0,
         DENIED.1,
     );
@@ -288,7 +249,7 @@ async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_le
     let renewed = admin.renew(renew(&lease)).await.expect("the admin renews");
     assert_eq!(renewed.lease.map(|l| l.principal).as_deref(), Some("alice"));
     let released = admin
-        .release(release(&lease))
+        .release(release_request(&lease))
         .await
         .expect("the admin releases alice's lease")
         .lease
@@ -297,7 +258,7 @@ async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_le
     assert!(leases_on(&admin, "t70/reg").await.is_empty());
 
     // A transfer to another principal hands over the right to change the lease.
-    let lease = granted(&alice, "t70/reg", "alice-h").await;
+    let lease = granted(&alice, "t70/reg", "alice-h", TTL).await;
     let moved = alice
         .transfer(transfer(&lease, "bob-h", "bob"))
         .await
@@ -368,7 +329,7 @@ async fn a_call_through_a_follower_keeps_the_callers_principal() {
         .await
         .expect("the admin registers through a follower");
 
-    let lease = granted(&alice, "t70/fwd", "alice-h").await;
+    let lease = granted(&alice, "t70/fwd", "alice-h", TTL).await;
     assert_eq!(lease.principal, "alice");
     let on_leader = cluster.client_of(leader).with_token(ADMIN).expect("token");
     let seen = leases_on(&on_leader, "t70/fwd").await;
@@ -385,7 +346,7 @@ async fn a_call_through_a_follower_keeps_the_callers_principal() {
         DENIED.1,
     );
 
-    let lease = granted(&alice, "t70/fwd-reg", "alice-h").await;
+    let lease = granted(&alice, "t70/fwd-reg", "alice-h", TTL).await;
     let moved = alice
         .transfer(transfer(&lease, "carol-h", ""))
         .await

@@ -1,10 +1,13 @@
 //! The internal `tenure.raft.v1.Raft` service: openraft's RPCs, calls handed over by
-//! followers, and (fault-injection builds only) clock control.
+//! followers, deliveries to owner inboxes (`api::owner`), and (fault-injection builds only)
+//! clock control.
 
 use std::sync::Arc;
 
 use tenure_proto::raft::v1::raft_server::Raft;
-use tenure_proto::raft::v1::RaftBytes;
+use tenure_proto::raft::v1::{
+    DeliverRequest, DeliverResponse, FindInboxRequest, FindInboxResponse, RaftBytes,
+};
 use tonic::{Request, Response, Status};
 
 use crate::api::forward::{ProposeRequest, ReadRequest};
@@ -76,6 +79,20 @@ impl Raft for RaftApi {
     async fn read(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         let request: ReadRequest = self.body(&request)?;
         reply(&self.node.query_local(&request.query).await)
+    }
+
+    async fn find_inbox(
+        &self,
+        request: Request<FindInboxRequest>,
+    ) -> Result<Response<FindInboxResponse>, Status> {
+        crate::api::owner::find_inbox(&self.node, request)
+    }
+
+    async fn deliver(
+        &self,
+        request: Request<DeliverRequest>,
+    ) -> Result<Response<DeliverResponse>, Status> {
+        crate::api::owner::deliver(&self.node, request).await
     }
 
     async fn set_clock(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {

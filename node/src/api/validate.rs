@@ -15,7 +15,7 @@ use crate::lease::{
 /// Longest `request_id`, `idempotency_key` and `lease_id` accepted.
 pub const MAX_KEY_BYTES: usize = 128;
 
-fn name(field: &str, value: &str) -> Result<String, ApiError> {
+pub(crate) fn name(field: &str, value: &str) -> Result<String, ApiError> {
     if policy::valid_name(value) {
         Ok(value.to_string())
     } else {
@@ -26,7 +26,7 @@ fn name(field: &str, value: &str) -> Result<String, ApiError> {
     }
 }
 
-fn key(field: &str, value: &str) -> Result<Option<String>, ApiError> {
+pub(crate) fn key(field: &str, value: &str) -> Result<Option<String>, ApiError> {
     if value.len() > MAX_KEY_BYTES {
         return Err(ApiError::invalid(
             field,
@@ -40,7 +40,7 @@ fn key(field: &str, value: &str) -> Result<Option<String>, ApiError> {
 }
 
 /// A duration in milliseconds; negative or malformed is `invalid_argument`.
-fn duration_ms(
+pub(crate) fn duration_ms(
     field: &str,
     value: Option<&prost_types::Duration>,
 ) -> Result<Option<u64>, ApiError> {
@@ -84,7 +84,7 @@ fn mode(value: i32) -> Result<Mode, ApiError> {
     }
 }
 
-fn token(value: u64) -> Result<u64, ApiError> {
+pub(crate) fn token(value: u64) -> Result<u64, ApiError> {
     if value == 0 {
         return Err(ApiError::invalid(
             "fencing_token",
