@@ -12,6 +12,10 @@ pub enum Error {
         reason: String,
         message: String,
     },
+    /// The cluster answered without granting, and retrying cannot change that (a campaign
+    /// whose wait was cancelled: `wait_cancelled`).
+    #[error("not granted: {reason}")]
+    NotGranted { reason: String },
     /// A bad endpoint or argument on this side.
     #[error("{0}")]
     Local(String),
@@ -21,7 +25,7 @@ impl Error {
     /// The machine-readable reason (`stale_fencing_token`, `unavailable`, …).
     pub fn reason(&self) -> &str {
         match self {
-            Error::Status { reason, .. } => reason,
+            Error::Status { reason, .. } | Error::NotGranted { reason } => reason,
             Error::Local(_) => "local",
         }
     }

@@ -25,13 +25,26 @@ pub enum Lost {
     Released,
 }
 
-/// The answer of [`Client::lease`].
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lost::Refused(reason) => write!(f, "renewal refused: {reason}"),
+            Lost::DeadlinePassed => f.write_str("no renewal before the local deadline"),
+            Lost::Released => f.write_str("released"),
+        }
+    }
+}
+
+/// The answer of [`Client::lease`] and of [`Client::lock`]'s `try_acquire` and `wait`.
 pub enum Acquired {
     Granted(Box<Lease>),
-    /// Not granted: the reason (`resource_unavailable`, …) and the current holders.
+    /// Not granted: the reason (`resource_unavailable`, `wait_timeout`, …) and the current
+    /// holders.
     Refused {
         reason: String,
         holders: Vec<pb::Lease>,
+        /// After a wait: the place it had in the waiting room (1 = the head); else 0.
+        queue_position: u32,
     },
 }
 
@@ -59,53 +72,26 @@ fn definitive(error: &Error) -> bool {
 }
 
 impl Client {
-    /// Acquires `resource` for `holder` and keeps it renewed every ttl/3 in the background.
+    /// Acquires `resource` for `holder` and keeps it renewed every ttl/3 in the background;
+    /// refused at once when the resource is taken (`client.lock(…).wait(…)` queues instead).
     pub async fn lease(
         &self,
         resource: &str,
         holder: &str,
         ttl: Duration,
     ) -> Result<Acquired, Error> {
-        let request = pb::AcquireRequest {
-            resource: resource.into(),
-            holder: holder.into(),
-            ttl: Some(prost_duration(ttl)),
-            ..Default::default()
-        };
-        let sent = Instant::now();
-        let response = self.acquire(request).await?;
-        if !response.granted {
-            return Ok(Acquired::Refused {
-                reason: response.reason,
-                holders: response.holders,
-            });
-        }
-        let lease = response
-            .lease
-            .ok_or_else(|| Error::Local("granted without a lease".into()))?;
-        // An idempotent re-acquire returns the lease unchanged: its expiry is the cluster's.
-        let remaining = lease
-            .remaining
-            .as_ref()
-            .map_or(ttl, from_prost_duration)
-            .min(ttl);
-        let (lost_tx, lost) = watch::channel(None);
-        let (deadline_tx, deadline) = watch::channel(local_deadline(sent, remaining));
-        let renewer = tokio::spawn(renew_loop(
-            self.clone(),
-            lease.clone(),
-            ttl,
-            lost_tx,
-            deadline_tx,
-        ));
-        Ok(Acquired::Granted(Box::new(Lease {
-            client: self.clone(),
-            lease,
-            ttl,
-            lost,
-            deadline,
-            renewer,
-        })))
+        self.lock(resource, holder).ttl(ttl).try_acquire().await
+    }
+}
+
+fn renew_request(lease: &pb::Lease, ttl: Duration) -> pb::RenewRequest {
+    pb::RenewRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        ttl: Some(prost_duration(ttl)),
+        request_id: uuid::Uuid::new_v4().to_string(),
     }
 }
 
@@ -113,10 +99,10 @@ async fn renew_loop(
     client: Client,
     lease: pb::Lease,
     ttl: Duration,
+    mut next: Instant,
     lost: watch::Sender<Option<Lost>>,
     deadline: watch::Sender<Instant>,
 ) {
-    let mut next = Instant::now() + ttl / 3;
     loop {
         let local_deadline = *deadline.borrow();
         tokio::select! {
@@ -127,16 +113,11 @@ async fn renew_loop(
             lost.send_replace(Some(Lost::DeadlinePassed));
             return;
         }
-        let request = pb::RenewRequest {
-            resource: lease.resource.clone(),
-            lease_id: lease.lease_id.clone(),
-            holder: lease.holder.clone(),
-            fencing_token: lease.fencing_token,
-            ttl: Some(prost_duration(ttl)),
-            request_id: uuid::Uuid::new_v4().to_string(),
-        };
         let sent = Instant::now();
-        match client.renew_until(request, local_deadline).await {
+        match client
+            .renew_until(renew_request(&lease, ttl), local_deadline)
+            .await
+        {
             Ok(_) => {
                 deadline.send_replace(local_deadline.max(self::local_deadline(sent, ttl)));
                 next = sent + ttl / 3;
@@ -154,6 +135,49 @@ async fn renew_loop(
 }
 
 impl Lease {
+    /// The handle of `lease`, granted to a request sent at `sent`, renewed every ttl/3 from
+    /// then on. A grant that arrives after its first renewal was due (a long wait in the
+    /// waiting room) is renewed at once: the local deadline must rest on the send time of a
+    /// request that set the expiry, and the wait's own send time is too early to be useful.
+    pub(crate) async fn hold(
+        client: Client,
+        lease: pb::Lease,
+        ttl: Duration,
+        sent: Instant,
+    ) -> Result<Lease, Error> {
+        // An idempotent re-acquire returns the lease unchanged: its expiry is the cluster's.
+        let remaining = lease
+            .remaining
+            .as_ref()
+            .map_or(ttl, from_prost_duration)
+            .min(ttl);
+        let (sent, remaining) = if Instant::now() >= sent + remaining / 3 {
+            let renewed = Instant::now();
+            client.renew(renew_request(&lease, ttl)).await?;
+            (renewed, ttl)
+        } else {
+            (sent, remaining)
+        };
+        let (lost_tx, lost) = watch::channel(None);
+        let (deadline_tx, deadline) = watch::channel(local_deadline(sent, remaining));
+        let renewer = tokio::spawn(renew_loop(
+            client.clone(),
+            lease.clone(),
+            ttl,
+            sent + remaining / 3,
+            lost_tx,
+            deadline_tx,
+        ));
+        Ok(Lease {
+            client,
+            lease,
+            ttl,
+            lost,
+            deadline,
+            renewer,
+        })
+    }
+
     /// The fencing token: pass it to every system this lease protects.
     pub fn fencing_token(&self) -> u64 {
         self.lease.fencing_token

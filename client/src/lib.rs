@@ -16,14 +16,29 @@
 //! Every call has a deadline, carries a `request_id` (reused on retries, so a retried write
 //! applies once), goes to the leader once a `tenure-leader` header named it, and moves on to
 //! the next endpoint when a node is unreachable or has no leader.
+//!
+//! Beyond one lease: [`Client::lock`] builds an acquire that can queue in the waiting room
+//! (`wait(timeout)`, a blocking lock); [`Client::campaign`] and [`Client::observe`] elect and
+//! follow a leader; [`Client::watch_resuming`] is a `Watch` that survives node failures; and
+//! [`Fence`] is the downstream check that refuses a write with a stale fencing token.
 
 mod client;
+mod election;
 mod error;
+mod fence;
 mod lease;
+mod lock;
+mod observe;
 mod owner;
+mod watch;
 
 pub use client::{Client, DEFAULT_ENDPOINTS};
+pub use election::Leadership;
 pub use error::Error;
+pub use fence::{Fence, Stale};
 pub use lease::{from_prost_duration, prost_duration, safety_margin, Acquired, Lease, Lost};
+pub use lock::Lock;
+pub use observe::{Leader, Leaders};
 pub use owner::{Forwarded, Inbox, DEFAULT_FORWARD_TIMEOUT, MAX_PAYLOAD_BYTES};
 pub use tenure_proto::v1 as pb;
+pub use watch::WatchMessages;

@@ -1,10 +1,9 @@
-//! `tenure cluster status` (every node's own view) and `tenure bench` (latency from here).
+//! `tenure cluster status`: every node's own view.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use serde_json::{json, Value};
-use tenure_client::{pb, prost_duration, Client, Error};
+use tenure_client::{Client, Error};
 
 use crate::output::{self, Output};
 
@@ -59,61 +58,4 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(2)
     })
-}
-
-pub async fn bench(
-    out: Output,
-    client: &Client,
-    count: u32,
-    prefix: &str,
-) -> Result<ExitCode, Error> {
-    let mut acquire =
-        hdrhistogram::Histogram::<u64>::new(3).map_err(|e| Error::Local(e.to_string()))?;
-    let mut release = acquire.clone();
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    let started = std::time::Instant::now();
-    for i in 0..count {
-        let resource = format!("{prefix}/{run}/{i}");
-        let t = std::time::Instant::now();
-        let granted = client
-            .acquire(pb::AcquireRequest {
-                resource: resource.clone(),
-                holder: "bench".into(),
-                ttl: Some(prost_duration(Duration::from_secs(30))),
-                ..Default::default()
-            })
-            .await?;
-        let _ = acquire.record(t.elapsed().as_micros() as u64);
-        let lease = granted
-            .lease
-            .ok_or_else(|| Error::Local(format!("{resource} not granted")))?;
-        let t = std::time::Instant::now();
-        client
-            .release(pb::ReleaseRequest {
-                resource,
-                lease_id: lease.lease_id,
-                holder: "bench".into(),
-                fencing_token: lease.fencing_token,
-                request_id: String::new(),
-            })
-            .await?;
-        let _ = release.record(t.elapsed().as_micros() as u64);
-    }
-    let ms = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    let elapsed = started.elapsed().as_secs_f64();
-    let value = json!({
-        "count": count,
-        "acquire_ms": {"p50": ms(&acquire, 0.5), "p99": ms(&acquire, 0.99), "max": acquire.max() as f64 / 1000.0},
-        "release_ms": {"p50": ms(&release, 0.5), "p99": ms(&release, 0.99), "max": release.max() as f64 / 1000.0},
-        "cycles_per_second": count as f64 / elapsed,
-    });
-    output::print(out, &value, || {
-        format!(
-            "{count} acquire+release cycles in {elapsed:.1}s ({:.0}/s)\nacquire  p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms\nrelease  p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
-            count as f64 / elapsed,
-            ms(&acquire, 0.5), ms(&acquire, 0.99), acquire.max() as f64 / 1000.0,
-            ms(&release, 0.5), ms(&release, 0.99), release.max() as f64 / 1000.0,
-        )
-    });
-    Ok(ExitCode::SUCCESS)
 }

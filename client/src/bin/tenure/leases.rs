@@ -30,6 +30,21 @@ pub struct AcquireArgs {
     metadata: Vec<(String, String)>,
     #[arg(long, default_value = "")]
     idempotency_key: String,
+    /// Queue for the resource when it is taken and block until granted or this long has
+    /// passed (e.g. 10s); exit 1 with the place in the queue if the wait ends first.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    wait: Option<Duration>,
+    /// Reuse to retry a call exactly once (default: a fresh one).
+    #[arg(long, default_value = "")]
+    request_id: String,
+}
+
+#[derive(Args)]
+pub struct CancelWaitArgs {
+    resource: String,
+    /// The waiting holder.
+    #[arg(long)]
+    holder: String,
     /// Reuse to retry a call exactly once (default: a fresh one).
     #[arg(long, default_value = "")]
     request_id: String,
@@ -94,6 +109,10 @@ fn key_value(pair: &str) -> Result<(String, String), String> {
 }
 
 pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result<ExitCode, Error> {
+    let on_conflict = match args.wait {
+        Some(wait) if !wait.is_zero() => pb::OnConflict::Wait,
+        _ => pb::OnConflict::Unspecified,
+    };
     let response = client
         .acquire(pb::AcquireRequest {
             resource: args.resource.clone(),
@@ -103,8 +122,9 @@ pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result
             units: args.units.unwrap_or(0),
             metadata: args.metadata.iter().cloned().collect::<HashMap<_, _>>(),
             idempotency_key: args.idempotency_key.clone(),
+            on_conflict: on_conflict as i32,
+            wait_timeout: args.wait.map(prost_duration),
             request_id: args.request_id.clone(),
-            ..Default::default()
         })
         .await?;
     let value = json!({
@@ -112,15 +132,51 @@ pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result
         "reason": response.reason,
         "lease": response.lease.as_ref().map(output::lease_json),
         "holders": response.holders.iter().map(output::lease_json).collect::<Vec<_>>(),
+        "queue_position": response.queue_position,
+        "booked_from": output::instant(&response.booked_from),
     });
     output::print(out, &value, || match &response.lease {
         Some(lease) if response.granted => format!("granted\n{}", output::lease_text(lease)),
         _ => {
-            let holders: Vec<String> = response.holders.iter().map(output::lease_text).collect();
-            format!("not granted: {}\n{}", response.reason, holders.join("\n"))
+            let mut why = response.reason.clone();
+            if response.queue_position > 0 {
+                why.push_str(&format!(" (queue position {})", response.queue_position));
+            }
+            if let Some(start) = output::instant(&response.booked_from) {
+                why.push_str(&format!(" (booked from {start})"));
+            }
+            let lines = std::iter::once(format!("not granted: {why}"))
+                .chain(response.holders.iter().map(output::lease_text));
+            lines.collect::<Vec<_>>().join("\n")
         }
     });
     Ok(output::answered(response.granted))
+}
+
+pub async fn cancel_wait(
+    out: Output,
+    client: &Client,
+    args: &CancelWaitArgs,
+) -> Result<ExitCode, Error> {
+    let response = client
+        .cancel_wait(pb::CancelWaitRequest {
+            resource: args.resource.clone(),
+            holder: args.holder.clone(),
+            request_id: args.request_id.clone(),
+        })
+        .await?;
+    let value = json!({"cancelled": response.cancelled, "revision": response.revision});
+    output::print(out, &value, || {
+        if response.cancelled {
+            format!(
+                "cancelled the wait of {} at revision {}",
+                args.holder, response.revision
+            )
+        } else {
+            format!("{} was not waiting for {}", args.holder, args.resource)
+        }
+    });
+    Ok(output::answered(response.cancelled))
 }
 
 pub async fn renew(out: Output, client: &Client, args: &RenewArgs) -> Result<ExitCode, Error> {

@@ -97,7 +97,7 @@ pub struct HistoryArgs {
 }
 
 /// `acquired` → `EventType::Acquired`: the proto names, lower case, without the prefix.
-fn event_type(name: &str) -> Result<pb::EventType, String> {
+pub fn event_type(name: &str) -> Result<pb::EventType, String> {
     pb::EventType::from_str_name(&format!("EVENT_TYPE_{}", name.to_uppercase()))
         .filter(|e| *e != pb::EventType::Unspecified)
         .ok_or_else(|| {

@@ -3,11 +3,15 @@
 //! Exit codes: 0 when the operation succeeded (granted, valid); 1 when it was answered but
 //! not granted or not valid; 2 when it failed (the reason is printed).
 
+mod bench;
+mod bookings;
 mod cluster;
+mod elect;
 mod leases;
 mod listing;
 mod output;
 mod resources;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,8 +47,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Acquire RESOURCE for a holder; prints the lease and its fencing token.
+    /// Acquire RESOURCE for a holder; prints the lease and its fencing token. With --wait,
+    /// queue and block until granted or the wait ends.
     Acquire(leases::AcquireArgs),
+    /// Take a holder out of RESOURCE's waiting room (exit 1 if it was not waiting).
+    CancelWait(leases::CancelWaitArgs),
     /// Renew a lease: replaces its expiry with now + ttl.
     Renew(leases::RenewArgs),
     /// Release a lease at once.
@@ -69,18 +76,25 @@ enum Command {
     Leases(listing::LeasesArgs),
     /// The lifecycle events of RESOURCE, newest first unless --order asc.
     History(listing::HistoryArgs),
+    /// Stream the events of RESOURCE (or of a --prefix): retained history, then live; resumes
+    /// on another node from the last revision when one fails.
+    Watch(watch::WatchArgs),
+    /// Reserve a future window of RESOURCE for a holder: others' leases may not extend into it.
+    Book(bookings::BookArgs),
+    /// Cancel a holder's booking, named by its start.
+    CancelBooking(bookings::CancelBookingArgs),
+    /// Run a command only while leading KEY (like `consul lock`): campaign, run it with
+    /// TENURE_FENCING_TOKEN set, kill it if leadership is lost, resign when it exits, exit
+    /// with its code.
+    Elect(elect::ElectArgs),
     /// Cluster administration.
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
     },
-    /// Measure acquire and release latency from this client (sequential, distinct resources).
-    Bench {
-        #[arg(long, default_value_t = 1000)]
-        count: u32,
-        #[arg(long, default_value = "bench")]
-        prefix: String,
-    },
+    /// Measure latency from this client: acquire and release (sequential, distinct
+    /// resources), or with --handoff, release → blocked waiter granted.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -140,6 +154,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
     let out = cli.output;
     match &cli.command {
         Command::Acquire(args) => leases::acquire(out, client, args).await,
+        Command::CancelWait(args) => leases::cancel_wait(out, client, args).await,
         Command::Renew(args) => leases::renew(out, client, args).await,
         Command::Release(lease) => leases::release(out, client, lease).await,
         Command::Transfer(args) => leases::transfer(out, client, args).await,
@@ -148,10 +163,21 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
         Command::Resources { command } => resources::run(out, client, command).await,
         Command::Leases(args) => listing::leases(out, client, args).await,
         Command::History(args) => listing::history(out, client, args).await,
+        Command::Watch(args) => watch::watch(out, client, args).await,
+        Command::Book(args) => bookings::book(out, client, args).await,
+        Command::CancelBooking(args) => bookings::cancel_booking(out, client, args).await,
+        Command::Elect(args) => elect::elect(client, args).await,
         Command::Cluster {
             command: ClusterCommand::Status,
         } => cluster::status(out, client).await,
-        Command::Bench { count, prefix } => cluster::bench(out, client, *count, prefix).await,
+        Command::Bench(args) if args.handoff => {
+            // One client per participant, each on its own connections.
+            let clients = (0..=args.waiters)
+                .map(|_| connect(cli))
+                .collect::<Result<Vec<_>, _>>()?;
+            bench::handoff(out, clients, args).await
+        }
+        Command::Bench(args) => bench::cycles(out, client, args).await,
     }
 }
 

@@ -9,6 +9,10 @@ use clap::ValueEnum;
 use serde_json::{json, Value};
 use tenure_client::{from_prost_duration, pb, Error};
 
+mod resource;
+
+pub use resource::{booking_json, booking_text, resource_json, resource_line, resource_text};
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     Text,
@@ -84,7 +88,7 @@ fn status_name(status: i32) -> &'static str {
     pb::LeaseStatus::try_from(status).map_or("UNKNOWN", |s| s.as_str_name())
 }
 
-fn mode_name(mode: i32) -> &'static str {
+pub(super) fn mode_name(mode: i32) -> &'static str {
     pb::LeaseMode::try_from(mode).map_or("UNKNOWN", |m| m.as_str_name())
 }
 
@@ -93,7 +97,7 @@ fn event_name(event: i32) -> &'static str {
 }
 
 /// The name without its enum prefix: `ACTIVE`, `READ`; unspecified as `-`.
-fn short(name: &'static str, prefix: &str) -> &'static str {
+pub(super) fn short(name: &'static str, prefix: &str) -> &'static str {
     match name.strip_prefix(prefix) {
         Some("UNSPECIFIED") => "-",
         Some(short) => short,
@@ -106,7 +110,7 @@ pub fn event_text(event: i32) -> String {
     short(event_name(event), "EVENT_TYPE_").to_lowercase()
 }
 
-fn millis(d: &Option<prost_types::Duration>) -> Option<u64> {
+pub(super) fn millis(d: &Option<prost_types::Duration>) -> Option<u64> {
     d.as_ref()
         .map(|d| from_prost_duration(d).as_millis() as u64)
 }
@@ -119,7 +123,7 @@ pub fn human(d: &Option<prost_types::Duration>) -> String {
     )
 }
 
-fn instant(t: &Option<prost_types::Timestamp>) -> Option<String> {
+pub fn instant(t: &Option<prost_types::Timestamp>) -> Option<String> {
     t.as_ref().map(|t| t.to_string())
 }
 
@@ -176,111 +180,6 @@ pub fn lease_text(lease: &pb::Lease) -> String {
     )
 }
 
-pub fn policy_json(policy: &pb::Policy) -> Value {
-    json!({
-        "default_ttl_ms": millis(&policy.default_ttl),
-        "max_ttl_ms": millis(&policy.max_ttl),
-        "max_lifetime_ms": millis(&policy.max_lifetime),
-        "renewal_grace_ms": millis(&policy.renewal_grace),
-        "transferable": policy.transferable,
-        "shared_modes": policy.shared_modes.iter().map(|m| mode_name(*m)).collect::<Vec<_>>(),
-        "total_units": policy.total_units,
-        "lock_delay_ms": millis(&policy.lock_delay),
-        "max_waiters": policy.max_waiters,
-        "max_metadata_bytes": policy.max_metadata_bytes,
-        "kind": policy.kind,
-        "display_name": policy.display_name,
-        "fsm_requirements": policy.fsm_requirements.iter()
-            .map(|r| json!({"machine": r.machine, "transition": r.transition}))
-            .collect::<Vec<_>>(),
-    })
-}
-
-pub fn policy_text(policy: &pb::Policy) -> String {
-    let lifetime = match millis(&policy.max_lifetime) {
-        None | Some(0) => "none".to_string(),
-        Some(_) => human(&policy.max_lifetime),
-    };
-    let shared = if policy.shared_modes.is_empty() {
-        "none (exclusive only)".to_string()
-    } else {
-        let modes: Vec<&str> = policy
-            .shared_modes
-            .iter()
-            .map(|m| short(mode_name(*m), "LEASE_MODE_"))
-            .collect();
-        modes.join(",")
-    };
-    let mut text = format!(
-        "  policy: default ttl {}  max ttl {}  max lifetime {lifetime}  renewal grace {}  lock delay {}\n          transferable {}  shared modes {shared}  total units {}  max waiters {}  max metadata {} bytes",
-        human(&policy.default_ttl),
-        human(&policy.max_ttl),
-        human(&policy.renewal_grace),
-        human(&policy.lock_delay),
-        if policy.transferable { "yes" } else { "no" },
-        policy.total_units,
-        policy.max_waiters,
-        policy.max_metadata_bytes,
-    );
-    if !policy.fsm_requirements.is_empty() {
-        let pairs: Vec<String> = policy
-            .fsm_requirements
-            .iter()
-            .map(|r| format!("{}:{}", r.machine, r.transition))
-            .collect();
-        text.push_str(&format!("\n          fsm {}", pairs.join(", ")));
-    }
-    text
-}
-
-pub fn resource_json(resource: &pb::Resource) -> Value {
-    json!({
-        "name": resource.name,
-        "kind": resource.kind,
-        "display_name": resource.display_name,
-        "revision": resource.revision,
-        "ad_hoc": resource.ad_hoc,
-        "waiting": resource.waiting,
-        "policy": resource.policy.as_ref().map(policy_json),
-        "leases": resource.leases.iter().map(lease_json).collect::<Vec<_>>(),
-    })
-}
-
-/// One line: name, kind, what holds it.
-pub fn resource_line(resource: &pb::Resource) -> String {
-    let mut line = resource.name.clone();
-    if resource.ad_hoc {
-        line.push_str("  (ad hoc)");
-    }
-    if !resource.kind.is_empty() {
-        line.push_str(&format!("  kind {}", resource.kind));
-    }
-    if !resource.display_name.is_empty() {
-        line.push_str(&format!("  \"{}\"", resource.display_name));
-    }
-    let held = match resource.leases.len() {
-        0 => "free".to_string(),
-        1 => "1 lease".to_string(),
-        n => format!("{n} leases"),
-    };
-    line.push_str(&format!("  {held}  revision {}", resource.revision));
-    line
-}
-
-/// The line, the policy, then one line per active lease.
-pub fn resource_text(resource: &pb::Resource) -> String {
-    let mut text = resource_line(resource);
-    if let Some(policy) = &resource.policy {
-        text.push('\n');
-        text.push_str(&policy_text(policy));
-    }
-    for lease in &resource.leases {
-        text.push('\n');
-        text.push_str(&lease_text(lease));
-    }
-    text
-}
-
 pub fn history_entry_json(entry: &pb::HistoryEntry) -> Value {
     json!({
         "revision": entry.revision,
@@ -311,7 +210,10 @@ pub fn history_entry_text(entry: &pb::HistoryEntry) -> String {
         instant(&entry.at).unwrap_or_else(|| "-".into()),
         event_text(entry.event),
     );
-    if !entry.holder.is_empty() {
+    if !entry.holder.is_empty() && entry.fencing_token == 0 {
+        // A waiter or a booking: no lease, no token yet.
+        line.push_str(&format!("  holder {}", entry.holder));
+    } else if !entry.holder.is_empty() {
         line.push_str(&format!(
             "  holder {}  token {}  {}→{}",
             entry.holder,
@@ -365,6 +267,22 @@ mod tests {
         assert_eq!(
             event_text(pb::EventType::WaitTimedOut as i32),
             "wait_timed_out"
+        );
+    }
+
+    #[test]
+    fn a_waiter_event_has_a_holder_but_no_token_or_status() {
+        let entry = pb::HistoryEntry {
+            revision: 7,
+            event: pb::EventType::Queued as i32,
+            actor: "anonymous".into(),
+            holder: "w2".into(),
+            ..Default::default()
+        };
+        let line = history_entry_text(&entry);
+        assert!(
+            line.ends_with("queued            holder w2  by anonymous"),
+            "{line}"
         );
     }
 

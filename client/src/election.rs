@@ -1,0 +1,109 @@
+//! Leader election on one key (SPEC §7): every candidate queues for the key's exclusive
+//! lease, and whoever holds it leads. The waiting room makes a handover push-based: the
+//! release or reclaim that ends one leadership admits the next candidate in the same log
+//! entry, whose index is the new leader's fencing token — higher than every earlier one, so
+//! a downstream [`Fence`](crate::Fence) refuses a deposed leader that has not noticed yet.
+//!
+//! ```no_run
+//! # async fn run(client: tenure_client::Client) -> Result<(), tenure_client::Error> {
+//! let leadership = client.campaign("service/scheduler", "scheduler-a", std::time::Duration::from_secs(10)).await?;
+//! let token = leadership.fencing_token(); // stamp every write made as leader
+//! tokio::select! {
+//!     _ = leadership.lost() => { /* stop acting as leader at once */ }
+//!     _ = async { /* lead */ } => { leadership.resign().await?; }
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::lease::{Acquired, Lease, Lost};
+
+/// How long one queued acquire of a campaign waits before it is re-queued. A candidate whose
+/// process and node both died stays queued at most this long (and, if admitted meanwhile,
+/// holds the key for one ttl).
+const CAMPAIGN_WAIT: Duration = Duration::from_secs(300);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// This candidate leads while the handle's lease lives. Dropping it stops renewing: the key
+/// passes on when the ttl runs out; `resign` passes it on at once.
+pub struct Leadership {
+    key: String,
+    lease: Lease,
+}
+
+impl Client {
+    /// Queues `candidate_id` for leadership of `key` and resolves when it leads. Waits as long
+    /// as it takes, through node failures; errors only on a refusal that retrying cannot
+    /// change (a bad name, `insufficient_permissions`, a `CancelWait` of this candidate).
+    /// Dropping the future leaves the queue.
+    pub async fn campaign(
+        &self,
+        key: &str,
+        candidate_id: &str,
+        ttl: Duration,
+    ) -> Result<Leadership, Error> {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let attempt = self.lock(key, candidate_id).ttl(ttl).wait(CAMPAIGN_WAIT);
+            match attempt.await {
+                Ok(Acquired::Granted(lease)) => {
+                    return Ok(Leadership {
+                        key: key.to_string(),
+                        lease: *lease,
+                    })
+                }
+                Ok(Acquired::Refused { reason, .. }) if reason == "wait_timeout" => {}
+                Ok(Acquired::Refused { reason, .. }) => return Err(Error::NotGranted { reason }),
+                // Admitted, but the lease ended before the handle could renew it: queue again.
+                Err(error) if lost_on_arrival(&error) => {}
+                Err(error) if error.is_retryable() => {
+                    tracing::debug!(%error, key, "campaign: no answer; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+fn lost_on_arrival(error: &Error) -> bool {
+    matches!(
+        error.reason(),
+        "lease_expired" | "lease_not_found" | "stale_fencing_token"
+    )
+}
+
+impl Leadership {
+    /// The fencing token of this leadership: the log index of the entry that began it.
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.fencing_token()
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn candidate_id(&self) -> &str {
+        &self.lease.info().holder
+    }
+
+    /// The lease behind the leadership (its id, deadline, ttl).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Resolves when leadership is lost: a renewal refused for good, or the local deadline
+    /// passed without one. Stop acting as leader at once.
+    pub async fn lost(&self) -> Lost {
+        self.lease.lost().await
+    }
+
+    /// Steps down: releases the key, which admits the next candidate in the same entry.
+    pub async fn resign(self) -> Result<(), Error> {
+        self.lease.release().await.map(drop)
+    }
+}
