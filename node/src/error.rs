@@ -60,7 +60,9 @@ impl ApiError {
                     Rejection::LeaseNotFound(_)
                     | Rejection::ResourceNotFound(_)
                     | Rejection::BookingNotFound => Code::NotFound,
-                    Rejection::WaitingRoomFull { .. } => Code::ResourceExhausted,
+                    Rejection::WaitingRoomFull { .. } | Rejection::BookingsFull { .. } => {
+                        Code::ResourceExhausted
+                    }
                     Rejection::AlreadyExists(_) => Code::AlreadyExists,
                     Rejection::LifetimeExceeded { .. }
                     | Rejection::StaleFencingToken { .. }

@@ -51,13 +51,20 @@ pub async fn acquire(node: &Arc<Node>, request: ProposeRequest) -> Result<Reply,
     guard.wait_id = Some(wait_id);
     let mut check_state = true;
     loop {
-        if check_state && decided_before(node, &resource, &holder, wait_id) {
-            // Decided before this call listened (a retried request): the request's remembered
-            // reply is now the outcome.
-            let reply = node.propose(request.clone()).await?;
-            if !matches!(&reply, Reply::Acquire(o) if o.wait_id == Some(wait_id)) {
-                guard.disarm();
-                return Ok(reply);
+        if check_state {
+            match decided_before(node, &resource, &holder, wait_id) {
+                Decision::Pending => {}
+                Decision::Known(outcome) => {
+                    guard.disarm();
+                    return Ok(Reply::Acquire(*outcome));
+                }
+                Decision::Forgotten => {
+                    // Decided, but history no longer says how: the request's remembered reply
+                    // may (a retry of the queuing request learns it there).
+                    let reply = node.propose(request.clone()).await?;
+                    guard.disarm();
+                    return Ok(reply);
+                }
             }
         }
         check_state = false;
@@ -80,11 +87,27 @@ pub async fn acquire(node: &Arc<Node>, request: ProposeRequest) -> Result<Reply,
     }
 }
 
-/// Whether this node has applied the entry that queued `wait_id` and the wait is gone.
-fn decided_before(node: &Node, resource: &str, holder: &str, wait_id: u64) -> bool {
+/// What this node's applied state says of a wait.
+enum Decision {
+    /// Not applied yet, or still waiting: an entry will decide it.
+    Pending,
+    /// Decided before this call listened (a retried or re-attached request, or a snapshot
+    /// install skipped the decision): the outcome history records.
+    Known(Box<AcquireOutcome>),
+    /// Decided, and history no longer holds how.
+    Forgotten,
+}
+
+fn decided_before(node: &Node, resource: &str, holder: &str, wait_id: u64) -> Decision {
     let applied = node.sm.read();
     let applied_index = applied.last_applied.map_or(0, |id| id.index);
-    applied_index >= wait_id && !applied.state.is_waiting(resource, holder, wait_id)
+    if applied_index < wait_id || applied.state.is_waiting(resource, holder, wait_id) {
+        return Decision::Pending;
+    }
+    match applied.state.wait_outcome(resource, holder, wait_id) {
+        Some(outcome) => Decision::Known(Box::new(outcome)),
+        None => Decision::Forgotten,
+    }
 }
 
 /// Proposes the removal of a wait whose call went away before the log decided it.

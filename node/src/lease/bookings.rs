@@ -15,6 +15,8 @@ use super::types::Rejection;
 
 /// How far ahead a window may start.
 pub const MAX_BOOKING_LEAD_MS: u64 = 366 * 24 * 3600 * 1000;
+/// Bookings one resource keeps (each acquire and renew looks through them).
+pub const MAX_BOOKINGS: usize = 1_000;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Booking {
@@ -30,6 +32,11 @@ pub struct Booking {
 impl Booking {
     pub fn end_wall_ms(&self) -> u64 {
         self.start_wall_ms.saturating_add(self.duration_ms)
+    }
+
+    /// Whether the window is open at `wall_ms`.
+    pub fn covers(&self, wall_ms: u64) -> bool {
+        self.start_wall_ms <= wall_ms && wall_ms < self.end_wall_ms()
     }
 
     fn overlaps(&self, from_wall_ms: u64, until_wall_ms: u64) -> bool {
@@ -64,6 +71,22 @@ impl ResourceState {
 }
 
 impl State {
+    /// The booking of another holder that `holder` would extend into by holding `resource`
+    /// until the lease-clock instant `expires_at_ms` and its renewal grace (which also holds
+    /// the resource).
+    pub(super) fn booking_in_the_way(
+        &self,
+        resource: &str,
+        holder: &str,
+        expires_at_ms: u64,
+    ) -> Option<&Booking> {
+        let grace_ms = self.policy_of(resource).renewal_grace_ms;
+        let until_wall_ms = self.clock.wall_of(expires_at_ms.saturating_add(grace_ms));
+        self.resources
+            .get(resource)?
+            .booked_against(holder, self.clock.wall_ms(), until_wall_ms)
+    }
+
     /// Books a window: argument checks → a lease of another holder that reaches into it → an
     /// overlapping booking. Any authenticated caller may book.
     pub(super) fn book(&mut self, ctx: &Ctx<'_>, op: &BookOp) -> Result<Reply, Rejection> {
@@ -114,6 +137,9 @@ impl State {
                     holder: b.holder.clone(),
                     start_wall_ms: b.start_wall_ms,
                 });
+            }
+            if rs.bookings.len() >= MAX_BOOKINGS {
+                return Err(Rejection::BookingsFull { max: MAX_BOOKINGS });
             }
         }
         let booking = Booking {

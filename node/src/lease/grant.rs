@@ -151,10 +151,17 @@ impl State {
                 "already used by another holder on this resource",
             ));
         }
-        let refusal = if rs.waiters.is_empty() {
+        let now_wall_ms = self.clock.wall_ms();
+        let in_own_window = rs
+            .bookings
+            .iter()
+            .any(|b| b.holder == op.holder && b.covers(now_wall_ms));
+        let refusal = if rs.waiters.is_empty() || in_own_window {
             self.blocked(&op.resource, op.mode, units, ttl_ms, &op.holder)
         } else {
-            // Nobody barges past a waiter, even into room the head cannot use (SPEC §4.1).
+            // Nobody barges past a waiter, even into room the head cannot use (SPEC §4.1) —
+            // except a booking's holder during its window, which the booking reserved for it
+            // (SPEC §4.8), ahead of waiters whose leases would reach into it.
             Some(Refusal::ResourceUnavailable)
         };
         if let Some(refusal) = refusal {
@@ -214,11 +221,7 @@ impl State {
                 return Some(Refusal::InsufficientUnits);
             }
         }
-        let until_ms = now_ms
-            .saturating_add(ttl_ms)
-            .saturating_add(policy.renewal_grace_ms);
-        let (from_wall, until_wall) = (self.clock.wall_ms(), self.clock.wall_of(until_ms));
-        rs.booked_against(holder, from_wall, until_wall)
+        self.booking_in_the_way(resource, holder, now_ms.saturating_add(ttl_ms))
             .map(|b| Refusal::ResourceBooked {
                 start_wall_ms: b.start_wall_ms,
             })
@@ -265,12 +268,5 @@ fn units_in_use(rs: &ResourceState) -> u64 {
 }
 
 fn granted(view: super::types::LeaseView) -> Reply {
-    Reply::Acquire(AcquireOutcome {
-        granted: true,
-        lease: Some(view),
-        refusal: None,
-        holders: vec![],
-        queue_position: 0,
-        wait_id: None,
-    })
+    Reply::Acquire(AcquireOutcome::granted(view))
 }

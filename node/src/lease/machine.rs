@@ -516,7 +516,9 @@ impl State {
                 None => break,
             }
             if rs.idle() {
+                let closed_until_ms = rs.closed_until_ms;
                 self.resources.remove(&oldest);
+                self.reopen.remove(&(closed_until_ms, oldest));
             }
         }
     }

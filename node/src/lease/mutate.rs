@@ -107,14 +107,7 @@ impl State {
         {
             return Err(Rejection::LifetimeExceeded { max_lifetime_ms });
         }
-        let until_ms = expires_at_ms.saturating_add(policy.renewal_grace_ms);
-        if let Some(b) = self.resources.get(&op.resource).and_then(|rs| {
-            rs.booked_against(
-                &lease.holder,
-                self.clock.wall_ms(),
-                self.clock.wall_of(until_ms),
-            )
-        }) {
+        if let Some(b) = self.booking_in_the_way(&op.resource, &lease.holder, expires_at_ms) {
             return Err(Rejection::ResourceBooked {
                 start_wall_ms: b.start_wall_ms,
             });
@@ -160,6 +153,12 @@ impl State {
         let old = self.mutable_lease(ctx, op.into())?;
         if !self.policy_of(&op.resource).transferable {
             return Err(Rejection::NotTransferable(op.resource.clone()));
+        }
+        // The new holder may not hold the resource into another holder's booking either.
+        if let Some(b) = self.booking_in_the_way(&op.resource, &op.to_holder, old.expires_at_ms) {
+            return Err(Rejection::ResourceBooked {
+                start_wall_ms: b.start_wall_ms,
+            });
         }
         let rs = self.resources.get(&op.resource);
         if let Some(other) = rs.and_then(|rs| rs.leases.iter().find(|l| l.holder == op.to_holder)) {

@@ -90,6 +90,20 @@ impl Refusal {
     }
 }
 
+impl AcquireOutcome {
+    /// A grant of `lease`.
+    pub fn granted(lease: LeaseView) -> Self {
+        AcquireOutcome {
+            granted: true,
+            lease: Some(lease),
+            refusal: None,
+            holders: vec![],
+            queue_position: 0,
+            wait_id: None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcquireOutcome {
     pub granted: bool,
@@ -148,6 +162,8 @@ pub enum Rejection {
     BookingOverlaps { holder: String, start_wall_ms: u64 },
     #[error("holder {holder} holds the resource into the window")]
     HeldIntoWindow { holder: String },
+    #[error("the resource already has {max} bookings")]
+    BookingsFull { max: usize },
     #[error("booking not found")]
     BookingNotFound,
 }
@@ -180,6 +196,7 @@ impl Rejection {
             Rejection::ResourceBooked { .. } => "resource_booked",
             Rejection::BookingOverlaps { .. } => "resource_booked",
             Rejection::BookingNotFound => "booking_not_found",
+            Rejection::BookingsFull { .. } => "resource_exhausted",
             Rejection::HeldIntoWindow { .. } => "resource_unavailable",
         }
     }

@@ -307,24 +307,24 @@ impl State {
         else {
             return;
         };
+        let waiter = &rs.waiters[at];
+        if waiter.mode != view.lease.mode || waiter.units != view.lease.units {
+            // It holds the resource now, but not as it asked: its wait is over, unanswered.
+            self.end_wait(index, actor, resource, at, Refusal::WaitCancelled);
+            return;
+        }
         if let Some(waiter) = rs.waiters.remove(at) {
             self.wait_due.remove(&wait_due_key(resource, &waiter));
             let event = Event::about(EventKind::Admitted, &view.lease, None, Some(view.status));
             self.record(index, actor, resource, event);
             self.wait_satisfied(resource, waiter, view);
+            // The next waiter is the head now.
+            self.effects.touched.insert(resource.to_string());
         }
     }
 
     fn wait_satisfied(&mut self, resource: &str, waiter: Waiter, view: LeaseView) {
-        let outcome = AcquireOutcome {
-            granted: true,
-            lease: Some(view),
-            refusal: None,
-            holders: vec![],
-            queue_position: 0,
-            wait_id: None,
-        };
-        self.wait_ended(resource, waiter, outcome);
+        self.wait_ended(resource, waiter, AcquireOutcome::granted(view));
     }
 
     /// The place of `holder` in the waiting room of `resource` (1 = the head) and its wait.
@@ -332,6 +332,40 @@ impl State {
         let rs = self.resources.get(resource)?;
         let at = rs.waiters.iter().position(|w| w.holder == holder)?;
         Some((at as u32 + 1, &rs.waiters[at]))
+    }
+
+    /// How the wait queued by entry `wait_id` ended, as its blocked call answers, read from the
+    /// resource's history; None if history holds no end of it (it still waits, or retention
+    /// dropped the event).
+    pub fn wait_outcome(
+        &self,
+        resource: &str,
+        holder: &str,
+        wait_id: u64,
+    ) -> Option<AcquireOutcome> {
+        let rs = self.resources.get(resource)?;
+        let from = rs.history.partition_point(|e| e.revision <= wait_id);
+        let end = rs.history.range(from..).find(|e| {
+            e.holder == holder
+                && matches!(
+                    e.kind,
+                    EventKind::Admitted | EventKind::WaitTimedOut | EventKind::WaitCancelled
+                )
+        })?;
+        let refused = |why| Some(self.refused(resource, why));
+        match end.kind {
+            EventKind::WaitTimedOut => refused(Refusal::WaitTimeout),
+            EventKind::WaitCancelled => refused(Refusal::WaitCancelled),
+            _ => {
+                let view = match rs.lease(&end.lease_id) {
+                    Some(live) => self.live_view(live),
+                    None => {
+                        self.ended_view(rs.ended.iter().find(|e| e.lease.lease_id == end.lease_id)?)
+                    }
+                };
+                Some(AcquireOutcome::granted(view))
+            }
+        }
     }
 
     /// Whether the wait queued by entry `wait_id` still waits.

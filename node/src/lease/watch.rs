@@ -69,11 +69,14 @@ impl Cursor {
 
     /// Whether `event` of `resource` comes after the cursor.
     pub fn before(&self, resource: &str, event: &Event) -> bool {
+        self.before_position(resource, event.position())
+    }
+
+    /// Whether the event of `resource` at (revision, seq) comes after the cursor.
+    pub fn before_position(&self, resource: &str, (revision, seq): (u64, u32)) -> bool {
         match &self.within {
-            None => event.revision > self.revision,
-            Some((name, seq)) => {
-                (event.revision, resource, event.seq) > (self.revision, name.as_str(), *seq)
-            }
+            None => revision > self.revision,
+            Some((name, at)) => (revision, resource, seq) > (self.revision, name.as_str(), *at),
         }
     }
 }
@@ -101,16 +104,20 @@ impl State {
     /// starts before it would miss events. A resource the state forgot (or never saw) may
     /// have had events up to the global watermark.
     fn compacted_through(&self, scope: &Scope, resources: &Scoped<'_>) -> u64 {
-        let forgotten = match scope {
-            Scope::Resource(_) if !resources.is_empty() => None,
-            _ => self.dropped_through,
-        };
         resources
             .iter()
             .filter_map(|(_, rs)| rs.trimmed_through)
-            .chain(forgotten)
+            .chain(self.forgotten_watermark(scope, resources))
             .max()
             .map_or(0, |(revision, _)| revision)
+    }
+
+    /// What the global bound dropped, for a scope that may cover resources the state forgot.
+    fn forgotten_watermark(&self, scope: &Scope, resources: &Scoped<'_>) -> Option<(u64, u32)> {
+        match scope {
+            Scope::Resource(_) if !resources.is_empty() => None,
+            _ => self.dropped_through,
+        }
     }
 
     /// Where a watch "from the oldest retained event" starts.
@@ -129,10 +136,17 @@ impl State {
         limit: usize,
     ) -> Result<Vec<(String, Event)>, Rejection> {
         let resources = self.scoped(scope);
-        let dropped_revision = self.compacted_through(scope, &resources);
-        if dropped_revision > cursor.revision {
+        // Compacted if retention dropped an event after the cursor — compared by position, so
+        // a cursor in the middle of a revision notices a drop later in that revision too.
+        let dropped_after_cursor = resources.iter().any(|(name, rs)| {
+            rs.trimmed_through
+                .is_some_and(|p| cursor.before_position(name, p))
+        }) || self
+            .forgotten_watermark(scope, &resources)
+            .is_some_and(|(revision, _)| revision > cursor.revision);
+        if dropped_after_cursor {
             return Err(Rejection::Compacted {
-                oldest: dropped_revision + 1,
+                oldest: self.compacted_through(scope, &resources) + 1,
             });
         }
         let mut events: Vec<(&String, &Event)> = Vec::new();

@@ -68,10 +68,14 @@ impl Notifier {
         let (tx, rx) = mpsc::unbounded_channel();
         let id = self.next_registration.fetch_add(1, Ordering::Relaxed);
         let key = (resource.to_string(), holder.to_string());
+        let mut registered = self.lock();
+        // Checked under the lock `shut_down` takes: a registration either sees the flag or
+        // is in the map when `shut_down` tells everyone.
         if self.is_shut_down() {
             let _ = tx.send(Decided::ShuttingDown);
         }
-        self.lock().entry(key.clone()).or_default().push((id, tx));
+        registered.entry(key.clone()).or_default().push((id, tx));
+        drop(registered);
         WaitRegistration {
             notifier: self.clone(),
             key,
@@ -116,8 +120,9 @@ impl Notifier {
     /// Ends every watch and blocked wait on this node: the server waits for open calls to
     /// finish, and these would not by themselves.
     pub fn shut_down(&self) {
+        let registered = self.lock();
         self.shut_down.store(true, Ordering::SeqCst);
-        for senders in self.lock().values() {
+        for senders in registered.values() {
             for (_, tx) in senders {
                 let _ = tx.send(Decided::ShuttingDown);
             }

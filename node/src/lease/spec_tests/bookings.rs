@@ -148,3 +148,27 @@ fn a_booking_needs_a_window_that_has_not_ended_and_a_sane_duration() {
         "start"
     );
 }
+
+#[test]
+fn a_transfer_cannot_carry_a_lease_into_another_holders_window() {
+    let mut log = Log::new();
+    log.register(
+        "r",
+        Policy {
+            transferable: true,
+            renewal_grace_ms: 0,
+            ..Policy::registered()
+        },
+    );
+    let start = wall(&log) + 60_000;
+    booked(&log.propose(ALICE, book("r", "a", start - 1_000, 10_000)));
+    booked(&log.propose(BOB, book("r", "b", start + 9_000, 10_000)));
+    // a holds through its own window, up to b's.
+    let lease = granted(&log.acquire(ALICE, acq_ttl("r", "a", 68_000)));
+    assert_eq!(
+        rejection(&log.transfer(ALICE, transfer_of(&lease, "c", None))),
+        Rejection::ResourceBooked {
+            start_wall_ms: start - 1_000
+        }
+    );
+}

@@ -389,3 +389,90 @@ fn a_transfer_to_a_waiting_holder_ends_its_wait_admitted_with_that_lease() {
         ]
     );
 }
+
+#[test]
+fn a_transfer_to_the_head_waiter_lets_the_next_waiter_in_and_a_mismatched_wait_ends() {
+    let mut log = Log::new();
+    log.register(
+        "r",
+        Policy {
+            transferable: true,
+            ..shared_policy(&[Mode::Read], 0)
+        },
+    );
+    let x = granted(&log.acquire(ALICE, shared("r", "x", Mode::Read, 1)));
+    queued(&log.acquire(ALICE, wait("r", "b", 60_000))); // exclusive
+    queued(&log.acquire(
+        ALICE,
+        AcquireOp {
+            wait_ms: Some(60_000),
+            ..shared("r", "c", Mode::Read, 1)
+        },
+    ));
+    // b waited for an exclusive lease and is handed a shared one: its wait ends, unanswered;
+    // c, now the head, fits beside it and is admitted in the same entry.
+    log.transfer(ALICE, transfer_of(&x, "b", None));
+    let index = log.index;
+    let waits = decided(&log);
+    assert_eq!(waits.len(), 2, "{waits:?}");
+    assert_eq!(waits[0].holder, "b");
+    assert_eq!(waits[0].outcome.refusal, Some(Refusal::WaitCancelled));
+    assert_eq!(waits[1].holder, "c");
+    assert!(waits[1].outcome.granted);
+    assert_eq!(log.holders("r"), held(&[("b", index), ("c", index)]));
+}
+
+#[test]
+fn a_decided_wait_can_be_read_back_from_history() {
+    let mut log = Log::new();
+    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
+    let (_, timed) = queued(&log.acquire(BOB, wait("r", "t", 1_000)));
+    let (_, cancelled) = queued(&log.acquire(BOB, wait("r", "c", 60_000)));
+    let (_, admitted) = queued(&log.acquire(BOB, wait("r", "w", 60_000)));
+    assert_eq!(
+        log.state.wait_outcome("r", "w", admitted),
+        None,
+        "still waiting"
+    );
+    log.elapse(1_000);
+    log.tick();
+    log.propose(BOB, cancel("r", "c"));
+    log.release(ALICE, release_of(&a));
+    let release_index = log.index;
+    let outcome = |holder, id| log.state.wait_outcome("r", holder, id).expect("decided");
+    assert_eq!(outcome("t", timed).refusal, Some(Refusal::WaitTimeout));
+    assert_eq!(
+        outcome("c", cancelled).refusal,
+        Some(Refusal::WaitCancelled)
+    );
+    let lease = outcome("w", admitted).lease.expect("admitted");
+    assert_eq!(lease.lease.fencing_token, release_index);
+}
+
+#[test]
+fn a_bookings_holder_is_not_kept_out_of_its_window_by_waiters() {
+    use crate::lease::command::BookOp;
+    let mut log = Log::new();
+    let start = WALL_BASE_MS + log.mono_ms() + 10_000;
+    log.propose(
+        ALICE,
+        Op::Book(BookOp {
+            resource: "r".into(),
+            holder: "owner".into(),
+            start_wall_ms: start,
+            duration_ms: 3_600_000,
+        }),
+    );
+    // A waiter whose lease would reach into the window queues...
+    queued(&log.acquire(
+        BOB,
+        AcquireOp {
+            wait_ms: Some(7_200_000),
+            ..acq_ttl("r", "w", 60_000)
+        },
+    ));
+    // ...but once the window opens its holder goes first.
+    log.elapse(10_000);
+    granted(&log.acquire(ALICE, acq_ttl("r", "owner", 60_000)));
+    assert!(log.state.waiting("r", "w").is_some());
+}

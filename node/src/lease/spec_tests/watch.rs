@@ -129,3 +129,38 @@ fn each_entry_publishes_the_events_it_recorded() {
     log.tick();
     assert!(log.state.effects().events.is_empty());
 }
+
+#[test]
+fn a_cursor_inside_a_revision_notices_a_drop_later_in_that_revision() {
+    let mut log = Log::new();
+    let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000))); // 1
+    log.acquire(
+        BOB,
+        AcquireOp {
+            wait_ms: Some(60_000),
+            ..acq_ttl("r", "b", 60_000)
+        },
+    ); // 2: queued
+    log.release(ALICE, release_of(&a)); // 3: released (seq 0), admitted (seq 1)
+    let events = log.events("r");
+    let mid = Cursor::at("r", &events[2]); // after (3, seq 0)
+    assert_eq!(events[2].position(), (3, 0));
+    let b = log.state.resource_view("r").leases[0].clone();
+    log.state.history_total = 3;
+    log.renew(BOB, renew_of(&b, None)); // 4: keeps (3, 0), (3, 1), (4, 0)
+    let scope = Scope::Resource("r".into());
+    let rest = log
+        .state
+        .watch_events(&scope, &mid, &[], 100)
+        .expect("nothing after the cursor dropped");
+    assert_eq!(
+        positions(&rest),
+        vec![(3, "r".to_string(), 1), (4, "r".to_string(), 0)]
+    );
+    log.state.history_total = 2;
+    log.renew(BOB, renew_of(&b, None)); // 5: drops (3, 0) and (3, 1)
+    assert_eq!(
+        log.state.watch_events(&scope, &mid, &[], 100),
+        Err(Rejection::Compacted { oldest: 4 })
+    );
+}
