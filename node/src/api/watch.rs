@@ -60,7 +60,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
     };
     loop {
         // Catch up from the state.
-        let covered = loop {
+        loop {
             let (events, applied_index) = {
                 let applied = node.sm.read();
                 let events = applied
@@ -79,13 +79,12 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
                 if !send(tx, &events, applied_index).await {
                     return Ok(());
                 }
-                break applied_index;
+                break;
             }
             if !send(tx, &events, cursor.revision.saturating_sub(1)).await {
                 return Ok(());
             }
-        };
-        let _ = covered;
+        }
         // Then live.
         let mut last_progress = tokio::time::Instant::now();
         let mut progress = tokio::time::interval(PROGRESS_EVERY);

@@ -26,7 +26,7 @@ fn booked(reply: &Reply) -> crate::lease::Booking {
 }
 
 #[test]
-fn bookings_of_one_resource_never_overlap() {
+fn s4_8_bookings_of_one_resource_never_overlap() {
     let mut log = Log::new();
     let start = wall(&log) + 60_000;
     booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
@@ -44,7 +44,7 @@ fn bookings_of_one_resource_never_overlap() {
 }
 
 #[test]
-fn an_acquire_that_would_extend_into_another_holders_window_is_refused_with_its_start() {
+fn s4_8_an_acquire_that_would_extend_into_another_holders_window_is_refused_with_its_start() {
     let mut log = Log::new();
     let start = wall(&log) + 60_000;
     booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
@@ -71,7 +71,7 @@ fn an_acquire_that_would_extend_into_another_holders_window_is_refused_with_its_
 }
 
 #[test]
-fn a_window_cannot_be_booked_into_a_lease_of_another_holder() {
+fn s4_8_a_window_cannot_be_booked_into_a_lease_of_another_holder() {
     let mut log = Log::new();
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 30_000)));
     let start = wall(&log) + 10_000;
@@ -83,7 +83,7 @@ fn a_window_cannot_be_booked_into_a_lease_of_another_holder() {
 }
 
 #[test]
-fn a_waiter_kept_out_by_a_booking_is_admitted_when_the_window_ends() {
+fn s4_8_a_waiter_kept_out_by_a_booking_is_admitted_when_the_window_ends() {
     let mut log = Log::new();
     let start = wall(&log) + 1_000;
     booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
@@ -108,7 +108,7 @@ fn a_waiter_kept_out_by_a_booking_is_admitted_when_the_window_ends() {
 }
 
 #[test]
-fn only_the_bookings_principal_or_an_admin_cancels_it() {
+fn s4_8_only_the_bookings_principal_or_an_admin_cancels_it() {
     let mut log = Log::new();
     let start = wall(&log) + 60_000;
     booked(&log.propose(ALICE, book("r", "a", start, 10_000)));
@@ -132,7 +132,7 @@ fn only_the_bookings_principal_or_an_admin_cancels_it() {
 }
 
 #[test]
-fn a_booking_needs_a_window_that_has_not_ended_and_a_sane_duration() {
+fn s4_8_a_booking_needs_a_window_that_has_not_ended_and_a_sane_duration() {
     let mut log = Log::new();
     let now = wall(&log);
     assert_eq!(
@@ -150,7 +150,7 @@ fn a_booking_needs_a_window_that_has_not_ended_and_a_sane_duration() {
 }
 
 #[test]
-fn a_transfer_cannot_carry_a_lease_into_another_holders_window() {
+fn s4_8_a_transfer_cannot_carry_a_lease_into_another_holders_window() {
     let mut log = Log::new();
     log.register(
         "r",

@@ -164,6 +164,16 @@ impl Log {
             .unwrap_or_default()
     }
 
+    /// The newest `n` events of a resource as (revision, kind), newest first.
+    pub fn newest_events(&self, resource: &str, n: usize) -> Vec<(u64, super::history::EventKind)> {
+        self.events(resource)
+            .iter()
+            .rev()
+            .take(n)
+            .map(|e| (e.revision, e.kind))
+            .collect()
+    }
+
     /// The live leases of a resource as (holder, fencing token), in grant order.
     pub fn holders(&self, resource: &str) -> Vec<(String, u64)> {
         pairs(&self.state.resource_view(resource).leases)

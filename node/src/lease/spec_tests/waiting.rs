@@ -37,7 +37,7 @@ fn cancel(resource: &str, holder: &str) -> Op {
 }
 
 #[test]
-fn waiters_are_admitted_in_fifo_order_each_by_the_entry_that_frees_the_resource() {
+fn s4_7_waiters_are_admitted_in_fifo_order_each_by_the_entry_that_frees_the_resource() {
     let mut log = Log::new();
     let mut current = granted(&log.acquire(ALICE, acq_ttl("r", "h0", 30_000)));
     let holders: Vec<String> = (1..=20).map(|k| format!("h{k}")).collect();
@@ -56,13 +56,7 @@ fn waiters_are_admitted_in_fifo_order_each_by_the_entry_that_frees_the_resource(
         assert_eq!(admitted.lease.fencing_token, release_index);
         assert_eq!(log.holders("r"), held(&[(h, release_index)]));
         // The release and the admission share one revision.
-        let kinds: Vec<(u64, EventKind)> = log
-            .events("r")
-            .iter()
-            .rev()
-            .take(2)
-            .map(|e| (e.revision, e.kind))
-            .collect();
+        let kinds = log.newest_events("r", 2);
         assert_eq!(
             kinds,
             vec![
@@ -76,7 +70,7 @@ fn waiters_are_admitted_in_fifo_order_each_by_the_entry_that_frees_the_resource(
 }
 
 #[test]
-fn nobody_barges_past_a_waiter_even_into_room_the_head_cannot_use() {
+fn s4_1_nobody_barges_past_a_waiter_even_into_room_the_head_cannot_use() {
     let mut log = Log::new();
     log.register("r", shared_policy(&[Mode::Read], 0));
     let reader = granted(&log.acquire(ALICE, shared("r", "reader", Mode::Read, 1)));
@@ -99,7 +93,7 @@ fn nobody_barges_past_a_waiter_even_into_room_the_head_cannot_use() {
 }
 
 #[test]
-fn shared_waiters_at_the_head_are_admitted_together_while_they_fit() {
+fn s4_7_shared_waiters_at_the_head_are_admitted_together_while_they_fit() {
     let mut log = Log::new();
     log.register("pool", shared_policy(&[Mode::Read], 3));
     let x = granted(&log.acquire(ALICE, acq("pool", "x")));
@@ -145,7 +139,7 @@ fn shared_waiters_at_the_head_are_admitted_together_while_they_fit() {
 }
 
 #[test]
-fn a_wait_times_out_by_an_entry_and_the_call_learns_wait_timeout() {
+fn s4_7_a_wait_times_out_by_an_entry_and_the_call_learns_wait_timeout() {
     let mut log = Log::new();
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
     queued(&log.acquire(BOB, wait("r", "b", 2_000)));
@@ -166,7 +160,7 @@ fn a_wait_times_out_by_an_entry_and_the_call_learns_wait_timeout() {
 }
 
 #[test]
-fn the_leader_plans_a_tick_when_a_wait_times_out_even_with_no_lease_due() {
+fn s4_7_the_leader_plans_a_tick_when_a_wait_times_out_even_with_no_lease_due() {
     use crate::lease::expiry::{plan, Plan};
     let mut log = Log::new();
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 600_000)));
@@ -188,7 +182,7 @@ fn the_leader_plans_a_tick_when_a_wait_times_out_even_with_no_lease_due() {
 }
 
 #[test]
-fn cancel_wait_removes_the_wait_and_lets_the_next_waiter_in_if_it_fits() {
+fn s4_7_cancel_wait_removes_the_wait_and_lets_the_next_waiter_in_if_it_fits() {
     let mut log = Log::new();
     log.register("r", shared_policy(&[Mode::Read], 0));
     granted(&log.acquire(ALICE, shared("r", "reader", Mode::Read, 1)));
@@ -231,7 +225,7 @@ fn cancel_wait_removes_the_wait_and_lets_the_next_waiter_in_if_it_fits() {
 }
 
 #[test]
-fn a_removal_naming_an_older_wait_leaves_a_newer_wait_of_the_holder_alone() {
+fn s4_7_a_removal_naming_an_older_wait_leaves_a_newer_wait_of_the_holder_alone() {
     let mut log = Log::new();
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
     let (_, first) = queued(&log.acquire(BOB, wait("r", "b", 1_000)));
@@ -255,7 +249,7 @@ fn a_removal_naming_an_older_wait_leaves_a_newer_wait_of_the_holder_alone() {
 }
 
 #[test]
-fn a_retried_wait_rejoins_its_place_and_a_retried_request_learns_the_outcome() {
+fn s4_7_a_retried_wait_rejoins_its_place_and_a_retried_request_learns_the_outcome() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
     queued(&log.acquire(ALICE, wait("r", "x", 60_000)));
@@ -280,7 +274,7 @@ fn a_retried_wait_rejoins_its_place_and_a_retried_request_learns_the_outcome() {
 }
 
 #[test]
-fn a_lock_delay_keeps_waiters_out_until_the_entry_that_ends_it() {
+fn s4_4_a_lock_delay_keeps_waiters_out_until_the_entry_that_ends_it() {
     let mut log = Log::new();
     log.register(
         "r",
@@ -305,7 +299,7 @@ fn a_lock_delay_keeps_waiters_out_until_the_entry_that_ends_it() {
 }
 
 #[test]
-fn a_full_waiting_room_answers_waiting_room_full() {
+fn s4_7_a_full_waiting_room_answers_waiting_room_full() {
     let mut log = Log::new();
     log.register(
         "r",
@@ -324,7 +318,7 @@ fn a_full_waiting_room_answers_waiting_room_full() {
 }
 
 #[test]
-fn a_reclaim_admits_the_head_waiter_in_the_reclaiming_entry() {
+fn s4_4_a_reclaim_admits_the_head_waiter_in_the_reclaiming_entry() {
     let mut log = Log::new();
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 1_000)));
     queued(&log.acquire(BOB, wait("r", "b", 60_000)));
@@ -332,18 +326,14 @@ fn a_reclaim_admits_the_head_waiter_in_the_reclaiming_entry() {
     log.tick();
     let index = log.index;
     assert_eq!(log.holders("r"), held(&[("b", index)]));
-    let last: Vec<EventKind> = log
-        .events("r")
-        .iter()
-        .rev()
-        .take(2)
-        .map(|e| e.kind)
-        .collect();
-    assert_eq!(last, vec![EventKind::Admitted, EventKind::Reclaimed]);
+    assert_eq!(
+        log.newest_events("r", 2),
+        vec![(index, EventKind::Admitted), (index, EventKind::Reclaimed)]
+    );
 }
 
 #[test]
-fn a_waiting_ad_hoc_resource_is_not_forgotten() {
+fn s4_11_a_waiting_ad_hoc_resource_is_not_forgotten() {
     let mut log = Log::new();
     log.state.history_total = 1;
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
@@ -353,7 +343,7 @@ fn a_waiting_ad_hoc_resource_is_not_forgotten() {
 }
 
 #[test]
-fn a_transfer_to_a_waiting_holder_ends_its_wait_admitted_with_that_lease() {
+fn s4_7_a_transfer_to_a_waiting_holder_ends_its_wait_admitted_with_that_lease() {
     let mut log = Log::new();
     log.register(
         "r",
@@ -374,13 +364,7 @@ fn a_transfer_to_a_waiting_holder_ends_its_wait_admitted_with_that_lease() {
         ("b", index)
     );
     assert_eq!(log.state.waiters(), 0);
-    let last: Vec<(u64, EventKind)> = log
-        .events("r")
-        .iter()
-        .rev()
-        .take(2)
-        .map(|e| (e.revision, e.kind))
-        .collect();
+    let last = log.newest_events("r", 2);
     assert_eq!(
         last,
         vec![
@@ -391,7 +375,7 @@ fn a_transfer_to_a_waiting_holder_ends_its_wait_admitted_with_that_lease() {
 }
 
 #[test]
-fn a_transfer_to_the_head_waiter_lets_the_next_waiter_in_and_a_mismatched_wait_ends() {
+fn s4_7_a_transfer_to_the_head_waiter_lets_the_next_waiter_in_and_a_mismatched_wait_ends() {
     let mut log = Log::new();
     log.register(
         "r",
@@ -423,7 +407,7 @@ fn a_transfer_to_the_head_waiter_lets_the_next_waiter_in_and_a_mismatched_wait_e
 }
 
 #[test]
-fn a_decided_wait_can_be_read_back_from_history() {
+fn s4_7_a_decided_wait_can_be_read_back_from_history() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
     let (_, timed) = queued(&log.acquire(BOB, wait("r", "t", 1_000)));
@@ -450,7 +434,7 @@ fn a_decided_wait_can_be_read_back_from_history() {
 }
 
 #[test]
-fn a_bookings_holder_is_not_kept_out_of_its_window_by_waiters() {
+fn s4_8_a_bookings_holder_is_not_kept_out_of_its_window_by_waiters() {
     use crate::lease::command::BookOp;
     let mut log = Log::new();
     let start = WALL_BASE_MS + log.mono_ms() + 10_000;

@@ -13,7 +13,7 @@ fn positions(events: &[(String, Event)]) -> Vec<(u64, String, u32)> {
 }
 
 #[test]
-fn a_watch_resumes_exactly_after_a_revision() {
+fn s4_12_a_watch_resumes_exactly_after_a_revision() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 1_000))); // 1
     log.renew(ALICE, renew_of(&a, Some(2_000))); // 2
@@ -37,7 +37,7 @@ fn a_watch_resumes_exactly_after_a_revision() {
 }
 
 #[test]
-fn a_prefix_watch_orders_one_entrys_events_by_resource_then_seq() {
+fn s4_12_a_prefix_watch_orders_one_entrys_events_by_resource_then_seq() {
     let mut log = Log::new();
     granted(&log.acquire(ALICE, acq_ttl("p/b", "x", 1_000))); // 1
     granted(&log.acquire(ALICE, acq_ttl("p/a", "x", 1_000))); // 2
@@ -82,7 +82,7 @@ fn a_prefix_watch_orders_one_entrys_events_by_resource_then_seq() {
 }
 
 #[test]
-fn a_watch_from_before_retained_history_is_compacted_with_the_oldest_complete_revision() {
+fn s4_12_a_watch_from_before_retained_history_is_compacted_with_the_oldest_complete_revision() {
     let mut log = Log::new();
     log.state.history_total = 3;
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000))); // 1
@@ -117,7 +117,7 @@ fn a_watch_from_before_retained_history_is_compacted_with_the_oldest_complete_re
 }
 
 #[test]
-fn each_entry_publishes_the_events_it_recorded() {
+fn s4_12_each_entry_publishes_the_events_it_recorded() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000)));
     assert_eq!(
@@ -131,7 +131,7 @@ fn each_entry_publishes_the_events_it_recorded() {
 }
 
 #[test]
-fn a_cursor_inside_a_revision_notices_a_drop_later_in_that_revision() {
+fn s4_12_a_cursor_inside_a_revision_notices_a_drop_later_in_that_revision() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 60_000))); // 1
     log.acquire(
