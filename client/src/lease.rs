@@ -84,7 +84,8 @@ impl Client {
     }
 }
 
-fn renew_request(lease: &pb::Lease, ttl: Duration) -> pb::RenewRequest {
+/// The `Renew` of `lease` for `ttl`, with a fresh `request_id`.
+pub fn renew_request(lease: &pb::Lease, ttl: Duration) -> pb::RenewRequest {
     pb::RenewRequest {
         resource: lease.resource.clone(),
         lease_id: lease.lease_id.clone(),
@@ -92,6 +93,17 @@ fn renew_request(lease: &pb::Lease, ttl: Duration) -> pb::RenewRequest {
         fencing_token: lease.fencing_token,
         ttl: Some(prost_duration(ttl)),
         request_id: uuid::Uuid::new_v4().to_string(),
+    }
+}
+
+/// The `Release` of `lease` (the client sets the `request_id`).
+pub fn release_request(lease: &pb::Lease) -> pb::ReleaseRequest {
+    pb::ReleaseRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        request_id: String::new(),
     }
 }
 
@@ -217,16 +229,7 @@ impl Lease {
     /// Stops renewing and releases the lease.
     pub async fn release(self) -> Result<pb::Lease, Error> {
         self.renewer.abort();
-        let response = self
-            .client
-            .release(pb::ReleaseRequest {
-                resource: self.lease.resource.clone(),
-                lease_id: self.lease.lease_id.clone(),
-                holder: self.lease.holder.clone(),
-                fencing_token: self.lease.fencing_token,
-                request_id: String::new(),
-            })
-            .await?;
+        let response = self.client.release(release_request(&self.lease)).await?;
         response
             .lease
             .ok_or_else(|| Error::Local("released without a lease".into()))

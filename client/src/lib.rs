@@ -36,7 +36,10 @@ pub use client::{Client, DEFAULT_ENDPOINTS};
 pub use election::Leadership;
 pub use error::Error;
 pub use fence::{Fence, Stale};
-pub use lease::{from_prost_duration, prost_duration, safety_margin, Acquired, Lease, Lost};
+pub use lease::{
+    from_prost_duration, prost_duration, release_request, renew_request, safety_margin, Acquired,
+    Lease, Lost,
+};
 pub use lock::Lock;
 pub use observe::{Leader, Leaders};
 pub use owner::{Forwarded, Inbox, DEFAULT_FORWARD_TIMEOUT, MAX_PAYLOAD_BYTES};

@@ -34,15 +34,19 @@ pub struct Node {
     pub raft: Raft,
     pub sm: Arc<Shared>,
     pub peers: Peers,
-    pub clock: NodeClock,
+    pub clock: Arc<NodeClock>,
     pub config: Config,
     pub auth: crate::auth::Auth,
     /// The highest log index this process has committed as leader (0: none yet). A leader
     /// restarted in its old term reuses its old blank entry, so until it commits an entry of
     /// its own its read index may lag writes it acknowledged before the restart.
-    pub own_commit: std::sync::atomic::AtomicU64,
+    pub own_commit: Arc<std::sync::atomic::AtomicU64>,
     /// The owner inboxes opened on this node (`Serve`, SPEC §4.9).
     pub inboxes: crate::api::owner::Inboxes,
+    /// Shares each leader ReadIndex round among the linearizable reads that arrived before it.
+    pub reads: crate::api::read_barrier::ReadBarrier<crate::api::forward::ReadRound>,
+    /// Gathers the commands that arrive while entries are being committed into one entry.
+    pub batcher: crate::api::batch::Batcher,
 }
 
 /// A started node; `shutdown` stops it gracefully, `kill` as abruptly as a process can be.
@@ -95,7 +99,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     )
     .await?;
 
-    let clock = NodeClock::default();
+    let clock = Arc::new(NodeClock::default());
     #[cfg(feature = "fault-injection")]
     if config.fi_clock_offset_ms != 0 || config.fi_clock_rate_ppm != 0 {
         tracing::warn!(
@@ -114,17 +118,20 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             "fault injection: DELIBERATELY BROKEN: linearizable reads are served from local state"
         );
     }
+    let own_commit = Arc::<std::sync::atomic::AtomicU64>::default();
     let node = Arc::new(Node {
         id: config.id,
         addr: config.advertised_addr().to_string(),
         raft: raft.clone(),
         sm: shared,
         peers,
-        clock,
+        clock: clock.clone(),
         config: config.clone(),
         auth,
-        own_commit: std::sync::atomic::AtomicU64::new(0),
+        own_commit: own_commit.clone(),
         inboxes: Default::default(),
+        batcher: crate::api::forward::batcher(raft.clone(), clock.clone(), own_commit),
+        reads: crate::api::forward::read_barrier(raft.clone(), config.request_timeout),
     });
 
     let (stop, stop_rx) = watch::channel(false);

@@ -109,6 +109,7 @@ impl Cluster for ClusterApi {
                 snapshots_built: StorageStats::get(&s.snapshots_built),
                 last_snapshot_index: StorageStats::get(&s.last_snapshot_index),
                 last_snapshot_bytes: StorageStats::get(&s.last_snapshot_bytes),
+                last_snapshot_build_micros: StorageStats::get(&s.last_snapshot_build_micros),
             }),
             active_leases,
             lease_now_ms,

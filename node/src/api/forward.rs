@@ -9,11 +9,12 @@ use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::api::read_barrier::ReadBarrier;
 use crate::app::Node;
 use crate::error::ApiError;
-use crate::lease::{self, Answer, Command, Op, Proposal, Query, Reply};
+use crate::lease::{self, Answer, Command, Op, Query, Reply};
 use crate::network::{decode, encode};
-use crate::store::NodeId;
+use crate::store::{NodeId, Raft};
 
 /// A validated command, handed from the node that received the call to the leader.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -52,6 +53,34 @@ fn not_served<E: std::fmt::Display>(error: &RaftError<NodeId, E>, forward: bool)
     } else {
         NotServed::Unavailable(error.to_string())
     }
+}
+
+/// The outcome of one ReadIndex round, shared by every read of its batch.
+pub type ReadRound = Result<(), NotServed>;
+
+/// The node's read barrier: each round is `ensure_linearizable`, i.e. confirm leadership with a
+/// quorum heartbeat and take the read index (max of the leader's first entry and the commit
+/// index), then wait until the state machine has applied it. A round that outlasts `limit`
+/// fails its batch rather than hold up every later read.
+pub fn read_barrier(raft: Raft, limit: Duration) -> ReadBarrier<ReadRound> {
+    ReadBarrier::new(move || {
+        let raft = raft.clone();
+        async move {
+            match tokio::time::timeout(limit, raft.ensure_linearizable()).await {
+                Ok(Ok(_read_log_id)) => Ok(()),
+                Ok(Err(e)) => {
+                    let forward = matches!(
+                        &e,
+                        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))
+                    );
+                    Err(not_served(&e, forward))
+                }
+                Err(_) => Err(NotServed::Unavailable(
+                    "the leader did not confirm a quorum in time".into(),
+                )),
+            }
+        }
+    })
 }
 
 /// Where a call is served this attempt.
@@ -110,30 +139,10 @@ impl Node {
         })
     }
 
-    /// Stamps and commits on this node, if it is the leader.
+    /// Stamps and commits on this node, if it is the leader, in the next entry the batcher
+    /// forms (see `api::batch`).
     pub async fn propose_local(&self, request: ProposeRequest) -> ProposeResult {
-        let command = Command::V1(Proposal {
-            stamp: self.clock.stamp(),
-            principal: request.principal,
-            admin: request.admin,
-            request_id: request.request_id,
-            require_registration: request.require_registration,
-            op: request.op,
-        });
-        match self.raft.client_write(command).await {
-            Ok(response) => {
-                self.own_commit
-                    .fetch_max(response.log_id.index, std::sync::atomic::Ordering::Relaxed);
-                Ok(response.data)
-            }
-            Err(e) => {
-                let forward = matches!(
-                    &e,
-                    RaftError::APIError(ClientWriteError::ForwardToLeader(_))
-                );
-                Err(not_served(&e, forward))
-            }
-        }
+        self.batcher.propose(request).await
     }
 
     /// Answers `query` linearizably (through the leader's ReadIndex), or from local state when
@@ -154,8 +163,9 @@ impl Node {
         served.ok_or_else(|| ApiError::Unavailable("no leader confirmed a quorum in time".into()))
     }
 
-    /// A linearizable read on this node, if it is the leader: one quorum round, then the
-    /// state at or after the read index.
+    /// A linearizable read on this node, if it is the leader: a quorum round that started
+    /// after this call (shared with the reads that arrived alongside, see [`ReadBarrier`]),
+    /// then the state at or after that round's read index.
     pub async fn query_local(&self, query: &Query) -> ReadResult {
         if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             // The leader timer commits a Tick first thing; until then the read index may be stale.
@@ -163,15 +173,10 @@ impl Node {
                 "this leader has not committed an entry of its own yet".into(),
             ));
         }
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(self.read_local(query)),
-            Err(e) => {
-                let forward = matches!(
-                    &e,
-                    RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))
-                );
-                Err(not_served(&e, forward))
-            }
+        match self.reads.read().await {
+            Ok(Ok(())) => Ok(self.read_local(query)),
+            Ok(Err(why)) => Err(why),
+            Err(stopped) => Err(NotServed::Unavailable(stopped.to_string())),
         }
     }
 
@@ -221,4 +226,36 @@ impl Node {
 enum Forwarded<'a> {
     Propose(&'a ProposeRequest),
     Read(&'a ReadRequest),
+}
+
+/// The leader's proposal batcher: stamps each entry with this node's clocks and commits it
+/// through `raft`, noting the index in `own_commit`.
+pub fn batcher(
+    raft: crate::store::Raft,
+    clock: std::sync::Arc<crate::clock::NodeClock>,
+    own_commit: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> crate::api::batch::Batcher {
+    crate::api::batch::Batcher::start(
+        move || clock.stamp(),
+        move |command: Command| {
+            let raft = raft.clone();
+            let own_commit = own_commit.clone();
+            async move {
+                match raft.client_write(command).await {
+                    Ok(response) => {
+                        own_commit
+                            .fetch_max(response.log_id.index, std::sync::atomic::Ordering::Relaxed);
+                        Ok(response.data)
+                    }
+                    Err(e) => {
+                        let forward = matches!(
+                            &e,
+                            RaftError::APIError(ClientWriteError::ForwardToLeader(_))
+                        );
+                        Err(not_served(&e, forward))
+                    }
+                }
+            }
+        },
+    )
 }

@@ -11,8 +11,14 @@ use super::types::{AcquireOutcome, LeaseView, Mode, Rejection};
 
 /// A log entry's payload. Versioned so that a later release can still read an older log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+// Commands live briefly (proposed, applied, dropped); boxing V1 would change every caller.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     V1(Proposal),
+    /// Proposals the leader committed together as one entry, applied in order, each with its
+    /// own reply. No two name the same resource ([`Op::resource_key`]), so every grant on a
+    /// resource still has its own entry index as its fencing token.
+    Batch(Vec<Proposal>),
 }
 
 /// The leader's clocks when it proposed the entry. Followers never stamp.
@@ -60,6 +66,25 @@ pub enum Op {
     },
     /// Proposed by the leader to keep the committed lease clock fresh.
     Tick,
+}
+
+impl Op {
+    /// The one resource this op reads and changes, when it names it: ops that share an entry
+    /// must name different resources. `None` (an op without a name, or one that touches many
+    /// resources) commits in an entry of its own.
+    pub fn resource_key(&self) -> Option<&str> {
+        match self {
+            Op::CreateResource(op) => op.name.as_deref(),
+            Op::Acquire(op) => Some(&op.resource),
+            Op::Renew(op) => Some(&op.resource),
+            Op::Release(op) => Some(&op.resource),
+            Op::Transfer(op) => Some(&op.resource),
+            Op::CancelWait(op) => Some(&op.resource),
+            Op::Book(op) => Some(&op.resource),
+            Op::CancelBooking(op) => Some(&op.resource),
+            Op::Reclaim { .. } | Op::Tick => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,4 +181,6 @@ pub enum Reply {
     Reclaimed(Vec<LeaseView>),
     /// Blank and membership entries.
     None,
+    /// A [`Command::Batch`]: one reply per proposal, in order.
+    Batch(Vec<Reply>),
 }

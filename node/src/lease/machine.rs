@@ -157,8 +157,20 @@ impl Default for State {
 
 /// Applies one command entry. Never panics on any input: bad input is a `Rejected` reply.
 pub fn apply(state: &mut State, meta: EntryMeta, command: &Command) -> Reply {
-    let Command::V1(proposal) = command;
+    // Effects belong to the entry: lease ids `lse_<index>_<k>` number on across a batch.
     state.effects = Effects::default();
+    match command {
+        Command::V1(proposal) => apply_proposal(state, meta, proposal),
+        Command::Batch(proposals) => Reply::Batch(
+            proposals
+                .iter()
+                .map(|proposal| apply_proposal(state, meta, proposal))
+                .collect(),
+        ),
+    }
+}
+
+fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Reply {
     state.clock.observe(meta.leader, &proposal.stamp);
     let now_ms = state.clock.now_ms();
     state.dedup.prune(now_ms);

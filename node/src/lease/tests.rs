@@ -471,6 +471,7 @@ fn answer_of(reply: &Reply) -> Answer {
             Answer::Reclaimed(reclaimed)
         }
         Reply::None => panic!("a command entry answered Reply::None"),
+        Reply::Batch(_) => panic!("the model proposes one command per entry"),
         Reply::Resource(view) => panic!("the model registers nothing, yet got {view:?}"),
         Reply::Cancelled { .. } | Reply::Booking(_) => panic!("the model never waits or books"),
     }

@@ -1,8 +1,13 @@
 //! The Raft log and vote on sled, durable before openraft is told so.
 //!
 //! sled 0.34's flush ends in `sync_file_range`, which does not flush a disk's volatile write
-//! cache; so after every flush we also `fdatasync` sled's data file. One append = one flush +
-//! one fdatasync, however many entries it carries: batching buys throughput.
+//! cache; so after every flush we also `fdatasync` sled's data file.
+//!
+//! Appends are group-committed: `append` writes the entries into sled's memory and hands
+//! openraft's callback to a flusher thread, which takes every callback queued so far, runs one
+//! flush + fdatasync for all of them and then completes them in order. openraft goes on
+//! (replicating, accepting writes) meanwhile, so the leader's own fsync overlaps the
+//! followers', and one fsync covers every entry appended while the previous one ran.
 
 use std::fmt::Debug;
 use std::fs::File;
@@ -30,6 +35,8 @@ pub struct LogStore {
     /// sled's data file, opened once for fdatasync.
     data_file: Arc<File>,
     stats: Arc<StorageStats>,
+    /// Callbacks of appends waiting for the flusher thread's next flush + fdatasync.
+    flushes: std::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
 }
 
 fn index_key(index: u64) -> [u8; 8] {
@@ -51,33 +58,30 @@ impl LogStore {
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
         let data_file = Arc::new(File::open(dir.join("db"))?);
+        let (flushes, queued) = std::sync::mpsc::channel();
+        {
+            let (db, file, stats) = (db.clone(), data_file.clone(), stats.clone());
+            std::thread::Builder::new()
+                .name("log-flusher".into())
+                .spawn(move || group_commit(&db, &file, &stats, &queued))?;
+        }
         Ok(LogStore {
             db,
             log,
             meta,
             data_file,
             stats,
+            flushes,
         })
     }
 
     /// Flushes sled and fdatasyncs its file: after this, what was written survives power loss.
     async fn sync(&self) -> Result<(), StorageError<NodeId>> {
-        let db = self.db.clone();
-        let file = self.data_file.clone();
-        let started = Instant::now();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            db.flush().map_err(std::io::Error::other)?;
-            file.sync_data()
-        })
-        .await
-        .map_err(write_err)?
-        .map_err(write_err)?;
-        StorageStats::add(&self.stats.log_fsyncs, 1);
-        StorageStats::add(
-            &self.stats.log_sync_micros,
-            started.elapsed().as_micros() as u64,
-        );
-        Ok(())
+        let (db, file, stats) = (self.db.clone(), self.data_file.clone(), self.stats.clone());
+        tokio::task::spawn_blocking(move || flush_and_sync(&db, &file, &stats))
+            .await
+            .map_err(write_err)?
+            .map_err(write_err)
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError<NodeId>> {
@@ -100,6 +104,38 @@ impl LogStore {
             batch.remove(key);
         }
         self.log.apply_batch(batch).map_err(write_err)
+    }
+}
+
+/// Flushes sled and fdatasyncs its file, counting it in `stats`.
+fn flush_and_sync(db: &sled::Db, file: &File, stats: &StorageStats) -> std::io::Result<()> {
+    let started = Instant::now();
+    db.flush().map_err(std::io::Error::other)?;
+    file.sync_data()?;
+    StorageStats::add(&stats.log_fsyncs, 1);
+    StorageStats::add(&stats.log_sync_micros, started.elapsed().as_micros() as u64);
+    Ok(())
+}
+
+/// The flusher thread: one flush + fdatasync for every callback queued when it starts, then
+/// the callbacks in append order. Ends when the last `LogStore` clone is dropped.
+fn group_commit(
+    db: &sled::Db,
+    file: &File,
+    stats: &StorageStats,
+    queued: &std::sync::mpsc::Receiver<LogFlushed<TypeConfig>>,
+) {
+    while let Ok(first) = queued.recv() {
+        let mut batch = vec![first];
+        batch.extend(queued.try_iter());
+        match flush_and_sync(db, file, stats) {
+            Ok(()) => batch.into_iter().for_each(|c| c.log_io_completed(Ok(()))),
+            Err(e) => {
+                for callback in batch {
+                    callback.log_io_completed(Err(std::io::Error::new(e.kind(), e.to_string())));
+                }
+            }
+        }
     }
 }
 
@@ -187,10 +223,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             count += 1;
         }
         self.log.apply_batch(batch).map_err(write_err)?;
-        self.sync().await?;
         StorageStats::add(&self.stats.log_appends, 1);
         StorageStats::add(&self.stats.log_entries, count);
-        callback.log_io_completed(Ok(()));
+        // Durable once the flusher's next flush + fdatasync returns; it calls back then.
+        if let Err(unsent) = self.flushes.send(callback) {
+            unsent
+                .0
+                .log_io_completed(Err(std::io::Error::other("the log flusher has stopped")));
+        }
         Ok(())
     }
 

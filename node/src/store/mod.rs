@@ -40,6 +40,7 @@ pub struct StorageStats {
     pub snapshots_built: AtomicU64,
     pub last_snapshot_index: AtomicU64,
     pub last_snapshot_bytes: AtomicU64,
+    pub last_snapshot_build_micros: AtomicU64,
 }
 
 impl StorageStats {

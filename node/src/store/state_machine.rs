@@ -32,9 +32,10 @@ pub struct Applied {
 /// Shared between openraft (apply, snapshots) and the API (reads) and leader timers.
 pub struct Shared {
     applied: RwLock<Applied>,
-    /// The newest snapshot. Its lock also serializes saving: openraft builds snapshots in a
-    /// task of their own, which can overlap an install.
-    current: Mutex<Option<StoredSnapshot>>,
+    /// The newest snapshot's meta (its bytes stay on disk). Its lock also serializes saving
+    /// and loading: openraft builds snapshots in a task of their own, which can overlap an
+    /// install.
+    current: Mutex<Option<SnapshotMeta>>,
     snapshot_dir: PathBuf,
     applied_index: watch::Sender<u64>,
     pub stats: Arc<StorageStats>,
@@ -59,15 +60,15 @@ impl Shared {
     /// (a build that finishes after an install of a newer snapshot must not replace it).
     fn keep_if_newer(&self, snapshot: &StoredSnapshot) -> anyhow::Result<()> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let index = |s: &StoredSnapshot| s.meta.last_log_id.map(|id| id.index);
+        let index = |m: &SnapshotMeta| m.last_log_id.map(|id| id.index);
         if current
             .as_ref()
-            .is_some_and(|c| index(c) >= index(snapshot))
+            .is_some_and(|c| index(c) >= index(&snapshot.meta))
         {
             return Ok(());
         }
         snapshot::save(&self.snapshot_dir, snapshot)?;
-        *current = Some(snapshot.clone());
+        *current = Some(snapshot.meta.clone());
         Ok(())
     }
 
@@ -114,7 +115,7 @@ impl StateMachineStore {
         let (applied_index, _) = watch::channel(index);
         let shared = Shared {
             applied: RwLock::new(applied),
-            current: Mutex::new(current),
+            current: Mutex::new(current.map(|snap| snap.meta)),
             snapshot_dir,
             applied_index,
             stats,
@@ -128,6 +129,7 @@ impl StateMachineStore {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let started = std::time::Instant::now();
         // Clone under a short read lock; serialize and write off the apply path.
         let (state, last_applied, last_membership) = {
             let applied = self.shared.read();
@@ -147,10 +149,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                 last_membership,
                 snapshot_id: format!("{term}-{index}"),
             };
-            let stored = StoredSnapshot {
-                meta,
-                data: Arc::new(data),
-            };
+            let stored = StoredSnapshot { meta, data };
             shared.keep_if_newer(&stored)?;
             Ok(stored)
         })
@@ -164,9 +163,13 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             stored.meta.last_log_id.map_or(0, |id| id.index),
         );
         StorageStats::set(&stats.last_snapshot_bytes, stored.data.len() as u64);
+        StorageStats::set(
+            &stats.last_snapshot_build_micros,
+            started.elapsed().as_micros() as u64,
+        );
         Ok(Snapshot {
             meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data.to_vec())),
+            snapshot: Box::new(Cursor::new(stored.data)),
         })
     }
 }
@@ -243,7 +246,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let state = snapshot::decode_state(&data).map_err(sm_err)?;
         let stored = StoredSnapshot {
             meta: meta.clone(),
-            data: Arc::new(data),
+            data,
         };
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || shared.keep_if_newer(&stored))
@@ -261,15 +264,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let current = self
-            .shared
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        Ok(current.map(|stored| Snapshot {
+        let shared = self.shared.clone();
+        let newest = tokio::task::spawn_blocking(move || {
+            // Under the lock: a save in progress finishes first.
+            let _current = shared.current.lock().unwrap_or_else(|p| p.into_inner());
+            snapshot::load_newest(&shared.snapshot_dir)
+        })
+        .await
+        .map_err(sm_err)?
+        .map_err(sm_err)?;
+        Ok(newest.map(|stored| Snapshot {
             meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data.to_vec())),
+            snapshot: Box::new(Cursor::new(stored.data)),
         }))
     }
 }
@@ -286,7 +292,7 @@ mod tests {
                 last_membership: Membership::default(),
                 snapshot_id: format!("1-{index}"),
             },
-            data: Arc::new(snapshot::encode_state(&State::default()).expect("encode")),
+            data: snapshot::encode_state(&State::default()).expect("encode"),
         }
     }
 
@@ -305,7 +311,7 @@ mod tests {
             .expect("lock")
             .clone()
             .expect("a snapshot");
-        assert_eq!(current.meta.last_log_id.map(|id| id.index), Some(20));
+        assert_eq!(current.last_log_id.map(|id| id.index), Some(20));
         let on_disk = snapshot::load_newest(dir.path())
             .expect("load")
             .expect("a file");

@@ -18,7 +18,7 @@ use clap::Args;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde_json::json;
-use tenure_client::{pb, prost_duration, Client, Error};
+use tenure_client::{pb, prost_duration, release_request, Client, Error};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -55,16 +55,6 @@ fn ms(histogram: &Histogram<u64>, q: f64) -> f64 {
 
 fn run_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
-}
-
-fn release_request(lease: &pb::Lease) -> pb::ReleaseRequest {
-    pb::ReleaseRequest {
-        resource: lease.resource.clone(),
-        lease_id: lease.lease_id.clone(),
-        holder: lease.holder.clone(),
-        fencing_token: lease.fencing_token,
-        request_id: String::new(),
-    }
 }
 
 /// Sequential acquire + release on distinct resources.

@@ -7,6 +7,7 @@
 //! the `elapse` calls since the first entry.
 
 mod acquire;
+mod batch;
 mod bookings;
 mod history;
 mod limits;
@@ -98,7 +99,33 @@ impl Log {
     /// The next entry, with a `request_id` (SPEC §5).
     pub fn propose_with(&mut self, caller: Caller, request_id: Option<String>, op: Op) -> Reply {
         self.index += 1;
-        let proposal = Proposal {
+        let proposal = self.proposal(caller, request_id, op);
+        let meta = EntryMeta {
+            index: self.index,
+            leader: LEADER,
+        };
+        apply(&mut self.state, meta, &Command::V1(proposal))
+    }
+
+    /// The next entry, carrying several proposals (the leader's batching, `api::batch`).
+    pub fn propose_batch(&mut self, proposals: Vec<(Caller, Op)>) -> Vec<Reply> {
+        self.index += 1;
+        let batch = proposals
+            .into_iter()
+            .map(|(caller, op)| self.proposal(caller, None, op))
+            .collect();
+        let meta = EntryMeta {
+            index: self.index,
+            leader: LEADER,
+        };
+        match apply(&mut self.state, meta, &Command::Batch(batch)) {
+            Reply::Batch(replies) => replies,
+            other => panic!("a batch answered {other:?}"),
+        }
+    }
+
+    fn proposal(&self, caller: Caller, request_id: Option<String>, op: Op) -> Proposal {
+        Proposal {
             stamp: Stamp {
                 mono_ms: self.mono_ms,
                 wall_ms: WALL_BASE_MS + self.mono_ms,
@@ -109,12 +136,7 @@ impl Log {
             request_id,
             require_registration: self.require_registration,
             op,
-        };
-        let meta = EntryMeta {
-            index: self.index,
-            leader: LEADER,
-        };
-        apply(&mut self.state, meta, &Command::V1(proposal))
+        }
     }
 
     /// Registers `name` as the admin `root`; panics unless it is registered.

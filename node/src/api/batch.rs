@@ -1,0 +1,314 @@
+//! Leader-side proposal batching. openraft 0.9 appends (and fsyncs) each `client_write` on
+//! its own, one at a time, so a leader taking one entry per command stops at the disk's
+//! fsync rate. Commands that arrive while earlier entries are being committed are gathered
+//! and committed as one [`Command::Batch`] entry instead: one append, one fsync, one
+//! replication round for all of them.
+//!
+//! Rules:
+//! - At most [`IN_FLIGHT`] entries are being committed at once; commands queue meanwhile and
+//!   the next entry takes all of them (up to [`MAX_BATCH`]). An idle leader commits a lone
+//!   command at once, as before.
+//! - No two commands in one entry name the same resource ([`Op::resource_key`]): a later one
+//!   waits for the next entry, so every grant on a resource has its own fencing token. A
+//!   command naming no single resource commits alone.
+//! - One stamp per entry, taken when the entry is formed, so the lease clock sees time once.
+//! - Arrival order is kept: a command deferred for a collision goes first in the next entry.
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::forward::{NotServed, ProposeRequest, ProposeResult};
+use crate::lease::{Command, Proposal, Reply, Stamp};
+
+/// Entries being committed at once: one appending while another replicates.
+pub const IN_FLIGHT: usize = 2;
+/// Commands in one entry at most.
+pub const MAX_BATCH: usize = 256;
+
+struct Pending {
+    request: ProposeRequest,
+    reply: oneshot::Sender<ProposeResult>,
+}
+
+/// The queue in front of `client_write`. Cheap to clone.
+#[derive(Clone)]
+pub struct Batcher {
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+impl Batcher {
+    /// Starts the batching task. `stamp` reads the leader's clocks; `commit` proposes one
+    /// command and answers with its applied reply (`Reply::Batch` for a batch).
+    pub fn start<S, C, F>(stamp: S, commit: C) -> Batcher
+    where
+        S: Fn() -> Stamp + Send + 'static,
+        C: Fn(Command) -> F + Send + Sync + 'static,
+        F: Future<Output = ProposeResult> + Send + 'static,
+    {
+        let (queue, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(run(receiver, stamp, Arc::new(commit)));
+        Batcher { queue }
+    }
+
+    /// Commits `request` in the next entry and returns its own reply.
+    pub async fn propose(&self, request: ProposeRequest) -> ProposeResult {
+        let (reply, answer) = oneshot::channel();
+        if self.queue.send(Pending { request, reply }).is_err() {
+            return Err(NotServed::Unavailable("this node is shutting down".into()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(NotServed::Unavailable("this node is shutting down".into())))
+    }
+}
+
+async fn run<S, C, F>(mut receiver: mpsc::UnboundedReceiver<Pending>, stamp: S, commit: Arc<C>)
+where
+    S: Fn() -> Stamp,
+    C: Fn(Command) -> F + Send + Sync + 'static,
+    F: Future<Output = ProposeResult> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut deferred: VecDeque<Pending> = VecDeque::new();
+    loop {
+        if deferred.is_empty() {
+            match receiver.recv().await {
+                Some(first) => deferred.push_back(first),
+                None => return,
+            }
+        }
+        // Wait for a free slot; whatever arrives meanwhile joins this entry.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        while let Ok(more) = receiver.try_recv() {
+            deferred.push_back(more);
+        }
+        let batch = take_batch(&mut deferred);
+        let command = command_of(&batch, stamp());
+        let commit = commit.clone();
+        tokio::spawn(async move {
+            let result = commit(command).await;
+            drop(slot);
+            answer(batch, result);
+        });
+    }
+}
+
+/// Takes the next entry's commands off the front of `queue`: a lone command that names no
+/// resource, or up to [`MAX_BATCH`] commands naming distinct resources, in arrival order
+/// (a command whose resource is taken stays queued, and so does everything after the cap).
+fn take_batch(queue: &mut VecDeque<Pending>) -> Vec<Pending> {
+    let mut batch = Vec::new();
+    let mut names: HashSet<String> = HashSet::new();
+    let mut kept = VecDeque::new();
+    while let Some(next) = queue.pop_front() {
+        let key = next.request.op.resource_key().map(str::to_owned);
+        let fits = match &key {
+            None => batch.is_empty(),
+            Some(name) => batch.len() < MAX_BATCH && !names.contains(name),
+        };
+        if !fits {
+            kept.push_back(next);
+            if key.is_none() || batch.len() >= MAX_BATCH {
+                break;
+            }
+            continue;
+        }
+        batch.push(next);
+        match key {
+            Some(name) => {
+                names.insert(name);
+            }
+            // A resource-less command is alone in its entry.
+            None => break,
+        }
+    }
+    kept.append(queue);
+    *queue = kept;
+    batch
+}
+
+fn proposal(request: &ProposeRequest, stamp: Stamp) -> Proposal {
+    Proposal {
+        stamp,
+        principal: request.principal.clone(),
+        admin: request.admin,
+        request_id: request.request_id.clone(),
+        require_registration: request.require_registration,
+        op: request.op.clone(),
+    }
+}
+
+fn command_of(batch: &[Pending], stamp: Stamp) -> Command {
+    match batch {
+        [one] => Command::V1(proposal(&one.request, stamp)),
+        many => Command::Batch(many.iter().map(|p| proposal(&p.request, stamp)).collect()),
+    }
+}
+
+/// Hands each command of the entry its own reply (or the entry's failure).
+fn answer(batch: Vec<Pending>, result: ProposeResult) {
+    match result {
+        Ok(Reply::Batch(replies)) if replies.len() == batch.len() && batch.len() > 1 => {
+            for (pending, reply) in batch.into_iter().zip(replies) {
+                let _ = pending.reply.send(Ok(reply));
+            }
+        }
+        Ok(reply) if batch.len() == 1 => {
+            for pending in batch {
+                let _ = pending.reply.send(Ok(reply.clone()));
+            }
+        }
+        Ok(other) => {
+            let why = format!(
+                "a batch of {} commands was answered with {other:?}",
+                batch.len()
+            );
+            tracing::error!("{why}");
+            for pending in batch {
+                let _ = pending.reply.send(Err(NotServed::Unavailable(why.clone())));
+            }
+        }
+        Err(why) => {
+            for pending in batch {
+                let _ = pending.reply.send(Err(why.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{Op, ReleaseOp};
+    use std::sync::Mutex;
+
+    fn release(resource: &str) -> ProposeRequest {
+        ProposeRequest {
+            principal: "p".into(),
+            admin: false,
+            request_id: None,
+            require_registration: false,
+            op: Op::Release(ReleaseOp {
+                resource: resource.into(),
+                lease_id: String::new(),
+                holder: "h".into(),
+                fencing_token: 1,
+            }),
+        }
+    }
+
+    fn tick() -> ProposeRequest {
+        ProposeRequest {
+            op: Op::Tick,
+            ..release("unused")
+        }
+    }
+
+    fn queued(requests: Vec<ProposeRequest>) -> VecDeque<Pending> {
+        requests
+            .into_iter()
+            .map(|request| Pending {
+                request,
+                reply: oneshot::channel().0,
+            })
+            .collect()
+    }
+
+    fn keys(batch: &[Pending]) -> Vec<String> {
+        batch
+            .iter()
+            .map(|p| p.request.op.resource_key().unwrap_or("-").to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_resource_named_twice_waits_for_the_next_entry_in_order() {
+        let mut queue = queued(vec![release("a"), release("b"), release("a"), release("c")]);
+        assert_eq!(keys(&take_batch(&mut queue)), ["a", "b", "c"]);
+        assert_eq!(keys(&take_batch(&mut queue)), ["a"]);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_command_without_a_resource_commits_alone_and_keeps_its_place() {
+        let mut queue = queued(vec![release("a"), tick(), release("b")]);
+        assert_eq!(keys(&take_batch(&mut queue)), ["a"]);
+        assert_eq!(keys(&take_batch(&mut queue)), ["-"]);
+        assert_eq!(keys(&take_batch(&mut queue)), ["b"]);
+    }
+
+    #[test]
+    fn an_entry_holds_at_most_max_batch_commands() {
+        let names: Vec<String> = (0..MAX_BATCH + 3).map(|i| format!("r{i}")).collect();
+        let mut queue = queued(names.iter().map(|n| release(n)).collect());
+        assert_eq!(take_batch(&mut queue).len(), MAX_BATCH);
+        assert_eq!(keys(&take_batch(&mut queue)), ["r256", "r257", "r258"]);
+    }
+
+    /// Commands sent while the first entry is being committed share the next entry, and
+    /// each gets the reply at its own position.
+    #[tokio::test]
+    async fn commands_queued_behind_a_commit_share_one_entry_and_get_their_own_replies() {
+        let seen: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
+        let recorded = seen.clone();
+        let batcher = Batcher::start(Stamp::default, move |command: Command| {
+            let recorded = recorded.clone();
+            let mut gate = gate_rx.clone();
+            async move {
+                let replies: Vec<Reply> = match &command {
+                    Command::V1(_) => vec![Reply::Cancelled {
+                        cancelled: true,
+                        revision: 0,
+                    }],
+                    Command::Batch(all) => (0..all.len())
+                        .map(|i| Reply::Cancelled {
+                            cancelled: true,
+                            revision: i as u64,
+                        })
+                        .collect(),
+                };
+                recorded.lock().expect("lock").push(replies.len());
+                // Hold every commit until the test opens the gate.
+                let _ = gate.wait_for(|open| *open).await;
+                Ok(match command {
+                    Command::V1(_) => replies.into_iter().next().expect("one"),
+                    Command::Batch(_) => Reply::Batch(replies),
+                })
+            }
+        });
+        // Fill both in-flight slots with lone commands, then queue five more.
+        let mut calls = tokio::task::JoinSet::new();
+        for (k, name) in ["x", "y"].into_iter().enumerate() {
+            let b = batcher.clone();
+            calls.spawn(async move { b.propose(release(name)).await });
+            while seen.lock().expect("lock").len() <= k {
+                tokio::task::yield_now().await;
+            }
+        }
+        let mut later = Vec::new();
+        for i in 0..5 {
+            let b = batcher.clone();
+            later.push(tokio::spawn(async move {
+                b.propose(release(&format!("r{i}"))).await
+            }));
+            tokio::task::yield_now().await;
+        }
+        gate_tx.send_replace(true);
+        let mut revisions = Vec::new();
+        for call in later {
+            match call.await.expect("join") {
+                Ok(Reply::Cancelled { revision, .. }) => revisions.push(revision),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        while calls.join_next().await.is_some() {}
+        assert_eq!(*seen.lock().expect("lock"), [1, 1, 5]);
+        assert_eq!(revisions, [0, 1, 2, 3, 4]);
+    }
+}
