@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use tenure_jepsen::bench::{self, cluster::System, BenchOptions, Workload};
 use tenure_jepsen::checker::{self, CheckParams};
 use tenure_jepsen::history::History;
 use tenure_jepsen::nemesis::Fault;
@@ -88,6 +89,40 @@ enum Command {
     },
     /// Remove namespaces, links and processes left by a run that was killed.
     Teardown,
+    /// Benchmark a local three-node Tenure cluster side by side with a local three-node etcd
+    /// cluster (loopback, no root needed) and print a Markdown table with ratios.
+    Bench {
+        /// Comma-separated: tenure, etcd (etcd needs the `etcd` feature; see jepsen/bench.sh).
+        #[arg(long, default_value = "tenure,etcd")]
+        systems: String,
+        /// Comma-separated: acquire, lock, contended, renew, read, failover.
+        #[arg(long, default_value = "acquire,lock,contended,renew,read,failover")]
+        workloads: String,
+        /// Comma-separated client counts for every workload but `acquire` (1 client).
+        #[arg(long, default_value = "1,16,64")]
+        clients: String,
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        warmup: Duration,
+        /// Measured time of each cell.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Leader kills in the failover workload.
+        #[arg(long, default_value_t = 5)]
+        kills: usize,
+        /// Clients running lock cycles while the leader is killed.
+        #[arg(long, default_value_t = 16)]
+        failover_clients: usize,
+        /// Comma-separated active-lease counts for the Tenure scale run, e.g.
+        /// 1000,100000,1000000 (empty: none).
+        #[arg(long, default_value = "")]
+        scale: String,
+        /// Where results.md and results.json go (default bench-runs/<unix time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The tenured binary (default: next to this one; build it with --release).
+        #[arg(long, env = "TENURED_BIN")]
+        bin: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -109,6 +144,66 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Bench {
+            systems,
+            workloads,
+            clients,
+            warmup,
+            duration,
+            kills,
+            failover_clients,
+            scale,
+            out,
+            bin,
+        } => {
+            let list = |s: &str| -> Vec<String> {
+                s.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            };
+            let numbers = |s: &str, what: &str| -> anyhow::Result<Vec<usize>> {
+                list(s)
+                    .iter()
+                    .map(|n| {
+                        n.replace('_', "")
+                            .parse()
+                            .map_err(|_| anyhow::anyhow!("--{what}: `{n}` is not a count"))
+                    })
+                    .collect()
+            };
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let options = BenchOptions {
+                systems: list(&systems)
+                    .iter()
+                    .map(|s| System::parse(s))
+                    .collect::<Result<_, _>>()?,
+                workloads: list(&workloads)
+                    .iter()
+                    .map(|w| Workload::parse(w))
+                    .collect::<Result<_, _>>()?,
+                clients: numbers(&clients, "clients")?,
+                warmup,
+                duration,
+                kills,
+                failover_clients,
+                scale: numbers(&scale, "scale")?,
+                out_dir: out.unwrap_or_else(|| PathBuf::from(format!("bench-runs/{stamp}"))),
+                tenured: match bin {
+                    Some(bin) => bin,
+                    None => tenure_jepsen::procs::tenured_bin()?,
+                },
+            };
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(bench::run(&options))?;
+            let table = std::fs::read_to_string(options.out_dir.join("results.md"))?;
+            println!("{table}");
+            println!("results in {}", options.out_dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Teardown => {
             hosts::teardown_leftovers()?;
             println!("no leftovers");

@@ -48,19 +48,101 @@ struct Node {
     paused: bool,
 }
 
-/// The `tenured` processes of one run (a guard).
-pub struct Procs {
-    ip: PathBuf,
+/// How the nodes of one cluster are started: the runner below kills, restarts, pauses and
+/// measures them the same way whatever they are (`tenured` on namespace hosts for the fault
+/// harness; `tenured` or `etcd` on loopback for the benchmarks).
+pub struct Launcher {
+    pub nodes: u64,
+    /// The binary each process ends up as (after a wrapper like `ip netns exec` execs it).
+    pub bin: PathBuf,
+    /// Node `id`'s data lives in `<data_root>/nN`, its output goes to `<data_root>/nN.log`.
+    pub data_root: PathBuf,
+    /// The command that starts node `id` (stdio is set by the runner).
+    pub command: Box<dyn Fn(u64) -> Command + Send>,
+    /// `HOST:PORT` clients use, node 1 first.
+    pub endpoints: Vec<String>,
+}
+
+impl Launcher {
+    /// `tenured` nodes on the namespace hosts: node N in `t-nN` on `10.77.0.(10+N):7100`.
+    pub fn namespaced(
+        hosts: &Hosts,
+        bin: PathBuf,
+        nodes: u64,
+        data_root: PathBuf,
+        extra_args: Vec<String>,
+    ) -> Result<Launcher> {
+        if nodes == 0 || nodes > hosts.nodes() {
+            bail!("cannot start {nodes} nodes on {} hosts", hosts.nodes());
+        }
+        let addrs: Vec<String> = (1..=nodes)
+            .map(|n| format!("{}:{PORT}", node_ip(n)))
+            .collect();
+        let ip = hosts.ip_bin().to_path_buf();
+        let tenured = tenured_command(bin.clone(), data_root.clone(), addrs.clone(), extra_args);
+        Ok(Launcher {
+            nodes,
+            bin,
+            data_root,
+            command: Box::new(move |id| {
+                let mut cmd = Command::new(&ip);
+                cmd.args(["netns", "exec", &node_namespace(id)]);
+                let inner = tenured(id);
+                cmd.arg(inner.get_program()).args(inner.get_args());
+                for (key, value) in inner.get_envs() {
+                    match value {
+                        Some(value) => cmd.env(key, value),
+                        None => cmd.env_remove(key),
+                    };
+                }
+                cmd
+            }),
+            endpoints: addrs,
+        })
+    }
+}
+
+/// The command line of `tenured` node `id` of a cluster whose nodes listen on `addrs`
+/// (node 1 first), with its data in `<data_root>/nN`.
+pub fn tenured_command(
     bin: PathBuf,
     data_root: PathBuf,
+    addrs: Vec<String>,
     extra_args: Vec<String>,
+) -> impl Fn(u64) -> Command + Send {
+    let peers = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| format!("{}={addr}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    move |id| {
+        let mut cmd = Command::new(&bin);
+        cmd.args(["--id", &id.to_string()])
+            .args(["--listen", &addrs[(id - 1) as usize]])
+            .arg("--data-dir")
+            .arg(data_root.join(format!("n{id}")))
+            .args(["--peers", &peers])
+            .args(&extra_args);
+        // Every tenured flag also reads the environment: keep ours from leaking in.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("TENURED_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd
+    }
+}
+
+/// The processes of one cluster (a guard). Dropping it SIGKILLs and reaps every node.
+pub struct Procs {
+    launcher: Launcher,
     /// Index `id - 1`.
     nodes: Vec<Node>,
 }
 
 impl Procs {
-    /// Starts nodes `1..=nodes`, node N in `t-nN` on `10.77.0.(10+N):7100` with data in
-    /// `<data_root>/nN` and output appended to `<data_root>/nN.log`.
+    /// Starts `tenured` nodes `1..=nodes` on the namespace hosts (see [`Launcher::namespaced`]).
     pub fn start(
         hosts: &Hosts,
         bin: PathBuf,
@@ -68,28 +150,29 @@ impl Procs {
         data_root: PathBuf,
         extra_args: Vec<String>,
     ) -> Result<Procs> {
-        if nodes == 0 || nodes > hosts.nodes() {
-            bail!("cannot start {nodes} nodes on {} hosts", hosts.nodes());
+        Procs::launch(Launcher::namespaced(
+            hosts, bin, nodes, data_root, extra_args,
+        )?)
+    }
+
+    /// Starts every node of `launcher`.
+    pub fn launch(launcher: Launcher) -> Result<Procs> {
+        if !launcher.bin.is_file() {
+            bail!("no binary at {}; {BUILD_HINT}", launcher.bin.display());
         }
-        if !bin.is_file() {
-            bail!("no tenured binary at {}; {BUILD_HINT}", bin.display());
-        }
-        std::fs::create_dir_all(&data_root)
-            .with_context(|| format!("creating {}", data_root.display()))?;
+        std::fs::create_dir_all(&launcher.data_root)
+            .with_context(|| format!("creating {}", launcher.data_root.display()))?;
         let mut procs = Procs {
-            ip: hosts.ip_bin().to_path_buf(),
-            bin,
-            data_root,
-            extra_args,
-            nodes: (0..nodes)
+            nodes: (0..launcher.nodes)
                 .map(|_| Node {
                     child: None,
                     paused: false,
                 })
                 .collect(),
+            launcher,
         };
         // On failure `procs` drops here and kills the nodes already started.
-        for id in 1..=nodes {
+        for id in 1..=procs.nodes.len() as u64 {
             procs.spawn(id)?;
         }
         Ok(procs)
@@ -106,13 +189,6 @@ impl Procs {
         }
     }
 
-    fn peers(&self) -> String {
-        (1..=self.nodes.len() as u64)
-            .map(|n| format!("{n}={}:{PORT}", node_ip(n)))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
     fn spawn(&mut self, id: u64) -> Result<()> {
         let log_path = self.log_path(id);
         let log = OpenOptions::new()
@@ -120,24 +196,10 @@ impl Procs {
             .append(true)
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
-        let mut cmd = Command::new(&self.ip);
-        cmd.args(["netns", "exec", &node_namespace(id)])
-            .arg(&self.bin)
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &format!("{}:{PORT}", node_ip(id))])
-            .arg("--data-dir")
-            .arg(self.data_root.join(format!("n{id}")))
-            .args(["--peers", &self.peers()])
-            .args(&self.extra_args)
-            .stdin(Stdio::null())
+        let mut cmd = (self.launcher.command)(id);
+        cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        // Every tenured flag also reads the environment: keep ours from leaking in.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("TENURED_") {
-                cmd.env_remove(key);
-            }
-        }
         let child = cmd
             .spawn()
             .with_context(|| format!("starting node {id}: {cmd:?}"))?;
@@ -151,6 +213,7 @@ impl Procs {
     /// tail of its log if it exited.
     fn await_exec(&mut self, id: u64) -> Result<()> {
         let expected: String = self
+            .launcher
             .bin
             .file_name()
             .map(|n| n.to_string_lossy().chars().take(15).collect())
@@ -275,17 +338,38 @@ impl Procs {
 
     /// `HOST:PORT` of every node, node 1 first.
     pub fn endpoints(&self) -> Vec<String> {
-        (1..=self.nodes.len() as u64)
-            .map(|n| format!("{}:{PORT}", node_ip(n)))
-            .collect()
+        self.launcher.endpoints.clone()
     }
 
     pub fn log_path(&self, id: u64) -> PathBuf {
-        self.data_root.join(format!("n{id}.log"))
+        self.launcher.data_root.join(format!("n{id}.log"))
     }
 
     pub fn data_root(&self) -> &Path {
-        &self.data_root
+        &self.launcher.data_root
+    }
+
+    /// Node `id`'s resident set size in bytes (`VmRSS`), if it runs.
+    pub fn rss_bytes(&self, id: u64) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid(id)?)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// CPU time (user + system) node `id` has used, if it runs.
+    pub fn cpu_time(&self, id: u64) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid(id)?)).ok()?;
+        // "PID (comm) STATE …": utime and stime are fields 14 and 15, i.e. the 12th and 13th
+        // after the state.
+        let mut after = stat.rsplit_once(") ")?.1.split_whitespace().skip(11);
+        let utime: u64 = after.next()?.parse().ok()?;
+        let stime: u64 = after.next()?.parse().ok()?;
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as u64;
+        Some(Duration::from_millis((utime + stime) * 1000 / ticks))
     }
 }
 

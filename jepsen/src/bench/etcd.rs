@@ -1,0 +1,175 @@
+//! The same workloads through etcd's own API (the `etcd-client` crate), with etcd's standard
+//! recipes: a lock is lease grant + put-if-absent txn bound to the lease + revoke; the
+//! contended lock is the concurrency mutex (etcd's Lock service) on a session lease; renew is
+//! a keepalive stream; the owner read is a linearizable range read.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, LockOptions,
+    PutOptions, Txn, TxnOp,
+};
+
+use super::Workload;
+
+const TTL_S: i64 = 30;
+
+pub struct Session {
+    client: Client,
+    workload: Workload,
+    prefix: String,
+    resource: String,
+    lease: Option<i64>,
+    keepalive: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+async fn connect(endpoints: &[String]) -> Result<Client> {
+    let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
+    let options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(10));
+    Client::connect(urls, Some(options))
+        .await
+        .context("connecting to etcd")
+}
+
+impl Session {
+    /// A client with its own connections to every endpoint (etcd-client balances over them).
+    pub async fn open(
+        endpoints: &[String],
+        workload: Workload,
+        prefix: String,
+        resource: String,
+    ) -> Result<Session> {
+        let mut client = connect(endpoints).await?;
+        let mut session = Session {
+            client: client.clone(),
+            workload,
+            prefix,
+            resource,
+            lease: None,
+            keepalive: None,
+        };
+        match workload {
+            Workload::Contended => {
+                // The concurrency session's lease; the runs are far shorter than its ttl.
+                session.lease = Some(client.lease_grant(120, None).await?.id());
+            }
+            Workload::Renew => {
+                let id = client.lease_grant(TTL_S, None).await?.id();
+                session.lease = Some(id);
+                session.keepalive = Some(client.lease_keep_alive(id).await?);
+            }
+            Workload::Read => {
+                client.put(session.resource.clone(), "owner", None).await?;
+            }
+            _ => {}
+        }
+        Ok(session)
+    }
+
+    pub async fn op(&mut self, n: u64) -> Result<()> {
+        let client = &mut self.client;
+        match self.workload {
+            Workload::Acquire => {
+                client
+                    .put(format!("{}/{n}", self.prefix), "b", None)
+                    .await?;
+            }
+            Workload::Lock | Workload::Failover => {
+                let key = format!("{}/{n}", self.prefix);
+                let lease = client.lease_grant(TTL_S, None).await?.id();
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key,
+                        "b",
+                        Some(PutOptions::new().with_lease(lease)),
+                    )]);
+                let taken = client.txn(txn).await?.succeeded();
+                client.lease_revoke(lease).await?;
+                if !taken {
+                    bail!("not granted: the key exists");
+                }
+            }
+            Workload::Contended => {
+                let options = self.lease.map(|id| LockOptions::new().with_lease(id));
+                let locked = client.lock(self.resource.clone(), options).await?;
+                client.unlock(locked.key().to_vec()).await?;
+            }
+            Workload::Renew => {
+                let Some((keeper, stream)) = self.keepalive.as_mut() else {
+                    bail!("no keepalive stream")
+                };
+                keeper.keep_alive().await?;
+                match stream.message().await? {
+                    Some(answer) if answer.ttl() > 0 => {}
+                    Some(_) => bail!("the lease expired"),
+                    None => bail!("the keepalive stream ended"),
+                }
+            }
+            Workload::Read => {
+                let answer = client.get(self.resource.clone(), None).await?;
+                if answer.kvs().len() != 1 {
+                    bail!("the owner read shows {} keys, not 1", answer.kvs().len());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn close(mut self) {
+        if let Some(id) = self.lease {
+            let _ = self.client.lease_revoke(id).await;
+        }
+    }
+}
+
+/// The node that leads now (1-based): the one whose member id its own status calls leader.
+pub async fn leader(endpoints: &[String]) -> Result<u64> {
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let Ok(mut client) = connect(std::slice::from_ref(endpoint)).await else {
+            continue;
+        };
+        if let Ok(status) = client.status().await {
+            let me = status.header().map(|h| h.member_id());
+            if me == Some(status.leader()) {
+                return Ok(i as u64 + 1);
+            }
+        }
+    }
+    bail!("no member says it leads")
+}
+
+/// The highest Raft term any member reports.
+pub async fn term(endpoints: &[String]) -> Result<u64> {
+    let mut highest = 0;
+    for endpoint in endpoints {
+        let mut client = connect(std::slice::from_ref(endpoint)).await?;
+        highest = highest.max(client.status().await?.raft_term());
+    }
+    Ok(highest)
+}
+
+/// Every running member names the same leader and a put through each commits.
+pub async fn ready(endpoints: &[String], running: &[bool]) -> Result<()> {
+    let mut leaders = Vec::new();
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        if !running[i] {
+            continue;
+        }
+        let mut client = connect(std::slice::from_ref(endpoint)).await?;
+        let status = client.status().await?;
+        if status.leader() == 0 {
+            bail!("member {} knows no leader", i + 1);
+        }
+        leaders.push(status.leader());
+        client.put("ready", "x", None).await?;
+    }
+    leaders.dedup();
+    if leaders.len() != 1 {
+        bail!("the members name different leaders: {leaders:?}");
+    }
+    Ok(())
+}

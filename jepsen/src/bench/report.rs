@@ -1,0 +1,315 @@
+//! The side-by-side Markdown table, the targets of issue 6 judged against it, and the scale
+//! table.
+
+use std::fmt::Write;
+
+use super::cluster::System;
+use super::{BenchOptions, Cell, Results, Workload};
+
+fn ms(us: u64) -> String {
+    format!("{:.2}", us as f64 / 1000.0)
+}
+
+fn find(results: &Results, system: System, workload: Workload, clients: usize) -> Option<&Cell> {
+    results
+        .cells
+        .iter()
+        .find(|c| c.system == system && c.workload == workload && c.clients == clients)
+}
+
+fn ratio(ours: f64, theirs: f64) -> String {
+    if theirs > 0.0 && ours.is_finite() && theirs.is_finite() {
+        format!("{:.2}×", ours / theirs)
+    } else {
+        "–".into()
+    }
+}
+
+pub fn markdown(options: &BenchOptions, results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Each cell: {} s measured after {} s of warm-up; closed loop, each client with its own connections. CPU: user + system seconds of the three server processes per 1,000 ops. Ratio: Tenure ÷ etcd ops/s.\n",
+        options.duration.as_secs_f64(),
+        options.warmup.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| workload | clients | Tenure ops/s | etcd ops/s | ratio | Tenure p50 / p99 / p999 ms | etcd p50 / p99 / p999 ms | Tenure CPU s/1k | etcd CPU s/1k | errors T / e |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut rows: Vec<(Workload, usize)> = results
+        .cells
+        .iter()
+        .map(|c| (c.workload, c.clients))
+        .collect();
+    rows.sort();
+    rows.dedup();
+    for (workload, clients) in rows {
+        let t = find(results, System::Tenure, workload, clients);
+        let e = find(results, System::Etcd, workload, clients);
+        let rate = |c: Option<&Cell>| c.map_or("–".into(), |c| format!("{:.0}", c.ops_per_s));
+        let lat = |c: Option<&Cell>| {
+            c.map_or("–".into(), |c| {
+                format!("{} / {} / {}", ms(c.p50_us), ms(c.p99_us), ms(c.p999_us))
+            })
+        };
+        let cpu = |c: Option<&Cell>| c.map_or("–".into(), |c| format!("{:.3}", c.cpu_s_per_1k));
+        let errors = |c: Option<&Cell>| c.map_or("–".into(), |c| c.errors.to_string());
+        let _ = writeln!(
+            out,
+            "| {} | {clients} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            workload.name(),
+            rate(t),
+            rate(e),
+            match (t, e) {
+                (Some(t), Some(e)) => ratio(t.ops_per_s, e.ops_per_s),
+                _ => "–".into(),
+            },
+            lat(t),
+            lat(e),
+            cpu(t),
+            cpu(e),
+            errors(t),
+            errors(e),
+        );
+    }
+    if !results.unprovoked_elections.is_empty() {
+        let each: Vec<String> = results
+            .unprovoked_elections
+            .iter()
+            .map(|(system, n)| format!("{} {n}", system.name()))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nElections during the throughput workloads (no faults; a false election under load would show here): {}.",
+            each.join(", ")
+        );
+    }
+    if !results.failovers.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| failover (kill -9 the leader under {} lock clients) | each kill, ms | median ms |",
+            options.failover_clients
+        );
+        let _ = writeln!(out, "|---|---|---:|");
+        for f in &results.failovers {
+            let each: Vec<String> = f.millis.iter().map(|m| format!("{m:.0}")).collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} |",
+                f.system.name(),
+                each.join(", "),
+                f.median_ms()
+            );
+        }
+    }
+    let targets = targets(results);
+    if !targets.is_empty() {
+        let _ = writeln!(out, "\n| target | measured | met |");
+        let _ = writeln!(out, "|---|---:|:---:|");
+        for (name, measured, met) in targets {
+            let _ = writeln!(
+                out,
+                "| {name} | {measured} | {} |",
+                if met { "yes" } else { "**no**" }
+            );
+        }
+    }
+    if !results.scale.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| active leases | load s | RSS per node MiB | snapshot MiB | snapshot build ms | renew ops/s (64 clients) | renew p50 / p99 ms | restart to serving ms | RSS after restart MiB |"
+        );
+        let _ = writeln!(out, "|---:|---:|---|---:|---:|---:|---:|---:|---|");
+        let mib = |b: u64| format!("{:.0}", b as f64 / (1024.0 * 1024.0));
+        let list = |v: &[u64]| v.iter().map(|b| mib(*b)).collect::<Vec<_>>().join(" / ");
+        for p in &results.scale {
+            let _ = writeln!(
+                out,
+                "| {} | {:.1} | {} | {:.1} | {:.0} | {:.0} | {} / {} | {:.0} | {} |",
+                p.leases,
+                p.load_seconds,
+                list(&p.rss_bytes),
+                p.snapshot_bytes as f64 / (1024.0 * 1024.0),
+                p.snapshot_build_ms,
+                p.renew_ops_per_s,
+                ms(p.renew_p50_us),
+                ms(p.renew_p99_us),
+                p.restart_to_serving_ms,
+                list(&p.rss_after_restart_bytes),
+            );
+        }
+    }
+    out
+}
+
+/// Issue 6's targets that this run measured: (target, measured, met).
+pub fn targets(results: &Results) -> Vec<(String, String, bool)> {
+    let mut out = Vec::new();
+    let pair = |w: Workload, c: usize| {
+        Some((
+            find(results, System::Tenure, w, c)?,
+            find(results, System::Etcd, w, c)?,
+        ))
+    };
+    let throughput = [
+        (Workload::Lock, 5.0, "lock cycle at 64 clients ≥ 5× etcd"),
+        (
+            Workload::Renew,
+            1.0,
+            "renew at 64 clients ≥ 1× etcd keepalive",
+        ),
+        (
+            Workload::Read,
+            2.0,
+            "linearizable read at 64 clients ≥ 2× etcd",
+        ),
+    ];
+    for (workload, goal, name) in throughput {
+        if let Some((t, e)) = pair(workload, 64) {
+            let r = t.ops_per_s / e.ops_per_s;
+            out.push((name.to_string(), format!("{r:.2}×"), r >= goal));
+        }
+    }
+    if let Some((t, e)) = pair(Workload::Acquire, 1) {
+        let r = t.p50_us as f64 / e.p50_us as f64;
+        out.push((
+            "single-client acquire p50 ≤ 0.7× etcd put p50".into(),
+            format!("{r:.2}× ({} vs {} ms)", ms(t.p50_us), ms(e.p50_us)),
+            r <= 0.7,
+        ));
+    }
+    let failover = |s: System| results.failovers.iter().find(|f| f.system == s);
+    if let (Some(t), Some(e)) = (failover(System::Tenure), failover(System::Etcd)) {
+        let r = t.median_ms() / e.median_ms();
+        out.push((
+            "failover p50 ≤ 0.5× etcd".into(),
+            format!("{r:.2}× ({:.0} vs {:.0} ms)", t.median_ms(), e.median_ms()),
+            r <= 0.5,
+        ));
+    }
+    if let (Some(small), Some(large)) = (
+        results.scale.iter().find(|p| p.leases == 1_000),
+        results.scale.iter().find(|p| p.leases == 1_000_000),
+    ) {
+        let max_rss = large.rss_bytes.iter().copied().max().unwrap_or(0);
+        out.push((
+            "1M leases: ≤ 1 GiB RSS per node".into(),
+            format!("{:.0} MiB", max_rss as f64 / (1024.0 * 1024.0)),
+            max_rss <= 1 << 30,
+        ));
+        out.push((
+            "1M leases: restart to serving ≤ 10 s".into(),
+            format!("{:.1} s", large.restart_to_serving_ms / 1000.0),
+            large.restart_to_serving_ms <= 10_000.0,
+        ));
+        let r = large.renew_ops_per_s / small.renew_ops_per_s;
+        out.push((
+            "renew throughput at 1M ≥ 90 % of at 1k".into(),
+            format!("{:.0} %", r * 100.0),
+            r >= 0.9,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{Failover, Results};
+
+    fn cell(
+        system: System,
+        workload: Workload,
+        clients: usize,
+        ops_per_s: f64,
+        p50_us: u64,
+    ) -> Cell {
+        Cell {
+            system,
+            workload,
+            clients,
+            ops: (ops_per_s * 10.0) as u64,
+            errors: 0,
+            first_error: None,
+            seconds: 10.0,
+            ops_per_s,
+            p50_us,
+            p99_us: p50_us * 2,
+            p999_us: p50_us * 3,
+            cpu_s_per_1k: 0.1,
+        }
+    }
+
+    fn options() -> BenchOptions {
+        BenchOptions {
+            systems: vec![System::Tenure, System::Etcd],
+            workloads: Workload::ALL.to_vec(),
+            clients: vec![1, 64],
+            warmup: std::time::Duration::from_secs(1),
+            duration: std::time::Duration::from_secs(10),
+            kills: 3,
+            failover_clients: 16,
+            scale: vec![],
+            out_dir: "unused".into(),
+            tenured: "unused".into(),
+        }
+    }
+
+    #[test]
+    fn targets_are_judged_from_the_ratios_of_one_run() {
+        let results = Results {
+            cells: vec![
+                cell(System::Tenure, Workload::Lock, 64, 6_000.0, 10_000),
+                cell(System::Etcd, Workload::Lock, 64, 1_000.0, 50_000),
+                cell(System::Tenure, Workload::Renew, 64, 900.0, 1_000),
+                cell(System::Etcd, Workload::Renew, 64, 1_000.0, 1_000),
+                cell(System::Tenure, Workload::Acquire, 1, 1_000.0, 800),
+                cell(System::Etcd, Workload::Acquire, 1, 1_000.0, 1_000),
+            ],
+            failovers: vec![
+                Failover {
+                    system: System::Tenure,
+                    clients: 16,
+                    millis: vec![900.0, 700.0, 800.0],
+                    errors: 0,
+                },
+                Failover {
+                    system: System::Etcd,
+                    clients: 16,
+                    millis: vec![2_000.0, 1_000.0],
+                    errors: 0,
+                },
+            ],
+            scale: vec![],
+            unprovoked_elections: vec![(System::Tenure, 0)],
+        };
+        let judged: Vec<(String, bool)> = targets(&results)
+            .into_iter()
+            .map(|(name, _, met)| (name, met))
+            .collect();
+        let met = |prefix: &str| {
+            judged
+                .iter()
+                .find(|(name, _)| name.starts_with(prefix))
+                .map(|(_, met)| *met)
+        };
+        assert_eq!(met("lock cycle"), Some(true), "6× ≥ 5×");
+        assert_eq!(met("renew"), Some(false), "0.9× < 1×");
+        assert_eq!(met("single-client acquire"), Some(false), "0.8 > 0.7");
+        // Medians 800 and 1500: 0.53 > 0.5.
+        assert_eq!(met("failover"), Some(false));
+        assert_eq!(met("linearizable read"), None, "not measured, not judged");
+
+        let table = markdown(&options(), &results);
+        assert!(
+            table.contains("| lock | 64 | 6000 | 1000 | 6.00× |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| tenure | 900, 700, 800 | 800 |"),
+            "{table}"
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! The benchmark workloads through Tenure's own client.
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use tenure_client::{pb, prost_duration, release_request, renew_request, Client};
+
+use super::Workload;
+
+const TTL: Duration = Duration::from_secs(30);
+
+pub struct Session {
+    client: Client,
+    workload: Workload,
+    prefix: String,
+    /// This client's resource for `Contended`, or its held lease for `Renew` and `Read`.
+    resource: String,
+    held: Option<pb::Lease>,
+}
+
+fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        resource: resource.to_string(),
+        holder: holder.to_string(),
+        ttl: Some(prost_duration(ttl)),
+        ..Default::default()
+    }
+}
+
+fn granted(response: pb::AcquireResponse) -> Result<pb::Lease> {
+    match response.lease {
+        Some(lease) if response.granted => Ok(lease),
+        _ => bail!("not granted: {}", response.reason),
+    }
+}
+
+impl Session {
+    /// A client with its own connections to every endpoint, `endpoints[0]` tried first.
+    pub async fn open(
+        endpoints: &[String],
+        workload: Workload,
+        prefix: String,
+        resource: String,
+    ) -> Result<Session> {
+        let client = Client::new(endpoints)?;
+        let mut session = Session {
+            client,
+            workload,
+            prefix,
+            resource,
+            held: None,
+        };
+        let ttl = match workload {
+            Workload::Renew => Some(TTL),
+            Workload::Read => Some(Duration::from_secs(600)),
+            _ => None,
+        };
+        if let Some(ttl) = ttl {
+            let response = session
+                .client
+                .acquire(acquire_request(&session.resource, &session.prefix, ttl))
+                .await?;
+            session.held = Some(granted(response)?);
+        }
+        Ok(session)
+    }
+
+    pub async fn op(&mut self, n: u64) -> Result<()> {
+        let client = &self.client;
+        match self.workload {
+            Workload::Acquire => {
+                let resource = format!("{}/{n}", self.prefix);
+                granted(client.acquire(acquire_request(&resource, "b", TTL)).await?)?;
+            }
+            Workload::Lock | Workload::Failover => {
+                let resource = format!("{}/{n}", self.prefix);
+                let lease = granted(client.acquire(acquire_request(&resource, "b", TTL)).await?)?;
+                client.release(release_request(&lease)).await?;
+            }
+            Workload::Contended => {
+                let mut request = acquire_request(&self.resource, &self.prefix, TTL);
+                request.on_conflict = pb::OnConflict::Wait as i32;
+                request.wait_timeout = Some(prost_duration(Duration::from_secs(60)));
+                let lease = granted(client.acquire(request).await?)?;
+                client.release(release_request(&lease)).await?;
+            }
+            Workload::Renew => {
+                let Some(lease) = &self.held else {
+                    bail!("no lease to renew")
+                };
+                let renewed = client.renew(renew_request(lease, TTL)).await?;
+                if renewed.lease.is_none() {
+                    bail!("renew answered without a lease");
+                }
+            }
+            Workload::Read => {
+                let answer = client
+                    .get_resource(pb::GetResourceRequest {
+                        name: self.resource.clone(),
+                        consistency: pb::Consistency::Linearizable as i32,
+                    })
+                    .await?;
+                let holders = answer.resource.map_or(0, |r| r.leases.len());
+                if holders != 1 {
+                    bail!("the owner read shows {holders} holders, not 1");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn close(self) {
+        if let Some(lease) = &self.held {
+            let _ = self.client.release(release_request(lease)).await;
+        }
+    }
+}
+
+/// The node that leads now, by its own word (1-based), if one does.
+pub async fn leader(endpoints: &[String]) -> Result<u64> {
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let client = Client::new([endpoint])?.with_timeout(Duration::from_secs(1));
+        if let Ok(status) = client.node_status(0).await {
+            if status.state == "Leader" {
+                return Ok(i as u64 + 1);
+            }
+        }
+    }
+    bail!("no node says it leads")
+}
+
+/// The highest term any node reports.
+pub async fn term(endpoints: &[String]) -> Result<u64> {
+    let client = Client::new(endpoints)?.with_timeout(Duration::from_secs(2));
+    let mut highest = 0;
+    for i in 0..endpoints.len() {
+        highest = highest.max(client.node_status(i).await?.term);
+    }
+    Ok(highest)
+}
+
+/// Every running node names the same leader and an acquire through each commits.
+pub async fn ready(endpoints: &[String], running: &[bool]) -> Result<()> {
+    let mut leaders = Vec::new();
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        if !running[i] {
+            continue;
+        }
+        let client = Client::new([endpoint])?.with_timeout(Duration::from_secs(2));
+        let status = client.node_status(0).await?;
+        if status.leader_id == 0 {
+            bail!("node {} knows no leader", i + 1);
+        }
+        leaders.push(status.leader_id);
+        let probe = format!("ready/{}", uuid::Uuid::new_v4().simple());
+        granted(
+            client
+                .acquire(acquire_request(&probe, "ready", Duration::from_secs(1)))
+                .await?,
+        )?;
+    }
+    leaders.dedup();
+    if leaders.len() != 1 {
+        bail!("the nodes name different leaders: {leaders:?}");
+    }
+    Ok(())
+}
