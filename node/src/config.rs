@@ -34,13 +34,14 @@ pub struct Config {
     #[arg(long, env = "TENURED_TICK_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub tick_interval: Duration,
 
-    /// Raft heartbeat interval. Default: 50ms.
-    #[arg(long, env = "TENURED_HEARTBEAT", default_value = "50ms", value_parser = humantime::parse_duration)]
+    /// Raft heartbeat interval. Default: 100ms. openraft 0.9 also uses it as the timeout of
+    /// every AppendEntries RPC, so it must exceed a loaded follower's append + fsync.
+    #[arg(long, env = "TENURED_HEARTBEAT", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub heartbeat: Duration,
 
     /// Raft election timeout, lower bound. Default: 150ms. openraft adds its leader lease
     /// (= the upper bound) once a leader is known, so a follower campaigns after 450–600 ms
-    /// without a heartbeat, nine heartbeats at least (docs/benchmarks.md, failover).
+    /// without a heartbeat, four heartbeats at least (docs/benchmarks.md, failover).
     #[arg(long, env = "TENURED_ELECTION_MIN", default_value = "150ms", value_parser = humantime::parse_duration)]
     pub election_min: Duration,
 

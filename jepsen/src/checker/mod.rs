@@ -22,6 +22,7 @@ mod invariants;
 mod linear;
 mod model;
 mod retention;
+pub mod sim;
 mod waiting;
 mod watch;
 

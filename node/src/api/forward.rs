@@ -100,7 +100,9 @@ impl Node {
         let deadline = Instant::now() + self.config.request_timeout;
         let mut backoff = RETRY_FIRST;
         loop {
-            let target = match self.leader() {
+            let leader = self.leader();
+            let tried = leader.as_ref().map(|(id, _)| *id);
+            let target = match leader {
                 Some((id, _)) if id == self.id => Some(Target::Local),
                 Some((_, addr)) => Some(Target::Remote(addr)),
                 None => None,
@@ -115,8 +117,26 @@ impl Node {
             if Instant::now() + backoff >= deadline {
                 return None;
             }
-            tokio::time::sleep(backoff).await;
+            // Retry after the backoff, or as soon as this node learns of another leader: a
+            // failover costs the election, not the election plus a backoff step.
+            self.await_leader_change(tried, Instant::now() + backoff)
+                .await;
             backoff = (backoff * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Returns when this node's view of the leader is no longer `from`, or at `until`.
+    async fn await_leader_change(&self, from: Option<NodeId>, until: Instant) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if metrics.borrow_and_update().current_leader != from {
+                return;
+            }
+            match tokio::time::timeout_at(until, metrics.changed()).await {
+                Ok(Ok(())) => continue,
+                // The deadline passed, or the node is shutting down.
+                _ => return,
+            }
         }
     }
 

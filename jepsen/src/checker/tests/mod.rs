@@ -18,11 +18,13 @@ mod waiting;
 mod watch;
 
 use super::*;
+use crate::checker::sim::{
+    fail, granted, in_invocation_order, ok, read_free, read_held, refused, unknown, SimRng, MS,
+};
 use crate::history::{
     Call, Event, EventKind, Held, History, Mode, Op, Outcome, ResourcePolicy, Value, WatchSession,
 };
 
-const MS: u64 = 1_000_000;
 const R: &str = "res";
 
 /// A history under construction; times in milliseconds.
@@ -124,29 +126,6 @@ impl Builder {
 /// effort, where a wall-clock bound would be flaky (timings are the ignored benchmarks' job).
 const QUICK_STATES: usize = 50_000;
 
-/// The seeded generator of simulated histories.
-struct SimRng(rand::rngs::SmallRng);
-
-impl SimRng {
-    fn new(seed: u64) -> Self {
-        SimRng(rand::SeedableRng::seed_from_u64(seed))
-    }
-
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        rand::Rng::random_range(&mut self.0, 0..n)
-    }
-}
-
-/// Simulated ops ordered by invocation and numbered in that order, as a recorded history is.
-fn in_invocation_order(mut ops: Vec<Op>) -> Vec<Op> {
-    ops.sort_by_key(|op| op.invoke_ns);
-    for (id, op) in ops.iter_mut().enumerate() {
-        op.id = id as u64;
-    }
-    ops
-}
-
 fn acquire(holder: &str, ttl_ms: u64) -> Call {
     acquire_in(holder, Mode::Exclusive, 0, ttl_ms)
 }
@@ -203,46 +182,6 @@ fn write(holder: &str, token: u64) -> Call {
         holder: holder.into(),
         token,
         shared: false,
-    }
-}
-
-fn ok(value: Value) -> Outcome {
-    Outcome::Ok { value }
-}
-fn granted(token: u64) -> Outcome {
-    ok(Value::Granted {
-        token,
-        lease_id: format!("lse_{token}_0"),
-    })
-}
-/// A refusal as histories before shared modes recorded it: the first holder only.
-fn refused(holder: Option<&str>, token: Option<u64>) -> Outcome {
-    ok(Value::Refused {
-        reason: "resource_unavailable".into(),
-        holder: holder.map(Into::into),
-        token,
-        holders: vec![],
-    })
-}
-/// A read as histories before shared modes recorded it: the one exclusive lease.
-fn read_held(holder: &str, token: u64) -> Outcome {
-    ok(Value::Read {
-        holder: Some(holder.into()),
-        token: Some(token),
-        leases: vec![],
-    })
-}
-fn read_free() -> Outcome {
-    ok(Value::read(vec![]))
-}
-fn fail(reason: &str) -> Outcome {
-    Outcome::Fail {
-        reason: reason.into(),
-    }
-}
-fn unknown() -> Outcome {
-    Outcome::Unknown {
-        error: "deadline exceeded".into(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The reference the pruned search is checked against: a plain Wing–Gong/Lowe search.
 
-use super::synthetic::synthetic_ttl;
+use crate::checker::sim::correct_history as synthetic_ttl;
 use super::*;
 
 /// The reference: a plain Wing–Gong/Lowe search with expiry as a move of its own, and no
