@@ -39,14 +39,15 @@ pub struct Config {
     #[arg(long, env = "TENURED_HEARTBEAT", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub heartbeat: Duration,
 
-    /// Raft election timeout, lower bound. Default: 150ms. openraft adds its leader lease
-    /// (= the upper bound) once a leader is known, so a follower campaigns after 450–600 ms
-    /// without a heartbeat, four heartbeats at least (docs/benchmarks.md, failover).
-    #[arg(long, env = "TENURED_ELECTION_MIN", default_value = "150ms", value_parser = humantime::parse_duration)]
+    /// Raft election timeout, lower bound. Default: 500ms. openraft adds its leader lease
+    /// (= the upper bound) once a leader is known, so a follower campaigns after 1.5–2 s
+    /// without a heartbeat. Shorter timings fail over faster but, until a snapshot stops
+    /// stalling a loaded node for up to a second, elect without cause (docs/benchmarks.md).
+    #[arg(long, env = "TENURED_ELECTION_MIN", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub election_min: Duration,
 
-    /// Raft election timeout, upper bound. Default: 300ms.
-    #[arg(long, env = "TENURED_ELECTION_MAX", default_value = "300ms", value_parser = humantime::parse_duration)]
+    /// Raft election timeout, upper bound. Default: 1000ms.
+    #[arg(long, env = "TENURED_ELECTION_MAX", default_value = "1000ms", value_parser = humantime::parse_duration)]
     pub election_max: Duration,
 
     /// Build a snapshot (and purge the log behind it) after this many entries. Default: 5000.
