@@ -1,7 +1,7 @@
 //! The reference the pruned search is checked against: a plain Wing–Gong/Lowe search.
 
-use crate::checker::sim::correct_history as synthetic_ttl;
 use super::*;
+use crate::checker::sim::correct_history as synthetic_ttl;
 
 /// The reference: a plain Wing–Gong/Lowe search with expiry as a move of its own, and no
 /// dominance, symmetry or other pruning. Exponential; for a handful of ops.
