@@ -122,6 +122,9 @@ enum Command {
         /// The tenured binary (default: next to this one; build it with --release).
         #[arg(long, env = "TENURED_BIN")]
         bin: Option<PathBuf>,
+        /// A flag for every tenured, e.g. `--tenured-arg=--election-min=150ms` (repeatable).
+        #[arg(long = "tenured-arg", allow_hyphen_values = true)]
+        tenured_args: Vec<String>,
     },
 }
 
@@ -155,6 +158,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             scale,
             out,
             bin,
+            tenured_args,
         } => {
             let list = |s: &str| -> Vec<String> {
                 s.split(',')
@@ -196,6 +200,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Some(bin) => bin,
                     None => tenure_jepsen::procs::tenured_bin()?,
                 },
+                tenured_args,
             };
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(bench::run(&options))?;

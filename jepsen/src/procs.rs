@@ -209,8 +209,9 @@ impl Procs {
         self.await_exec(id)
     }
 
-    /// Waits until node `id`'s process is tenured itself (no longer `ip`), or fails with the
-    /// tail of its log if it exited.
+    /// Waits until node `id`'s process is the binary itself (no longer a wrapper like `ip`)
+    /// and has a listening socket of its own, or fails with the tail of its log if it exited.
+    /// (The binary's name alone is no proof: a bad flag makes it exit right after the exec.)
     fn await_exec(&mut self, id: u64) -> Result<()> {
         let expected: String = self
             .launcher
@@ -218,7 +219,8 @@ impl Procs {
             .file_name()
             .map(|n| n.to_string_lossy().chars().take(15).collect())
             .unwrap_or_default();
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let patience = Duration::from_secs(60);
+        let deadline = Instant::now() + patience;
         loop {
             if let Some(status) = self.exited(id)? {
                 bail!(
@@ -228,12 +230,12 @@ impl Procs {
             }
             let pid = self.pid(id).unwrap_or(0);
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.trim_end() == expected {
+            if comm.trim_end() == expected && listens(pid) {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "node {id} (pid {pid}) is still `{}` after 5 s",
+                    "node {id} (pid {pid}, `{}`) does not listen after {patience:?}",
                     comm.trim_end()
                 );
             }
@@ -381,4 +383,29 @@ impl Drop for Procs {
             }
         }
     }
+}
+
+/// Whether process `pid` holds a listening TCP socket: one of its descriptors is a socket whose
+/// inode `/proc/PID/net/tcp{,6}` (its own network namespace) lists in state LISTEN.
+fn listens(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let sockets: std::collections::HashSet<String> = fds
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?;
+            Some(inode.to_string())
+        })
+        .collect();
+    ["tcp", "tcp6"].iter().any(|table| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        text.lines().skip(1).any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            fields.get(3) == Some(&"0A") && fields.get(9).is_some_and(|i| sockets.contains(*i))
+        })
+    })
 }

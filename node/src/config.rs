@@ -41,8 +41,9 @@ pub struct Config {
 
     /// Raft election timeout, lower bound. Default: 500ms. openraft adds its leader lease
     /// (= the upper bound) once a leader is known, so a follower campaigns after 1.5–2 s
-    /// without a heartbeat. Shorter timings fail over faster but, until a snapshot stops
-    /// stalling a loaded node for up to a second, elect without cause (docs/benchmarks.md).
+    /// without a heartbeat. 150–300 ms fails over in ≈ 0.65 s and, since a snapshot no longer
+    /// stalls the runtime, elected nobody without cause in three loaded runs; it becomes the
+    /// default once a longer soak agrees (docs/benchmarks.md).
     #[arg(long, env = "TENURED_ELECTION_MIN", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub election_min: Duration,
 

@@ -75,14 +75,20 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// Starts three nodes with fresh data under `data_root` (emptied first).
-    pub fn start(system: System, data_root: &Path, tenured: &Path) -> Result<LocalCluster> {
+    /// `tenured_args` go to every `tenured` (e.g. other election timings); etcd gets none.
+    pub fn start(
+        system: System,
+        data_root: &Path,
+        tenured: &Path,
+        tenured_args: &[String],
+    ) -> Result<LocalCluster> {
         if data_root.exists() {
             std::fs::remove_dir_all(data_root)
                 .with_context(|| format!("emptying {}", data_root.display()))?;
         }
         std::fs::create_dir_all(data_root)?;
         let launcher = match system {
-            System::Tenure => tenure_launcher(data_root, tenured)?,
+            System::Tenure => tenure_launcher(data_root, tenured, tenured_args)?,
             System::Etcd => etcd_launcher(data_root)?,
         };
         let endpoints = launcher.endpoints.clone();
@@ -107,14 +113,14 @@ impl LocalCluster {
     }
 }
 
-fn tenure_launcher(data_root: &Path, tenured: &Path) -> Result<Launcher> {
+fn tenure_launcher(data_root: &Path, tenured: &Path, args: &[String]) -> Result<Launcher> {
     let ports = free_ports(NODES as usize)?;
     let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let command = tenured_command(
         tenured.to_path_buf(),
         data_root.to_path_buf(),
         addrs.clone(),
-        vec![],
+        args.to_vec(),
     );
     Ok(Launcher {
         nodes: NODES,

@@ -118,6 +118,8 @@ pub struct BenchOptions {
     pub scale: Vec<usize>,
     pub out_dir: PathBuf,
     pub tenured: PathBuf,
+    /// Extra flags for every `tenured` (the defaults are what the tables measure).
+    pub tenured_args: Vec<String>,
 }
 
 /// One measured cell of the table.
@@ -223,7 +225,7 @@ async fn bench_system(
     data: &Path,
     results: &mut Results,
 ) -> Result<()> {
-    let mut cluster = LocalCluster::start(system, data, &options.tenured)?;
+    let mut cluster = LocalCluster::start(system, data, &options.tenured, &options.tenured_args)?;
     let took = await_ready(system.name(), Duration::from_secs(30), || {
         ready(system, &cluster.endpoints, &[true; NODES as usize])
     })

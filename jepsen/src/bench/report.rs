@@ -254,6 +254,7 @@ mod tests {
             scale: vec![],
             out_dir: "unused".into(),
             tenured: "unused".into(),
+            tenured_args: vec![],
         }
     }
 

@@ -48,7 +48,12 @@ pub async fn run(options: &BenchOptions, data: &Path) -> Result<Vec<ScalePoint>>
 }
 
 async fn one_size(options: &BenchOptions, data: &Path, leases: usize) -> Result<ScalePoint> {
-    let mut cluster = LocalCluster::start(System::Tenure, data, &options.tenured)?;
+    let mut cluster = LocalCluster::start(
+        System::Tenure,
+        data,
+        &options.tenured,
+        &options.tenured_args,
+    )?;
     await_ready("tenure", Duration::from_secs(30), || {
         super::ready(System::Tenure, &cluster.endpoints, &[true; NODES as usize])
     })

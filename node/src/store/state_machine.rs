@@ -6,7 +6,7 @@
 
 use std::io::Cursor;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -43,12 +43,62 @@ pub struct Shared {
     pub notify: Arc<Notifier>,
 }
 
+/// Yields before a blocked lock wait leaves the runtime (see [`wait_for_lock`]).
+const SPINS_BEFORE_BLOCKING: usize = 50;
+
+/// Waits for the state lock without stalling the async runtime. A snapshot copies the whole
+/// state under the read lock, which takes most of a second on a loaded node with a large state;
+/// a runtime worker blocked on the lock meanwhile would also hold up the tasks queued on it —
+/// Raft's heartbeats among them, and followers would then elect a new leader for nothing. On a
+/// multi-thread runtime's worker, `block_in_place` hands those tasks to another thread first.
+/// That hand-off costs more than the usual wait (apply holds the lock for microseconds), so
+/// `attempt` is retried, yielding the thread, for a short while before.
+fn wait_for_lock<G>(attempt: impl Fn() -> Option<G>, wait: impl FnOnce() -> G) -> G {
+    for _ in 0..SPINS_BEFORE_BLOCKING {
+        if let Some(guard) = attempt() {
+            return guard;
+        }
+        std::thread::yield_now();
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
+}
+
 impl Shared {
     /// Read access to the applied state. Never held across an await.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
-        self.applied
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        match self.applied.try_read() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => wait_for_lock(
+                || self.applied.try_read().ok(),
+                || {
+                    self.applied
+                        .read()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                },
+            ),
+        }
+    }
+
+    /// Write access to the applied state (apply, install). Never held across an await.
+    fn write(&self) -> RwLockWriteGuard<'_, Applied> {
+        match self.applied.try_write() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => wait_for_lock(
+                || self.applied.try_write().ok(),
+                || {
+                    self.applied
+                        .write()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                },
+            ),
+        }
     }
 
     /// Fires with the applied index after every applied batch.
@@ -74,7 +124,7 @@ impl Shared {
 
     fn replace(&self, applied: Applied) {
         let index = applied.last_applied.map_or(0, |id| id.index);
-        let mut current = self.applied.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.write();
         *current = applied;
         self.notify.reset();
         drop(current);
@@ -130,17 +180,18 @@ impl StateMachineStore {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let started = std::time::Instant::now();
-        // Clone under a short read lock; serialize and write off the apply path.
-        let (state, last_applied, last_membership) = {
-            let applied = self.shared.read();
-            (
-                applied.state.clone(),
-                applied.last_applied,
-                applied.last_membership.clone(),
-            )
-        };
         let shared = self.shared.clone();
         let stored = tokio::task::spawn_blocking(move || -> anyhow::Result<StoredSnapshot> {
+            // Copy under the read lock (apply waits meanwhile), then serialize and write off
+            // it; all of it on a blocking thread, none on the runtime's workers.
+            let (state, last_applied, last_membership) = {
+                let applied = shared.read();
+                (
+                    applied.state.clone(),
+                    applied.last_applied,
+                    applied.last_membership.clone(),
+                )
+            };
             let data = snapshot::encode_state(&state)?;
             let index = last_applied.map_or(0, |id| id.index);
             let term = last_applied.map_or(0, |id| id.leader_id.term);
@@ -190,11 +241,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut replies = Vec::new();
         let mut effects = Vec::new();
         let index = {
-            let mut applied = self
-                .shared
-                .applied
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut applied = self.shared.write();
             for entry in entries {
                 applied.last_applied = Some(entry.log_id);
                 let reply = match &entry.payload {
