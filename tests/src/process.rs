@@ -118,6 +118,36 @@ impl ProcessCluster {
         self.children.get(&id).map(Child::id)
     }
 
+    /// SIGSTOP (`stop`) or SIGCONT, returning once `/proc` shows the process stopped or
+    /// running again: the signal is delivered asynchronously, and a node that has not stopped
+    /// yet still answers.
+    pub fn set_stopped(&self, id: u64, stop: bool) -> anyhow::Result<()> {
+        use nix::sys::signal::{kill, Signal};
+        let pid = self
+            .pid(id)
+            .ok_or_else(|| anyhow::anyhow!("node {id} is not running"))?;
+        let signal = if stop {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        kill(nix::unistd::Pid::from_raw(pid as i32), signal)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+            // "PID (comm) STATE …"; comm may hold spaces and parentheses.
+            let state = stat.rsplit_once(") ").and_then(|(_, s)| s.chars().next());
+            if (state == Some('T')) == stop {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "node {id} is in state {state:?} 5 s after {signal}"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     /// SIGKILL, then reap.
     pub fn kill9(&mut self, id: u64) -> anyhow::Result<()> {
         if let Some(mut child) = self.children.remove(&id) {

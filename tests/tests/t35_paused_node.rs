@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use tenure_proto::v1::leases_client::LeasesClient;
 use tenure_proto::v1::{Consistency, GetResourceRequest};
 use tenure_tests::process::ProcessCluster;
@@ -39,8 +37,7 @@ async fn a_node_resumed_from_sigstop_serves_the_calls_still_waiting() {
         .await
         .expect("a read before the pause");
 
-    let pid = Pid::from_raw(cluster.pid(1).expect("node 1 runs") as i32);
-    kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
+    cluster.set_stopped(1, true).expect("SIGSTOP");
     // Calls that give up while the node is stopped: each leaves a reset stream behind.
     let cancelled: Vec<_> = (0..60)
         .map(|_| {
@@ -70,7 +67,7 @@ async fn a_node_resumed_from_sigstop_serves_the_calls_still_waiting() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(200)).await; // let them reach the socket
-    kill(pid, Signal::SIGCONT).expect("SIGCONT");
+    cluster.set_stopped(1, false).expect("SIGCONT");
     for call in waiting {
         let answer = call.await.expect("task");
         assert!(
