@@ -8,6 +8,7 @@ pub mod scenario;
 
 use std::time::Duration;
 
+pub use tenure_client::release_request;
 use tenure_client::{pb, Client};
 
 /// The ids of a cluster of `n` nodes: 1..=n.
@@ -56,17 +57,6 @@ pub async fn granted(client: &Client, resource: &str, holder: &str, ttl: Duratio
         .unwrap_or_else(|e| panic!("acquire {resource}: {e}"));
     assert!(reply.granted, "acquire {resource}: {reply:?}");
     reply.lease.expect("a granted lease")
-}
-
-/// A release of `lease` by its holder, with its token.
-pub fn release_request(lease: &pb::Lease) -> pb::ReleaseRequest {
-    pb::ReleaseRequest {
-        resource: lease.resource.clone(),
-        lease_id: lease.lease_id.clone(),
-        holder: lease.holder.clone(),
-        fencing_token: lease.fencing_token,
-        ..Default::default()
-    }
 }
 
 /// Asserts that a call failed with `code` and the SPEC §3 `reason`.

@@ -167,9 +167,5 @@ pub async fn ready(endpoints: &[String], running: &[bool]) -> Result<()> {
         leaders.push(status.leader());
         client.put("ready", "x", None).await?;
     }
-    leaders.dedup();
-    if leaders.len() != 1 {
-        bail!("the members name different leaders: {leaders:?}");
-    }
-    Ok(())
+    super::one_leader(leaders)
 }

@@ -327,6 +327,17 @@ impl Session {
     }
 }
 
+/// Ready means every running node names one leader (the leader ids each node reported).
+fn one_leader(mut leaders: Vec<u64>) -> Result<()> {
+    leaders.sort_unstable();
+    leaders.dedup();
+    match leaders.as_slice() {
+        [_] => Ok(()),
+        [] => bail!("no running node"),
+        many => bail!("the nodes name different leaders: {many:?}"),
+    }
+}
+
 pub async fn ready(system: System, endpoints: &[String], running: &[bool]) -> Result<()> {
     match system {
         System::Tenure => tenure::ready(endpoints, running).await,

@@ -159,9 +159,5 @@ pub async fn ready(endpoints: &[String], running: &[bool]) -> Result<()> {
                 .await?,
         )?;
     }
-    leaders.dedup();
-    if leaders.len() != 1 {
-        bail!("the nodes name different leaders: {leaders:?}");
-    }
-    Ok(())
+    super::one_leader(leaders)
 }

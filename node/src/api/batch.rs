@@ -159,8 +159,8 @@ fn answer(batch: Vec<Pending>, result: ProposeResult) {
             }
         }
         Ok(reply) if batch.len() == 1 => {
-            for pending in batch {
-                let _ = pending.reply.send(Ok(reply.clone()));
+            if let Some(pending) = batch.into_iter().next() {
+                let _ = pending.reply.send(Ok(reply));
             }
         }
         Ok(other) => {

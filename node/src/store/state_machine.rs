@@ -6,7 +6,7 @@
 
 use std::io::Cursor;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{Arc, LockResult, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -43,7 +43,7 @@ pub struct Shared {
     pub notify: Arc<Notifier>,
 }
 
-/// Yields before a blocked lock wait leaves the runtime (see [`wait_for_lock`]).
+/// Yields before a blocked lock wait leaves the runtime (see [`lock_without_stalling`]).
 const SPINS_BEFORE_BLOCKING: usize = 50;
 
 /// Waits for the state lock without stalling the async runtime. A snapshot copies the whole
@@ -53,13 +53,19 @@ const SPINS_BEFORE_BLOCKING: usize = 50;
 /// multi-thread runtime's worker, `block_in_place` hands those tasks to another thread first.
 /// That hand-off costs more than the usual wait (apply holds the lock for microseconds), so
 /// `attempt` is retried, yielding the thread, for a short while before.
-fn wait_for_lock<G>(attempt: impl Fn() -> Option<G>, wait: impl FnOnce() -> G) -> G {
+fn lock_without_stalling<G>(
+    attempt: impl Fn() -> Result<G, TryLockError<G>>,
+    wait: impl FnOnce() -> LockResult<G>,
+) -> G {
     for _ in 0..SPINS_BEFORE_BLOCKING {
-        if let Some(guard) = attempt() {
-            return guard;
+        match attempt() {
+            Ok(guard) => return guard,
+            // A panic while holding the lock leaves the state as the last apply left it.
+            Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
         }
-        std::thread::yield_now();
     }
+    let wait = || wait().unwrap_or_else(|poisoned| poisoned.into_inner());
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(wait)
@@ -71,34 +77,12 @@ fn wait_for_lock<G>(attempt: impl Fn() -> Option<G>, wait: impl FnOnce() -> G) -
 impl Shared {
     /// Read access to the applied state. Never held across an await.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
-        match self.applied.try_read() {
-            Ok(guard) => guard,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => wait_for_lock(
-                || self.applied.try_read().ok(),
-                || {
-                    self.applied
-                        .read()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                },
-            ),
-        }
+        lock_without_stalling(|| self.applied.try_read(), || self.applied.read())
     }
 
     /// Write access to the applied state (apply, install). Never held across an await.
     fn write(&self) -> RwLockWriteGuard<'_, Applied> {
-        match self.applied.try_write() {
-            Ok(guard) => guard,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => wait_for_lock(
-                || self.applied.try_write().ok(),
-                || {
-                    self.applied
-                        .write()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                },
-            ),
-        }
+        lock_without_stalling(|| self.applied.try_write(), || self.applied.write())
     }
 
     /// Fires with the applied index after every applied batch.
