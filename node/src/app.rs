@@ -64,7 +64,8 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         election_timeout_min: config.election_min.as_millis() as u64,
         election_timeout_max: config.election_max.as_millis() as u64,
         install_snapshot_timeout: 10_000,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+        // The node asks for snapshots itself (`store::compaction`).
+        snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: config.snapshot_keep_logs,
         ..Default::default()
     };
@@ -136,6 +137,12 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
 
     let (stop, stop_rx) = watch::channel(false);
     let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));
+    tokio::spawn(crate::store::compaction::run(
+        raft.clone(),
+        node.sm.clone(),
+        config.snapshot_every,
+        stop_rx.clone(),
+    ));
     let timers = tokio::spawn(crate::timers::run(node.clone(), stop_rx));
 
     if config.peers.keys().next() == Some(&config.id) {

@@ -51,7 +51,8 @@ pub struct Config {
     #[arg(long, env = "TENURED_ELECTION_MAX", default_value = "1000ms", value_parser = humantime::parse_duration)]
     pub election_max: Duration,
 
-    /// Build a snapshot (and purge the log behind it) after this many entries. Default: 5000.
+    /// Build a snapshot (and purge the log behind it) after at least this many entries, once
+    /// the log has also grown by half the last snapshot's size. Default: 5000.
     #[arg(long, env = "TENURED_SNAPSHOT_EVERY", default_value_t = 5000)]
     pub snapshot_every: u64,
 

@@ -152,6 +152,15 @@ impl InProcessCluster {
             .collect()
     }
 
+    /// The index node `id` has applied up to.
+    pub fn applied_index(&self, id: u64) -> u64 {
+        self.node(id)
+            .sm
+            .read()
+            .last_applied
+            .map_or(0, |log_id| log_id.index)
+    }
+
     /// Resolves once node `id` has applied at least `index`.
     pub async fn applied_at_least(&self, id: u64, index: u64) {
         let mut applied = self.node(id).sm.subscribe();

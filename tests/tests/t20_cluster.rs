@@ -18,12 +18,7 @@ async fn lease_acquired_on_a_follower_survives_the_leader_and_expires_only_after
 
     // Every survivor's committed state agrees, and every append was fdatasynced.
     let leader = cluster.leader(ELECTION).await.expect("leader");
-    let leader_applied = cluster
-        .node(leader)
-        .sm
-        .read()
-        .last_applied
-        .map_or(0, |l| l.index);
+    let leader_applied = cluster.applied_index(leader);
     let mut states = Vec::new();
     for id in cluster.live_ids() {
         cluster.applied_at_least(id, leader_applied).await;
@@ -44,29 +39,10 @@ async fn lease_acquired_on_a_follower_survives_the_leader_and_expires_only_after
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_loads_the_snapshot_and_replays_only_the_tail() {
-    let flags = vec![
-        "--snapshot-every".to_string(),
-        "20".into(),
-        "--snapshot-keep-logs".into(),
-        "0".into(),
-    ];
-    let extra = (1..=3).map(|id| (id, flags.clone())).collect();
-    let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    let mut cluster = snapshotting_cluster().await;
     let leader = cluster.leader(ELECTION).await.expect("leader");
     let client = cluster.client();
-    let mut tokens = BTreeMap::new();
-    for i in 0..45 {
-        let resource = format!("seat/{i}");
-        let granted = client
-            .acquire(acquire_request(
-                &resource,
-                "holder",
-                Duration::from_secs(300),
-            ))
-            .await
-            .expect("acquire");
-        tokens.insert(resource, granted.lease.expect("granted").fencing_token);
-    }
+    let mut tokens = acquire_seats(&client, 45).await;
     let restarted = cluster
         .live_ids()
         .into_iter()
@@ -105,24 +81,99 @@ async fn restart_loads_the_snapshot_and_replays_only_the_tail() {
     );
     let read = get_resource(&client, "seat/after").await.expect("read");
     assert_eq!(read.leases[0].fencing_token, tokens["seat/after"]);
-    let leader_applied = cluster
-        .node(cluster.leader(ELECTION).await.expect("leader"))
-        .sm
-        .read()
-        .last_applied
-        .map_or(0, |l| l.index);
+    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let leader_applied = cluster.applied_index(leader);
     cluster.applied_at_least(restarted, leader_applied).await;
     let purged = cluster.node(restarted).raft.metrics().borrow().purged;
     assert!(
         purged.is_some_and(|p| p.index > 1),
         "its log starts after the snapshot: {purged:?}"
     );
-    for (resource, token) in &tokens {
+    assert_holds(&cluster, restarted, &tokens);
+    cluster.shutdown().await;
+}
+
+/// A follower that was down while the leader purged its log catches up from the leader's
+/// snapshot file, sent in chunks and installed from disk, then from the log after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_a_purged_log_catches_up_from_a_sent_snapshot() {
+    let mut cluster = snapshotting_cluster().await;
+    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let behind = cluster
+        .live_ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    cluster.kill(behind).await;
+
+    let tokens = acquire_seats(&cluster.client(), 45).await;
+    cluster
+        .node(leader)
+        .raft
+        .wait(Some(ELECTION))
+        .metrics(
+            |m| {
+                m.snapshot.is_some_and(|s| s.index >= 40) && m.purged.is_some_and(|p| p.index >= 40)
+            },
+            "the leader's snapshot and purge",
+        )
+        .await
+        .expect("the leader built a snapshot and purged its log behind it");
+
+    cluster.restart(behind).await.expect("restart");
+    let leader_applied = cluster.applied_index(leader);
+    cluster.applied_at_least(behind, leader_applied).await;
+    let stats = &cluster.node(behind).sm.stats;
+    assert_eq!(
+        StorageStats::get(&stats.snapshots_installed),
+        1,
+        "the follower installed the leader's snapshot"
+    );
+    assert!(StorageStats::get(&stats.last_snapshot_index) >= 40);
+    assert_holds(&cluster, behind, &tokens);
+    // The installed snapshot is the one a restart loads.
+    cluster.kill(behind).await;
+    cluster.restart(behind).await.expect("second restart");
+    assert!(StorageStats::get(&cluster.node(behind).sm.stats.last_snapshot_index) >= 40);
+    cluster.applied_at_least(behind, leader_applied).await;
+    assert_eq!(
+        cluster.local_leases(behind, "seat/44"),
+        vec![("holder".to_string(), tokens["seat/44"])]
+    );
+    cluster.shutdown().await;
+}
+
+/// Three nodes that snapshot every 20 entries and keep no log behind a snapshot.
+async fn snapshotting_cluster() -> InProcessCluster {
+    let flags = vec![
+        "--snapshot-every".to_string(),
+        "20".into(),
+        "--snapshot-keep-logs".into(),
+        "0".into(),
+    ];
+    let extra = (1..=3).map(|id| (id, flags.clone())).collect();
+    InProcessCluster::start(3, extra).await.expect("cluster")
+}
+
+/// Acquires `seat/0` .. `seat/{n-1}` for `holder`; their fencing tokens by name.
+async fn acquire_seats(client: &tenure_client::Client, n: usize) -> BTreeMap<String, u64> {
+    let mut tokens = BTreeMap::new();
+    for i in 0..n {
+        let resource = format!("seat/{i}");
+        let lease =
+            tenure_tests::granted(client, &resource, "holder", Duration::from_secs(300)).await;
+        tokens.insert(resource, lease.fencing_token);
+    }
+    tokens
+}
+
+/// Node `id` shows every seat held by `holder` under its token.
+fn assert_holds(cluster: &InProcessCluster, id: u64, tokens: &BTreeMap<String, u64>) {
+    for (resource, token) in tokens {
         assert_eq!(
-            cluster.local_leases(restarted, resource),
+            cluster.local_leases(id, resource),
             vec![("holder".to_string(), *token)],
-            "{resource}"
+            "node {id}: {resource}"
         );
     }
-    cluster.shutdown().await;
 }

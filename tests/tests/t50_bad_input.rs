@@ -114,15 +114,6 @@ async fn wait_applied(cluster: &InProcessCluster, id: u64, index: u64) {
         .unwrap_or_else(|_| panic!("node {id} stopped before applying index {index}"));
 }
 
-fn leader_applied(cluster: &InProcessCluster, leader: u64) -> u64 {
-    cluster
-        .node(leader)
-        .sm
-        .read()
-        .last_applied
-        .map_or(0, |log_id| log_id.index)
-}
-
 fn ttl(seconds: i64, nanos: i32) -> Option<prost_types::Duration> {
     Some(prost_types::Duration { seconds, nanos })
 }
@@ -1541,7 +1532,7 @@ async fn bad_input_gets_its_reason_and_changes_nothing() -> anyhow::Result<()> {
     }
 
     // Every node is up and its state is what it was.
-    let index = leader_applied(&cluster, leader);
+    let index = cluster.applied_index(leader);
     for id in &ids {
         wait_applied(&cluster, *id, index).await;
     }

@@ -3,7 +3,7 @@
 
 use super::command::{AcquireOp, CreateOp, Reply};
 use super::history::{Event, EventKind};
-use super::machine::{check_name, check_names, check_ttl, Ctx, ResourceState, State};
+use super::machine::{check_name, check_names, check_ttl, Ctx, PushLean, ResourceState, State};
 use super::policy;
 use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Refusal, Rejection};
 
@@ -33,7 +33,7 @@ impl State {
             ));
         }
         let rs = self.resource_entry(&name);
-        rs.registration = Some(op.policy.clone());
+        rs.registration = Some(Box::new(op.policy.clone()));
         rs.revision = ctx.index;
         self.record(
             ctx.index,
@@ -100,7 +100,7 @@ impl State {
         }
 
         let empty = ResourceState::default();
-        let rs = rs.unwrap_or(&empty);
+        let rs = rs.map_or(&empty, |rs| &**rs);
         if let Some(own) = rs.leases.iter().find(|l| l.holder == op.holder) {
             if !ctx.admin && own.principal != ctx.principal {
                 // Handing the lease (and its token) to another principal would let it fence
@@ -252,7 +252,7 @@ impl State {
         let event = Event::about(kind, &lease, None, Some(LeaseStatus::Active));
         let name = lease.resource.clone();
         let rs = self.resource_entry(&name);
-        rs.leases.push(lease);
+        rs.leases.push_lean(lease);
         rs.revision = index;
         self.record(index, actor, &name, event);
         view

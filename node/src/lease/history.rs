@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::machine::PushLean;
 use super::types::{Lease, LeaseStatus, Mode};
 
 /// Newest events kept per resource.
@@ -60,7 +61,7 @@ pub struct Event {
     pub metadata: BTreeMap<String, String>,
     pub mode: Mode,
     pub units: u64,
-    pub successor: Option<Successor>,
+    pub successor: Option<Box<Successor>>,
 }
 
 impl Event {
@@ -168,7 +169,7 @@ pub fn push(events: &mut VecDeque<Event>, mut event: Event) -> ((u64, u32), Vec<
         _ => 0,
     };
     let position = event.position();
-    events.push_back(event);
+    events.push_lean(event);
     let mut dropped = Vec::new();
     while events.len() > PER_RESOURCE {
         dropped.extend(events.pop_front());

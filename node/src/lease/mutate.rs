@@ -3,7 +3,7 @@
 
 use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
 use super::history::{Event, EventKind, Successor};
-use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, State};
+use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, PushLean, State};
 use super::types::{Lease, LeaseStatus, Rejection};
 
 /// The lease a renew, release or transfer names, and the token it claims.
@@ -185,7 +185,7 @@ impl State {
         let now_ms = self.clock.now_ms();
         if let Some(rs) = self.resources.get_mut(&op.resource) {
             rs.leases.retain(|l| l.lease_id != old.lease_id);
-            rs.leases.push(new.clone());
+            rs.leases.push_lean(new.clone());
             rs.revision = ctx.index;
         }
         let mut event = Event::about(
@@ -194,11 +194,11 @@ impl State {
             Some(was),
             Some(LeaseStatus::Transferred),
         );
-        event.successor = Some(Successor {
+        event.successor = Some(Box::new(Successor {
             holder: new.holder.clone(),
             lease_id: new.lease_id.clone(),
             fencing_token: new.fencing_token,
-        });
+        }));
         self.remember_ended(
             &op.resource,
             Ended {

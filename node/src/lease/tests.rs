@@ -14,6 +14,7 @@ use super::expiry::{plan, Plan};
 use super::machine::{apply, EntryMeta, State};
 use super::policy::{Policy, DAY_MS, DEDUP_WINDOW_MS, HOUR_MS, SECOND_MS};
 use super::types::{LeaseStatus, LeaseView, Mode, Refusal, Rejection};
+use crate::store::snapshot::{decode_state, encode_state};
 
 use model::{Answer, Model, Request, Shown};
 
@@ -1118,10 +1119,8 @@ impl Run {
         );
 
         // A snapshot of the state restores to the same state, derived indexes included.
-        let json = serde_json::to_string(&self.machine).expect("state serializes");
-        let restored = serde_json::from_str::<State>(&json)
-            .expect("state deserializes")
-            .restored();
+        let bytes = encode_state(&self.machine).expect("state serializes");
+        let restored = decode_state(&bytes).expect("state deserializes");
         assert_eq!(restored, self.machine, "step {n}: snapshot round trip");
     }
 }
@@ -1828,10 +1827,8 @@ fn snapshot_restore_rebuilds_the_reclaim_index() {
     let mut node = Node::new(1_000);
     granted(&node.acquire("world", "alice", Some(3_000)));
     granted(&node.acquire("seat", "bob", Some(2_000)));
-    let json = serde_json::to_string(&node.state).expect("state serializes");
-    let restored = serde_json::from_str::<State>(&json)
-        .expect("state deserializes")
-        .restored();
+    let bytes = encode_state(&node.state).expect("state serializes");
+    let restored = decode_state(&bytes).expect("state deserializes");
     assert_eq!(restored.live_leases(), 2);
     assert_eq!(restored.next_due_ms(), Some(3_000));
     assert_eq!(restored, node.state);

@@ -196,7 +196,7 @@ impl State {
             self.dedup.resolve(
                 &waiter.principal,
                 request_id,
-                Reply::Acquire(outcome.clone()),
+                &Reply::Acquire(outcome.clone()),
             );
         }
         self.effects.waits.push(WaitOutcome {

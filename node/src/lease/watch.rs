@@ -91,11 +91,17 @@ type Scoped<'a> = Vec<(&'a String, &'a super::machine::ResourceState)>;
 impl State {
     fn scoped(&self, scope: &Scope) -> Scoped<'_> {
         match scope {
-            Scope::Resource(name) => self.resources.get_key_value(name).into_iter().collect(),
+            Scope::Resource(name) => self
+                .resources
+                .get_key_value(name)
+                .map(|(name, rs)| (name, &**rs))
+                .into_iter()
+                .collect(),
             Scope::Prefix(prefix) => self
                 .resources
                 .range::<String, _>((Bound::Included(prefix.clone()), Bound::Unbounded))
                 .take_while(|(name, _)| name.starts_with(prefix.as_str()))
+                .map(|(name, rs)| (name, &**rs))
                 .collect(),
         }
     }

@@ -14,7 +14,7 @@ use std::fs::File;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader, StorageError, Vote};
@@ -47,14 +47,14 @@ impl LogStore {
     /// Opens (or creates) the log under `dir`.
     pub fn open(dir: &Path, stats: Arc<StorageStats>) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir)
             .cache_capacity(64 * 1024 * 1024)
             // sled writes any item over a quarter segment to `blobs/`, which its flush never
             // syncs; 8 MiB segments keep every leaf page of small entries out of there.
             .segment_size(8 * 1024 * 1024)
-            .flush_every_ms(None)
-            .open()?;
+            .flush_every_ms(None);
+        let db = open_when_unlocked(&config)?;
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
         let data_file = Arc::new(File::open(dir.join("db"))?);
@@ -104,6 +104,31 @@ impl LogStore {
             batch.remove(key);
         }
         self.log.apply_batch(batch).map_err(write_err)
+    }
+}
+
+/// How long `open` waits for the data directory's lock.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens sled, waiting a while for its file lock. A node stopped in this same process (the
+/// in-process test clusters) releases the lock only when its last log task has let go of the
+/// database, which can be just after its shutdown returns; sled offers nothing to await, so
+/// this retries. Another process holding the directory still fails, after `LOCK_WAIT`.
+fn open_when_unlocked(config: &sled::Config) -> sled::Result<sled::Db> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match config.open() {
+            // sled reports a held lock as an `Other` error, by its message.
+            Err(sled::Error::Io(e))
+                if e.to_string().starts_with("could not acquire lock")
+                    && started.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            opened => return opened,
+        }
     }
 }
 
@@ -217,14 +242,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = sled::Batch::default();
         let mut count = 0u64;
+        let mut bytes = 0u64;
         for entry in entries {
             let value = serde_json::to_vec(&entry).map_err(write_err)?;
+            bytes += value.len() as u64;
             batch.insert(&index_key(entry.log_id.index), value);
             count += 1;
         }
         self.log.apply_batch(batch).map_err(write_err)?;
         StorageStats::add(&self.stats.log_appends, 1);
         StorageStats::add(&self.stats.log_entries, count);
+        StorageStats::add(&self.stats.log_bytes, bytes);
         // Durable once the flusher's next flush + fdatasync returns; it calls back then.
         if let Err(unsent) = self.flushes.send(callback) {
             unsent

@@ -1,12 +1,12 @@
 //! openraft glue: the Raft log on sled (`log`), the in-memory lease state machine
 //! (`state_machine`) and its snapshot files (`snapshot`).
 
+pub mod compaction;
 pub mod log;
 pub mod notify;
 pub mod snapshot;
 pub mod state_machine;
 
-use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::{AnyError, StorageError, StorageIOError};
@@ -21,7 +21,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
@@ -35,9 +35,14 @@ pub type LogId = openraft::LogId<NodeId>;
 pub struct StorageStats {
     pub log_appends: AtomicU64,
     pub log_entries: AtomicU64,
+    /// Bytes of entries appended since start, and their count when the newest snapshot was
+    /// begun (see `compaction`).
+    pub log_bytes: AtomicU64,
+    pub log_bytes_at_snapshot: AtomicU64,
     pub log_fsyncs: AtomicU64,
     pub log_sync_micros: AtomicU64,
     pub snapshots_built: AtomicU64,
+    pub snapshots_installed: AtomicU64,
     pub last_snapshot_index: AtomicU64,
     pub last_snapshot_bytes: AtomicU64,
     pub last_snapshot_build_micros: AtomicU64,

@@ -5,67 +5,148 @@
 //! an older snapshot.
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::NodeId;
+use crate::lease::dedup::Dedup;
 use crate::lease::State;
 
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
-/// 2: resources hold several leases, their registration and their history (issue 4).
-const FORMAT_VERSION: u32 = 2;
+/// 2: resources hold several leases, their registration and their history (issue 4), JSON.
+/// 3: postcard's binary encoding; exactly-once records hold digests (issue 6). Format 2 is
+/// still read, so a node upgrades in place.
+const FORMAT_VERSION: u32 = 3;
 const PREFIX: &str = "snapshot-";
 
-/// What a snapshot's data (and what openraft streams to a follower) holds.
-#[derive(Serialize, Deserialize)]
-struct Body<S> {
-    format_version: u32,
-    state: S,
+/// The last format written as JSON; its body is `{"format_version": 2, "state": {..}}`.
+const JSON_FORMAT: u32 = 2;
+
+/// What a snapshot's data (and what openraft streams to a follower) holds: the format
+/// version, then the state, both in postcard's encoding. Only the state's own fields are
+/// written; the derived indexes are rebuilt on load.
+pub fn encode_state(state: &State) -> postcard::Result<Vec<u8>> {
+    postcard::to_allocvec(&(FORMAT_VERSION, state))
 }
 
-/// Just the version, to name the format of a snapshot this release cannot read.
-#[derive(Deserialize)]
-struct Version {
-    format_version: u32,
-}
-
-pub fn encode_state(state: &State) -> serde_json::Result<Vec<u8>> {
-    serde_json::to_vec(&Body {
-        format_version: FORMAT_VERSION,
-        state,
-    })
+fn unreadable(version: u64) -> anyhow::Error {
+    anyhow::anyhow!("snapshot format {version} is not readable by this release (reads {FORMAT_VERSION} and {JSON_FORMAT})")
 }
 
 pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
-    let unreadable = |version: u32| {
-        anyhow::anyhow!(
-            "snapshot format {version} is not readable by this release (reads {FORMAT_VERSION})"
-        )
-    };
-    // One parse when the snapshot is readable; the version is read on its own only to name
-    // the format of one that is not.
-    let body: Body<State> = serde_json::from_slice(data).map_err(|error| {
-        match serde_json::from_slice::<Version>(data) {
-            Ok(Version { format_version }) if format_version != FORMAT_VERSION => {
-                unreadable(format_version)
-            }
-            _ => error.into(),
-        }
-    })?;
-    if body.format_version != FORMAT_VERSION {
-        return Err(unreadable(body.format_version));
+    // A JSON body starts with `{`; a postcard body with the version, which is not 123.
+    if data.first() == Some(&b'{') {
+        return decode_json(data);
     }
-    Ok(body.state.restored())
+    let (version, body) = postcard::take_from_bytes::<u32>(data)?;
+    if version != FORMAT_VERSION {
+        return Err(unreadable(version.into()));
+    }
+    let state: State = postcard::from_bytes(body)?;
+    Ok(state.restored())
 }
 
-/// A snapshot as kept on disk. In memory only while it is built, installed or sent: its
-/// bytes are as large as the state (1.4 KB per lease), so nothing holds on to them.
-pub struct StoredSnapshot {
+/// Format 2: the same state in JSON, with exactly-once records keyed by their text.
+fn decode_json(data: &[u8]) -> anyhow::Result<State> {
+    let mut body: serde_json::Value = serde_json::from_slice(data)?;
+    let version = body["format_version"].as_u64().unwrap_or(0);
+    if version != u64::from(JSON_FORMAT) {
+        return Err(unreadable(version));
+    }
+    let mut state = body["state"].take();
+    let dedup = state
+        .get_mut("dedup")
+        .map(serde_json::Value::take)
+        .unwrap_or_default();
+    state["dedup"] = serde_json::to_value(Dedup::default())?;
+    let mut state: State = serde_json::from_value(state)?;
+    state.dedup = Dedup::from_format_2(dedup)?;
+    Ok(state.restored())
+}
+
+/// Writes a snapshot file: a line of JSON with openraft's meta, then the body. The body is
+/// encoded straight into the file, so no copy of the state and no buffer as large as the
+/// snapshot (300 bytes per lease) is ever held in memory.
+pub struct Writer {
+    meta: SnapshotMeta,
+    tmp_path: PathBuf,
+    file: BufWriter<File>,
+}
+
+/// Large writes: a snapshot body is written while apply waits (see `build_snapshot`).
+const WRITE_BUFFER: usize = 1 << 20;
+
+impl Writer {
+    pub fn create(dir: &Path, meta: SnapshotMeta) -> anyhow::Result<Writer> {
+        fs::create_dir_all(dir)?;
+        let tmp_path = dir.join(format!(".{}.tmp", file_name(&meta)));
+        let mut file = BufWriter::with_capacity(WRITE_BUFFER, File::create(&tmp_path)?);
+        serde_json::to_writer(&mut file, &meta)?;
+        file.write_all(b"\n")?;
+        Ok(Writer {
+            meta,
+            tmp_path,
+            file,
+        })
+    }
+
+    /// Encodes `state` as the body, through to the OS (not yet to the disk).
+    pub fn state(&mut self, state: &State) -> anyhow::Result<()> {
+        postcard::to_io(&(FORMAT_VERSION, state), &mut self.file)?;
+        self.file.flush()?;
+        Ok(())
+    }
+
+    /// Copies a body received from the leader.
+    pub fn body(&mut self, body: &[u8]) -> anyhow::Result<()> {
+        self.file.write_all(body)?;
+        Ok(())
+    }
+
+    /// Makes the file durable under its temporary name.
+    pub fn finish(self) -> anyhow::Result<Written> {
+        let file = self.file.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        let bytes = file.metadata()?.len();
+        Ok(Written {
+            meta: self.meta,
+            tmp_path: self.tmp_path,
+            bytes,
+        })
+    }
+}
+
+/// A durable snapshot file not yet in place.
+pub struct Written {
     pub meta: SnapshotMeta,
-    pub data: Vec<u8>,
+    tmp_path: PathBuf,
+    pub bytes: u64,
+}
+
+impl Written {
+    /// Opens it for reading (still readable after `keep` renames or `discard` removes it).
+    pub fn open(&self) -> std::io::Result<File> {
+        File::open(&self.tmp_path)
+    }
+
+    /// Renames it into place and removes older snapshots. Callers serialize keeps.
+    pub fn keep(self, dir: &Path) -> anyhow::Result<()> {
+        let final_path = dir.join(file_name(&self.meta));
+        fs::rename(&self.tmp_path, &final_path)?;
+        File::open(dir)?.sync_all()?;
+        // Names sort by index: remove only older snapshots, never a newer one saved meanwhile.
+        for old in list(dir)? {
+            if old < final_path {
+                fs::remove_file(old)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn discard(self) -> std::io::Result<()> {
+        fs::remove_file(&self.tmp_path)
+    }
 }
 
 fn file_name(meta: &SnapshotMeta) -> String {
@@ -73,24 +154,19 @@ fn file_name(meta: &SnapshotMeta) -> String {
     format!("{PREFIX}{index:020}-{}", meta.snapshot_id)
 }
 
-/// Writes the snapshot durably and removes older ones. Callers serialize saves.
-pub fn save(dir: &Path, snapshot: &StoredSnapshot) -> anyhow::Result<()> {
-    fs::create_dir_all(dir)?;
-    let final_path = dir.join(file_name(&snapshot.meta));
-    let tmp_path = dir.join(format!(".{}.tmp", file_name(&snapshot.meta)));
-    {
-        let mut file = File::create(&tmp_path)?;
-        serde_json::to_writer(&mut file, &snapshot.meta)?;
-        file.write_all(b"\n")?;
-        file.write_all(&snapshot.data)?;
-        file.sync_all()?;
+/// Removes what an interrupted write left: temporary files are never read.
+pub fn remove_unfinished(dir: &Path) -> anyhow::Result<()> {
+    if !dir.exists() {
+        return Ok(());
     }
-    fs::rename(&tmp_path, &final_path)?;
-    File::open(dir)?.sync_all()?;
-    // Names sort by index: remove only older snapshots, never a newer one saved meanwhile.
-    for old in list(dir)? {
-        if old < final_path {
-            fs::remove_file(old)?;
+    for item in fs::read_dir(dir)? {
+        let path = item?.path();
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.') && n.ends_with(".tmp"))
+        {
+            fs::remove_file(path)?;
         }
     }
     Ok(())
@@ -115,18 +191,34 @@ fn list(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// Loads the newest snapshot in `dir`, if any.
-pub fn load_newest(dir: &Path) -> anyhow::Result<Option<StoredSnapshot>> {
+/// The newest snapshot in `dir`: its meta, its path and its size. Reads only the meta line.
+pub fn newest(dir: &Path) -> anyhow::Result<Option<(SnapshotMeta, PathBuf, u64)>> {
     let Some(path) = list(dir)?.pop() else {
         return Ok(None);
     };
-    let mut reader = BufReader::new(File::open(&path)?);
+    let file = File::open(&path)?;
+    let bytes = file.metadata()?.len();
     let mut header = String::new();
-    reader.read_line(&mut header)?;
+    BufReader::new(file).read_line(&mut header)?;
     let meta: SnapshotMeta = serde_json::from_str(header.trim_end())?;
-    let mut data = Vec::new();
-    reader.read_to_end(&mut data)?;
-    Ok(Some(StoredSnapshot { meta, data }))
+    Ok(Some((meta, path, bytes)))
+}
+
+/// Splits a whole snapshot file (as read, or as received from the leader) into its meta and
+/// its body.
+pub fn split(data: &[u8]) -> anyhow::Result<(SnapshotMeta, &[u8])> {
+    let end = data
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| anyhow::anyhow!("a snapshot file without its meta line"))?;
+    Ok((serde_json::from_slice(&data[..end])?, &data[end + 1..]))
+}
+
+/// Reads and decodes a snapshot file.
+pub fn load(path: &Path) -> anyhow::Result<(SnapshotMeta, State)> {
+    let data = fs::read(path)?;
+    let (meta, body) = split(&data)?;
+    Ok((meta, decode_state(body)?))
 }
 
 #[cfg(test)]
@@ -199,5 +291,50 @@ mod tests {
     fn an_older_format_is_refused_by_name() {
         let error = decode_state(br#"{"format_version":1,"state":{}}"#).expect_err("refused");
         assert!(error.to_string().contains("snapshot format 1"), "{error}");
+        let error = decode_state(&postcard::to_allocvec(&(4u32, 0u8)).expect("encode"))
+            .expect_err("refused");
+        assert!(error.to_string().contains("snapshot format 4"), "{error}");
+    }
+
+    /// A node upgraded in place loads the JSON snapshot the release before wrote, and still
+    /// answers a retry of a request that snapshot remembers with the original reply.
+    #[test]
+    fn a_format_2_snapshot_loads_with_its_exactly_once_records() {
+        let mut state = State::default();
+        let op = AcquireOp {
+            resource: "r".into(),
+            holder: "h".into(),
+            ttl_ms: Some(30_000),
+            mode: Mode::Exclusive,
+            units: 0,
+            metadata: Default::default(),
+            idempotency_key: None,
+            wait_ms: None,
+        };
+        entry(&mut state, 1, Op::Acquire(op.clone()));
+        let mut json = serde_json::to_value(&state).expect("json");
+        let reply = crate::lease::Reply::Cancelled {
+            cancelled: true,
+            revision: 1,
+        };
+        // The format-2 key: the principal's length, a colon, the principal, the request_id.
+        json["dedup"] = serde_json::json!({
+            "entries": {"2:ppreq-1": {"op": Op::Acquire(op.clone()), "reply": reply, "at_ms": 1}},
+            "order": [[1, "2:ppreq-1"]],
+        });
+        let data = serde_json::to_vec(&serde_json::json!({"format_version": 2, "state": json}))
+            .expect("encode");
+        let restored = decode_state(&data).expect("decode");
+        assert_eq!(restored.live_leases(), 1);
+        let seen = restored
+            .dedup
+            .check("pp", "req-1", &Op::Acquire(op.clone()));
+        assert!(matches!(seen, crate::lease::dedup::Seen::Retry(r) if r == reply));
+        let other = Op::Acquire(AcquireOp {
+            holder: "other".into(),
+            ..op
+        });
+        let seen = restored.dedup.check("pp", "req-1", &other);
+        assert!(matches!(seen, crate::lease::dedup::Seen::Conflict));
     }
 }

@@ -4,7 +4,7 @@
 //! Apply is not persisted: the log store keeps `committed`, so a restart loads the newest
 //! snapshot and openraft re-applies the committed tail.
 
-use std::io::Cursor;
+use std::io::SeekFrom;
 use std::path::PathBuf;
 use std::sync::{Arc, LockResult, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
@@ -13,10 +13,11 @@ use openraft::{
     AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError,
     StoredMembership,
 };
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 
 use super::notify::Notifier;
-use super::snapshot::{self, SnapshotMeta, StoredSnapshot};
+use super::snapshot::{self, SnapshotMeta, Writer, Written};
 use super::{Entry, LogId, NodeId, StorageStats, TypeConfig};
 use crate::lease::{self, EntryMeta, LeaderKey, Reply, State};
 
@@ -46,8 +47,8 @@ pub struct Shared {
 /// Yields before a blocked lock wait leaves the runtime (see [`lock_without_stalling`]).
 const SPINS_BEFORE_BLOCKING: usize = 50;
 
-/// Waits for the state lock without stalling the async runtime. A snapshot copies the whole
-/// state under the read lock, which takes most of a second on a loaded node with a large state;
+/// Waits for the state lock without stalling the async runtime. A snapshot encodes the whole
+/// state under the read lock, which takes most of a second on a node with a million leases;
 /// a runtime worker blocked on the lock meanwhile would also hold up the tasks queued on it —
 /// Raft's heartbeats among them, and followers would then elect a new leader for nothing. On a
 /// multi-thread runtime's worker, `block_in_place` hands those tasks to another thread first.
@@ -90,19 +91,23 @@ impl Shared {
         self.applied_index.subscribe()
     }
 
-    /// Saves `snapshot` and makes it current, unless a snapshot at least as new already is
-    /// (a build that finishes after an install of a newer snapshot must not replace it).
-    fn keep_if_newer(&self, snapshot: &StoredSnapshot) -> anyhow::Result<()> {
+    /// Puts a written snapshot in place and makes it current, unless a snapshot at least as
+    /// new already is (a build that finishes after an install of a newer snapshot must not
+    /// replace it); then it is removed.
+    fn keep_if_newer(&self, written: Written) -> anyhow::Result<()> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         let index = |m: &SnapshotMeta| m.last_log_id.map(|id| id.index);
         if current
             .as_ref()
-            .is_some_and(|c| index(c) >= index(&snapshot.meta))
+            .is_some_and(|c| index(c) >= index(&written.meta))
         {
+            written.discard()?;
             return Ok(());
         }
-        snapshot::save(&self.snapshot_dir, snapshot)?;
-        *current = Some(snapshot.meta.clone());
+        let meta = written.meta.clone();
+        StorageStats::set(&self.stats.last_snapshot_bytes, written.bytes);
+        written.keep(&self.snapshot_dir)?;
+        *current = Some(meta);
         Ok(())
     }
 
@@ -128,28 +133,34 @@ fn sm_err(e: impl std::fmt::Display) -> StorageError<NodeId> {
 impl StateMachineStore {
     /// Opens the state machine, loading the newest snapshot from `snapshot_dir`.
     pub fn open(snapshot_dir: PathBuf, stats: Arc<StorageStats>) -> anyhow::Result<Self> {
-        let current = snapshot::load_newest(&snapshot_dir)?;
-        let applied = match &current {
-            Some(snap) => Applied {
-                state: snapshot::decode_state(&snap.data)?,
-                last_applied: snap.meta.last_log_id,
-                last_membership: snap.meta.last_membership.clone(),
-            },
-            None => Applied {
-                state: State::default(),
-                last_applied: None,
-                last_membership: Membership::default(),
-            },
+        snapshot::remove_unfinished(&snapshot_dir)?;
+        let (applied, current) = match snapshot::newest(&snapshot_dir)? {
+            Some((_, path, bytes)) => {
+                let (meta, state) = snapshot::load(&path)?;
+                let index = meta.last_log_id.map_or(0, |id| id.index);
+                StorageStats::set(&stats.last_snapshot_index, index);
+                StorageStats::set(&stats.last_snapshot_bytes, bytes);
+                let applied = Applied {
+                    state,
+                    last_applied: meta.last_log_id,
+                    last_membership: meta.last_membership.clone(),
+                };
+                (applied, Some(meta))
+            }
+            None => {
+                let applied = Applied {
+                    state: State::default(),
+                    last_applied: None,
+                    last_membership: Membership::default(),
+                };
+                (applied, None)
+            }
         };
         let index = applied.last_applied.map_or(0, |id| id.index);
-        if let Some(snap) = &current {
-            StorageStats::set(&stats.last_snapshot_index, index);
-            StorageStats::set(&stats.last_snapshot_bytes, snap.data.len() as u64);
-        }
         let (applied_index, _) = watch::channel(index);
         let shared = Shared {
             applied: RwLock::new(applied),
-            current: Mutex::new(current.map(|snap| snap.meta)),
+            current: Mutex::new(current),
             snapshot_dir,
             applied_index,
             stats,
@@ -165,28 +176,36 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let started = std::time::Instant::now();
         let shared = self.shared.clone();
-        let stored = tokio::task::spawn_blocking(move || -> anyhow::Result<StoredSnapshot> {
-            // Copy under the read lock (apply waits meanwhile), then serialize and write off
-            // it; all of it on a blocking thread, none on the runtime's workers.
-            let (state, last_applied, last_membership) = {
+        let (meta, file) = tokio::task::spawn_blocking(move || {
+            // The state is encoded straight into the file under the read lock: apply waits
+            // meanwhile, reads go on. That is quicker than copying the state first (0.9 s
+            // against 1.4 s for a million leases) and needs no second state in memory. All of
+            // it runs on a blocking thread, none on the runtime's workers; the fsync runs
+            // after the lock is released.
+            let writer = {
                 let applied = shared.read();
-                (
-                    applied.state.clone(),
-                    applied.last_applied,
-                    applied.last_membership.clone(),
-                )
+                let last_applied = applied.last_applied;
+                let index = last_applied.map_or(0, |id| id.index);
+                let term = last_applied.map_or(0, |id| id.leader_id.term);
+                let meta = SnapshotMeta {
+                    last_log_id: last_applied,
+                    last_membership: applied.last_membership.clone(),
+                    snapshot_id: format!("{term}-{index}"),
+                };
+                let stats = &shared.stats;
+                StorageStats::set(
+                    &stats.log_bytes_at_snapshot,
+                    StorageStats::get(&stats.log_bytes),
+                );
+                let mut writer = Writer::create(&shared.snapshot_dir, meta)?;
+                writer.state(&applied.state)?;
+                writer
             };
-            let data = snapshot::encode_state(&state)?;
-            let index = last_applied.map_or(0, |id| id.index);
-            let term = last_applied.map_or(0, |id| id.leader_id.term);
-            let meta = SnapshotMeta {
-                last_log_id: last_applied,
-                last_membership,
-                snapshot_id: format!("{term}-{index}"),
-            };
-            let stored = StoredSnapshot { meta, data };
-            shared.keep_if_newer(&stored)?;
-            Ok(stored)
+            let written = writer.finish()?;
+            let meta = written.meta.clone();
+            let file = written.open()?;
+            shared.keep_if_newer(written)?;
+            anyhow::Ok((meta, file))
         })
         .await
         .map_err(sm_err)?
@@ -195,16 +214,15 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         StorageStats::add(&stats.snapshots_built, 1);
         StorageStats::set(
             &stats.last_snapshot_index,
-            stored.meta.last_log_id.map_or(0, |id| id.index),
+            meta.last_log_id.map_or(0, |id| id.index),
         );
-        StorageStats::set(&stats.last_snapshot_bytes, stored.data.len() as u64);
         StorageStats::set(
             &stats.last_snapshot_build_micros,
             started.elapsed().as_micros() as u64,
         );
         Ok(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         })
     }
 }
@@ -262,28 +280,55 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.clone()
     }
 
+    /// Chunks from the leader land in an unnamed file in the snapshot directory: it takes no
+    /// memory, and it disappears by itself if the transfer never finishes.
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
+        let dir = self.shared.snapshot_dir.clone();
+        let file = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir)?;
+            tempfile::tempfile_in(&dir)
+        })
+        .await
+        .map_err(sm_err)?
+        .map_err(sm_err)?;
+        Ok(Box::new(tokio::fs::File::from_std(file)))
     }
 
+    /// The received file is the leader's snapshot file, meta line included.
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<NodeId>> {
-        let data = snapshot.into_inner();
-        let state = snapshot::decode_state(&data).map_err(sm_err)?;
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data,
-        };
+        let mut data = Vec::new();
+        snapshot.seek(SeekFrom::Start(0)).await.map_err(sm_err)?;
+        snapshot.read_to_end(&mut data).await.map_err(sm_err)?;
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || shared.keep_if_newer(&stored))
-            .await
-            .map_err(sm_err)?
-            .map_err(sm_err)?;
+        let stats = &shared.stats;
+        StorageStats::set(
+            &stats.log_bytes_at_snapshot,
+            StorageStats::get(&stats.log_bytes),
+        );
+        let kept_meta = meta.clone();
+        let state = tokio::task::spawn_blocking(move || {
+            let (_, body) = snapshot::split(&data)?;
+            let state = snapshot::decode_state(body)?;
+            let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;
+            writer.body(body)?;
+            shared.keep_if_newer(writer.finish()?)?;
+            anyhow::Ok(state)
+        })
+        .await
+        .map_err(sm_err)?
+        .map_err(sm_err)?;
+        let stats = &self.shared.stats;
+        StorageStats::add(&stats.snapshots_installed, 1);
+        StorageStats::set(
+            &stats.last_snapshot_index,
+            meta.last_log_id.map_or(0, |id| id.index),
+        );
         self.shared.replace(Applied {
             state,
             last_applied: meta.last_log_id,
@@ -299,14 +344,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let newest = tokio::task::spawn_blocking(move || {
             // Under the lock: a save in progress finishes first.
             let _current = shared.current.lock().unwrap_or_else(|p| p.into_inner());
-            snapshot::load_newest(&shared.snapshot_dir)
+            match snapshot::newest(&shared.snapshot_dir)? {
+                Some((meta, path, _)) => anyhow::Ok(Some((meta, std::fs::File::open(path)?))),
+                None => Ok(None),
+            }
         })
         .await
         .map_err(sm_err)?
         .map_err(sm_err)?;
-        Ok(newest.map(|stored| Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+        Ok(newest.map(|(meta, file)| Snapshot {
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
 }
@@ -315,25 +363,27 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 mod tests {
     use super::*;
 
-    fn stored(index: u64) -> StoredSnapshot {
+    fn written(dir: &std::path::Path, index: u64) -> Written {
         let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
-        StoredSnapshot {
-            meta: SnapshotMeta {
-                last_log_id: Some(log_id),
-                last_membership: Membership::default(),
-                snapshot_id: format!("1-{index}"),
-            },
-            data: snapshot::encode_state(&State::default()).expect("encode"),
-        }
+        let meta = SnapshotMeta {
+            last_log_id: Some(log_id),
+            last_membership: Membership::default(),
+            snapshot_id: format!("1-{index}"),
+        };
+        let mut writer = Writer::create(dir, meta).expect("create");
+        writer.state(&State::default()).expect("encode");
+        writer.finish().expect("finish")
     }
 
     #[test]
     fn a_build_finishing_after_a_newer_install_never_replaces_it() {
         let dir = tempfile::tempdir().expect("dir");
         let sm = StateMachineStore::open(dir.path().to_path_buf(), Arc::default()).expect("open");
-        sm.shared.keep_if_newer(&stored(20)).expect("install 20");
         sm.shared
-            .keep_if_newer(&stored(10))
+            .keep_if_newer(written(dir.path(), 20))
+            .expect("install 20");
+        sm.shared
+            .keep_if_newer(written(dir.path(), 10))
             .expect("late build of 10");
         let current = sm
             .shared
@@ -343,10 +393,8 @@ mod tests {
             .clone()
             .expect("a snapshot");
         assert_eq!(current.last_log_id.map(|id| id.index), Some(20));
-        let on_disk = snapshot::load_newest(dir.path())
-            .expect("load")
-            .expect("a file");
-        assert_eq!(on_disk.meta.last_log_id.map(|id| id.index), Some(20));
+        let (on_disk, _, _) = snapshot::newest(dir.path()).expect("load").expect("a file");
+        assert_eq!(on_disk.last_log_id.map(|id| id.index), Some(20));
         let files = std::fs::read_dir(dir.path()).expect("list").count();
         assert_eq!(files, 1, "only the newest snapshot file is kept");
     }

@@ -175,11 +175,11 @@ fn s4_11_history_records_every_event_we_emit_with_its_fields() {
     assert!(events[2].metadata.is_empty());
     assert_eq!(
         events[3].successor,
-        Some(Successor {
+        Some(Box::new(Successor {
             holder: "b".into(),
             lease_id: "lse_4_0".into(),
             fencing_token: 4,
-        })
+        }))
     );
     // `at` is the leader's wall clock in the entry's stamp.
     assert_eq!(events[2].at_wall_ms - events[1].at_wall_ms, 1_000);

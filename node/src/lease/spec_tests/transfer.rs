@@ -120,11 +120,11 @@ fn s4_6_transfer_is_recorded_as_transferred_with_its_successor() {
     );
     assert_eq!(
         event.successor,
-        Some(Successor {
+        Some(Box::new(Successor {
             holder: "b".into(),
             lease_id: "lse_3_0".into(),
             fencing_token: 3,
-        })
+        }))
     );
 }
 

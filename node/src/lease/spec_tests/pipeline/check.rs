@@ -10,9 +10,9 @@ use super::Run;
 use crate::api::{convert, validate as request};
 use crate::error::ApiError;
 use crate::lease::command::{Op, Reply};
-use crate::lease::machine::State;
 use crate::lease::query::Answer;
 use crate::lease::types::Mode;
+use crate::store::snapshot::{decode_state, encode_state};
 
 /// What the node's handler does with a validation error: it must be a client error.
 #[track_caller]
@@ -310,10 +310,8 @@ impl Run {
 
     /// A snapshot of the state restores to the same state, derived indexes included.
     pub(super) fn check_snapshot(&self) {
-        let json = serde_json::to_string(&self.log.state).expect("state serializes");
-        let restored = serde_json::from_str::<State>(&json)
-            .expect("state deserializes")
-            .restored();
+        let bytes = encode_state(&self.log.state).expect("state serializes");
+        let restored = decode_state(&bytes).expect("state deserializes");
         assert_eq!(restored, self.log.state, "snapshot round trip");
     }
 }
