@@ -36,7 +36,9 @@ fn key(principal: &str, request_id: &str) -> Digest128 {
 }
 
 /// What identifies a request's content: its op in postcard's encoding, which is canonical
-/// for our types (fields in order, maps sorted).
+/// for our types (fields in order, maps sorted). The encoding follows `Op`'s Rust layout:
+/// a change to `Op` (or to `Reply`, which records hold encoded) needs a snapshot format
+/// bump that re-fingerprints remembered records, as format 2's reader does.
 fn fingerprint(op: &Op) -> Digest128 {
     match postcard::to_allocvec(op) {
         Ok(bytes) => digest(&[&bytes]),

@@ -57,6 +57,12 @@ impl LogStore {
         let db = open_when_unlocked(&config)?;
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
+        // The log kept from before: compaction counts it as grown since the last snapshot.
+        let mut kept_bytes = 0;
+        for value in log.iter().values() {
+            kept_bytes += value?.len() as u64;
+        }
+        StorageStats::add(&stats.log_bytes, kept_bytes);
         let data_file = Arc::new(File::open(dir.join("db"))?);
         let (flushes, queued) = std::sync::mpsc::channel();
         {

@@ -214,6 +214,17 @@ pub fn split(data: &[u8]) -> anyhow::Result<(SnapshotMeta, &[u8])> {
     Ok((serde_json::from_slice(&data[..end])?, &data[end + 1..]))
 }
 
+/// The body of a snapshot received from the leader. A leader of this release sends its whole
+/// file, meta line first; one of the release before (format 2) sent the bare JSON body, so
+/// a node upgraded ahead of its leader still installs what that leader sends. (The other
+/// way round does not work: upgrade the leader last.)
+pub fn received_body(data: &[u8]) -> anyhow::Result<&[u8]> {
+    if data.starts_with(br#"{"format_version""#) {
+        return Ok(data);
+    }
+    Ok(split(data)?.1)
+}
+
 /// Reads and decodes a snapshot file.
 pub fn load(path: &Path) -> anyhow::Result<(SnapshotMeta, State)> {
     let data = fs::read(path)?;
@@ -324,7 +335,9 @@ mod tests {
         });
         let data = serde_json::to_vec(&serde_json::json!({"format_version": 2, "state": json}))
             .expect("encode");
-        let restored = decode_state(&data).expect("decode");
+        // What a leader of the release before sends: the bare body, no meta line.
+        let body = received_body(&data).expect("a bare format 2 body");
+        let restored = decode_state(body).expect("decode");
         assert_eq!(restored.live_leases(), 1);
         let seen = restored
             .dedup

@@ -105,8 +105,13 @@ impl Shared {
             return Ok(());
         }
         let meta = written.meta.clone();
-        StorageStats::set(&self.stats.last_snapshot_bytes, written.bytes);
+        let bytes = written.bytes;
         written.keep(&self.snapshot_dir)?;
+        StorageStats::set(&self.stats.last_snapshot_bytes, bytes);
+        StorageStats::set(
+            &self.stats.last_snapshot_index,
+            meta.last_log_id.map_or(0, |id| id.index),
+        );
         *current = Some(meta);
         Ok(())
     }
@@ -213,10 +218,6 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let stats = &self.shared.stats;
         StorageStats::add(&stats.snapshots_built, 1);
         StorageStats::set(
-            &stats.last_snapshot_index,
-            meta.last_log_id.map_or(0, |id| id.index),
-        );
-        StorageStats::set(
             &stats.last_snapshot_build_micros,
             started.elapsed().as_micros() as u64,
         );
@@ -280,7 +281,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.clone()
     }
 
-    /// Chunks from the leader land in an unnamed file in the snapshot directory: it takes no
+    /// Chunks from the leader land in an unnamed file in the snapshot directory, not in
     /// memory, and it disappears by itself if the transfer never finishes.
     async fn begin_receiving_snapshot(
         &mut self,
@@ -296,7 +297,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(Box::new(tokio::fs::File::from_std(file)))
     }
 
-    /// The received file is the leader's snapshot file, meta line included.
+    /// The received file is the leader's snapshot file, meta line included. It is read whole
+    /// to decode it (an install is rare: a follower too far behind, or a new one).
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
@@ -313,7 +315,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         );
         let kept_meta = meta.clone();
         let state = tokio::task::spawn_blocking(move || {
-            let (_, body) = snapshot::split(&data)?;
+            let body = snapshot::received_body(&data)?;
             let state = snapshot::decode_state(body)?;
             let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;
             writer.body(body)?;
@@ -323,12 +325,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         .await
         .map_err(sm_err)?
         .map_err(sm_err)?;
-        let stats = &self.shared.stats;
-        StorageStats::add(&stats.snapshots_installed, 1);
-        StorageStats::set(
-            &stats.last_snapshot_index,
-            meta.last_log_id.map_or(0, |id| id.index),
-        );
+        StorageStats::add(&self.shared.stats.snapshots_installed, 1);
         self.shared.replace(Applied {
             state,
             last_applied: meta.last_log_id,
