@@ -47,6 +47,8 @@ pub struct Node {
     pub reads: crate::api::read_barrier::ReadBarrier<crate::api::forward::ReadRound>,
     /// Gathers the commands that arrive while entries are being committed into one entry.
     pub batcher: crate::api::batch::Batcher,
+    /// Starts an election early when the leader's address refuses connections.
+    pub succession: Arc<crate::succession::Succession>,
 }
 
 /// A started node; `shutdown` stops it gracefully, `kill` as abruptly as a process can be.
@@ -133,6 +135,12 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         inboxes: Default::default(),
         batcher: crate::api::forward::batcher(raft.clone(), clock.clone(), own_commit),
         reads: crate::api::forward::read_barrier(raft.clone(), config.request_timeout),
+        succession: Arc::new(crate::succession::Succession::new(
+            raft.clone(),
+            config.id,
+            config.election_min,
+            config.election_max,
+        )),
     });
 
     let (stop, stop_rx) = watch::channel(false);

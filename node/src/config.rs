@@ -39,16 +39,16 @@ pub struct Config {
     #[arg(long, env = "TENURED_HEARTBEAT", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub heartbeat: Duration,
 
-    /// Raft election timeout, lower bound. Default: 500ms. openraft adds its leader lease
-    /// (= the upper bound) once a leader is known, so a follower campaigns after 1.5–2 s
-    /// without a heartbeat. 150–300 ms fails over in ≈ 0.65 s and, since a snapshot no longer
-    /// stalls the runtime, elected nobody without cause in three loaded runs; it becomes the
-    /// default once a longer soak agrees (docs/benchmarks.md).
-    #[arg(long, env = "TENURED_ELECTION_MIN", default_value = "500ms", value_parser = humantime::parse_duration)]
+    /// Raft election timeout, lower bound. Default: 150ms. openraft adds its leader lease
+    /// (= the upper bound) once a leader is known, so a follower campaigns after 450–600 ms
+    /// without a heartbeat (plus up to a tick, 1.5 heartbeats); a follower that finds the
+    /// leader's port closed campaigns when the lease ends (`succession`). Measured under load
+    /// in docs/benchmarks.md: no election without cause.
+    #[arg(long, env = "TENURED_ELECTION_MIN", default_value = "150ms", value_parser = humantime::parse_duration)]
     pub election_min: Duration,
 
-    /// Raft election timeout, upper bound. Default: 1000ms.
-    #[arg(long, env = "TENURED_ELECTION_MAX", default_value = "1000ms", value_parser = humantime::parse_duration)]
+    /// Raft election timeout, upper bound, and openraft's leader lease. Default: 300ms.
+    #[arg(long, env = "TENURED_ELECTION_MAX", default_value = "300ms", value_parser = humantime::parse_duration)]
     pub election_max: Duration,
 
     /// Build a snapshot (and purge the log behind it) after at least this many entries, once

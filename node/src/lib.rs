@@ -13,4 +13,5 @@ pub mod error;
 pub mod lease;
 pub mod network;
 pub mod store;
+pub mod succession;
 pub mod timers;

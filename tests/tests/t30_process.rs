@@ -86,3 +86,46 @@ async fn full_cluster_sigkill_and_restart_keeps_every_acknowledged_lease() {
         );
     }
 }
+
+/// A follower whose forwarded call finds the leader's port refusing connections starts the
+/// election itself as soon as the old leader's lease has run out (`--election-max`), instead
+/// of also waiting out its own election timeout. With election timeouts of 3–4 s, openraft's
+/// timers alone would elect 7–8 s after the leader's last heartbeat; the call below, through
+/// the lowest-id survivor and bounded at 6 s, is served only if that node started it at ~4 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_refused_by_a_dead_leader_elects_when_the_lease_ends() {
+    let flags: Vec<String> = [
+        "--election-min=3s",
+        "--election-max=4s",
+        "--request-timeout=6s",
+    ]
+    .map(String::from)
+    .to_vec();
+    let extra = (1..=3).map(|id| (id, flags.clone())).collect();
+    let mut cluster = ProcessCluster::start(3, extra).expect("cluster");
+    let leader = cluster
+        .leader(Duration::from_secs(30))
+        .await
+        .expect("leader");
+    let survivor = cluster
+        .live_ids()
+        .into_iter()
+        .filter(|id| *id != leader)
+        .min()
+        .expect("a survivor");
+    cluster.kill9(leader).expect("kill -9");
+    let client = cluster
+        .client_of(survivor)
+        .with_timeout(Duration::from_secs(6));
+    let lease =
+        tenure_tests::granted(&client, "after/leader", "holder", Duration::from_secs(60)).await;
+    assert!(lease.fencing_token > 0);
+    assert_eq!(
+        cluster
+            .leader(Duration::from_secs(10))
+            .await
+            .expect("leader"),
+        survivor,
+        "the survivor that saw the refusal started the election and won it"
+    );
+}

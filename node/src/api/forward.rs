@@ -86,7 +86,7 @@ pub fn read_barrier(raft: Raft, limit: Duration) -> ReadBarrier<ReadRound> {
 /// Where a call is served this attempt.
 enum Target {
     Local,
-    Remote(String),
+    Remote(NodeId, String),
 }
 
 impl Node {
@@ -104,7 +104,7 @@ impl Node {
             let tried = leader.as_ref().map(|(id, _)| *id);
             let target = match leader {
                 Some((id, _)) if id == self.id => Some(Target::Local),
-                Some((_, addr)) => Some(Target::Remote(addr)),
+                Some((id, addr)) => Some(Target::Remote(id, addr)),
                 None => None,
             };
             if let Some(target) = target {
@@ -147,7 +147,9 @@ impl Node {
             .through_leader(move |target| async move {
                 match target {
                     Target::Local => self.propose_local(request.clone()).await,
-                    Target::Remote(addr) => self.forward(&addr, Forwarded::Propose(request)).await,
+                    Target::Remote(id, addr) => {
+                        self.forward(id, &addr, Forwarded::Propose(request)).await
+                    }
                 }
             })
             .await;
@@ -176,7 +178,9 @@ impl Node {
             .through_leader(move |target| async move {
                 match target {
                     Target::Local => self.query_local(&request.query).await,
-                    Target::Remote(addr) => self.forward(&addr, Forwarded::Read(request)).await,
+                    Target::Remote(id, addr) => {
+                        self.forward(id, &addr, Forwarded::Read(request)).await
+                    }
                 }
             })
             .await;
@@ -208,9 +212,11 @@ impl Node {
         )
     }
 
-    /// Hands a call to the leader at `addr` and decodes its `Result<T, NotServed>`.
+    /// Hands a call to the leader `leader` at `addr` and decodes its `Result<T, NotServed>`.
+    /// A refused connection tells `succession` the leader's process is gone.
     async fn forward<T: serde::de::DeserializeOwned>(
         &self,
+        leader: NodeId,
         addr: &str,
         call: Forwarded<'_>,
     ) -> Result<T, NotServed> {
@@ -229,7 +235,14 @@ impl Node {
                     .await
             }
         };
-        let bytes = reply.map_err(|e| unavailable(&e))?.into_inner();
+        let bytes = reply
+            .map_err(|status| {
+                if crate::succession::refused(&status) {
+                    self.succession.leader_refused(leader);
+                }
+                unavailable(&status)
+            })?
+            .into_inner();
         decode::<Result<T, NotServed>>(&bytes).map_err(|e| unavailable(&e))?
     }
 

@@ -44,7 +44,9 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        reply(&self.node.raft.append_entries(self.body(&request)?).await)
+        let body = self.body(&request)?;
+        self.node.succession.heard_from_leader();
+        reply(&self.node.raft.append_entries(body).await)
     }
 
     async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {

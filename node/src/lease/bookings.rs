@@ -4,6 +4,7 @@
 //! the entry: a scheduling promise to the precision of clock sync, not a fencing guarantee.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -180,6 +181,7 @@ impl State {
         let rs = self
             .resources
             .get_mut(&op.resource)
+            .map(Arc::make_mut)
             .ok_or(Rejection::BookingNotFound)?;
         if !ctx.admin && rs.bookings[at].principal != ctx.principal {
             return Err(Rejection::InsufficientPermissions(
@@ -209,7 +211,7 @@ impl State {
                 break;
             }
             self.booking_ends.pop_first();
-            if let Some(rs) = self.resources.get_mut(&resource) {
+            if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
                 rs.bookings.retain(|b| b.end_wall_ms() > now_wall_ms);
             }
             self.effects.touched.insert(resource);

@@ -6,7 +6,10 @@
 //! compact (about 150 bytes): digests instead of the key and the request, and the reply in
 //! postcard's encoding, decoded only when a retry asks for it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use imbl::{OrdMap, Vector};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -51,16 +54,17 @@ fn fingerprint(op: &Op) -> Digest128 {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Remembered {
     op: Digest128,
-    /// The reply in postcard's encoding.
-    reply: Box<[u8]>,
+    /// The reply in postcard's encoding (shared: copying a map node copies no reply).
+    reply: Arc<[u8]>,
     at_ms: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dedup {
-    entries: BTreeMap<Digest128, Remembered>,
+    /// Persistent, like the resources: a snapshot's copy is O(1).
+    entries: OrdMap<Digest128, Remembered>,
     /// Keys in the order they were remembered; lease time never runs backwards.
-    order: VecDeque<(u64, Digest128)>,
+    order: Vector<(u64, Digest128)>,
 }
 
 /// A request seen for the first time: what [`Dedup::remember`] needs to record it.
@@ -79,12 +83,10 @@ pub enum Seen {
     Conflict,
 }
 
-fn encode(reply: &Reply) -> Box<[u8]> {
+fn encode(reply: &Reply) -> Arc<[u8]> {
     // Replies are plain data and always encode; an empty record would decode as an error
     // below, never as a wrong answer.
-    postcard::to_allocvec(reply)
-        .unwrap_or_default()
-        .into_boxed_slice()
+    postcard::to_allocvec(reply).unwrap_or_default().into()
 }
 
 impl Dedup {

@@ -7,7 +7,9 @@
 //! transfer); this file holds the state, the dispatch, expiry and history bookkeeping.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 
 use super::bookings::Booking;
@@ -120,9 +122,10 @@ impl ResourceState {
 pub struct State {
     pub(super) clock: LeaseClock,
     pub(super) default_policy: Policy,
-    /// Boxed: a map node holds eleven slots, most of them empty or half-filled, and a
-    /// resource's state is 192 bytes.
-    pub(super) resources: BTreeMap<String, Box<ResourceState>>,
+    /// A persistent map with shared resource states: a snapshot takes an O(1) copy and
+    /// encodes it while apply goes on, and apply then copies only the map nodes and resource
+    /// states it changes (`Arc::make_mut`).
+    pub(super) resources: OrdMap<String, Arc<ResourceState>>,
     pub(crate) dedup: Dedup,
     /// (expires_at + grace, resource, lease_id) of every live lease: the next reclaim is first.
     #[serde(skip)]
@@ -244,7 +247,7 @@ impl State {
         State {
             clock: LeaseClock::default(),
             default_policy,
-            resources: BTreeMap::new(),
+            resources: OrdMap::new(),
             dedup: Dedup::default(),
             due: BTreeSet::new(),
             retention: Retention::default(),
@@ -262,12 +265,26 @@ impl State {
     /// from a forgotten resource of the same name answers `compacted`, never a silent gap.
     pub(super) fn resource_entry(&mut self, name: &str) -> &mut ResourceState {
         let dropped_through = self.dropped_through;
-        self.resources.entry(name.to_string()).or_insert_with(|| {
-            Box::new(ResourceState {
+        Arc::make_mut(self.resources.entry(name.to_string()).or_insert_with(|| {
+            Arc::new(ResourceState {
                 trimmed_through: dropped_through,
                 ..ResourceState::default()
             })
-        })
+        }))
+    }
+
+    /// What a snapshot holds: the replicated fields, without the derived indexes (loading
+    /// rebuilds them). O(1): the resources and the exactly-once records are persistent
+    /// maps, shared with this state until apply changes them.
+    pub fn snapshot_copy(&self) -> State {
+        State {
+            clock: self.clock.clone(),
+            resources: self.resources.clone(),
+            dedup: self.dedup.clone(),
+            dropped_through: self.dropped_through,
+            history_total: self.history_total,
+            ..State::with_default_policy(self.default_policy.clone())
+        }
     }
 
     /// Rebuilds the derived indexes after deserializing a snapshot.
@@ -414,7 +431,7 @@ impl State {
         }
         let mut reclaimed = Vec::new();
         for (name, lease_ids) in due {
-            let Some(rs) = self.resources.get_mut(&name) else {
+            let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) else {
                 continue;
             };
             let (gone, kept): (Vec<Lease>, Vec<Lease>) = std::mem::take(&mut rs.leases)
@@ -438,7 +455,7 @@ impl State {
         lease_id: &str,
         status: LeaseStatus,
     ) -> Option<LeaseView> {
-        let rs = self.resources.get_mut(name)?;
+        let rs = self.resources.get_mut(name).map(Arc::make_mut)?;
         let at = rs.leases.iter().position(|l| l.lease_id == lease_id)?;
         let lease = rs.leases.remove(at);
         Some(self.lease_ended(index, actor, lease, status))
@@ -458,7 +475,7 @@ impl State {
         let policy = self.policy_of(&name);
         let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);
         self.due.remove(&due_key(&lease, grace_ms));
-        if let Some(rs) = self.resources.get_mut(&name) {
+        if let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) {
             if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
                 self.reopen.remove(&(rs.closed_until_ms, name.clone()));
                 rs.closed_until_ms = rs.closed_until_ms.max(now_ms.saturating_add(lock_delay_ms));
@@ -494,7 +511,7 @@ impl State {
     }
 
     pub(super) fn remember_ended(&mut self, name: &str, ended: Ended) {
-        if let Some(rs) = self.resources.get_mut(name) {
+        if let Some(rs) = self.resources.get_mut(name).map(Arc::make_mut) {
             rs.ended.push_lean(ended);
             while rs.ended.len() > ENDED_KEPT {
                 rs.ended.pop_front();
@@ -517,7 +534,7 @@ impl State {
     /// resource left with nothing to remember is forgotten.
     pub(super) fn record(&mut self, index: u64, actor: &str, name: &str, mut event: Event) {
         let wall_ms = self.clock.wall_ms();
-        let Some(rs) = self.resources.get_mut(name) else {
+        let Some(rs) = self.resources.get_mut(name).map(Arc::make_mut) else {
             return;
         };
         event.revision = index;
@@ -538,7 +555,7 @@ impl State {
             let Some(oldest) = self.retention.oldest().map(str::to_string) else {
                 break;
             };
-            let Some(rs) = self.resources.get_mut(&oldest) else {
+            let Some(rs) = self.resources.get_mut(&oldest).map(Arc::make_mut) else {
                 break;
             };
             match rs.history.pop_front() {

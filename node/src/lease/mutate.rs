@@ -5,6 +5,7 @@ use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
 use super::history::{Event, EventKind, Successor};
 use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, PushLean, State};
 use super::types::{Lease, LeaseStatus, Rejection};
+use std::sync::Arc;
 
 /// The lease a renew, release or transfer names, and the token it claims.
 #[derive(Clone, Copy)]
@@ -183,7 +184,7 @@ impl State {
         self.track_due(&new);
         let view = self.live_view(&new);
         let now_ms = self.clock.now_ms();
-        if let Some(rs) = self.resources.get_mut(&op.resource) {
+        if let Some(rs) = self.resources.get_mut(&op.resource).map(Arc::make_mut) {
             rs.leases.retain(|l| l.lease_id != old.lease_id);
             rs.leases.push_lean(new.clone());
             rs.revision = ctx.index;
@@ -215,7 +216,7 @@ impl State {
 
     /// Replaces a live lease with its changed self.
     fn replace_live(&mut self, index: u64, lease: Lease) {
-        if let Some(rs) = self.resources.get_mut(&lease.resource) {
+        if let Some(rs) = self.resources.get_mut(&lease.resource).map(Arc::make_mut) {
             rs.revision = index;
             if let Some(slot) = rs.leases.iter_mut().find(|l| l.lease_id == lease.lease_id) {
                 *slot = lease;

@@ -249,7 +249,7 @@ impl State {
         };
         let views = self
             .resources
-            .range::<String, _>((start, Bound::Unbounded))
+            .range::<_, String>((start, Bound::Unbounded))
             .map(|(name, _)| name)
             .take_while(|name| name.starts_with(prefix))
             .map(|name| self.resource_view(name));
@@ -277,7 +277,7 @@ impl State {
         };
         let matching = self
             .resources
-            .range::<String, _>((start, Bound::Unbounded))
+            .range::<_, String>((start, Bound::Unbounded))
             .flat_map(|(_, rs)| rs.leases.iter())
             .filter(|l| holder.is_none_or(|h| l.holder == h))
             .filter(|l| principal.is_none_or(|p| l.principal == p))

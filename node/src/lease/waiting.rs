@@ -8,6 +8,7 @@
 //! node holding the call picks up after applying the entry.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -169,7 +170,7 @@ impl State {
 
     /// Ends the wait at `at` without a grant, and admits whoever that lets through.
     fn end_wait(&mut self, index: u64, actor: &str, resource: &str, at: usize, why: Refusal) {
-        let Some(rs) = self.resources.get_mut(resource) else {
+        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
             return;
         };
         let Some(waiter) = rs.waiters.remove(at) else {
@@ -262,6 +263,7 @@ impl State {
             let Some(waiter) = self
                 .resources
                 .get_mut(resource)
+                .map(Arc::make_mut)
                 .and_then(|rs| rs.waiters.pop_front())
             else {
                 return;
@@ -297,7 +299,7 @@ impl State {
         resource: &str,
         view: LeaseView,
     ) {
-        let Some(rs) = self.resources.get_mut(resource) else {
+        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
             return;
         };
         let Some(at) = rs

@@ -99,7 +99,7 @@ impl State {
                 .collect(),
             Scope::Prefix(prefix) => self
                 .resources
-                .range::<String, _>((Bound::Included(prefix.clone()), Bound::Unbounded))
+                .range::<_, String>((Bound::Included(prefix.clone()), Bound::Unbounded))
                 .take_while(|(name, _)| name.starts_with(prefix.as_str()))
                 .map(|(name, rs)| (name, &**rs))
                 .collect(),
