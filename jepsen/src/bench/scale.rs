@@ -59,8 +59,11 @@ async fn one_size(options: &BenchOptions, data: &Path, leases: usize) -> Result<
     })
     .await?;
     let load_seconds = load(&cluster.endpoints, leases).await?;
-    // Let followers apply what the leader acknowledged before reading their memory.
+    // Let followers apply what the leader acknowledged before reading their memory, and let
+    // a snapshot the load started finish: renew throughput is that of the store, not of the
+    // store while it writes a snapshot on one of the two cores (that cost is the build time).
     await_applied(&cluster.endpoints).await?;
+    await_no_snapshot_building(&cluster.endpoints).await?;
     let rss_bytes = cluster.rss_bytes();
     let renew = measure(options, &cluster, Workload::Renew, 64).await?;
     let (snapshot_bytes, snapshot_build_ms, snapshot_index) = newest_snapshot(&cluster).await?;
@@ -153,6 +156,25 @@ async fn await_applied(endpoints: &[String]) -> Result<()> {
                 let applied = client.node_status(i).await?.applied_index;
                 if applied < commit {
                     bail!("node {} applied {applied} < {commit}", i + 1);
+                }
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Waits until no node is building a snapshot.
+async fn await_no_snapshot_building(endpoints: &[String]) -> Result<()> {
+    let client = Client::new(endpoints)?;
+    await_ready("snapshots", Duration::from_secs(300), || {
+        let client = client.clone();
+        async move {
+            for i in 0..endpoints.len() {
+                let storage = client.node_status(i).await?.storage.unwrap_or_default();
+                if storage.snapshot_building {
+                    bail!("node {} is building a snapshot", i + 1);
                 }
             }
             Ok(())

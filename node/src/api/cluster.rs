@@ -110,6 +110,7 @@ impl Cluster for ClusterApi {
                 last_snapshot_index: StorageStats::get(&s.last_snapshot_index),
                 last_snapshot_bytes: StorageStats::get(&s.last_snapshot_bytes),
                 last_snapshot_build_micros: StorageStats::get(&s.last_snapshot_build_micros),
+                snapshot_building: StorageStats::get(&s.snapshot_building) != 0,
             }),
             active_leases,
             lease_now_ms,

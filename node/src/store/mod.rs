@@ -46,6 +46,8 @@ pub struct StorageStats {
     pub last_snapshot_index: AtomicU64,
     pub last_snapshot_bytes: AtomicU64,
     pub last_snapshot_build_micros: AtomicU64,
+    /// 1 while a snapshot is being built.
+    pub snapshot_building: AtomicU64,
 }
 
 impl StorageStats {

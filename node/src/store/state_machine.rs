@@ -178,9 +178,26 @@ impl StateMachineStore {
     }
 }
 
+/// Marks a snapshot build in the stats for as long as it lives, failed builds included.
+struct Building<'a>(&'a StorageStats);
+
+impl<'a> Building<'a> {
+    fn start(stats: &'a StorageStats) -> Self {
+        StorageStats::set(&stats.snapshot_building, 1);
+        Building(stats)
+    }
+}
+
+impl Drop for Building<'_> {
+    fn drop(&mut self) {
+        StorageStats::set(&self.0.snapshot_building, 0);
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let started = std::time::Instant::now();
+        let _building = Building::start(&self.shared.stats);
         let shared = self.shared.clone();
         let (meta, file) = tokio::task::spawn_blocking(move || {
             // An O(1) copy under the read lock (the state's maps are persistent), then the

@@ -31,7 +31,8 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                             "log_fsyncs": storage.log_fsyncs, "log_sync_micros": storage.log_sync_micros,
                             "snapshots_built": storage.snapshots_built, "last_snapshot_index": storage.last_snapshot_index,
                             "last_snapshot_bytes": storage.last_snapshot_bytes,
-                            "last_snapshot_build_micros": storage.last_snapshot_build_micros},
+                            "last_snapshot_build_micros": storage.last_snapshot_build_micros,
+                            "snapshot_building": storage.snapshot_building},
                     }),
                     format!(
                         "{endpoint}  id {} {:<9} term {} leader {} log {} commit {} applied {} leases {}  fsyncs {} (avg {avg_sync_us} µs) for {} appends / {} entries",
