@@ -23,11 +23,16 @@ const PREFIX: &str = "snapshot-";
 /// The last format written as JSON; its body is `{"format_version": 2, "state": {..}}`.
 const JSON_FORMAT: u32 = 2;
 
-/// What a snapshot's data (and what openraft streams to a follower) holds: the format
-/// version, then the state, both in postcard's encoding. Only the state's own fields are
-/// written; the derived indexes are rebuilt on load.
+/// Writes a snapshot's body (what follows the meta line): the format version, then the
+/// state, both in postcard's encoding. Only the state's own fields are written; the derived
+/// indexes are rebuilt on load.
+pub fn encode_state_into<W: Write>(state: &State, out: W) -> postcard::Result<W> {
+    postcard::to_io(&(FORMAT_VERSION, state), out)
+}
+
+/// The body in memory (tests and tools; a node writes it to the file directly).
 pub fn encode_state(state: &State) -> postcard::Result<Vec<u8>> {
-    postcard::to_allocvec(&(FORMAT_VERSION, state))
+    encode_state_into(state, Vec::new())
 }
 
 fn unreadable(version: u64) -> anyhow::Error {
@@ -93,7 +98,7 @@ impl Writer {
 
     /// Encodes `state` as the body, through to the OS (not yet to the disk).
     pub fn state(&mut self, state: &State) -> anyhow::Result<()> {
-        postcard::to_io(&(FORMAT_VERSION, state), &mut self.file)?;
+        encode_state_into(state, &mut self.file)?;
         self.file.flush()?;
         Ok(())
     }
@@ -156,23 +161,19 @@ fn file_name(meta: &SnapshotMeta) -> String {
 
 /// Removes what an interrupted write left: temporary files are never read.
 pub fn remove_unfinished(dir: &Path) -> anyhow::Result<()> {
-    if !dir.exists() {
-        return Ok(());
-    }
-    for item in fs::read_dir(dir)? {
-        let path = item?.path();
-        if path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.') && n.ends_with(".tmp"))
-        {
-            fs::remove_file(path)?;
-        }
+    for path in named(dir, |n| n.starts_with('.') && n.ends_with(".tmp"))? {
+        fs::remove_file(path)?;
     }
     Ok(())
 }
 
+/// The snapshot files in `dir`, oldest first.
 fn list(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    named(dir, |n| n.starts_with(PREFIX))
+}
+
+/// The files in `dir` whose names `wanted` picks, sorted by name; none if `dir` is missing.
+fn named(dir: &Path, wanted: impl Fn(&str) -> bool) -> anyhow::Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
     if !dir.exists() {
         return Ok(paths);
@@ -182,7 +183,7 @@ fn list(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         if path
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(PREFIX))
+            .is_some_and(&wanted)
         {
             paths.push(path);
         }
