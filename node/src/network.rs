@@ -22,6 +22,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::store::codec::{self, CodecError, Wire};
 use crate::store::{NodeId, TypeConfig};
 
 /// Raft bodies carry snapshots; allow far more than the client API's 4 MiB.
@@ -92,14 +93,21 @@ impl Peers {
     }
 }
 
-pub fn encode<T: Serialize>(value: &T) -> Result<RaftBytes, serde_json::Error> {
+/// A peer message in the binary encoding (`store::codec`).
+pub fn encode<T: Serialize>(value: &T) -> Result<RaftBytes, CodecError> {
+    encode_as(Wire::Binary, value)
+}
+
+/// A peer message in `wire`: a reply goes in the encoding its request came in.
+pub fn encode_as<T: Serialize>(wire: Wire, value: &T) -> Result<RaftBytes, CodecError> {
     Ok(RaftBytes {
-        data: serde_json::to_vec(value)?,
+        data: codec::to_bytes_as(wire, value)?,
     })
 }
 
-pub fn decode<T: DeserializeOwned>(bytes: &RaftBytes) -> Result<T, serde_json::Error> {
-    serde_json::from_slice(&bytes.data)
+/// A peer message in either encoding, and which it was.
+pub fn decode<T: DeserializeOwned>(bytes: &RaftBytes) -> Result<(T, Wire), CodecError> {
+    codec::from_bytes(&bytes.data)
 }
 
 /// openraft's view of the cluster network.
@@ -156,7 +164,7 @@ impl PeerConnection {
             tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
             _ => RPCError::Network(NetworkError::new(&status)),
         })?;
-        let result: Result<Resp, RaftError<NodeId, E>> =
+        let (result, _): (Result<Resp, RaftError<NodeId, E>>, _) =
             decode(reply.get_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }

@@ -243,7 +243,9 @@ impl Node {
                 unavailable(&status)
             })?
             .into_inner();
-        decode::<Result<T, NotServed>>(&bytes).map_err(|e| unavailable(&e))?
+        decode::<Result<T, NotServed>>(&bytes)
+            .map_err(|e| unavailable(&e))?
+            .0
     }
 
     /// The leader as this node knows it: id and address.

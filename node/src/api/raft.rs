@@ -14,7 +14,8 @@ use crate::api::forward::{ProposeRequest, ReadRequest};
 use crate::api::validate::MAX_KEY_BYTES;
 use crate::app::Node;
 use crate::lease::Op;
-use crate::network::{decode, encode};
+use crate::network::{decode, encode_as};
+use crate::store::codec::Wire;
 
 pub struct RaftApi {
     pub node: Arc<Node>,
@@ -25,15 +26,16 @@ impl RaftApi {
     fn body<T: serde::de::DeserializeOwned>(
         &self,
         request: &Request<RaftBytes>,
-    ) -> Result<T, Status> {
+    ) -> Result<(T, Wire), Status> {
         self.node.auth.check_peer(request.metadata())?;
         decode(request.get_ref())
             .map_err(|e| Status::invalid_argument(format!("undecodable raft body: {e}")))
     }
 }
 
-fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftBytes>, Status> {
-    encode(value)
+/// Answers in the encoding the call came in, so a peer of an earlier release understands.
+fn reply<T: serde::Serialize>(wire: Wire, value: &T) -> Result<Response<RaftBytes>, Status> {
+    encode_as(wire, value)
         .map(Response::new)
         .map_err(|e| Status::internal(format!("encoding a raft reply: {e}")))
 }
@@ -44,24 +46,26 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        let body = self.body(&request)?;
+        let (body, wire) = self.body(&request)?;
         self.node.succession.heard_from_leader();
-        reply(&self.node.raft.append_entries(body).await)
+        reply(wire, &self.node.raft.append_entries(body).await)
     }
 
     async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
-        reply(&self.node.raft.vote(self.body(&request)?).await)
+        let (body, wire) = self.body(&request)?;
+        reply(wire, &self.node.raft.vote(body).await)
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        reply(&self.node.raft.install_snapshot(self.body(&request)?).await)
+        let (body, wire) = self.body(&request)?;
+        reply(wire, &self.node.raft.install_snapshot(body).await)
     }
 
     async fn propose(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
-        let request: ProposeRequest = self.body(&request)?;
+        let (request, wire): (ProposeRequest, _) = self.body(&request)?;
         // Only client commands are handed over; the leader proposes Tick and Reclaim itself.
         if matches!(request.op, Op::Tick | Op::Reclaim { .. }) {
             return Err(Status::permission_denied(
@@ -75,12 +79,12 @@ impl Raft for RaftApi {
         {
             return Err(Status::invalid_argument("request_id too long"));
         }
-        reply(&self.node.propose_local(request).await)
+        reply(wire, &self.node.propose_local(request).await)
     }
 
     async fn read(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
-        let request: ReadRequest = self.body(&request)?;
-        reply(&self.node.query_local(&request.query).await)
+        let (request, wire): (ReadRequest, _) = self.body(&request)?;
+        reply(wire, &self.node.query_local(&request.query).await)
     }
 
     async fn find_inbox(
@@ -100,10 +104,10 @@ impl Raft for RaftApi {
     async fn set_clock(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         #[cfg(feature = "fault-injection")]
         {
-            let skew: crate::clock::ClockSkew = self.body(&request)?;
+            let (skew, wire): (crate::clock::ClockSkew, _) = self.body(&request)?;
             tracing::warn!(?skew, "fault injection: clocks changed");
             self.node.clock.apply_skew(skew);
-            reply(&())
+            reply(wire, &())
         }
         #[cfg(not(feature = "fault-injection"))]
         {

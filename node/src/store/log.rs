@@ -21,6 +21,7 @@ use openraft::{OptionalSend, RaftLogReader, StorageError, Vote};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::codec;
 use super::{read_err, write_err, Entry, LogId, NodeId, StorageStats, TypeConfig};
 
 const VOTE: &[u8] = b"vote";
@@ -188,7 +189,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             if !range.contains(&u64::from_be_bytes(index_bytes)) {
                 break;
             }
-            entries.push(serde_json::from_slice(&value).map_err(read_err)?);
+            entries.push(codec::from_bytes(&value).map_err(read_err)?.0);
         }
         Ok(entries)
     }
@@ -201,7 +202,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_purged_log_id: Option<LogId> = self.get_meta(LAST_PURGED)?;
         let last_log_id = match self.log.last().map_err(read_err)? {
             Some((_, value)) => {
-                let entry: Entry = serde_json::from_slice(&value).map_err(read_err)?;
+                let (entry, _): (Entry, _) = codec::from_bytes(&value).map_err(read_err)?;
                 Some(entry.log_id)
             }
             None => last_purged_log_id,
@@ -250,7 +251,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut count = 0u64;
         let mut bytes = 0u64;
         for entry in entries {
-            let value = serde_json::to_vec(&entry).map_err(write_err)?;
+            let value = codec::to_bytes(&entry).map_err(write_err)?;
             bytes += value.len() as u64;
             batch.insert(&index_key(entry.log_id.index), value);
             count += 1;
@@ -277,5 +278,36 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.put_meta(LAST_PURGED, &Some(log_id))?;
         self.remove_range(..=index_key(log_id.index))?;
         self.sync().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn blank(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    /// A node upgraded in place reads the JSON entries its previous release wrote, and the
+    /// binary ones it appends after them (`append` encodes with `codec::to_bytes`).
+    #[tokio::test]
+    async fn a_log_written_as_json_is_read_alongside_binary_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = LogStore::open(dir.path(), Arc::default()).expect("open");
+        for index in 1..=2 {
+            let json = serde_json::to_vec(&blank(index)).expect("json");
+            store.log.insert(index_key(index), json).expect("insert");
+        }
+        let binary = codec::to_bytes(&blank(3)).expect("binary");
+        store.log.insert(index_key(3), binary).expect("insert");
+        let read = store.try_get_log_entries(1..4).await.expect("read");
+        assert_eq!(read, vec![blank(1), blank(2), blank(3)]);
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_log_id, Some(blank(3).log_id));
     }
 }

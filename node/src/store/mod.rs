@@ -1,6 +1,7 @@
 //! openraft glue: the Raft log on sled (`log`), the in-memory lease state machine
 //! (`state_machine`) and its snapshot files (`snapshot`).
 
+pub mod codec;
 pub mod compaction;
 pub mod log;
 pub mod notify;
