@@ -4,6 +4,11 @@
 use clap::Parser;
 use tenure_node::config::Config;
 
+/// mimalloc instead of glibc's malloc: ≈ 8 % less CPU per write and ≈ 9 % less memory at a
+/// million leases (docs/benchmarks.md), for ≈ 50 MiB more resident at small scale.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()

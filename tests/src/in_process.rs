@@ -148,7 +148,7 @@ impl InProcessCluster {
             .resource_view(resource)
             .leases
             .iter()
-            .map(|l| (l.lease.holder.clone(), l.lease.fencing_token))
+            .map(|l| (l.lease.holder.to_string(), l.lease.fencing_token))
             .collect()
     }
 

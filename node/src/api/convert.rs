@@ -39,16 +39,20 @@ pub fn status(status: LeaseStatus) -> pb::LeaseStatus {
 pub fn lease(view: &LeaseView) -> pb::Lease {
     let lease = &view.lease;
     pb::Lease {
-        lease_id: lease.lease_id.clone(),
-        resource: lease.resource.clone(),
-        holder: lease.holder.clone(),
-        principal: lease.principal.clone(),
+        lease_id: lease.lease_id.to_string(),
+        resource: lease.resource.to_string(),
+        holder: lease.holder.to_string(),
+        principal: lease.principal.to_string(),
         mode: mode(lease.mode) as i32,
         units: lease.units,
         fencing_token: lease.fencing_token,
         acquired_at: Some(timestamp(lease.acquired_wall_ms)),
         expires_at: Some(timestamp(view.expires_wall_ms)),
-        metadata: lease.metadata.clone().into_iter().collect(),
+        metadata: lease
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         status: status(view.status) as i32,
         ttl: Some(duration(lease.ttl_ms)),
         remaining: Some(duration(view.remaining_ms)),
@@ -111,17 +115,23 @@ pub fn history_entry(resource: &str, event: &Event) -> pb::HistoryEntry {
         event: event_type(event.kind) as i32,
         resource: resource.to_string(),
         at: Some(timestamp(event.at_wall_ms)),
-        actor: event.actor.clone(),
-        holder: event.holder.clone(),
-        lease_id: event.lease_id.clone(),
+        actor: event.actor.to_string(),
+        holder: event.holder.to_string(),
+        lease_id: event.lease_id.to_string(),
         fencing_token: event.fencing_token,
         from: status_of(event.from),
         to: status_of(event.to),
-        metadata: event.metadata.clone().into_iter().collect(),
+        metadata: event
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         mode: mode(event.mode) as i32,
         units: event.units,
-        to_holder: successor.map(|s| s.holder.clone()).unwrap_or_default(),
-        to_lease_id: successor.map(|s| s.lease_id.clone()).unwrap_or_default(),
+        to_holder: successor.map(|s| s.holder.to_string()).unwrap_or_default(),
+        to_lease_id: successor
+            .map(|s| s.lease_id.to_string())
+            .unwrap_or_default(),
         to_fencing_token: successor.map_or(0, |s| s.fencing_token),
     }
 }
@@ -148,8 +158,8 @@ pub fn resource(view: &ResourceView) -> pb::Resource {
             .iter()
             .enumerate()
             .map(|(at, (w, deadline_wall_ms))| pb::Waiter {
-                holder: w.holder.clone(),
-                principal: w.principal.clone(),
+                holder: w.holder.to_string(),
+                principal: w.principal.to_string(),
                 mode: mode(w.mode) as i32,
                 units: w.units,
                 position: at as u32 + 1,
@@ -163,8 +173,8 @@ pub fn resource(view: &ResourceView) -> pb::Resource {
 pub fn booking(resource: &str, b: &Booking) -> pb::Booking {
     pb::Booking {
         resource: resource.to_string(),
-        holder: b.holder.clone(),
-        principal: b.principal.clone(),
+        holder: b.holder.to_string(),
+        principal: b.principal.to_string(),
         start: Some(timestamp(b.start_wall_ms)),
         duration: Some(duration(b.duration_ms)),
         revision: b.revision,

@@ -20,7 +20,7 @@ use super::convert;
 use super::validate::WatchSpec;
 use crate::app::Node;
 use crate::error::ApiError;
-use crate::lease::{Cursor, Event};
+use crate::lease::{Cursor, Event, Name};
 use crate::store::notify::Published;
 
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
@@ -93,7 +93,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
                 message = live.recv() => match message {
                     Ok(published) => match published.as_ref() {
                         Published::Events(events) => {
-                            let fresh: Vec<(String, Event)> = events
+                            let fresh: Vec<(Name, Event)> = events
                                 .iter()
                                 .filter(|(name, e)| {
                                     spec.scope.covers(name)
@@ -152,7 +152,7 @@ fn shutting_down(cursor: &Cursor) -> Status {
 }
 
 /// Sends one message; false when the client is gone.
-async fn send(tx: &Sink, events: &[(String, Event)], revision: u64) -> bool {
+async fn send(tx: &Sink, events: &[(Name, Event)], revision: u64) -> bool {
     let message = pb::WatchResponse {
         events: events
             .iter()

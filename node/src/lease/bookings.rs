@@ -12,7 +12,7 @@ use super::command::{BookOp, CancelBookingOp, Reply};
 use super::history::{Event, EventKind};
 use super::machine::{check_names, Ctx, ResourceState, State};
 use super::policy::{MAX_TTL_CEILING_MS, MIN_TTL_MS};
-use super::types::Rejection;
+use super::types::{Name, Rejection};
 
 /// How far ahead a window may start.
 pub const MAX_BOOKING_LEAD_MS: u64 = 366 * 24 * 3600 * 1000;
@@ -21,8 +21,8 @@ pub const MAX_BOOKINGS: usize = 1_000;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Booking {
-    pub holder: String,
-    pub principal: String,
+    pub holder: Name,
+    pub principal: Name,
     /// Unix milliseconds.
     pub start_wall_ms: u64,
     pub duration_ms: u64,
@@ -50,7 +50,8 @@ impl Booking {
             metadata: BTreeMap::from([
                 ("start_unix_ms".to_string(), self.start_wall_ms.to_string()),
                 ("duration_ms".to_string(), self.duration_ms.to_string()),
-            ]),
+            ])
+            .into(),
             ..Event::of_resource(kind)
         }
     }
@@ -65,7 +66,8 @@ impl ResourceState {
         from_wall_ms: u64,
         until_wall_ms: u64,
     ) -> Option<&Booking> {
-        self.bookings
+        self.rare()
+            .bookings
             .iter()
             .find(|b| b.holder != holder && b.overlaps(from_wall_ms, until_wall_ms))
     }
@@ -112,52 +114,54 @@ impl State {
         if ctx.require_registration
             && self
                 .resources
-                .get(&op.resource)
-                .and_then(|rs| rs.registration.as_ref())
+                .get(op.resource.as_str())
+                .and_then(|rs| rs.rare().registration.as_ref())
                 .is_none()
         {
             return Err(Rejection::ResourceNotFound(op.resource.clone()));
         }
         let grace_ms = self.policy_of(&op.resource).renewal_grace_ms;
-        if let Some(rs) = self.resources.get(&op.resource) {
+        if let Some(rs) = self.resources.get(op.resource.as_str()) {
             if let Some(l) = rs.leases.iter().find(|l| {
                 l.holder != op.holder
                     && self.clock.wall_of(l.expires_at_ms.saturating_add(grace_ms))
                         > op.start_wall_ms
             }) {
                 return Err(Rejection::HeldIntoWindow {
-                    holder: l.holder.clone(),
+                    holder: l.holder.to_string(),
                 });
             }
             if let Some(b) = rs
+                .rare()
                 .bookings
                 .iter()
                 .find(|b| b.overlaps(op.start_wall_ms, end_wall_ms))
             {
                 return Err(Rejection::BookingOverlaps {
-                    holder: b.holder.clone(),
+                    holder: b.holder.to_string(),
                     start_wall_ms: b.start_wall_ms,
                 });
             }
-            if rs.bookings.len() >= MAX_BOOKINGS {
+            if rs.rare().bookings.len() >= MAX_BOOKINGS {
                 return Err(Rejection::BookingsFull { max: MAX_BOOKINGS });
             }
         }
         let booking = Booking {
-            holder: op.holder.clone(),
-            principal: ctx.principal.to_string(),
+            holder: op.holder.as_str().into(),
+            principal: Name::from(ctx.principal),
             start_wall_ms: op.start_wall_ms,
             duration_ms: op.duration_ms,
             revision: ctx.index,
         };
         let event = booking.event(EventKind::Booked);
         self.booking_ends
-            .insert((booking.end_wall_ms(), op.resource.clone()));
+            .insert((booking.end_wall_ms(), op.resource.as_str().into()));
         let rs = self.resource_entry(&op.resource);
         let at = rs
+            .rare()
             .bookings
             .partition_point(|b| b.start_wall_ms < booking.start_wall_ms);
-        rs.bookings.insert(at, booking.clone());
+        rs.rare_mut().bookings.insert(at, booking.clone());
         rs.revision = ctx.index;
         self.record(ctx.index, ctx.principal, &op.resource, event);
         Ok(Reply::Booking(booking))
@@ -170,29 +174,30 @@ impl State {
         op: &CancelBookingOp,
     ) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
-        let rs = self.resources.get(&op.resource);
+        let rs = self.resources.get(op.resource.as_str());
         let at = rs
             .and_then(|rs| {
-                rs.bookings
+                rs.rare()
+                    .bookings
                     .iter()
                     .position(|b| b.holder == op.holder && b.start_wall_ms == op.start_wall_ms)
             })
             .ok_or(Rejection::BookingNotFound)?;
         let rs = self
             .resources
-            .get_mut(&op.resource)
+            .get_mut(op.resource.as_str())
             .map(Arc::make_mut)
             .ok_or(Rejection::BookingNotFound)?;
-        if !ctx.admin && rs.bookings[at].principal != ctx.principal {
+        if !ctx.admin && rs.rare().bookings[at].principal != ctx.principal {
             return Err(Rejection::InsufficientPermissions(
                 "only the booking's principal or an admin may cancel it".into(),
             ));
         }
-        let booking = rs.bookings.remove(at);
+        let booking = rs.rare_mut().bookings.remove(at);
         rs.revision = ctx.index;
         self.booking_ends
-            .remove(&(booking.end_wall_ms(), op.resource.clone()));
-        self.effects.touched.insert(op.resource.clone());
+            .remove(&(booking.end_wall_ms(), op.resource.as_str().into()));
+        self.effects.touched.insert(op.resource.as_str().into());
         self.record(
             ctx.index,
             ctx.principal,
@@ -212,7 +217,9 @@ impl State {
             }
             self.booking_ends.pop_first();
             if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
-                rs.bookings.retain(|b| b.end_wall_ms() > now_wall_ms);
+                rs.rare_mut()
+                    .bookings
+                    .retain(|b| b.end_wall_ms() > now_wall_ms);
             }
             self.effects.touched.insert(resource);
         }

@@ -5,7 +5,7 @@ use super::command::{AcquireOp, CreateOp, Reply};
 use super::history::{Event, EventKind};
 use super::machine::{check_name, check_names, check_ttl, Ctx, PushLean, ResourceState, State};
 use super::policy;
-use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Refusal, Rejection};
+use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Name, Refusal, Rejection};
 
 impl State {
     /// Registers a resource: argument checks → existence (`already_exists`) → admin role.
@@ -22,8 +22,8 @@ impl State {
             }
             None => self.generated_name(ctx.index),
         };
-        if let Some(rs) = self.resources.get(&name) {
-            if rs.registration.is_some() || !rs.leases.is_empty() {
+        if let Some(rs) = self.resources.get(name.as_str()) {
+            if rs.rare().registration.is_some() || !rs.leases.is_empty() {
                 return Err(Rejection::AlreadyExists(name));
             }
         }
@@ -33,7 +33,7 @@ impl State {
             ));
         }
         let rs = self.resource_entry(&name);
-        rs.registration = Some(Box::new(op.policy.clone()));
+        rs.rare_mut().registration = Some(Box::new(op.policy.clone()));
         rs.revision = ctx.index;
         self.record(
             ctx.index,
@@ -55,7 +55,7 @@ impl State {
                     format!("{base}_{k}")
                 }
             })
-            .find(|n| !self.resources.contains_key(n))
+            .find(|n| !self.resources.contains_key(n.as_str()))
             .unwrap_or(base)
     }
 
@@ -64,8 +64,8 @@ impl State {
     /// compatibility, with nobody waiting ahead (no barging) → with `WAIT`, the waiting room.
     pub(super) fn acquire(&mut self, ctx: &Ctx<'_>, op: &AcquireOp) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
-        let rs = self.resources.get(&op.resource);
-        if ctx.require_registration && rs.and_then(|rs| rs.registration.as_ref()).is_none() {
+        let rs = self.resources.get(op.resource.as_str());
+        if ctx.require_registration && rs.and_then(|rs| rs.rare().registration.as_ref()).is_none() {
             return Err(Rejection::ResourceNotFound(op.resource.clone()));
         }
         let policy = self.policy_of(&op.resource);
@@ -144,7 +144,7 @@ impl State {
             && rs
                 .leases
                 .iter()
-                .any(|l| l.idempotency_key == op.idempotency_key)
+                .any(|l| l.idempotency_key.as_deref() == op.idempotency_key.as_deref())
         {
             return Err(Rejection::invalid(
                 "idempotency_key",
@@ -153,10 +153,11 @@ impl State {
         }
         let now_wall_ms = self.clock.wall_ms();
         let in_own_window = rs
+            .rare()
             .bookings
             .iter()
             .any(|b| b.holder == op.holder && b.covers(now_wall_ms));
-        let refusal = if rs.waiters.is_empty() || in_own_window {
+        let refusal = if rs.rare().waiters.is_empty() || in_own_window {
             self.blocked(&op.resource, op.mode, units, ttl_ms, &op.holder)
         } else {
             // Nobody barges past a waiter, even into room the head cannot use (SPEC §4.1) —
@@ -174,9 +175,9 @@ impl State {
         let now_ms = self.clock.now_ms();
         let lease = Lease {
             lease_id: self.next_lease_id(ctx.index),
-            resource: op.resource.clone(),
-            holder: op.holder.clone(),
-            principal: ctx.principal.to_string(),
+            resource: op.resource.as_str().into(),
+            holder: op.holder.as_str().into(),
+            principal: Name::from(ctx.principal),
             mode: op.mode,
             units,
             fencing_token: ctx.index,
@@ -184,8 +185,8 @@ impl State {
             expires_at_ms: now_ms.saturating_add(ttl_ms),
             ttl_ms,
             acquired_wall_ms: self.clock.wall_ms(),
-            metadata: op.metadata.clone(),
-            idempotency_key: op.idempotency_key.clone(),
+            metadata: op.metadata.clone().into(),
+            idempotency_key: op.idempotency_key.as_deref().map(Name::from),
         };
         Ok(granted(self.grant(
             ctx.index,
@@ -209,7 +210,7 @@ impl State {
         let rs = self.resources.get(resource)?;
         let policy = self.policy_of(resource);
         let now_ms = self.clock.now_ms();
-        if now_ms < rs.closed_until_ms {
+        if now_ms < rs.rare().closed_until_ms {
             return Some(Refusal::LockDelay);
         }
         if !rs.leases.is_empty() {

@@ -4,12 +4,12 @@
 //! [`PER_RESOURCE`] events of each resource and [`TOTAL`] in all, dropping the oldest first;
 //! an ad-hoc resource with no lease and no retained event is forgotten (see `machine`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use super::machine::PushLean;
-use super::types::{Lease, LeaseStatus, Mode};
+use super::types::{Lease, LeaseStatus, Metadata, Mode, Name};
 
 /// Newest events kept per resource.
 pub const PER_RESOURCE: usize = 10_000;
@@ -37,8 +37,8 @@ pub enum EventKind {
 /// The lease that took over in a transfer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Successor {
-    pub holder: String,
-    pub lease_id: String,
+    pub holder: Name,
+    pub lease_id: Name,
     pub fencing_token: u64,
 }
 
@@ -51,14 +51,14 @@ pub struct Event {
     pub kind: EventKind,
     /// The leader's wall clock in the entry's stamp.
     pub at_wall_ms: u64,
-    pub actor: String,
-    pub holder: String,
-    pub lease_id: String,
+    pub actor: Name,
+    pub holder: Name,
+    pub lease_id: Name,
     pub fencing_token: u64,
     pub from: Option<LeaseStatus>,
     pub to: Option<LeaseStatus>,
     /// The metadata an acquire set; empty on other events (a renew cannot change it).
-    pub metadata: BTreeMap<String, String>,
+    pub metadata: Metadata,
     pub mode: Mode,
     pub units: u64,
     pub successor: Option<Box<Successor>>,
@@ -81,7 +81,7 @@ impl Event {
             metadata: if kind == EventKind::Acquired {
                 lease.metadata.clone()
             } else {
-                BTreeMap::new()
+                Metadata::default()
             },
             mode: lease.mode,
             units: lease.units,
@@ -96,13 +96,13 @@ impl Event {
             seq: 0,
             kind,
             at_wall_ms: 0,
-            actor: String::new(),
-            holder: String::new(),
-            lease_id: String::new(),
+            actor: Name::default(),
+            holder: Name::default(),
+            lease_id: Name::default(),
             fencing_token: 0,
             from: None,
             to: None,
-            metadata: BTreeMap::new(),
+            metadata: Metadata::default(),
             mode: Mode::Exclusive,
             units: 0,
             successor: None,
@@ -119,7 +119,7 @@ impl Event {
 /// drops. Derived from the resources' own lists, so it is rebuilt after a snapshot load.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
-    oldest_first: BTreeSet<(u64, u32, String)>,
+    oldest_first: BTreeSet<(u64, u32, Name)>,
 }
 
 impl Retention {
@@ -132,7 +132,7 @@ impl Retention {
     }
 
     pub fn rebuild<'a>(
-        resources: impl IntoIterator<Item = (&'a String, &'a VecDeque<Event>)>,
+        resources: impl IntoIterator<Item = (&'a Name, &'a VecDeque<Event>)>,
     ) -> Self {
         let oldest_first = resources
             .into_iter()
@@ -147,12 +147,12 @@ impl Retention {
 
     pub fn added(&mut self, resource: &str, (revision, seq): (u64, u32)) {
         self.oldest_first
-            .insert((revision, seq, resource.to_string()));
+            .insert((revision, seq, Name::from(resource)));
     }
 
     pub fn dropped(&mut self, resource: &str, (revision, seq): (u64, u32)) {
         self.oldest_first
-            .remove(&(revision, seq, resource.to_string()));
+            .remove(&(revision, seq, Name::from(resource)));
     }
 
     /// The resource whose event is the oldest retained.

@@ -18,7 +18,7 @@ use super::command::{Command, Op, Proposal, Reply};
 use super::dedup::{Dedup, Seen};
 use super::history::{self, Event, EventKind, Retention};
 use super::policy::{self, Policy};
-use super::types::{Lease, LeaseStatus, LeaseView, Rejection};
+use super::types::{Lease, LeaseStatus, LeaseView, Name, Rejection};
 use super::waiting::{wait_due_key, WaitOutcome, Waiter};
 
 /// Ended leases remembered per resource, so a late caller learns how its lease ended.
@@ -78,43 +78,143 @@ pub struct Ended {
     pub superseded_by: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One resource. What most resources never use (a registration, a lock delay, waiters,
+/// bookings) sits behind one pointer: at a million one-lease resources that
+/// is ≈ 100 bytes each. Stored (snapshots) with every field in place, as [`StoredResource`].
+#[derive(Clone, Debug, Default)]
 pub struct ResourceState {
-    /// The registered policy; None = ad hoc, under the default policy.
-    pub registration: Option<Box<Policy>>,
     /// Live leases (active or in grace), in grant order.
     pub leases: Vec<Lease>,
     /// The newest ended leases, oldest first, at most [`ENDED_KEPT`].
     pub ended: VecDeque<Ended>,
     /// The index of the newest entry that changed this resource.
     pub revision: u64,
-    /// Lock delay: nothing is granted before this lease-clock instant.
-    pub closed_until_ms: u64,
     /// Retained events, oldest first.
     pub history: VecDeque<Event>,
     /// The (revision, seq) of the newest event retention dropped: paging past it is `compacted`.
-    #[serde(default)]
+    /// Not rare: once the global bound drops events, every new resource starts with it.
     pub trimmed_through: Option<(u64, u32)>,
+    rare: Option<Box<Rare>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rare {
+    /// The registered policy; None = ad hoc, under the default policy.
+    pub registration: Option<Box<Policy>>,
+    /// Lock delay: nothing is granted before this lease-clock instant.
+    pub closed_until_ms: u64,
     /// The waiting room, head first.
-    #[serde(default)]
     pub waiters: VecDeque<Waiter>,
     /// Bookings whose window has not ended, by start.
-    #[serde(default)]
     pub bookings: Vec<Booking>,
 }
+
+const NOTHING_RARE: &Rare = &Rare {
+    registration: None,
+    closed_until_ms: 0,
+    waiters: VecDeque::new(),
+    bookings: Vec::new(),
+};
 
 impl ResourceState {
     pub fn lease(&self, lease_id: &str) -> Option<&Lease> {
         self.leases.iter().find(|l| l.lease_id == lease_id)
     }
 
+    /// The registration, lock delay, trimmed mark, waiting room and bookings.
+    pub fn rare(&self) -> &Rare {
+        self.rare.as_deref().unwrap_or(NOTHING_RARE)
+    }
+
+    /// The same, to change.
+    pub fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_default()
+    }
+
     /// Nothing to remember: an ad-hoc resource in this state is forgotten.
     fn idle(&self) -> bool {
-        self.registration.is_none()
+        let rare = self.rare();
+        rare.registration.is_none()
             && self.leases.is_empty()
             && self.history.is_empty()
-            && self.waiters.is_empty()
-            && self.bookings.is_empty()
+            && rare.waiters.is_empty()
+            && rare.bookings.is_empty()
+    }
+}
+
+impl PartialEq for ResourceState {
+    fn eq(&self, other: &Self) -> bool {
+        self.leases == other.leases
+            && self.ended == other.ended
+            && self.revision == other.revision
+            && self.history == other.history
+            && self.trimmed_through == other.trimmed_through
+            && self.rare() == other.rare()
+    }
+}
+
+impl Eq for ResourceState {}
+
+/// A resource as snapshots store it: every field in place, in this order (postcard's encoding
+/// follows it; format 2's JSON names the fields).
+#[derive(Serialize, Deserialize)]
+struct StoredResource<L, E, H, P, W, B> {
+    registration: Option<P>,
+    leases: L,
+    ended: E,
+    revision: u64,
+    closed_until_ms: u64,
+    history: H,
+    #[serde(default)]
+    trimmed_through: Option<(u64, u32)>,
+    #[serde(default)]
+    waiters: W,
+    #[serde(default)]
+    bookings: B,
+}
+
+impl Serialize for ResourceState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let rare = self.rare();
+        StoredResource {
+            registration: rare.registration.as_deref(),
+            leases: &self.leases,
+            ended: &self.ended,
+            revision: self.revision,
+            closed_until_ms: rare.closed_until_ms,
+            history: &self.history,
+            trimmed_through: self.trimmed_through,
+            waiters: &rare.waiters,
+            bookings: &rare.bookings,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ResourceState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = StoredResource::<
+            Vec<Lease>,
+            VecDeque<Ended>,
+            VecDeque<Event>,
+            Box<Policy>,
+            VecDeque<Waiter>,
+            Vec<Booking>,
+        >::deserialize(deserializer)?;
+        let rare = Rare {
+            registration: stored.registration,
+            closed_until_ms: stored.closed_until_ms,
+            waiters: stored.waiters,
+            bookings: stored.bookings,
+        };
+        Ok(ResourceState {
+            leases: stored.leases,
+            ended: stored.ended,
+            revision: stored.revision,
+            history: stored.history,
+            trimmed_through: stored.trimmed_through,
+            rare: (rare != *NOTHING_RARE).then(|| Box::new(rare)),
+        })
     }
 }
 
@@ -125,11 +225,11 @@ pub struct State {
     /// A persistent map with shared resource states: a snapshot takes an O(1) copy and
     /// encodes it while apply goes on, and apply then copies only the map nodes and resource
     /// states it changes (`Arc::make_mut`).
-    pub(super) resources: OrdMap<String, Arc<ResourceState>>,
+    pub(super) resources: OrdMap<Name, Arc<ResourceState>>,
     pub(crate) dedup: Dedup,
     /// (expires_at + grace, resource, lease_id) of every live lease: the next reclaim is first.
     #[serde(skip)]
-    pub(super) due: BTreeSet<(u64, String, String)>,
+    pub(super) due: BTreeSet<(u64, Name, Name)>,
     #[serde(skip)]
     pub(super) retention: Retention,
     /// The (revision, seq) of the newest event the global bound dropped: a resource created
@@ -141,14 +241,14 @@ pub struct State {
     pub(super) history_total: usize,
     /// (timeout, resource, wait_id) of every waiter: the next wait timeout is first.
     #[serde(skip)]
-    pub(super) wait_due: BTreeSet<(u64, String, u64)>,
+    pub(super) wait_due: BTreeSet<(u64, Name, u64)>,
     /// (lock delay end, resource) of resources a reclaim closed, until the delay ends: they
     /// admit their waiters then.
     #[serde(skip)]
-    pub(super) reopen: BTreeSet<(u64, String)>,
+    pub(super) reopen: BTreeSet<(u64, Name)>,
     /// (window end, resource) of every booking: ended windows are forgotten.
     #[serde(skip)]
-    pub(super) booking_ends: BTreeSet<(u64, String)>,
+    pub(super) booking_ends: BTreeSet<(u64, Name)>,
     /// What the entry being applied did besides its reply.
     #[serde(skip)]
     pub(super) effects: Effects,
@@ -160,10 +260,10 @@ pub struct State {
 #[derive(Clone, Debug, Default)]
 pub struct Effects {
     /// (resource, event) in the order recorded.
-    pub events: Vec<(String, Event)>,
+    pub events: Vec<(Name, Event)>,
     pub waits: Vec<WaitOutcome>,
     /// Resources whose capacity may have grown: their waiters are considered.
-    pub(super) touched: BTreeSet<String>,
+    pub(super) touched: BTreeSet<Name>,
     /// Leases granted so far by this entry: the `<position>` of the next `lse_<index>_<position>`.
     pub(super) granted: u32,
 }
@@ -265,7 +365,7 @@ impl State {
     /// from a forgotten resource of the same name answers `compacted`, never a silent gap.
     pub(super) fn resource_entry(&mut self, name: &str) -> &mut ResourceState {
         let dropped_through = self.dropped_through;
-        Arc::make_mut(self.resources.entry(name.to_string()).or_insert_with(|| {
+        Arc::make_mut(self.resources.entry(Name::from(name)).or_insert_with(|| {
             Arc::new(ResourceState {
                 trimmed_through: dropped_through,
                 ..ResourceState::default()
@@ -298,14 +398,14 @@ impl State {
             for l in &rs.leases {
                 due.insert(due_key(l, grace_ms));
             }
-            for w in &rs.waiters {
+            for w in &rs.rare().waiters {
                 wait_due.insert(wait_due_key(name, w));
             }
-            for b in &rs.bookings {
+            for b in &rs.rare().bookings {
                 booking_ends.insert((b.end_wall_ms(), name.clone()));
             }
-            if rs.closed_until_ms > self.clock.now_ms() {
-                reopen.insert((rs.closed_until_ms, name.clone()));
+            if rs.rare().closed_until_ms > self.clock.now_ms() {
+                reopen.insert((rs.rare().closed_until_ms, name.clone()));
             }
         }
         self.due = due;
@@ -340,10 +440,10 @@ impl State {
     }
 
     /// `lse_<index>_<position>`: the next lease id this entry grants.
-    pub(super) fn next_lease_id(&mut self, index: u64) -> String {
+    pub(super) fn next_lease_id(&mut self, index: u64) -> Name {
         let position = self.effects.granted;
         self.effects.granted += 1;
-        format!("lse_{index}_{position}")
+        compact_str::format_compact!("lse_{index}_{position}")
     }
 
     /// Events retained in all resources' histories.
@@ -366,7 +466,7 @@ impl State {
             .take(limit)
             .filter_map(|(_, name, lease_id)| {
                 let lease = self.resources.get(name)?.lease(lease_id)?;
-                Some((name.clone(), lease.fencing_token))
+                Some((name.to_string(), lease.fencing_token))
             })
             .collect()
     }
@@ -374,7 +474,7 @@ impl State {
     pub(super) fn policy_of(&self, resource: &str) -> &Policy {
         self.resources
             .get(resource)
-            .and_then(|rs| rs.registration.as_deref())
+            .and_then(|rs| rs.rare().registration.as_deref())
             .unwrap_or(&self.default_policy)
     }
 
@@ -421,7 +521,7 @@ impl State {
         let now_ms = self.clock.now_ms();
         // Everything due by now, by resource, so that each resource's leases are filtered once
         // however many of them expire together.
-        let mut due: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut due: BTreeMap<Name, BTreeSet<Name>> = BTreeMap::new();
         while let Some((due_ms, name, lease_id)) = self.due.pop_first() {
             if due_ms > now_ms {
                 self.due.insert((due_ms, name, lease_id));
@@ -477,9 +577,14 @@ impl State {
         self.due.remove(&due_key(&lease, grace_ms));
         if let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) {
             if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
-                self.reopen.remove(&(rs.closed_until_ms, name.clone()));
-                rs.closed_until_ms = rs.closed_until_ms.max(now_ms.saturating_add(lock_delay_ms));
-                self.reopen.insert((rs.closed_until_ms, name.clone()));
+                self.reopen
+                    .remove(&(rs.rare().closed_until_ms, name.clone()));
+                rs.rare_mut().closed_until_ms = rs
+                    .rare()
+                    .closed_until_ms
+                    .max(now_ms.saturating_add(lock_delay_ms));
+                self.reopen
+                    .insert((rs.rare().closed_until_ms, name.clone()));
             }
             rs.revision = index;
         }
@@ -539,12 +644,12 @@ impl State {
         };
         event.revision = index;
         event.at_wall_ms = wall_ms;
-        event.actor = actor.to_string();
+        event.actor = Name::from(actor);
         let (position, dropped) = history::push(&mut rs.history, event);
         if let Some(recorded) = rs.history.back() {
             self.effects
                 .events
-                .push((name.to_string(), recorded.clone()));
+                .push((Name::from(name), recorded.clone()));
         }
         self.retention.added(name, position);
         for old in &dropped {
@@ -555,7 +660,7 @@ impl State {
             let Some(oldest) = self.retention.oldest().map(str::to_string) else {
                 break;
             };
-            let Some(rs) = self.resources.get_mut(&oldest).map(Arc::make_mut) else {
+            let Some(rs) = self.resources.get_mut(oldest.as_str()).map(Arc::make_mut) else {
                 break;
             };
             match rs.history.pop_front() {
@@ -567,15 +672,15 @@ impl State {
                 None => break,
             }
             if rs.idle() {
-                let closed_until_ms = rs.closed_until_ms;
-                self.resources.remove(&oldest);
-                self.reopen.remove(&(closed_until_ms, oldest));
+                let closed_until_ms = rs.rare().closed_until_ms;
+                self.resources.remove(oldest.as_str());
+                self.reopen.remove(&(closed_until_ms, oldest.into()));
             }
         }
     }
 }
 
-fn due_key(lease: &Lease, grace_ms: u64) -> (u64, String, String) {
+fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, Name) {
     (
         lease.expires_at_ms.saturating_add(grace_ms),
         lease.resource.clone(),

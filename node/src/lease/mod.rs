@@ -35,6 +35,8 @@ pub use history::{Event, EventKind};
 pub use machine::{apply, Effects, EntryMeta, State};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
-pub use types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};
+pub use types::{
+    AcquireOutcome, Lease, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal, Rejection,
+};
 pub use waiting::{WaitOutcome, Waiter};
 pub use watch::{Cursor, Scope};

@@ -4,7 +4,7 @@
 use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
 use super::history::{Event, EventKind, Successor};
 use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, PushLean, State};
-use super::types::{Lease, LeaseStatus, Rejection};
+use super::types::{Lease, LeaseStatus, Name, Rejection};
 use std::sync::Arc;
 
 /// The lease a renew, release or transfer names, and the token it claims.
@@ -161,7 +161,7 @@ impl State {
                 start_wall_ms: b.start_wall_ms,
             });
         }
-        let rs = self.resources.get(&op.resource);
+        let rs = self.resources.get(op.resource.as_str());
         if let Some(other) = rs.and_then(|rs| rs.leases.iter().find(|l| l.holder == op.to_holder)) {
             return Err(Rejection::AlreadyHeld {
                 mode: other.mode,
@@ -170,11 +170,11 @@ impl State {
         }
         let new = Lease {
             lease_id: self.next_lease_id(ctx.index),
-            holder: op.to_holder.clone(),
+            holder: op.to_holder.as_str().into(),
             principal: op
                 .to_principal
-                .clone()
-                .unwrap_or_else(|| old.principal.clone()),
+                .as_deref()
+                .map_or_else(|| old.principal.clone(), Name::from),
             fencing_token: ctx.index,
             idempotency_key: None,
             ..old.clone()
@@ -184,7 +184,11 @@ impl State {
         self.track_due(&new);
         let view = self.live_view(&new);
         let now_ms = self.clock.now_ms();
-        if let Some(rs) = self.resources.get_mut(&op.resource).map(Arc::make_mut) {
+        if let Some(rs) = self
+            .resources
+            .get_mut(op.resource.as_str())
+            .map(Arc::make_mut)
+        {
             rs.leases.retain(|l| l.lease_id != old.lease_id);
             rs.leases.push_lean(new.clone());
             rs.revision = ctx.index;

@@ -9,7 +9,7 @@ use super::bookings::Booking;
 use super::history::{Event, EventKind};
 use super::machine::State;
 use super::policy::Policy;
-use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Rejection};
+use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Name, Rejection};
 use super::waiting::Waiter;
 
 /// Largest page of any listing.
@@ -218,18 +218,19 @@ impl State {
             lease_count: live.len(),
             units_in_use: live.iter().fold(0, |sum, l| sum.saturating_add(l.units)),
             revision: rs.map_or(0, |rs| rs.revision),
-            ad_hoc: rs.is_none_or(|rs| rs.registration.is_none()),
-            waiting: rs.map_or(0, |rs| rs.waiters.len()),
+            ad_hoc: rs.is_none_or(|rs| rs.rare().registration.is_none()),
+            waiting: rs.map_or(0, |rs| rs.rare().waiters.len()),
             waiters: rs
                 .map(|rs| {
-                    rs.waiters
+                    rs.rare()
+                        .waiters
                         .iter()
                         .take(HOLDERS_SHOWN)
                         .map(|w| (w.clone(), self.clock.wall_of(w.deadline_ms)))
                         .collect()
                 })
                 .unwrap_or_default(),
-            bookings: rs.map(|rs| rs.bookings.clone()).unwrap_or_default(),
+            bookings: rs.map(|rs| rs.rare().bookings.clone()).unwrap_or_default(),
         }
     }
 
@@ -244,12 +245,12 @@ impl State {
 
     fn list_resources(&self, prefix: &str, page_size: u32, after: Option<&str>) -> Answer {
         let start = match after {
-            Some(name) if name >= prefix => Bound::Excluded(name.to_string()),
-            _ => Bound::Included(prefix.to_string()),
+            Some(name) if name >= prefix => Bound::Excluded(Name::from(name)),
+            _ => Bound::Included(Name::from(prefix)),
         };
         let views = self
             .resources
-            .range::<_, String>((start, Bound::Unbounded))
+            .range::<_, Name>((start, Bound::Unbounded))
             .map(|(name, _)| name)
             .take_while(|name| name.starts_with(prefix))
             .map(|name| self.resource_view(name));
@@ -272,18 +273,19 @@ impl State {
         after: &Option<(String, String)>,
     ) -> Answer {
         let start = match after {
-            Some((resource, _)) => Bound::Included(resource.clone()),
+            Some((resource, _)) => Bound::Included(Name::from(resource.as_str())),
             None => Bound::Unbounded,
         };
         let matching = self
             .resources
-            .range::<_, String>((start, Bound::Unbounded))
+            .range::<_, Name>((start, Bound::Unbounded))
             .flat_map(|(_, rs)| rs.leases.iter())
             .filter(|l| holder.is_none_or(|h| l.holder == h))
             .filter(|l| principal.is_none_or(|p| l.principal == p))
             .filter(|l| {
                 after.as_ref().is_none_or(|(resource, lease_id)| {
-                    (&l.resource, lease_order(&l.lease_id)) > (resource, lease_order(lease_id))
+                    (l.resource.as_str(), lease_order(&l.lease_id))
+                        > (resource.as_str(), lease_order(lease_id))
                 })
             });
         let (leases, more) = page(matching.map(|l| self.live_view(l)), page_size, |v| {
@@ -294,7 +296,7 @@ impl State {
                 .then(|| {
                     leases
                         .last()
-                        .map(|v| (v.lease.resource.clone(), v.lease.lease_id.clone()))
+                        .map(|v| (v.lease.resource.to_string(), v.lease.lease_id.to_string()))
                 })
                 .flatten(),
             leases,

@@ -420,10 +420,10 @@ mod model {
 fn shown(view: &LeaseView) -> Shown {
     let lease = &view.lease;
     Shown {
-        lease_id: lease.lease_id.clone(),
-        resource: lease.resource.clone(),
-        holder: lease.holder.clone(),
-        principal: lease.principal.clone(),
+        lease_id: lease.lease_id.clone().to_string(),
+        resource: lease.resource.clone().to_string(),
+        holder: lease.holder.clone().to_string(),
+        principal: lease.principal.clone().to_string(),
         token: lease.fencing_token,
         acquired_at_ms: lease.acquired_at_ms,
         expires_at_ms: lease.expires_at_ms,
@@ -449,7 +449,7 @@ fn answer_of(reply: &Reply) -> Answer {
             holders: outcome
                 .holders
                 .iter()
-                .map(|v| (v.lease.holder.clone(), v.lease.fencing_token))
+                .map(|v| (v.lease.holder.to_string(), v.lease.fencing_token))
                 .collect(),
         },
         Reply::Lease(view) => Answer::Lease(shown(view)),
@@ -465,7 +465,7 @@ fn answer_of(reply: &Reply) -> Answer {
                 .iter()
                 .map(|v| {
                     assert_eq!(v.status, LeaseStatus::Reclaimed, "{v:?}");
-                    (v.lease.resource.clone(), v.lease.fencing_token)
+                    (v.lease.resource.to_string(), v.lease.fencing_token)
                 })
                 .collect();
             reclaimed.sort();
@@ -1031,10 +1031,15 @@ impl Run {
             );
             let lease = view.leases.first().map(|v| &v.lease);
             assert_eq!(
-                lease.map(|l| (&l.lease_id, &l.holder, l.fencing_token, l.expires_at_ms)),
+                lease.map(|l| (
+                    l.lease_id.as_str(),
+                    l.holder.as_str(),
+                    l.fencing_token,
+                    l.expires_at_ms
+                )),
                 self.model.current(resource).map(|h| (
-                    &h.lease_id,
-                    &h.holder,
+                    h.lease_id.as_str(),
+                    h.holder.as_str(),
                     h.token,
                     h.expires_at_ms
                 )),
@@ -1083,7 +1088,7 @@ impl Run {
                 self.tracked.insert(
                     resource.to_string(),
                     Tracked {
-                        lease_id: lease.lease_id.clone(),
+                        lease_id: lease.lease_id.clone().to_string(),
                         token,
                         ttl_ms,
                         hold_until_ms: now_ms + ttl_ms,
@@ -1319,7 +1324,7 @@ fn reclaimed(reply: &Reply) -> Vec<(String, u64)> {
             .iter()
             .map(|v| {
                 assert_eq!(v.status, LeaseStatus::Reclaimed);
-                (v.lease.resource.clone(), v.lease.fencing_token)
+                (v.lease.resource.to_string(), v.lease.fencing_token)
             })
             .collect(),
         other => panic!("expected reclaims, got {other:?}"),
@@ -1477,7 +1482,7 @@ fn renew_by_another_holder_is_insufficient_permissions() {
     let alice = granted(&node.acquire("world", "alice", Some(5_000))).lease;
     let by_id = Op::Renew(RenewOp {
         resource: "world".into(),
-        lease_id: alice.lease_id.clone(),
+        lease_id: alice.lease_id.clone().to_string(),
         holder: "bob".into(),
         fencing_token: alice.fencing_token,
         ttl_ms: None,

@@ -7,7 +7,6 @@
 //! the blocked call proposing it when the call goes away). Each end is an [`WaitOutcome`] the
 //! node holding the call picks up after applying the entry.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -16,19 +15,19 @@ use super::command::{AcquireOp, CancelWaitOp, Reply};
 use super::history::{self, Event, EventKind};
 use super::machine::{check_names, Ctx, State};
 use super::query::HOLDERS_SHOWN;
-use super::types::{AcquireOutcome, Lease, LeaseView, Mode, Refusal, Rejection};
+use super::types::{AcquireOutcome, Lease, LeaseView, Metadata, Mode, Name, Refusal, Rejection};
 
 /// One queued acquire: everything needed to grant it later.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Waiter {
-    pub holder: String,
-    pub principal: String,
+    pub holder: Name,
+    pub principal: Name,
     pub mode: Mode,
     /// Units as the grant would draw them (0 for exclusive or without a pool).
     pub units: u64,
     pub ttl_ms: u64,
-    pub metadata: BTreeMap<String, String>,
-    pub idempotency_key: Option<String>,
+    pub metadata: Metadata,
+    pub idempotency_key: Option<Name>,
     /// The index of the entry that queued it: names the wait.
     pub wait_id: u64,
     /// Lease-clock instant at which the wait times out.
@@ -55,7 +54,7 @@ impl Event {
             metadata: if kind == EventKind::Queued {
                 waiter.metadata.clone()
             } else {
-                BTreeMap::new()
+                Metadata::default()
             },
             mode: waiter.mode,
             units: waiter.units,
@@ -76,18 +75,18 @@ impl State {
     ) -> Result<Reply, Rejection> {
         let max_waiters = self.policy_of(&op.resource).max_waiters;
         let rs = self.resource_entry(&op.resource);
-        if rs.waiters.len() >= max_waiters as usize {
+        if rs.rare().waiters.len() >= max_waiters as usize {
             return Err(Rejection::WaitingRoomFull { max_waiters });
         }
         let now_ms = self.clock.now_ms();
         let waiter = Waiter {
-            holder: op.holder.clone(),
-            principal: ctx.principal.to_string(),
+            holder: op.holder.as_str().into(),
+            principal: Name::from(ctx.principal),
             mode: op.mode,
             units,
             ttl_ms,
-            metadata: op.metadata.clone(),
-            idempotency_key: op.idempotency_key.clone(),
+            metadata: op.metadata.clone().into(),
+            idempotency_key: op.idempotency_key.as_deref().map(Name::from),
             wait_id: ctx.index,
             deadline_ms: now_ms.saturating_add(wait_ms),
             request_id: ctx.request_id.map(str::to_string),
@@ -95,9 +94,9 @@ impl State {
         let event = Event::about_waiter(EventKind::Queued, &waiter);
         self.wait_due.insert(wait_due_key(&op.resource, &waiter));
         let rs = self.resource_entry(&op.resource);
-        rs.waiters.push_back(waiter);
+        rs.rare_mut().waiters.push_back(waiter);
         rs.revision = ctx.index;
-        let position = rs.waiters.len() as u32;
+        let position = rs.rare().waiters.len() as u32;
         self.record(ctx.index, ctx.principal, &op.resource, event);
         Ok(self.queued_reply(&op.resource, position, ctx.index, why))
     }
@@ -133,13 +132,14 @@ impl State {
         op: &CancelWaitOp,
     ) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
-        let Some(rs) = self.resources.get(&op.resource) else {
+        let Some(rs) = self.resources.get(op.resource.as_str()) else {
             return Ok(Reply::Cancelled {
                 cancelled: false,
                 revision: ctx.index,
             });
         };
         let Some(at) = rs
+            .rare()
             .waiters
             .iter()
             .position(|w| w.holder == op.holder && op.wait_id.is_none_or(|id| id == w.wait_id))
@@ -149,7 +149,7 @@ impl State {
                 revision: ctx.index,
             });
         };
-        if !ctx.admin && rs.waiters[at].principal != ctx.principal {
+        if !ctx.admin && rs.rare().waiters[at].principal != ctx.principal {
             return Err(Rejection::InsufficientPermissions(format!(
                 "holder {} waits for another principal",
                 op.holder
@@ -173,7 +173,7 @@ impl State {
         let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
             return;
         };
-        let Some(waiter) = rs.waiters.remove(at) else {
+        let Some(waiter) = rs.rare_mut().waiters.remove(at) else {
             return;
         };
         rs.revision = index;
@@ -188,7 +188,7 @@ impl State {
             ..self.refused(resource, why)
         };
         self.wait_ended(resource, waiter, outcome);
-        self.effects.touched.insert(resource.to_string());
+        self.effects.touched.insert(Name::from(resource));
     }
 
     /// Hands a wait's outcome to the blocked call and to the queuing request's dedup entry.
@@ -202,7 +202,7 @@ impl State {
         }
         self.effects.waits.push(WaitOutcome {
             resource: resource.to_string(),
-            holder: waiter.holder,
+            holder: waiter.holder.to_string(),
             wait_id: waiter.wait_id,
             outcome,
         });
@@ -219,7 +219,7 @@ impl State {
             let at = self
                 .resources
                 .get(&resource)
-                .and_then(|rs| rs.waiters.iter().position(|w| w.wait_id == wait_id));
+                .and_then(|rs| rs.rare().waiters.iter().position(|w| w.wait_id == wait_id));
             if let Some(at) = at {
                 self.end_wait(
                     index,
@@ -251,7 +251,7 @@ impl State {
             let Some(rs) = self.resources.get(resource) else {
                 return;
             };
-            let Some(head) = rs.waiters.front() else {
+            let Some(head) = rs.rare().waiters.front() else {
                 return;
             };
             if self
@@ -264,7 +264,7 @@ impl State {
                 .resources
                 .get_mut(resource)
                 .map(Arc::make_mut)
-                .and_then(|rs| rs.waiters.pop_front())
+                .and_then(|rs| rs.rare_mut().waiters.pop_front())
             else {
                 return;
             };
@@ -272,7 +272,7 @@ impl State {
             let now_ms = self.clock.now_ms();
             let lease = Lease {
                 lease_id: self.next_lease_id(index),
-                resource: resource.to_string(),
+                resource: Name::from(resource),
                 holder: waiter.holder.clone(),
                 principal: waiter.principal.clone(),
                 mode: waiter.mode,
@@ -303,25 +303,26 @@ impl State {
             return;
         };
         let Some(at) = rs
+            .rare()
             .waiters
             .iter()
             .position(|w| w.holder == view.lease.holder)
         else {
             return;
         };
-        let waiter = &rs.waiters[at];
+        let waiter = &rs.rare().waiters[at];
         if waiter.mode != view.lease.mode || waiter.units != view.lease.units {
             // It holds the resource now, but not as it asked: its wait is over, unanswered.
             self.end_wait(index, actor, resource, at, Refusal::WaitCancelled);
             return;
         }
-        if let Some(waiter) = rs.waiters.remove(at) {
+        if let Some(waiter) = rs.rare_mut().waiters.remove(at) {
             self.wait_due.remove(&wait_due_key(resource, &waiter));
             let event = Event::about(EventKind::Admitted, &view.lease, None, Some(view.status));
             self.record(index, actor, resource, event);
             self.wait_satisfied(resource, waiter, view);
             // The next waiter is the head now.
-            self.effects.touched.insert(resource.to_string());
+            self.effects.touched.insert(Name::from(resource));
         }
     }
 
@@ -332,8 +333,8 @@ impl State {
     /// The place of `holder` in the waiting room of `resource` (1 = the head) and its wait.
     pub(super) fn waiting(&self, resource: &str, holder: &str) -> Option<(u32, &Waiter)> {
         let rs = self.resources.get(resource)?;
-        let at = rs.waiters.iter().position(|w| w.holder == holder)?;
-        Some((at as u32 + 1, &rs.waiters[at]))
+        let at = rs.rare().waiters.iter().position(|w| w.holder == holder)?;
+        Some((at as u32 + 1, &rs.rare().waiters[at]))
     }
 
     /// How the wait queued by entry `wait_id` ended, as its blocked call answers, read from the
@@ -385,13 +386,13 @@ impl State {
             .find(|(_, name)| {
                 self.resources
                     .get(name)
-                    .is_some_and(|rs| !rs.waiters.is_empty())
+                    .is_some_and(|rs| !rs.rare().waiters.is_empty())
             })
             .map(|(ms, _)| *ms);
         timeout.into_iter().chain(reopen).min()
     }
 }
 
-pub(super) fn wait_due_key(resource: &str, waiter: &Waiter) -> (u64, String, u64) {
-    (waiter.deadline_ms, resource.to_string(), waiter.wait_id)
+pub(super) fn wait_due_key(resource: &str, waiter: &Waiter) -> (u64, Name, u64) {
+    (waiter.deadline_ms, resource.into(), waiter.wait_id)
 }

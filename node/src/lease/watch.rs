@@ -9,7 +9,7 @@ use std::ops::Bound;
 
 use super::history::{Event, EventKind};
 use super::machine::State;
-use super::types::Rejection;
+use super::types::{Name, Rejection};
 
 /// What a watch covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,20 +86,23 @@ pub fn order_key<'a>(resource: &'a str, event: &Event) -> (u64, &'a str, u32) {
     (event.revision, resource, event.seq)
 }
 
-type Scoped<'a> = Vec<(&'a String, &'a super::machine::ResourceState)>;
+type Scoped<'a> = Vec<(&'a Name, &'a super::machine::ResourceState)>;
 
 impl State {
     fn scoped(&self, scope: &Scope) -> Scoped<'_> {
         match scope {
             Scope::Resource(name) => self
                 .resources
-                .get_key_value(name)
+                .get_key_value(name.as_str())
                 .map(|(name, rs)| (name, &**rs))
                 .into_iter()
                 .collect(),
             Scope::Prefix(prefix) => self
                 .resources
-                .range::<_, String>((Bound::Included(prefix.clone()), Bound::Unbounded))
+                .range::<_, Name>((
+                    Bound::Included(Name::from(prefix.as_str())),
+                    Bound::Unbounded,
+                ))
                 .take_while(|(name, _)| name.starts_with(prefix.as_str()))
                 .map(|(name, rs)| (name, &**rs))
                 .collect(),
@@ -140,7 +143,7 @@ impl State {
         cursor: &Cursor,
         kinds: &[EventKind],
         limit: usize,
-    ) -> Result<Vec<(String, Event)>, Rejection> {
+    ) -> Result<Vec<(Name, Event)>, Rejection> {
         let resources = self.scoped(scope);
         // Compacted if retention dropped an event after the cursor — compared by position, so
         // a cursor in the middle of a revision notices a drop later in that revision too.
@@ -155,7 +158,7 @@ impl State {
                 oldest: self.compacted_through(scope, &resources) + 1,
             });
         }
-        let mut events: Vec<(&String, &Event)> = Vec::new();
+        let mut events: Vec<(&Name, &Event)> = Vec::new();
         for (name, rs) in resources {
             // Histories are oldest first: skip what the cursor has passed.
             let from = rs.history.partition_point(|e| !cursor.before(name, e));

@@ -19,7 +19,7 @@ const EVENT_BACKLOG: usize = 1024;
 #[derive(Debug)]
 pub enum Published {
     /// The batch's events as (resource, event), in delivery order.
-    Events(Vec<(String, Event)>),
+    Events(Vec<(crate::lease::Name, Event)>),
     /// A snapshot replaced the state: events between were never published one by one, so a
     /// watcher re-reads the state from its cursor and a waiting call re-checks its wait.
     Reset,

@@ -116,9 +116,9 @@ pub fn servable(view: &ResourceView, wanted: &Tenure, caller: &Caller) -> Result
         )));
     }
     Ok(Tenure {
-        resource: lease.resource.clone(),
-        holder: lease.holder.clone(),
-        lease_id: lease.lease_id.clone(),
+        resource: lease.resource.to_string(),
+        holder: lease.holder.to_string(),
+        lease_id: lease.lease_id.to_string(),
         fencing_token: lease.fencing_token,
     })
 }
@@ -143,9 +143,9 @@ pub fn owner(view: &ResourceView) -> Result<Tenure, ApiError> {
         )));
     }
     Ok(Tenure {
-        resource: lease.resource.clone(),
-        holder: lease.holder.clone(),
-        lease_id: lease.lease_id.clone(),
+        resource: lease.resource.to_string(),
+        holder: lease.holder.to_string(),
+        lease_id: lease.lease_id.to_string(),
         fencing_token: lease.fencing_token,
     })
 }
@@ -161,9 +161,9 @@ mod tests {
             .enumerate()
             .map(|(n, (mode, status))| LeaseView {
                 lease: Lease {
-                    lease_id: format!("lse_7_{n}"),
+                    lease_id: format!("lse_7_{n}").into(),
                     resource: "r".into(),
-                    holder: format!("h{n}"),
+                    holder: format!("h{n}").into(),
                     principal: "alice".into(),
                     mode,
                     units: 0,

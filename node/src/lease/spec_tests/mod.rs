@@ -205,7 +205,7 @@ impl Log {
 pub(super) fn pairs(views: &[LeaseView]) -> Vec<(String, u64)> {
     views
         .iter()
-        .map(|v| (v.lease.holder.clone(), v.lease.fencing_token))
+        .map(|v| (v.lease.holder.to_string(), v.lease.fencing_token))
         .collect()
 }
 
@@ -248,9 +248,9 @@ pub(super) fn shared(resource: &str, holder: &str, mode: Mode, units: u64) -> Ac
 /// Names the lease by id (the way a client that kept its lease does).
 pub(super) fn renew_of(view: &LeaseView, ttl_ms: Option<u64>) -> RenewOp {
     RenewOp {
-        resource: view.lease.resource.clone(),
-        lease_id: view.lease.lease_id.clone(),
-        holder: view.lease.holder.clone(),
+        resource: view.lease.resource.clone().to_string(),
+        lease_id: view.lease.lease_id.clone().to_string(),
+        holder: view.lease.holder.clone().to_string(),
         fencing_token: view.lease.fencing_token,
         ttl_ms,
     }
@@ -258,9 +258,9 @@ pub(super) fn renew_of(view: &LeaseView, ttl_ms: Option<u64>) -> RenewOp {
 
 pub(super) fn release_of(view: &LeaseView) -> ReleaseOp {
     ReleaseOp {
-        resource: view.lease.resource.clone(),
-        lease_id: view.lease.lease_id.clone(),
-        holder: view.lease.holder.clone(),
+        resource: view.lease.resource.clone().to_string(),
+        lease_id: view.lease.lease_id.clone().to_string(),
+        holder: view.lease.holder.clone().to_string(),
         fencing_token: view.lease.fencing_token,
     }
 }
@@ -271,9 +271,9 @@ pub(super) fn transfer_of(
     to_principal: Option<&str>,
 ) -> TransferOp {
     TransferOp {
-        resource: view.lease.resource.clone(),
-        lease_id: view.lease.lease_id.clone(),
-        holder: view.lease.holder.clone(),
+        resource: view.lease.resource.clone().to_string(),
+        lease_id: view.lease.lease_id.clone().to_string(),
+        holder: view.lease.holder.clone().to_string(),
         fencing_token: view.lease.fencing_token,
         to_holder: to_holder.to_string(),
         to_principal: to_principal.map(str::to_string),

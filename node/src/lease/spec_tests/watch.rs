@@ -4,11 +4,12 @@
 use super::*;
 use crate::lease::history::EventKind;
 use crate::lease::watch::{Cursor, Scope};
+use crate::lease::Name;
 
-fn positions(events: &[(String, Event)]) -> Vec<(u64, String, u32)> {
+fn positions(events: &[(Name, Event)]) -> Vec<(u64, String, u32)> {
     events
         .iter()
-        .map(|(name, e)| (e.revision, name.clone(), e.seq))
+        .map(|(name, e)| (e.revision, name.to_string(), e.seq))
         .collect()
 }
 

@@ -165,8 +165,8 @@ impl Run {
         let now_ms = state.clock().now_ms();
         let mut waiting = 0;
         for (name, rs) in &state.resources {
-            waiting += rs.waiters.len();
-            if let Some(head) = rs.waiters.front() {
+            waiting += rs.rare().waiters.len();
+            if let Some(head) = rs.rare().waiters.front() {
                 assert!(
                     state
                         .blocked(name, head.mode, head.units, head.ttl_ms, &head.holder)
@@ -174,13 +174,18 @@ impl Run {
                     "step {n}: {name}: head waiter {head:?} fits but was not admitted"
                 );
             }
-            let holders: BTreeSet<&str> = rs.waiters.iter().map(|w| w.holder.as_str()).collect();
+            let holders: BTreeSet<&str> = rs
+                .rare()
+                .waiters
+                .iter()
+                .map(|w| w.holder.as_str())
+                .collect();
             assert_eq!(
                 holders.len(),
-                rs.waiters.len(),
+                rs.rare().waiters.len(),
                 "step {n}: {name}: waits twice"
             );
-            for w in &rs.waiters {
+            for w in &rs.rare().waiters {
                 assert!(
                     w.deadline_ms > now_ms,
                     "step {n}: {name}: {w:?} outlived its wait"

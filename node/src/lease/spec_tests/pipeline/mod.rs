@@ -23,9 +23,9 @@ struct Run {
     log: Log,
     seen: Vec<LeaseView>,
     /// Per resource: the highest token of an exclusive lease ever live there.
-    exclusive_high: BTreeMap<String, u64>,
+    exclusive_high: BTreeMap<crate::lease::Name, u64>,
     /// Lease ids live after the previous entry.
-    live_before: BTreeSet<String>,
+    live_before: BTreeSet<crate::lease::Name>,
     now_before_ms: u64,
 }
 
@@ -49,7 +49,12 @@ impl Run {
         } else {
             let l = &target.lease.get(&self.seen).lease;
             let (resource, lease_id) = (l.resource.clone(), l.lease_id.clone());
-            (resource, lease_id, l.holder.clone(), l.fencing_token)
+            (
+                resource.to_string(),
+                lease_id.to_string(),
+                l.holder.to_string(),
+                l.fencing_token,
+            )
         };
         let lease_id = match target.lease_id {
             0 => lease_id,

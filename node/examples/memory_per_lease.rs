@@ -1,0 +1,81 @@
+//! What the replicated state costs per live lease, in process (docs/benchmarks.md):
+//! `cargo run --release -p tenure-node --example memory_per_lease -- 300000`.
+//!
+//! Applies N acquires of distinct resources the way the scale benchmark loads a cluster
+//! (`scale/<n>`, 64 holders, a fresh `request_id` each, so every one leaves an exactly-once
+//! record), and prints the growth of the process's resident memory divided by N. Uses the
+//! node's allocator. `--no-request-ids` leaves the exactly-once records out.
+
+use std::time::Instant;
+
+use tenure_node::lease::{
+    apply, AcquireOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal, Stamp, State,
+};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Resident bytes of this process (`/proc/self/statm`, in pages of 4 KiB).
+fn resident_bytes() -> anyhow::Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("statm has no resident field"))?
+        .parse()?;
+    Ok(pages * 4096)
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut leases: u64 = 300_000;
+    let mut request_ids = true;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--no-request-ids" => request_ids = false,
+            n => leases = n.parse()?,
+        }
+    }
+    let mut state = State::default();
+    let before = resident_bytes()?;
+    let started = Instant::now();
+    for k in 1..=leases {
+        let proposal = Proposal {
+            stamp: Stamp {
+                mono_ms: 1_000 + k,
+                wall_ms: 1_700_000_000_000 + k,
+                clock_epoch: 0,
+            },
+            principal: "anonymous".into(),
+            admin: false,
+            request_id: request_ids.then(|| uuid::Uuid::new_v4().to_string()),
+            require_registration: false,
+            op: Op::Acquire(AcquireOp {
+                resource: format!("scale/{k}"),
+                holder: format!("loader-{}", k % 64),
+                ttl_ms: Some(6 * 3_600_000),
+                mode: Mode::Exclusive,
+                units: 0,
+                metadata: Default::default(),
+                idempotency_key: None,
+                wait_ms: None,
+            }),
+        };
+        let meta = EntryMeta {
+            index: k,
+            leader: LeaderKey {
+                term: 1,
+                node_id: 1,
+            },
+        };
+        apply(&mut state, meta, &Command::V1(proposal));
+    }
+    let elapsed = started.elapsed();
+    let grown = resident_bytes()?.saturating_sub(before);
+    println!(
+        "{leases} leases: {:.0} B per lease resident, {:.2} µs per acquire applied (live: {})",
+        grown as f64 / leases as f64,
+        elapsed.as_secs_f64() * 1e6 / leases as f64,
+        state.live_leases(),
+    );
+    Ok(())
+}
