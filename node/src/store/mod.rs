@@ -26,6 +26,15 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// Puts the calling thread at the lowest CPU priority (nice 19): for background work that
+/// should take only what the node's serving threads leave.
+fn lowest_priority() {
+    let me = rustix::thread::gettid();
+    if let Err(error) = rustix::process::setpriority_process(Some(me), 19) {
+        tracing::debug!(%error, "a background thread keeps its priority");
+    }
+}
+
 pub type NodeId = u64;
 pub type Raft = openraft::Raft<TypeConfig>;
 pub type Entry = openraft::Entry<TypeConfig>;

@@ -190,10 +190,7 @@ async fn in_the_background<T: Send + 'static>(
     std::thread::Builder::new()
         .name("snapshot".into())
         .spawn(move || {
-            let me = rustix::thread::gettid();
-            if let Err(error) = rustix::process::setpriority_process(Some(me), 19) {
-                tracing::debug!(%error, "snapshot thread keeps its priority");
-            }
+            super::lowest_priority();
             let _ = done.send(work());
         })?;
     Ok(result.await?)
