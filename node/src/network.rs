@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -52,7 +52,27 @@ pub type PeerClient = RaftClient<InterceptedService<Channel, PeerAuth>>;
 #[derive(Clone, Default)]
 pub struct Peers {
     channels: Arc<Mutex<HashMap<String, PeerClient>>>,
+    /// Peers that could not read the binary encoding (an earlier release), and when.
+    json_only: Arc<Mutex<HashMap<String, Instant>>>,
     auth: PeerAuth,
+}
+
+/// How the Raft service refuses a body it cannot decode (the same words in earlier releases).
+pub const UNDECODABLE: &str = "undecodable raft body";
+
+/// How long a peer that could not read the binary encoding is sent JSON before binary is
+/// tried again: it may have been upgraded meanwhile.
+const JSON_FOR: Duration = Duration::from_secs(60);
+
+/// Why a call to a peer got no answer body.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerCallError {
+    #[error("{0}")]
+    Connect(#[from] tonic::transport::Error),
+    #[error("encoding the call: {0}")]
+    Encode(#[from] CodecError),
+    #[error("{0}")]
+    Status(#[from] tonic::Status),
 }
 
 impl Peers {
@@ -68,8 +88,55 @@ impl Peers {
         };
         Ok(Peers {
             channels: Arc::default(),
+            json_only: Arc::default(),
             auth: PeerAuth(auth),
         })
+    }
+
+    /// The encoding `addr` reads: binary, unless it lately refused a binary body.
+    fn wire(&self, addr: &str) -> Wire {
+        let json_only = self.json_only.lock().unwrap_or_else(|p| p.into_inner());
+        match json_only.get(addr) {
+            Some(since) if since.elapsed() < JSON_FOR => Wire::Json,
+            _ => Wire::Binary,
+        }
+    }
+
+    /// Sends `body` to `addr` through `send`, in the encoding `addr` reads. A peer of a release
+    /// before the binary encoding refuses a binary body as undecodable: the call goes again in
+    /// JSON, and `addr` gets JSON for a while. So nodes can be upgraded in any order.
+    pub async fn call<T, F, Fut>(
+        &self,
+        addr: &str,
+        body: &T,
+        send: F,
+    ) -> Result<RaftBytes, PeerCallError>
+    where
+        T: Serialize,
+        F: Fn(PeerClient, RaftBytes) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<RaftBytes>, tonic::Status>>,
+    {
+        let mut wire = self.wire(addr);
+        loop {
+            let reply = send(self.client(addr)?, encode_as(wire, body)?).await;
+            match reply {
+                Ok(reply) => return Ok(reply.into_inner()),
+                Err(status)
+                    if wire == Wire::Binary
+                        && status.code() == tonic::Code::InvalidArgument
+                        && status.message().starts_with(UNDECODABLE) =>
+                {
+                    tracing::info!(
+                        peer = addr,
+                        "peer reads only JSON (an earlier release): sending JSON"
+                    );
+                    let mut json_only = self.json_only.lock().unwrap_or_else(|p| p.into_inner());
+                    json_only.insert(addr.to_string(), Instant::now());
+                    wire = Wire::Json;
+                }
+                Err(status) => return Err(status.into()),
+            }
+        }
     }
 
     /// The client for `addr`, creating its channel on first use (connects lazily).
@@ -91,11 +158,6 @@ impl Peers {
         channels.insert(addr.to_string(), client.clone());
         Ok(client)
     }
-}
-
-/// A peer message in the binary encoding (`store::codec`).
-pub fn encode<T: Serialize>(value: &T) -> Result<RaftBytes, CodecError> {
-    encode_as(Wire::Binary, value)
 }
 
 /// A peer message in `wire`: a reply goes in the encoding its request came in.
@@ -148,24 +210,29 @@ impl PeerConnection {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let mut client = self
-            .peers
-            .client(&self.addr)
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut request = tonic::Request::new(body);
-        request.set_timeout(option.hard_ttl());
-        let reply = match method {
-            Method::AppendEntries => client.append_entries(request).await,
-            Method::Vote => client.vote(request).await,
-            Method::InstallSnapshot => client.install_snapshot(request).await,
+        let timeout = option.hard_ttl();
+        let send = |mut client: PeerClient, body| async move {
+            let mut request = tonic::Request::new(body);
+            request.set_timeout(timeout);
+            match method {
+                Method::AppendEntries => client.append_entries(request).await,
+                Method::Vote => client.vote(request).await,
+                Method::InstallSnapshot => client.install_snapshot(request).await,
+            }
         };
-        let reply = reply.map_err(|status| match status.code() {
-            tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
-            _ => RPCError::Network(NetworkError::new(&status)),
-        })?;
+        let reply = self
+            .peers
+            .call(&self.addr, req, send)
+            .await
+            .map_err(|e| match e {
+                PeerCallError::Status(status) if status.code() != tonic::Code::Unavailable => {
+                    RPCError::Network(NetworkError::new(&status))
+                }
+                PeerCallError::Encode(e) => RPCError::Network(NetworkError::new(&e)),
+                unreachable => RPCError::Unreachable(Unreachable::new(&unreachable)),
+            })?;
         let (result, _): (Result<Resp, RaftError<NodeId, E>>, _) =
-            decode(reply.get_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            decode(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -200,5 +267,72 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         self.call(Method::Vote, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A peer of a release before the binary encoding: refuses binary bodies the way that
+    /// release's Raft service does, answers JSON ones in JSON. Counts the calls it gets.
+    fn old_peer(
+        calls: &AtomicUsize,
+    ) -> impl Fn(
+        PeerClient,
+        RaftBytes,
+    ) -> std::future::Ready<Result<tonic::Response<RaftBytes>, tonic::Status>>
+           + '_ {
+        move |_, body| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(match codec::from_bytes::<String>(&body.data) {
+                Ok((_, Wire::Binary)) | Err(_) => Err(tonic::Status::invalid_argument(format!(
+                    "{UNDECODABLE}: expected value at line 1 column 1"
+                ))),
+                Ok((text, Wire::Json)) => Ok(tonic::Response::new(RaftBytes {
+                    data: serde_json::to_vec(&format!("{text} back")).expect("json"),
+                })),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_reads_only_json_is_sent_json_again_and_from_then_on() {
+        let peers = Peers::new(None).expect("peers");
+        let calls = AtomicUsize::new(0);
+        let reply = peers
+            .call("127.0.0.1:1", &"hello", old_peer(&calls))
+            .await
+            .expect("answered");
+        assert_eq!(decode::<String>(&reply).expect("decode").0, "hello back");
+        assert_eq!(calls.swap(0, Ordering::SeqCst), 2, "binary, then JSON");
+        peers
+            .call("127.0.0.1:1", &"again", old_peer(&calls))
+            .await
+            .expect("answered");
+        assert_eq!(calls.swap(0, Ordering::SeqCst), 1, "straight to JSON");
+        assert_eq!(
+            peers.wire("127.0.0.1:2"),
+            Wire::Binary,
+            "other peers keep binary"
+        );
+    }
+
+    #[tokio::test]
+    async fn other_refusals_are_not_retried() {
+        let peers = Peers::new(None).expect("peers");
+        let calls = AtomicUsize::new(0);
+        let refuse = |_: PeerClient, _: RaftBytes| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Err(tonic::Status::invalid_argument("request_id too long")))
+        };
+        let err = peers
+            .call("127.0.0.1:1", &"hello", refuse)
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, PeerCallError::Status(s) if s.message() == "request_id too long"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(peers.wire("127.0.0.1:1"), Wire::Binary);
     }
 }

@@ -13,7 +13,7 @@ use crate::api::read_barrier::ReadBarrier;
 use crate::app::Node;
 use crate::error::ApiError;
 use crate::lease::{self, Answer, Command, Op, Query, Reply};
-use crate::network::{decode, encode};
+use crate::network::{decode, PeerCallError, PeerClient};
 use crate::store::{NodeId, Raft};
 
 /// A validated command, handed from the node that received the call to the leader.
@@ -222,27 +222,24 @@ impl Node {
     ) -> Result<T, NotServed> {
         let unavailable =
             |e: &dyn std::fmt::Display| NotServed::Unavailable(format!("leader at {addr}: {e}"));
-        let mut client = self.peers.client(addr).map_err(|e| unavailable(&e))?;
         let reply = match call {
             Forwarded::Propose(request) => {
-                client
-                    .propose(encode(request).map_err(|e| unavailable(&e))?)
-                    .await
+                let send = |mut client: PeerClient, body| async move { client.propose(body).await };
+                self.peers.call(addr, request, send).await
             }
             Forwarded::Read(request) => {
-                client
-                    .read(encode(request).map_err(|e| unavailable(&e))?)
-                    .await
+                let send = |mut client: PeerClient, body| async move { client.read(body).await };
+                self.peers.call(addr, request, send).await
             }
         };
-        let bytes = reply
-            .map_err(|status| {
-                if crate::succession::refused(&status) {
+        let bytes = reply.map_err(|e| {
+            if let PeerCallError::Status(status) = &e {
+                if crate::succession::refused(status) {
                     self.succession.leader_refused(leader);
                 }
-                unavailable(&status)
-            })?
-            .into_inner();
+            }
+            unavailable(&e)
+        })?;
         decode::<Result<T, NotServed>>(&bytes)
             .map_err(|e| unavailable(&e))?
             .0

@@ -14,7 +14,7 @@ use crate::api::forward::{ProposeRequest, ReadRequest};
 use crate::api::validate::MAX_KEY_BYTES;
 use crate::app::Node;
 use crate::lease::Op;
-use crate::network::{decode, encode_as};
+use crate::network::{decode, encode_as, UNDECODABLE};
 use crate::store::codec::Wire;
 
 pub struct RaftApi {
@@ -29,7 +29,7 @@ impl RaftApi {
     ) -> Result<(T, Wire), Status> {
         self.node.auth.check_peer(request.metadata())?;
         decode(request.get_ref())
-            .map_err(|e| Status::invalid_argument(format!("undecodable raft body: {e}")))
+            .map_err(|e| Status::invalid_argument(format!("{UNDECODABLE}: {e}")))
     }
 }
 

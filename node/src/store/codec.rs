@@ -43,7 +43,11 @@ pub fn to_bytes_as<T: Serialize>(wire: Wire, value: &T) -> Result<Vec<u8>, Codec
 /// Decodes a body in either encoding, and says which it was.
 pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Wire), CodecError> {
     match bytes.split_first() {
-        Some((&BINARY, body)) => Ok((postcard::from_bytes(body)?, Wire::Binary)),
+        Some((&BINARY, body)) => match postcard::take_from_bytes(body)? {
+            (value, []) => Ok((value, Wire::Binary)),
+            // Like JSON's trailing characters: not a body this release wrote.
+            (_, _) => Err(CodecError::Binary(postcard::Error::DeserializeBadEncoding)),
+        },
         _ => Ok((serde_json::from_slice(bytes)?, Wire::Json)),
     }
 }
@@ -126,5 +130,8 @@ mod tests {
         assert!(from_bytes::<Entry>(&[BINARY, 0xff, 0xff]).is_err());
         assert!(from_bytes::<Entry>(b"not json").is_err());
         assert!(from_bytes::<Entry>(&[]).is_err());
+        let mut trailing = to_bytes(&entries()[0]).expect("binary");
+        trailing.push(0);
+        assert!(from_bytes::<Entry>(&trailing).is_err());
     }
 }
