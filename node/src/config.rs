@@ -52,7 +52,7 @@ pub struct Config {
     pub election_max: Duration,
 
     /// Build a snapshot (and purge the log behind it) after at least this many entries, once
-    /// the log has also grown by half the last snapshot's size. Default: 5000.
+    /// the log has also grown by an eighth of the last snapshot's size. Default: 5000.
     #[arg(long, env = "TENURED_SNAPSHOT_EVERY", default_value_t = 5000)]
     pub snapshot_every: u64,
 
