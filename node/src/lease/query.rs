@@ -319,7 +319,7 @@ impl State {
                 next: None,
             };
         };
-        if let (true, Some(after), Some(dropped)) = (ascending, after, rs.trimmed_through) {
+        if let (true, Some(after), Some(dropped)) = (ascending, after, rs.trimmed_through()) {
             if after < dropped {
                 return Answer::Rejected(Rejection::Compacted {
                     oldest: rs.history.front().map_or(dropped.0 + 1, |e| e.revision),

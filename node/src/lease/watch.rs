@@ -115,7 +115,7 @@ impl State {
     fn compacted_through(&self, scope: &Scope, resources: &Scoped<'_>) -> u64 {
         resources
             .iter()
-            .filter_map(|(_, rs)| rs.trimmed_through)
+            .filter_map(|(_, rs)| rs.trimmed_through())
             .chain(self.forgotten_watermark(scope, resources))
             .max()
             .map_or(0, |(revision, _)| revision)
@@ -148,7 +148,7 @@ impl State {
         // Compacted if retention dropped an event after the cursor — compared by position, so
         // a cursor in the middle of a revision notices a drop later in that revision too.
         let dropped_after_cursor = resources.iter().any(|(name, rs)| {
-            rs.trimmed_through
+            rs.trimmed_through()
                 .is_some_and(|p| cursor.before_position(name, p))
         }) || self
             .forgotten_watermark(scope, &resources)
