@@ -63,9 +63,15 @@ impl LogStore {
         let db = open_when_unlocked(&config)?;
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
+        let last_purged: Option<LogId> = match meta.get(LAST_PURGED)? {
+            Some(bytes) => serde_json::from_slice(&bytes)?,
+            None => None,
+        };
         // The log kept from before: compaction counts it as grown since the last snapshot.
+        // Entries a crash left behind the purge point are not part of it.
+        let first_kept = last_purged.map_or(0, |purged| purged.index.saturating_add(1));
         let mut kept_bytes = 0;
-        for value in log.iter().values() {
+        for value in log.range(index_key(first_kept)..).values() {
             kept_bytes += value?.len() as u64;
         }
         StorageStats::add(&stats.log_bytes, kept_bytes);
@@ -96,7 +102,7 @@ impl LogStore {
             purged,
         };
         // A purge a crash interrupted is finished now.
-        if let Ok(Some(Some(purged))) = store.get_meta::<Option<LogId>>(LAST_PURGED) {
+        if let Some(purged) = last_purged {
             let _ = store.purges.send(purged.index);
         }
         Ok(store)
@@ -268,7 +274,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_log_id = match self.log.last().map_err(read_err)? {
             Some((_, value)) => {
                 let (entry, _): (Entry, _) = codec::from_bytes(&value).map_err(read_err)?;
-                Some(entry.log_id)
+                // Entries behind the purge point may still wait for the purger: the log
+                // then ends where it was purged (openraft: last_purged ≤ last_log_id).
+                Some(entry.log_id).max(last_purged_log_id)
             }
             None => last_purged_log_id,
         };
@@ -408,7 +416,13 @@ mod tests {
         fill(&store, codec::Wire::Binary, 1..=2_000);
         store.db.flush().expect("flush");
         drop(store);
-        let store = LogStore::open(dir.path(), Arc::default()).expect("reopen");
+        let stats = Arc::<StorageStats>::default();
+        let store = LogStore::open(dir.path(), stats.clone()).expect("reopen");
+        // Only the entries after the purge point count as log kept since the snapshot.
+        let kept: usize = (2_001..=3_000)
+            .map(|i| codec::to_bytes(&blank(i)).expect("binary").len())
+            .sum();
+        assert_eq!(StorageStats::get(&stats.log_bytes), kept as u64);
         let mut purged = store.purged.clone();
         purged.wait_for(|&p| p >= 2_000).await.expect("purger");
         assert_eq!(store.log.len(), 1_000);
@@ -418,5 +432,23 @@ mod tests {
             .await
             .expect("read");
         assert_eq!(read.len(), 1_000);
+    }
+
+    /// With nothing after the purge point but entries the purger has not removed yet, the
+    /// log ends where it was purged, whatever the purger has done meanwhile.
+    #[tokio::test]
+    async fn a_log_purged_to_its_end_ends_at_the_purge_point() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = LogStore::open(dir.path(), Arc::default()).expect("open");
+        // A snapshot installed past the log: purged through 150 ...
+        store.purge(blank(150).log_id).await.expect("purge");
+        let mut purged = store.purged.clone();
+        purged.wait_for(|&p| p >= 150).await.expect("purger");
+        // ... with entries up to 100 still there (written after the purger passed, so they
+        // stay, as if it had not reached them yet).
+        fill(&store, codec::Wire::Binary, 1..=100);
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(blank(150).log_id));
+        assert_eq!(state.last_log_id, Some(blank(150).log_id));
     }
 }
