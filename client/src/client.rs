@@ -31,6 +31,18 @@ macro_rules! leases_call {
     };
 }
 
+/// One `Cluster` RPC with retries and the leader hint, until `deadline`.
+macro_rules! cluster_call {
+    ($client:expr, $deadline:expr, $request:expr, $method:ident) => {
+        $client
+            .call($deadline, |channel, left| {
+                let request = $client.request($request.clone(), left);
+                async move { ClusterClient::new(channel).$method(request).await }
+            })
+            .await
+    };
+}
+
 /// A handle to a Tenure cluster. Cheap to clone; clones share channels and the leader hint.
 #[derive(Clone)]
 pub struct Client {
@@ -362,17 +374,66 @@ impl Client {
 
     /// `Cluster.Status` of the node at `endpoint` (an index into the endpoint list).
     pub async fn node_status(&self, endpoint: usize) -> Result<pb::StatusResponse, Error> {
-        let channel = self
-            .inner
-            .channels
-            .get(endpoint)
-            .cloned()
-            .ok_or_else(|| Error::Local("no such endpoint".into()))?;
+        let channel = self.channel_of(endpoint)?;
         let request = self.request(pb::StatusRequest {}, self.inner.timeout);
         Ok(ClusterClient::new(channel)
             .status(request)
             .await?
             .into_inner())
+    }
+
+    /// `Cluster.AddLearner`: adds node `id` (started with `--join`) at `addr` as a learner;
+    /// with `wait`, answers once it has caught up (or says it has not).
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        addr: &str,
+        wait: bool,
+    ) -> Result<pb::MembershipResponse, Error> {
+        let request = pb::AddLearnerRequest {
+            id,
+            addr: addr.to_string(),
+            wait,
+        };
+        cluster_call!(self, self.deadline(), request, add_learner)
+    }
+
+    /// `Cluster.ChangeMembership`: promotes learners to voters and removes members, in one
+    /// change.
+    pub async fn change_membership(
+        &self,
+        promote: Vec<u64>,
+        remove: Vec<u64>,
+    ) -> Result<pb::MembershipResponse, Error> {
+        let request = pb::ChangeMembershipRequest { promote, remove };
+        cluster_call!(self, self.deadline(), request, change_membership)
+    }
+
+    /// `Cluster.TransferLeader` (best effort) to voter `to` (0: the most up-to-date one).
+    pub async fn transfer_leader(&self, to: u64) -> Result<pb::TransferLeaderResponse, Error> {
+        let request = pb::TransferLeaderRequest { to };
+        cluster_call!(self, self.deadline(), request, transfer_leader)
+    }
+
+    /// `Cluster.Snapshot` on the node at `endpoint` (an index into the endpoint list). A
+    /// large state takes seconds, so the deadline is at least two minutes.
+    pub async fn node_snapshot(&self, endpoint: usize) -> Result<pb::SnapshotResponse, Error> {
+        let channel = self.channel_of(endpoint)?;
+        let limit = self.inner.timeout.max(Duration::from_secs(120));
+        let request = self.request(pb::SnapshotRequest {}, limit);
+        Ok(ClusterClient::new(channel)
+            .snapshot(request)
+            .await?
+            .into_inner())
+    }
+
+    /// The channel of one endpoint, by its index in the endpoint list.
+    fn channel_of(&self, endpoint: usize) -> Result<Channel, Error> {
+        self.inner
+            .channels
+            .get(endpoint)
+            .cloned()
+            .ok_or_else(|| Error::Local("no such endpoint".into()))
     }
 
     pub fn endpoints(&self) -> &[String] {

@@ -49,6 +49,9 @@ pub struct Node {
     pub batcher: crate::api::batch::Batcher,
     /// Starts an election early when the leader's address refuses connections.
     pub succession: Arc<crate::succession::Succession>,
+    /// This leader is handing leadership over (`TransferLeader`): it takes no writes or
+    /// linearizable reads, which would renew the followers' lease on it.
+    pub handing_over: std::sync::atomic::AtomicBool,
 }
 
 /// A started node; `shutdown` stops it gracefully, `kill` as abruptly as a process can be.
@@ -141,6 +144,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             config.election_min,
             config.election_max,
         )),
+        handing_over: Default::default(),
     });
 
     let (stop, stop_rx) = watch::channel(false);
@@ -153,7 +157,9 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     ));
     let timers = tokio::spawn(crate::timers::run(node.clone(), stop_rx));
 
-    if config.peers.keys().next() == Some(&config.id) {
+    if config.join {
+        tracing::info!("--join: waiting to be added to a cluster (tenure cluster add)");
+    } else if config.peers.keys().next() == Some(&config.id) {
         let members: BTreeMap<NodeId, BasicNode> = config
             .peers
             .iter()

@@ -30,6 +30,12 @@ pub struct Config {
     #[arg(long, env = "TENURED_PEERS", value_parser = parse_peers)]
     pub peers: Peers,
 
+    /// Join a running cluster instead of founding one: never initialize, wait until an admin
+    /// adds this node (`tenure cluster add ID HOST:PORT`, then `promote`). `--peers` then
+    /// needs only this node's own entry. A wiped node rejoins this way, under a new id.
+    #[arg(long, env = "TENURED_JOIN")]
+    pub join: bool,
+
     /// How often the leader commits a Tick while any lease is live. Default: 500ms.
     #[arg(long, env = "TENURED_TICK_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub tick_interval: Duration,

@@ -38,6 +38,10 @@ pub enum ApiError {
     /// Forward: the owner answered with more than the reply limit.
     #[error("the owner's reply of {bytes} bytes exceeds the limit of {limit} bytes")]
     ReplyTooLarge { bytes: u64, limit: usize },
+    /// Cluster administration: the member or address is taken (a lease-level conflict is a
+    /// [`Rejection::AlreadyExists`]).
+    #[error("{0}")]
+    MemberExists(String),
 }
 
 impl ApiError {
@@ -82,6 +86,7 @@ impl ApiError {
             ApiError::OwnerUnavailable(_) => ("owner_unavailable", Code::Unavailable),
             ApiError::OwnerTimeout(_) => ("owner_timeout", Code::DeadlineExceeded),
             ApiError::ReplyTooLarge { .. } => ("reply_too_large", Code::ResourceExhausted),
+            ApiError::MemberExists(_) => ("already_exists", Code::AlreadyExists),
         }
     }
 }
@@ -111,6 +116,11 @@ mod tests {
     #[test]
     fn every_error_maps_to_its_spec_reason_and_code() {
         let table: Vec<(ApiError, &str, Code)> = vec![
+            (
+                ApiError::MemberExists("node 2 is already a voter".into()),
+                "already_exists",
+                Code::AlreadyExists,
+            ),
             (
                 ApiError::invalid("resource", "empty"),
                 "invalid_argument",

@@ -57,6 +57,11 @@ pub struct Peers {
     auth: PeerAuth,
 }
 
+/// The id of the node a Raft RPC is meant for. A node refuses RPCs meant for another id: a
+/// process that took over a member's address (a wiped node restarted there under a new id)
+/// must not answer for that member, or the leader would see the member's log vanish.
+pub const TARGET_HEADER: &str = "tenure-raft-to";
+
 /// How the Raft service refuses a body it cannot decode (the same words in earlier releases).
 pub const UNDECODABLE: &str = "undecodable raft body";
 
@@ -211,13 +216,18 @@ impl PeerConnection {
         E: std::error::Error + DeserializeOwned,
     {
         let timeout = option.hard_ttl();
-        let send = |mut client: PeerClient, body| async move {
-            let mut request = tonic::Request::new(body);
-            request.set_timeout(timeout);
-            match method {
-                Method::AppendEntries => client.append_entries(request).await,
-                Method::Vote => client.vote(request).await,
-                Method::InstallSnapshot => client.install_snapshot(request).await,
+        let target = MetadataValue::from(self.target);
+        let send = |mut client: PeerClient, body| {
+            let target = target.clone();
+            async move {
+                let mut request = tonic::Request::new(body);
+                request.set_timeout(timeout);
+                request.metadata_mut().insert(TARGET_HEADER, target);
+                match method {
+                    Method::AppendEntries => client.append_entries(request).await,
+                    Method::Vote => client.vote(request).await,
+                    Method::InstallSnapshot => client.install_snapshot(request).await,
+                }
             }
         };
         let reply = self

@@ -60,6 +60,12 @@ impl Succession {
         self.last_append_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
+    /// How long a hand-over of leadership may take: the lease on the old leader, a campaign,
+    /// and a margin for a slow vote.
+    pub fn hand_over_limit(&self) -> Duration {
+        self.election_max * 3 + self.election_min * 2
+    }
+
     fn last_heard(&self) -> Instant {
         self.started + Duration::from_millis(self.last_append_ms.load(Ordering::Relaxed))
     }
@@ -140,6 +146,43 @@ impl Succession {
                 }
             }
             node.replacing.store(u64::MAX, Ordering::Relaxed);
+        });
+    }
+}
+
+impl Succession {
+    /// The leader `leader` is handing leadership to this node (`TransferLeader`) and has
+    /// stopped its heartbeats: campaigns as soon as the other voters' lease on it has run out,
+    /// counted from the last entries this node received from it (which a write still in
+    /// flight may push later).
+    /// Gives up at [`Self::hand_over_limit`], the old leader's own wait: by then it has taken
+    /// writes and sent heartbeats again.
+    pub fn hand_over(self: &Arc<Self>, leader: NodeId) {
+        let node = self.clone();
+        let give_up = Instant::now() + self.hand_over_limit();
+        tokio::spawn(async move {
+            loop {
+                let at = node.last_heard() + node.election_max + LEASE_MARGIN;
+                if Instant::now() >= at {
+                    break;
+                }
+                if at >= give_up {
+                    tracing::debug!(leader, "the leader kept replicating: not taking over");
+                    return;
+                }
+                tokio::time::sleep_until(at).await;
+            }
+            let (state, current) = {
+                let metrics = node.raft.metrics();
+                let m = metrics.borrow();
+                (m.state, m.current_leader)
+            };
+            if state == ServerState::Follower && current.is_none_or(|l| l == leader) {
+                tracing::info!(leader, "taking over leadership: electing");
+                if let Err(error) = node.raft.trigger().elect().await {
+                    tracing::debug!(%error, "could not start an election");
+                }
+            }
         });
     }
 }

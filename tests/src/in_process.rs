@@ -132,6 +132,34 @@ impl InProcessCluster {
         Ok(())
     }
 
+    /// Starts a new node `id` with `--join` (it waits to be added) on a fresh port, or on
+    /// `addr` (a wiped node's old address); returns its address.
+    pub async fn join(&mut self, id: u64, addr: Option<&str>) -> anyhow::Result<String> {
+        let listener = TcpListener::bind(addr.unwrap_or("127.0.0.1:0")).await?;
+        let addr = listener.local_addr()?.to_string();
+        self.addrs.insert(id, addr.clone());
+        self.extra.entry(id).or_default().push("--join".into());
+        let running = app::start(self.config(id)?, listener).await?;
+        self.running.insert(id, running);
+        Ok(addr)
+    }
+
+    /// Kills node `id` and deletes its data, as a lost disk would; returns its address.
+    pub async fn wipe(&mut self, id: u64) -> anyhow::Result<String> {
+        self.kill(id).await;
+        std::fs::remove_dir_all(self.dir.path().join(format!("node{id}")))?;
+        self.addrs
+            .remove(&id)
+            .ok_or_else(|| anyhow::anyhow!("no node {id}"))
+    }
+
+    /// Stops node `id` gracefully (it keeps its data).
+    pub async fn stop(&mut self, id: u64) {
+        if let Some(running) = self.running.remove(&id) {
+            running.shutdown().await;
+        }
+    }
+
     pub async fn shutdown(mut self) {
         for (_, running) in std::mem::take(&mut self.running) {
             running.shutdown().await;

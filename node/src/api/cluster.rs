@@ -2,18 +2,76 @@
 
 use std::sync::Arc;
 
-use openraft::ServerState;
+use openraft::{BasicNode, RaftMetrics, ServerState};
 use tenure_proto::v1 as pb;
 use tenure_proto::v1::cluster_server::Cluster;
 use tonic::{Request, Response, Status};
 
+use crate::api::membership::{matched_index, member_views, AdminReply, AdminRequest, MemberView};
 use crate::app::Node;
 use crate::error::ApiError;
 use crate::lease::Rejection;
-use crate::store::StorageStats;
+use crate::store::{NodeId, StorageStats};
 
 pub struct ClusterApi {
     pub node: Arc<Node>,
+}
+
+impl ClusterApi {
+    /// SPEC §2: the Cluster service is admin only.
+    fn admin_only<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        if !self.node.auth.caller(request.metadata())?.admin {
+            return Err(ApiError::from(Rejection::InsufficientPermissions(
+                "the Cluster service is for admins".into(),
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The membership as this node sees it, with the leader's view of each member's log.
+    fn members(&self, metrics: &RaftMetrics<NodeId, BasicNode>) -> Vec<pb::Member> {
+        let is_leader = metrics.state == ServerState::Leader;
+        to_pb(member_views(self.node.id, metrics), is_leader)
+    }
+
+    /// Runs a membership change through the leader and answers with the membership after it,
+    /// as the leader sees it.
+    async fn change(
+        &self,
+        request: AdminRequest,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        let reply = self.node.admin(request).await?;
+        let AdminReply::Membership {
+            log_index,
+            caught_up,
+            members,
+        } = reply
+        else {
+            return Err(
+                ApiError::Internal(format!("a membership change answered {reply:?}")).into(),
+            );
+        };
+        Ok(Response::new(pb::MembershipResponse {
+            log_index,
+            members: to_pb(members, true),
+            leader_id: self.node.leader().map_or(0, |(id, _)| id),
+            caught_up,
+        }))
+    }
+}
+
+fn to_pb(members: Vec<MemberView>, from_leader: bool) -> Vec<pb::Member> {
+    members
+        .into_iter()
+        .map(|m| pb::Member {
+            id: m.id,
+            addr: m.addr,
+            voter: m.voter,
+            matched_index: m.matched.unwrap_or(0),
+            healthy: from_leader && m.matched.is_some(),
+        })
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -22,43 +80,12 @@ impl Cluster for ClusterApi {
         &self,
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        self.admin_only(&request)?;
         let node = &self.node;
-        // SPEC §2: the Cluster service is admin only.
-        if !node.auth.caller(request.metadata())?.admin {
-            return Err(ApiError::from(Rejection::InsufficientPermissions(
-                "the Cluster service is for admins".into(),
-            ))
-            .into());
-        }
         let metrics = node.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
-        let voters: Vec<u64> = membership.voter_ids().collect();
-        let matched = |id: u64| {
-            metrics
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(&id).cloned())
-                .flatten()
-                .map(|log_id| log_id.index)
-        };
         let is_leader = metrics.state == ServerState::Leader;
-        let members = membership
-            .nodes()
-            .map(|(id, n)| {
-                let matched_index = if *id == node.id {
-                    metrics.last_log_index
-                } else {
-                    matched(*id)
-                };
-                pb::Member {
-                    id: *id,
-                    addr: n.addr.clone(),
-                    voter: voters.contains(id),
-                    matched_index: matched_index.unwrap_or(0),
-                    healthy: is_leader && matched_index.is_some(),
-                }
-            })
-            .collect();
+        let members = self.members(&metrics);
         let leader = node.leader();
         let s = &node.sm.stats;
         let (active_leases, lease_now_ms, applied_index) = {
@@ -77,7 +104,7 @@ impl Cluster for ClusterApi {
                     if id == node.id {
                         metrics.last_log_index.unwrap_or(0)
                     } else {
-                        matched(id).unwrap_or(0)
+                        matched_index(&metrics, id).unwrap_or(0)
                     }
                 })
                 .collect();
@@ -114,6 +141,66 @@ impl Cluster for ClusterApi {
             }),
             active_leases,
             lease_now_ms,
+        }))
+    }
+
+    async fn add_learner(
+        &self,
+        request: Request<pb::AddLearnerRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        self.admin_only(&request)?;
+        let pb::AddLearnerRequest { id, addr, wait } = request.into_inner();
+        self.change(AdminRequest::AddLearner { id, addr, wait })
+            .await
+    }
+
+    async fn change_membership(
+        &self,
+        request: Request<pb::ChangeMembershipRequest>,
+    ) -> Result<Response<pb::MembershipResponse>, Status> {
+        self.admin_only(&request)?;
+        let pb::ChangeMembershipRequest { promote, remove } = request.into_inner();
+        self.change(AdminRequest::ChangeMembership { promote, remove })
+            .await
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<pb::TransferLeaderRequest>,
+    ) -> Result<Response<pb::TransferLeaderResponse>, Status> {
+        self.admin_only(&request)?;
+        let to = request.into_inner().to;
+        let from = self.node.leader().map(|(id, _)| id);
+        match self
+            .node
+            .admin(AdminRequest::TransferLeader { to, from })
+            .await?
+        {
+            AdminReply::Transfer {
+                from,
+                to,
+                transferred,
+                detail,
+            } => Ok(Response::new(pb::TransferLeaderResponse {
+                previous_leader_id: from,
+                leader_id: to.unwrap_or(0),
+                transferred,
+                detail,
+            })),
+            other => Err(ApiError::Internal(format!("a transfer answered {other:?}")).into()),
+        }
+    }
+
+    async fn snapshot(
+        &self,
+        request: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<pb::SnapshotResponse>, Status> {
+        self.admin_only(&request)?;
+        let (last_index, bytes, build_micros) = self.node.snapshot_now().await?;
+        Ok(Response::new(pb::SnapshotResponse {
+            last_index,
+            bytes,
+            build_micros,
         }))
     }
 }

@@ -9,6 +9,7 @@ use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::api::membership::{AdminReply, AdminRequest};
 use crate::api::read_barrier::ReadBarrier;
 use crate::app::Node;
 use crate::error::ApiError;
@@ -91,8 +92,9 @@ enum Target {
 
 impl Node {
     /// Runs `attempt` against the current leader until it is served or the request timeout
-    /// passes, waiting out elections with a short backoff.
-    async fn through_leader<T, F, Fut>(&self, mut attempt: F) -> Option<T>
+    /// passes, waiting out elections with a short backoff. `unserved` is the error then. A
+    /// node that was removed from the cluster answers at once, so that clients try another.
+    async fn through_leader<T, F, Fut>(&self, unserved: &str, mut attempt: F) -> Result<T, ApiError>
     where
         F: FnMut(Target) -> Fut,
         Fut: std::future::Future<Output = Result<T, NotServed>>,
@@ -100,22 +102,30 @@ impl Node {
         let deadline = Instant::now() + self.config.request_timeout;
         let mut backoff = RETRY_FIRST;
         loop {
-            let leader = self.leader();
-            let tried = leader.as_ref().map(|(id, _)| *id);
-            let target = match leader {
+            if self.removed() {
+                return Err(ApiError::Unavailable(
+                    "this node is not a member of the cluster (as far as its log shows): ask another node"
+                        .into(),
+                ));
+            }
+            // The leader as openraft names it, which may be a node the membership no longer
+            // has (a removed leader, until the election): then there is no target, and the
+            // wait below is for that name to change.
+            let tried = self.raft.metrics().borrow().current_leader;
+            let target = match self.leader() {
                 Some((id, _)) if id == self.id => Some(Target::Local),
                 Some((id, addr)) => Some(Target::Remote(id, addr)),
                 None => None,
             };
             if let Some(target) = target {
                 match tokio::time::timeout_at(deadline, attempt(target)).await {
-                    Ok(Ok(value)) => return Some(value),
+                    Ok(Ok(value)) => return Ok(value),
                     Ok(Err(why)) => tracing::debug!(?why, "not served; retrying"),
-                    Err(_) => return None,
+                    Err(_) => return Err(ApiError::Unavailable(unserved.into())),
                 }
             }
             if Instant::now() + backoff >= deadline {
-                return None;
+                return Err(ApiError::Unavailable(unserved.into()));
             }
             // Retry after the backoff, or as soon as this node learns of another leader: a
             // failover costs the election, not the election plus a backoff step.
@@ -123,6 +133,15 @@ impl Node {
                 .await;
             backoff = (backoff * 2).min(RETRY_MAX);
         }
+    }
+
+    /// Whether this node knows a membership that leaves it out (one that has not joined yet
+    /// knows none, and waits for a leader like any member).
+    fn removed(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        membership.nodes().next().is_some() && membership.get_node(&self.id).is_none()
     }
 
     /// Returns when this node's view of the leader is no longer `from`, or at `until`.
@@ -143,28 +162,50 @@ impl Node {
     /// Commits `request` through the leader, wherever it is, and returns the applied reply.
     pub async fn propose(&self, request: ProposeRequest) -> Result<Reply, ApiError> {
         let request = &request;
-        let served = self
-            .through_leader(move |target| async move {
+        self.through_leader(
+            "no leader committed the request in time; its outcome is unknown: retry with the same request_id",
+            move |target| async move {
                 match target {
                     Target::Local => self.propose_local(request.clone()).await,
                     Target::Remote(id, addr) => {
                         self.forward(id, &addr, Forwarded::Propose(request)).await
                     }
                 }
-            })
-            .await;
-        served.ok_or_else(|| {
-            ApiError::Unavailable(
-                "no leader committed the request in time; its outcome is unknown: retry with the same request_id"
-                    .into(),
-            )
-        })
+            },
+        )
+        .await
     }
 
     /// Stamps and commits on this node, if it is the leader, in the next entry the batcher
     /// forms (see `api::batch`).
     pub async fn propose_local(&self, request: ProposeRequest) -> ProposeResult {
+        if self.handing_over() {
+            return Err(NotServed::NotLeader);
+        }
         self.batcher.propose(request).await
+    }
+
+    /// This leader is handing leadership over: writes and reads wait for the next leader.
+    fn handing_over(&self) -> bool {
+        self.handing_over.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Serves a `Cluster` change on the leader, wherever it is (see `api::membership`).
+    pub async fn admin(&self, request: AdminRequest) -> Result<AdminReply, ApiError> {
+        let request = &request;
+        self.through_leader(
+            "no leader answered in time; the change may or may not have been made (see `tenure cluster status`)",
+            move |target| async move {
+                match target {
+                    Target::Local => self.admin_local(request).await,
+                    Target::Remote(id, addr) => {
+                        self.forward(id, &addr, Forwarded::Admin(request)).await
+                    }
+                }
+            },
+        )
+        .await?
+        .map_err(ApiError::from)
     }
 
     /// Answers `query` linearizably (through the leader's ReadIndex), or from local state when
@@ -174,23 +215,27 @@ impl Node {
             return Ok(self.read_local(&query));
         }
         let request = &ReadRequest { query };
-        let served = self
-            .through_leader(move |target| async move {
+        self.through_leader(
+            "no leader confirmed a quorum in time",
+            move |target| async move {
                 match target {
                     Target::Local => self.query_local(&request.query).await,
                     Target::Remote(id, addr) => {
                         self.forward(id, &addr, Forwarded::Read(request)).await
                     }
                 }
-            })
-            .await;
-        served.ok_or_else(|| ApiError::Unavailable("no leader confirmed a quorum in time".into()))
+            },
+        )
+        .await
     }
 
     /// A linearizable read on this node, if it is the leader: a quorum round that started
     /// after this call (shared with the reads that arrived alongside, see [`ReadBarrier`]),
     /// then the state at or after that round's read index.
     pub async fn query_local(&self, query: &Query) -> ReadResult {
+        if self.handing_over() {
+            return Err(NotServed::NotLeader);
+        }
         if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             // The leader timer commits a Tick first thing; until then the read index may be stale.
             return Err(NotServed::Unavailable(
@@ -231,6 +276,10 @@ impl Node {
                 let send = |mut client: PeerClient, body| async move { client.read(body).await };
                 self.peers.call(addr, request, send).await
             }
+            Forwarded::Admin(request) => {
+                let send = |mut client: PeerClient, body| async move { client.admin(body).await };
+                self.peers.call(addr, request, send).await
+            }
         };
         let bytes = reply.map_err(|e| {
             if let PeerCallError::Status(status) = &e {
@@ -258,6 +307,7 @@ impl Node {
 enum Forwarded<'a> {
     Propose(&'a ProposeRequest),
     Read(&'a ReadRequest),
+    Admin(&'a AdminRequest),
 }
 
 /// The leader's proposal batcher: stamps each entry with this node's clocks and commits it

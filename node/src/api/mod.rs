@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod convert;
 pub mod forward;
 pub mod leases;
+pub mod membership;
 pub mod owner;
 pub mod raft;
 pub mod read_barrier;

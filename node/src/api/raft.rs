@@ -11,10 +11,11 @@ use tenure_proto::raft::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::api::forward::{ProposeRequest, ReadRequest};
+use crate::api::membership::AdminRequest;
 use crate::api::validate::MAX_KEY_BYTES;
 use crate::app::Node;
 use crate::lease::Op;
-use crate::network::{decode, encode_as, UNDECODABLE};
+use crate::network::{decode, encode_as, TARGET_HEADER, UNDECODABLE};
 use crate::store::codec::Wire;
 
 pub struct RaftApi {
@@ -28,6 +29,17 @@ impl RaftApi {
         request: &Request<RaftBytes>,
     ) -> Result<(T, Wire), Status> {
         self.node.auth.check_peer(request.metadata())?;
+        if let Some(to) = request.metadata().get(TARGET_HEADER) {
+            if to.to_str().ok() != Some(self.node.id.to_string().as_str()) {
+                // UNAVAILABLE: the sender backs off as from an unreachable node, where any
+                // other refusal would have openraft resend at once.
+                return Err(Status::unavailable(format!(
+                    "this is node {}, not node {}: the address now belongs to another node",
+                    self.node.id,
+                    to.to_str().unwrap_or("?")
+                )));
+            }
+        }
         decode(request.get_ref())
             .map_err(|e| Status::invalid_argument(format!("{UNDECODABLE}: {e}")))
     }
@@ -85,6 +97,11 @@ impl Raft for RaftApi {
     async fn read(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         let (request, wire): (ReadRequest, _) = self.body(&request)?;
         reply(wire, &self.node.query_local(&request.query).await)
+    }
+
+    async fn admin(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        let (request, wire): (AdminRequest, _) = self.body(&request)?;
+        reply(wire, &self.node.admin_local(&request).await)
     }
 
     async fn find_inbox(

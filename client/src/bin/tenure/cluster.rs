@@ -1,9 +1,9 @@
-//! `tenure cluster status`: every node's own view.
+//! `tenure cluster …`: every node's own view, membership changes, leadership and snapshots.
 
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use tenure_client::{Client, Error};
+use tenure_client::{pb, Client, Error};
 
 use crate::output::{self, Output};
 
@@ -59,5 +59,139 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)
+    })
+}
+
+fn members_json(members: &[pb::Member]) -> Value {
+    members
+        .iter()
+        .map(|m| json!({"id": m.id, "addr": m.addr, "voter": m.voter, "matched_index": m.matched_index}))
+        .collect()
+}
+
+fn members_text(members: &[pb::Member]) -> String {
+    members
+        .iter()
+        .map(|m| {
+            let role = if m.voter { "voter" } else { "learner" };
+            format!("  {} {} {role} (log to {})", m.id, m.addr, m.matched_index)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn print_membership(out: Output, response: &pb::MembershipResponse, what: &str) {
+    let value = json!({
+        "log_index": response.log_index, "leader_id": response.leader_id,
+        "caught_up": response.caught_up, "members": members_json(&response.members),
+    });
+    output::print(out, &value, || {
+        format!(
+            "{what} (membership entry {}, leader {})\n{}",
+            response.log_index,
+            response.leader_id,
+            members_text(&response.members)
+        )
+    });
+}
+
+/// `tenure cluster add ID ADDR`: exit 1 when waiting and the learner has not caught up yet.
+pub async fn add(
+    out: Output,
+    client: &Client,
+    id: u64,
+    addr: &str,
+    wait: bool,
+) -> Result<ExitCode, Error> {
+    let response = client.add_learner(id, addr, wait).await?;
+    let what = match (wait, response.caught_up) {
+        (false, _) => format!("added {id} as a learner"),
+        (true, true) => format!("added {id} as a learner; it has caught up"),
+        (true, false) => format!("added {id} as a learner; it is still catching up"),
+    };
+    print_membership(out, &response, &what);
+    Ok(if wait && !response.caught_up {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `tenure cluster promote|remove IDS`.
+pub async fn change(
+    out: Output,
+    client: &Client,
+    promote: Vec<u64>,
+    remove: Vec<u64>,
+) -> Result<ExitCode, Error> {
+    let what = if promote.is_empty() {
+        format!("removed {remove:?}")
+    } else {
+        format!("promoted {promote:?}")
+    };
+    let response = client.change_membership(promote, remove).await?;
+    print_membership(out, &response, &what);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tenure cluster transfer-leader [ID]`: exit 1 when leadership did not move there.
+pub async fn transfer_leader(out: Output, client: &Client, to: u64) -> Result<ExitCode, Error> {
+    let r = client.transfer_leader(to).await?;
+    let value = json!({
+        "previous_leader_id": r.previous_leader_id, "leader_id": r.leader_id,
+        "transferred": r.transferred, "detail": r.detail,
+    });
+    output::print(out, &value, || {
+        if r.transferred {
+            format!("leader {} → {}", r.previous_leader_id, r.leader_id)
+        } else {
+            format!(
+                "leadership did not move as asked: {} (leader was {}, is now {}; 0: none yet)",
+                r.detail, r.previous_leader_id, r.leader_id
+            )
+        }
+    });
+    Ok(if r.transferred {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `tenure cluster snapshot`: every endpoint builds one; exit 2 if any failed.
+pub async fn snapshot(out: Output, client: &Client) -> Result<ExitCode, Error> {
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for (i, endpoint) in client.endpoints().iter().enumerate() {
+        match client.node_snapshot(i).await {
+            Ok(s) => rows.push((
+                json!({"endpoint": endpoint, "last_index": s.last_index, "bytes": s.bytes, "build_micros": s.build_micros}),
+                format!(
+                    "{endpoint}  snapshot to index {}: {} bytes in {} ms",
+                    s.last_index,
+                    s.bytes,
+                    s.build_micros / 1000
+                ),
+            )),
+            Err(e) => {
+                failed = true;
+                rows.push((
+                    json!({"endpoint": endpoint, "error": e.to_string()}),
+                    format!("{endpoint}  failed: {e}"),
+                ));
+            }
+        }
+    }
+    let value = Value::Array(rows.iter().map(|(v, _)| v.clone()).collect());
+    output::print(out, &value, || {
+        rows.iter()
+            .map(|(_, t)| t.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
     })
 }

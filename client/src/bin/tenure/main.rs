@@ -101,6 +101,32 @@ enum Command {
 enum ClusterCommand {
     /// Every endpoint's view: role, term, leader, indexes, members, storage counters.
     Status,
+    /// Add node ID at ADDR as a learner (start it first with `tenured --join`); waits until it
+    /// has caught up unless --no-wait.
+    Add {
+        id: u64,
+        /// HOST:PORT where the other members reach it.
+        addr: String,
+        /// Answer as soon as the learner is added.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Make learners voters (each once it has caught up).
+    Promote {
+        #[arg(required = true)]
+        ids: Vec<u64>,
+    },
+    /// Take members (voters or learners) out of the cluster; the leader may remove itself.
+    Remove {
+        #[arg(required = true)]
+        ids: Vec<u64>,
+    },
+    /// Hand leadership to voter ID (default: the most up-to-date other voter). Best effort;
+    /// exits 1 if leadership did not move there.
+    TransferLeader { id: Option<u64> },
+    /// Build a snapshot now on every endpoint given (a backup: copy the data dir's
+    /// snapshots/ afterwards).
+    Snapshot,
 }
 
 /// A lease mode on the command line.
@@ -167,9 +193,22 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
         Command::Book(args) => bookings::book(out, client, args).await,
         Command::CancelBooking(args) => bookings::cancel_booking(out, client, args).await,
         Command::Elect(args) => elect::elect(client, args).await,
-        Command::Cluster {
-            command: ClusterCommand::Status,
-        } => cluster::status(out, client).await,
+        Command::Cluster { command } => match command {
+            ClusterCommand::Status => cluster::status(out, client).await,
+            ClusterCommand::Add { id, addr, no_wait } => {
+                cluster::add(out, client, *id, addr, !no_wait).await
+            }
+            ClusterCommand::Promote { ids } => {
+                cluster::change(out, client, ids.clone(), Vec::new()).await
+            }
+            ClusterCommand::Remove { ids } => {
+                cluster::change(out, client, Vec::new(), ids.clone()).await
+            }
+            ClusterCommand::TransferLeader { id } => {
+                cluster::transfer_leader(out, client, id.unwrap_or(0)).await
+            }
+            ClusterCommand::Snapshot => cluster::snapshot(out, client).await,
+        },
         Command::Bench(args) if args.handoff => {
             // One client per participant, each on its own connections.
             let clients = (0..=args.waiters)
