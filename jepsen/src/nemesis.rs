@@ -1,6 +1,11 @@
 //! Faults on a schedule drawn from the seed: partitions (random halves, the leader alone, a
 //! bridge), kill -9 and restart, SIGSTOP of the leader past the election timeout, clock rate
-//! changes and steps through the nodes' fault-injection clock control, random packet loss.
+//! changes and steps through the nodes' fault-injection clock control, random packet loss,
+//! and membership changes: a member (the leader half the time) removed, its disk wiped and
+//! the host rejoining under a new Raft id, or leadership handed to another voter.
+//!
+//! Faults name host slots 1..=n; after a replacement a slot's Raft id differs from its number
+//! (`Procs::raft_id`), so the leader a node names is mapped back to its slot.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +29,7 @@ pub enum Fault {
     Pause,
     Clock,
     Loss,
+    Member,
 }
 
 impl Fault {
@@ -34,8 +40,11 @@ impl Fault {
             "pause" => Fault::Pause,
             "clock" => Fault::Clock,
             "loss" => Fault::Loss,
+            "member" => Fault::Member,
             other => {
-                anyhow::bail!("unknown nemesis `{other}` (partition, kill, pause, clock, loss)")
+                anyhow::bail!(
+                    "unknown nemesis `{other}` (partition, kill, pause, clock, loss, member)"
+                )
             }
         })
     }
@@ -47,6 +56,7 @@ impl Fault {
             Fault::Pause => "pause",
             Fault::Clock => "clock",
             Fault::Loss => "loss",
+            Fault::Member => "member",
         }
     }
 }
@@ -68,6 +78,8 @@ pub struct Nemesis {
     pub per_node: Vec<Client>,
     pub events: Arc<Mutex<Vec<NemesisEvent>>>,
     rng: SmallRng,
+    /// The Raft id the next replacement member gets.
+    next_id: u64,
     /// Set when the run is interrupted: faults are healed at once and no new one starts.
     stop: tokio::sync::watch::Receiver<bool>,
 }
@@ -110,8 +122,9 @@ impl Nemesis {
         seed: u64,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
+        let nodes = targets.per_node.len() as u64;
         Nemesis {
-            nodes: targets.per_node.len() as u64,
+            nodes,
             hosts: targets.hosts,
             procs: targets.procs,
             per_node: targets.per_node,
@@ -119,6 +132,7 @@ impl Nemesis {
             clock_epsilon,
             events: Arc::new(Mutex::new(Vec::new())),
             rng: SmallRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
+            next_id: nodes + 1,
             stop,
         }
     }
@@ -185,7 +199,7 @@ impl Nemesis {
         let nodes: Vec<u64> = (1..=self.nodes).collect();
         match fault {
             Fault::Partition => {
-                let leader = current_leader(&self.per_node).await;
+                let leader = self.leader_slot().await;
                 let (groups, detail) = match (self.rng.random_range(0..3), leader) {
                     (0, Some(leader)) => {
                         let rest: Vec<u64> =
@@ -234,7 +248,7 @@ impl Nemesis {
                 self.record("partition", detail, start, Some(now_ns()));
             }
             Fault::Kill => {
-                let target = match current_leader(&self.per_node).await {
+                let target = match self.leader_slot().await {
                     Some(leader) if self.rng.random_bool(0.5) => leader,
                     _ => *nodes.choose(&mut self.rng).unwrap_or(&1),
                 };
@@ -250,7 +264,7 @@ impl Nemesis {
                 );
             }
             Fault::Pause => {
-                let Some(target) = current_leader(&self.per_node).await else {
+                let Some(target) = self.leader_slot().await else {
                     return Ok(());
                 };
                 self.procs().pause(target)?;
@@ -266,7 +280,7 @@ impl Nemesis {
                 );
             }
             Fault::Clock => {
-                let leader = current_leader(&self.per_node).await;
+                let leader = self.leader_slot().await;
                 let target = *nodes.choose(&mut self.rng).unwrap_or(&1);
                 let max_ppm = (self.clock_epsilon * 1_000_000.0) as i64;
                 let rate_ppm = self.rng.random_range(-max_ppm..=max_ppm);
@@ -288,6 +302,7 @@ impl Nemesis {
                     Some(now_ns()),
                 );
             }
+            Fault::Member => self.change_member().await?,
             Fault::Loss => {
                 let percent = self.rng.random_range(10..40);
                 self.hosts.loss(&nodes, percent)?;
@@ -300,6 +315,110 @@ impl Nemesis {
                     start,
                     Some(now_ns()),
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// The host slot of the leader most nodes name.
+    async fn leader_slot(&self) -> Option<u64> {
+        let leader = current_leader(&self.per_node).await?;
+        self.procs().slot_of(leader)
+    }
+
+    /// A client of every node for cluster administration (auth is off in the harness).
+    fn admin(&self) -> anyhow::Result<Client> {
+        Ok(Client::new(self.procs().endpoints())?.with_timeout(Duration::from_secs(10)))
+    }
+
+    /// A third of the time hands leadership to another voter; otherwise removes a member (the
+    /// leader half the time), wipes its host and adds it back under a new Raft id: learner
+    /// until caught up, then voter. Each step is retried (the cluster may be electing).
+    async fn change_member(&mut self) -> anyhow::Result<()> {
+        let admin = self.admin()?;
+        let start = now_ns();
+        if self.rng.random_bool(1.0 / 3.0) {
+            let moved = admin.transfer_leader(0).await?;
+            self.record(
+                "member",
+                format!(
+                    "transfer leadership {} → {}{}",
+                    moved.previous_leader_id,
+                    moved.leader_id,
+                    if moved.transferred {
+                        ""
+                    } else {
+                        " (did not move as asked)"
+                    }
+                ),
+                start,
+                Some(now_ns()),
+            );
+            return Ok(());
+        }
+        let slot = match self.leader_slot().await {
+            Some(leader) if self.rng.random_bool(0.5) => leader,
+            _ => self.rng.random_range(1..=self.nodes),
+        };
+        let old = self.procs().raft_id(slot);
+        let new = self.next_id;
+        self.next_id += 1;
+        let addr = self.endpoint(slot);
+        retry("remove the member", || {
+            admin.change_membership(Vec::new(), vec![old])
+        })
+        .await?;
+        self.procs().replace(slot, new)?;
+        self.readmit(&admin, new, &addr).await?;
+        self.record(
+            "member",
+            format!("n{slot}: member {old} removed, disk wiped, rejoined as {new}"),
+            start,
+            Some(now_ns()),
+        );
+        Ok(())
+    }
+
+    /// Adds `id` at `addr` as a learner and promotes it once it has caught up.
+    async fn readmit(&self, admin: &Client, id: u64, addr: &str) -> anyhow::Result<()> {
+        retry("add the learner", || async {
+            let added = admin.add_learner(id, addr, true).await?;
+            anyhow::ensure!(added.caught_up, "learner {id} has not caught up yet");
+            Ok(added)
+        })
+        .await?;
+        retry("promote the learner", || {
+            admin.change_membership(vec![id], Vec::new())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// After the run: every host slot's member is a voter again (a membership change the run
+    /// cut short is finished).
+    async fn readmit_all(&self) -> anyhow::Result<()> {
+        let admin = self.admin()?;
+        let voters: Vec<u64> = retry("read the membership", || async {
+            for i in 0..self.nodes as usize {
+                if let Ok(status) = admin.node_status(i).await {
+                    if status.state == "Leader" {
+                        return Ok(status
+                            .members
+                            .iter()
+                            .filter(|m| m.voter)
+                            .map(|m| m.id)
+                            .collect());
+                    }
+                }
+            }
+            anyhow::bail!("no leader answered")
+        })
+        .await?;
+        for slot in 1..=self.nodes {
+            let id = self.procs().raft_id(slot);
+            if !voters.contains(&id) {
+                tracing::info!(slot, id, "re-admitting a member the run left out");
+                self.readmit(&admin, id, &self.endpoint(slot)).await?;
             }
         }
         Ok(())
@@ -325,6 +444,34 @@ impl Nemesis {
             }
             if self.faults.contains(&Fault::Clock) {
                 let _ = set_clock(&self.endpoint(node), 0, 0).await;
+            }
+        }
+        if self.faults.contains(&Fault::Member) {
+            if let Err(e) = self.readmit_all().await {
+                tracing::warn!("re-admitting members: {e:#}");
+            }
+        }
+    }
+}
+
+/// Runs `step` until it succeeds, for up to a minute (elections and catching up take time).
+async fn retry<T, E, F, Fut>(what: &str, mut step: F) -> anyhow::Result<T>
+where
+    E: Into<anyhow::Error>,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match step().await {
+            Ok(value) => return Ok(value),
+            Err(e) => {
+                let e = e.into();
+                if Instant::now() > deadline {
+                    return Err(e.context(format!("{what}: gave up after a minute")));
+                }
+                tracing::debug!("{what}: {e:#}; retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
     }

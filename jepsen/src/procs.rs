@@ -7,6 +7,7 @@
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -46,6 +47,9 @@ pub fn tenured_bin() -> Result<PathBuf> {
 struct Node {
     child: Option<Child>,
     paused: bool,
+    /// The Raft id of the member on this host slot, when it is not the slot number (a
+    /// replacement that joined under a new id).
+    raft_id: Option<u64>,
 }
 
 /// How the nodes of one cluster are started: the runner below kills, restarts, pauses and
@@ -59,6 +63,9 @@ pub struct Launcher {
     pub data_root: PathBuf,
     /// The command that starts node `id` (stdio is set by the runner).
     pub command: Box<dyn Fn(u64) -> Command + Send>,
+    /// The command that starts host slot `id` empty, as a new member with another Raft id
+    /// that joins the running cluster (`tenured --join`); None where that is not supported.
+    pub rejoin: Option<Box<dyn Fn(u64, u64) -> Command + Send>>,
     /// `HOST:PORT` clients use, node 1 first.
     pub endpoints: Vec<String>,
 }
@@ -79,51 +86,72 @@ impl Launcher {
             .map(|n| format!("{}:{PORT}", node_ip(n)))
             .collect();
         let ip = hosts.ip_bin().to_path_buf();
-        let tenured = tenured_command(bin.clone(), data_root.clone(), addrs.clone(), extra_args);
+        let tenured = Arc::new(tenured_command(
+            bin.clone(),
+            data_root.clone(),
+            addrs.clone(),
+            extra_args,
+        ));
+        let rejoining = tenured.clone();
+        let rejoin_ip = ip.clone();
         Ok(Launcher {
             nodes,
             bin,
             data_root,
-            command: Box::new(move |id| {
-                let mut cmd = Command::new(&ip);
-                cmd.args(["netns", "exec", &node_namespace(id)]);
-                let inner = tenured(id);
-                cmd.arg(inner.get_program()).args(inner.get_args());
-                for (key, value) in inner.get_envs() {
-                    match value {
-                        Some(value) => cmd.env(key, value),
-                        None => cmd.env_remove(key),
-                    };
-                }
-                cmd
-            }),
+            command: Box::new(move |id| in_namespace(&ip, id, tenured(id, None))),
+            rejoin: Some(Box::new(move |slot, raft_id| {
+                in_namespace(&rejoin_ip, slot, rejoining(slot, Some(raft_id)))
+            })),
             endpoints: addrs,
         })
     }
 }
 
-/// The command line of `tenured` node `id` of a cluster whose nodes listen on `addrs`
-/// (node 1 first), with its data in `<data_root>/nN`.
+/// `inner` run inside host `slot`'s network namespace.
+fn in_namespace(ip: &Path, slot: u64, inner: Command) -> Command {
+    let mut cmd = Command::new(ip);
+    cmd.args(["netns", "exec", &node_namespace(slot)]);
+    cmd.arg(inner.get_program()).args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd
+}
+
+/// The command line of `tenured` on host slot `slot` of a cluster whose nodes listen on
+/// `addrs` (slot 1 first), with its data in `<data_root>/nSLOT`: the founding node `slot`
+/// (`rejoin` None), or a new member with Raft id `rejoin` that joins the running cluster.
 pub fn tenured_command(
     bin: PathBuf,
     data_root: PathBuf,
     addrs: Vec<String>,
     extra_args: Vec<String>,
-) -> impl Fn(u64) -> Command + Send {
+) -> impl Fn(u64, Option<u64>) -> Command + Send + Sync {
     let peers = addrs
         .iter()
         .enumerate()
         .map(|(i, addr)| format!("{}={addr}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
-    move |id| {
+    move |slot, rejoin| {
+        let addr = &addrs[(slot - 1) as usize];
         let mut cmd = Command::new(&bin);
-        cmd.args(["--id", &id.to_string()])
-            .args(["--listen", &addrs[(id - 1) as usize]])
+        cmd.args(["--listen", addr])
             .arg("--data-dir")
-            .arg(data_root.join(format!("n{id}")))
-            .args(["--peers", &peers])
-            .args(&extra_args);
+            .arg(data_root.join(format!("n{slot}")));
+        match rejoin {
+            None => cmd
+                .args(["--id", &slot.to_string()])
+                .args(["--peers", &peers]),
+            Some(id) => cmd
+                .args(["--id", &id.to_string()])
+                .args(["--peers", &format!("{id}={addr}")])
+                .arg("--join"),
+        };
+        cmd.args(&extra_args);
         // Every tenured flag also reads the environment: keep ours from leaking in.
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("TENURED_") {
@@ -167,6 +195,7 @@ impl Procs {
                 .map(|_| Node {
                     child: None,
                     paused: false,
+                    raft_id: None,
                 })
                 .collect(),
             launcher,
@@ -196,7 +225,10 @@ impl Procs {
             .append(true)
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
-        let mut cmd = (self.launcher.command)(id);
+        let mut cmd = match (self.node(id)?.raft_id, &self.launcher.rejoin) {
+            (Some(raft_id), Some(rejoin)) => rejoin(id, raft_id),
+            _ => (self.launcher.command)(id),
+        };
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -289,6 +321,32 @@ impl Procs {
             bail!("node {id} is still running; kill9 it first");
         }
         self.spawn(id)
+    }
+
+    /// Replaces host slot `id`'s member as a lost disk would: kill -9, delete its data, and
+    /// start it empty as a new member with Raft id `raft_id` that waits to be added.
+    pub fn replace(&mut self, id: u64, raft_id: u64) -> Result<()> {
+        if self.launcher.rejoin.is_none() {
+            bail!("this cluster cannot start a node that joins");
+        }
+        self.kill9(id)?;
+        let data = self.launcher.data_root.join(format!("n{id}"));
+        if data.exists() {
+            std::fs::remove_dir_all(&data).with_context(|| format!("wiping {}", data.display()))?;
+        }
+        self.node(id)?.raft_id = Some(raft_id);
+        self.spawn(id)
+    }
+
+    /// The Raft id of the member on host slot `id`.
+    pub fn raft_id(&self, id: u64) -> u64 {
+        let index = id.wrapping_sub(1) as usize;
+        self.nodes.get(index).and_then(|n| n.raft_id).unwrap_or(id)
+    }
+
+    /// The host slot of the member with Raft id `raft_id`, if one runs it.
+    pub fn slot_of(&self, raft_id: u64) -> Option<u64> {
+        (1..=self.nodes.len() as u64).find(|slot| self.raft_id(*slot) == raft_id)
     }
 
     /// SIGSTOP; returns once the process is stopped.

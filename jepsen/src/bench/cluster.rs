@@ -127,11 +127,12 @@ fn tenure_launcher(data_root: &Path, tenured: &Path, args: &[String]) -> Result<
         bin: tenured.to_path_buf(),
         data_root: data_root.to_path_buf(),
         command: Box::new(move |id| {
-            let mut cmd = command(id);
+            let mut cmd = command(id, None);
             // Request logs at info cost CPU that etcd (which logs little) does not spend.
             cmd.env("RUST_LOG", "warn");
             cmd
         }),
+        rejoin: None,
         endpoints: addrs,
     })
 }
@@ -182,6 +183,7 @@ fn etcd_launcher(data_root: &Path) -> Result<Launcher> {
             }
             cmd
         }),
+        rejoin: None,
         endpoints: client,
     })
 }

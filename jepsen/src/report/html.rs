@@ -102,6 +102,7 @@ pub(super) fn nemesis_color(kind: &str) -> &'static str {
         "pause" => "#1971c2",
         "clock" => "#0b7285",
         "loss" => "#a0522d",
+        "member" => "#2b8a3e",
         _ => "#868e96",
     }
 }

@@ -38,7 +38,7 @@ pub(super) fn legend_timeline(out: &mut String) {
     out.push_str("<svg width=\"8\" height=\"14\"><line x1=\"4\" x2=\"4\" y1=\"0\" y2=\"14\" stroke=\"#fd7e14\" stroke-width=\"2.5\"/></svg>write rejected");
     w!(out, "<svg width=\"14\" height=\"14\"><rect x=\"2\" y=\"1\" width=\"10\" height=\"12\" fill=\"{ANOMALY_RED}\" fill-opacity=\"0.35\" stroke=\"{ANOMALY_RED}\" stroke-width=\"1.5\"/></svg>op in an anomaly");
     out.push_str("<svg width=\"8\" height=\"14\"><line x1=\"4\" x2=\"4\" y1=\"0\" y2=\"14\" stroke=\"#343a40\" stroke-opacity=\"0.55\"/></svg>leader elected");
-    for kind in ["partition", "kill", "pause", "clock", "loss"] {
+    for kind in ["partition", "kill", "pause", "clock", "loss", "member"] {
         w!(
             out,
             "<svg width=\"18\" height=\"12\"><rect width=\"18\" height=\"12\" fill=\"{}\" fill-opacity=\"0.2\"/></svg>{kind}",
