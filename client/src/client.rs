@@ -10,7 +10,7 @@ use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::leases_client::LeasesClient;
 use tokio::time::Instant;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::Error;
 
@@ -29,6 +29,28 @@ macro_rules! leases_call {
             })
             .await
     };
+}
+
+/// A lazily connecting channel per endpoint, over TLS when `tls` is given.
+fn channels(endpoints: &[String], tls: Option<ClientTlsConfig>) -> Result<Vec<Channel>, Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    endpoints
+        .iter()
+        .map(|addr| {
+            let bad =
+                |e: tonic::transport::Error| Error::Local(format!("bad endpoint {addr}: {e}"));
+            let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}")).map_err(bad)?;
+            if let Some(tls) = &tls {
+                endpoint = endpoint.tls_config(tls.clone()).map_err(bad)?;
+            }
+            Ok(endpoint
+                .connect_timeout(Duration::from_secs(1))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(5))
+                .keep_alive_timeout(Duration::from_secs(5))
+                .connect_lazy())
+        })
+        .collect()
 }
 
 /// One `Cluster` RPC with retries and the leader hint, until `deadline`.
@@ -68,33 +90,41 @@ impl Client {
     {
         let endpoints: Vec<String> = endpoints
             .into_iter()
-            .map(|e| e.as_ref().trim().trim_start_matches("http://").to_string())
+            .map(|e| {
+                let e = e.as_ref().trim();
+                let e = e
+                    .trim_start_matches("http://")
+                    .trim_start_matches("https://");
+                e.to_string()
+            })
             .filter(|e| !e.is_empty())
             .collect();
         if endpoints.is_empty() {
             return Err(Error::Local("no endpoints given".into()));
         }
-        let channels = endpoints
-            .iter()
-            .map(|addr| {
-                Endpoint::from_shared(format!("http://{addr}"))
-                    .map(|e| {
-                        e.connect_timeout(Duration::from_secs(1))
-                            .tcp_nodelay(true)
-                            .http2_keep_alive_interval(Duration::from_secs(5))
-                            .keep_alive_timeout(Duration::from_secs(5))
-                            .connect_lazy()
-                    })
-                    .map_err(|e| Error::Local(format!("bad endpoint {addr}: {e}")))
-            })
-            .collect::<Result<_, _>>()?;
         Ok(Client {
             inner: Arc::new(Inner {
+                channels: channels(&endpoints, None)?,
                 endpoints,
-                channels,
                 preferred: AtomicUsize::new(0),
                 timeout: Duration::from_secs(10),
                 authorization: None,
+            }),
+        })
+    }
+
+    /// The same endpoints over TLS, verifying the nodes against `ca_pem`, the cluster CA
+    /// (PEM) that signed their certificates (`tenured --tls-ca`).
+    pub fn with_ca(&self, ca_pem: &[u8]) -> Result<Self, Error> {
+        let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+        let inner = &self.inner;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                channels: channels(&inner.endpoints, Some(tls))?,
+                endpoints: inner.endpoints.clone(),
+                preferred: AtomicUsize::new(inner.preferred.load(Ordering::Relaxed)),
+                timeout: inner.timeout,
+                authorization: inner.authorization.clone(),
             }),
         })
     }

@@ -12,6 +12,7 @@ use tenure_proto::v1::leases_server::LeasesServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::api::cluster::ClusterApi;
 use crate::api::leases::LeasesApi;
@@ -23,6 +24,9 @@ use crate::network::{Network, Peers, PEER_MESSAGE_LIMIT};
 use crate::store::log::LogStore;
 use crate::store::state_machine::{Shared, StateMachineStore};
 use crate::store::{NodeId, Raft, StorageStats};
+
+/// How long a graceful shutdown waits for calls in flight.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The client API's message limit (SPEC §3): larger messages are refused by the transport.
 pub const CLIENT_MESSAGE_LIMIT: usize = 4 * 1024 * 1024;
@@ -49,6 +53,8 @@ pub struct Node {
     pub batcher: crate::api::batch::Batcher,
     /// Starts an election early when the leader's address refuses connections.
     pub succession: Arc<crate::succession::Succession>,
+    /// gRPC latency by method (`crate::metrics`).
+    pub rpc_latency: crate::metrics::RpcLatency,
     /// This leader is handing leadership over (`TransferLeader`): it takes no writes or
     /// linearizable reads, which would renew the followers' lease on it.
     pub handing_over: std::sync::atomic::AtomicBool,
@@ -57,6 +63,8 @@ pub struct Node {
 /// A started node; `shutdown` stops it gracefully, `kill` as abruptly as a process can be.
 pub struct Running {
     pub node: Arc<Node>,
+    /// Where `GET /metrics` is served (`--metrics-listen`), once bound.
+    pub metrics_addr: Option<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     timers: JoinHandle<()>,
@@ -93,7 +101,8 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             crate::auth::Auth::off()
         }
     };
-    let peers = Peers::new(auth.peer_token())?;
+    let tls = crate::tls::Tls::load(&config)?;
+    let peers = Peers::new(auth.peer_token(), tls.as_ref().map(|t| t.peer_client()))?;
     let raft = Raft::new(
         config.id,
         Arc::new(raft_config(&config)?),
@@ -144,11 +153,26 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             config.election_min,
             config.election_max,
         )),
+        rpc_latency: crate::metrics::rpc_latency(),
         handing_over: Default::default(),
     });
 
     let (stop, stop_rx) = watch::channel(false);
-    let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));
+    let mut metrics_addr = None;
+    if let Some(addr) = &node.config.metrics_listen {
+        let metrics = TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: {e}"))?;
+        let bound = metrics.local_addr()?;
+        tracing::info!(addr = %bound, "serving Prometheus metrics at /metrics");
+        metrics_addr = Some(bound);
+        tokio::spawn(crate::metrics::serve(
+            node.clone(),
+            metrics,
+            stop_rx.clone(),
+        ));
+    }
+    let server = tokio::spawn(serve(node.clone(), listener, tls, stop_rx.clone()));
     tokio::spawn(crate::store::compaction::run(
         raft.clone(),
         node.sm.clone(),
@@ -175,6 +199,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     }
     Ok(Running {
         node,
+        metrics_addr,
         stop,
         server,
         timers,
@@ -184,6 +209,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
 async fn serve(
     node: Arc<Node>,
     listener: TcpListener,
+    tls: Option<crate::tls::Tls>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -208,8 +234,14 @@ async fn serve(
     // A node that was paused (or stalled) comes back to a burst of streams its clients
     // already cancelled; h2's default of 20 pending resets would answer that burst with
     // GOAWAY (ENHANCE_YOUR_CALM) and fail calls that were fine.
-    let mut router = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    let mutual = tls.is_some();
+    if let Some(tls) = &tls {
+        builder = builder.tls_config(tls.server())?;
+    }
+    let mut router = builder
         .http2_max_pending_accept_reset_streams(Some(10_000))
+        .layer(crate::metrics::RpcTimerLayer(node.rpc_latency.clone()))
         .layer(layer)
         .add_service(
             LeasesServer::new(LeasesApi { node: node.clone() })
@@ -220,11 +252,12 @@ async fn serve(
             ClusterServer::new(ClusterApi { node: node.clone() })
                 .max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
         )
-        .add_service(
+        .add_service(InterceptedService::new(
             RaftServer::new(RaftApi { node: node.clone() })
                 .max_decoding_message_size(PEER_MESSAGE_LIMIT)
                 .max_encoding_message_size(PEER_MESSAGE_LIMIT),
-        )
+            move |request| crate::tls::from_peer(mutual, &request).map(|()| request),
+        ))
         .add_service(health_service);
     match reflection {
         Ok(reflection) => router = router.add_service(reflection),
@@ -267,7 +300,16 @@ impl Running {
         self.node.inboxes.shut_down();
         self.node.sm.notify.shut_down();
         let _ = self.stop.send(true);
-        let _ = self.server.await;
+        // Calls in flight get a grace period; streams nobody ends (a gRPC health watch) would
+        // hold the shutdown forever.
+        let mut server = self.server;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+            .await
+            .is_err()
+        {
+            tracing::warn!("calls still open after {SHUTDOWN_GRACE:?}: closing them");
+            server.abort();
+        }
         let _ = self.timers.await;
         let _ = self.node.raft.shutdown().await;
     }

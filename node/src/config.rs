@@ -75,6 +75,28 @@ pub struct Config {
     #[arg(long, env = "TENURED_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 
+    /// Serve Prometheus metrics (`GET /metrics`, plain HTTP) on this address, e.g.
+    /// 0.0.0.0:9101. Default: off.
+    #[arg(long, env = "TENURED_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+
+    /// This node's TLS certificate chain (PEM). With --tls-key and --tls-ca, clients and
+    /// peers reach this node over TLS only, and peers over mutual TLS. The certificate must
+    /// name the host of this node's --peers entry (DNS name or IP) as a subject alternative
+    /// name. Default: TLS off.
+    #[arg(long, env = "TENURED_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// This node's TLS private key (PEM), for --tls-cert.
+    #[arg(long, env = "TENURED_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// The cluster CA (PEM): it signed every node's certificate. Nodes verify each other
+    /// with it in both directions, and the internal Raft service refuses callers without a
+    /// certificate it signed. Clients verify nodes with it (`tenure --ca-cert`).
+    #[arg(long, env = "TENURED_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
     /// Refuse acquires of resources no admin registered (`resource_not_found`), instead of
     /// running them ad hoc under the default policy.
     #[arg(long, env = "TENURED_REQUIRE_REGISTRATION")]
@@ -146,6 +168,11 @@ impl Config {
         anyhow::ensure!(
             self.tick_interval >= Duration::from_millis(10),
             "--tick-interval must be at least 10ms"
+        );
+        let tls = [&self.tls_cert, &self.tls_key, &self.tls_ca];
+        anyhow::ensure!(
+            tls.iter().all(|f| f.is_some()) || tls.iter().all(|f| f.is_none()),
+            "TLS needs all three of --tls-cert, --tls-key and --tls-ca"
         );
         Ok(())
     }

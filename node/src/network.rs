@@ -55,6 +55,8 @@ pub struct Peers {
     /// Peers that could not read the binary encoding (an earlier release), and when.
     json_only: Arc<Mutex<HashMap<String, Instant>>>,
     auth: PeerAuth,
+    /// Mutual TLS to peers (None: plain HTTP/2).
+    tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// The id of the node a Raft RPC is meant for. A node refuses RPCs meant for another id: a
@@ -81,8 +83,11 @@ pub enum PeerCallError {
 }
 
 impl Peers {
-    /// Peers reached with `peer_token` (None: auth is off).
-    pub fn new(peer_token: Option<&str>) -> anyhow::Result<Self> {
+    /// Peers reached with `peer_token` (None: auth is off), over `tls` (None: plain).
+    pub fn new(
+        peer_token: Option<&str>,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+    ) -> anyhow::Result<Self> {
         let auth = match peer_token {
             Some(token) => Some(
                 format!("Bearer {token}")
@@ -95,6 +100,7 @@ impl Peers {
             channels: Arc::default(),
             json_only: Arc::default(),
             auth: PeerAuth(auth),
+            tls,
         })
     }
 
@@ -150,7 +156,12 @@ impl Peers {
         if let Some(client) = channels.get(addr) {
             return Ok(client.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone())?;
+        }
+        let channel = endpoint
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(1))
@@ -309,7 +320,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_that_reads_only_json_is_sent_json_again_and_from_then_on() {
-        let peers = Peers::new(None).expect("peers");
+        let peers = Peers::new(None, None).expect("peers");
         let calls = AtomicUsize::new(0);
         let reply = peers
             .call("127.0.0.1:1", &"hello", old_peer(&calls))
@@ -331,7 +342,7 @@ mod tests {
 
     #[tokio::test]
     async fn other_refusals_are_not_retried() {
-        let peers = Peers::new(None).expect("peers");
+        let peers = Peers::new(None, None).expect("peers");
         let calls = AtomicUsize::new(0);
         let refuse = |_: PeerClient, _: RaftBytes| {
             calls.fetch_add(1, Ordering::SeqCst);

@@ -71,6 +71,19 @@ impl InProcessCluster {
         &self.running[&id].node
     }
 
+    /// Where node `id` serves `GET /metrics` (with `--metrics-listen`).
+    pub fn metrics_addr(&self, id: u64) -> Option<std::net::SocketAddr> {
+        self.running.get(&id)?.metrics_addr
+    }
+
+    /// A live node other than `leader` (the lowest id).
+    pub fn follower_of(&self, leader: u64) -> u64 {
+        self.live_ids()
+            .into_iter()
+            .find(|id| *id != leader)
+            .expect("a live node besides the leader")
+    }
+
     pub fn live_ids(&self) -> Vec<u64> {
         self.running.keys().copied().collect()
     }

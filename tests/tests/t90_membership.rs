@@ -226,11 +226,7 @@ async fn a_wiped_node_rejoins_under_a_new_id() {
     let client = cluster.client();
     let held = granted(&client, "held/wipe", "keeper", TTL).await;
     let leader = cluster.leader(ELECTION).await.expect("a leader");
-    let lost = cluster
-        .live_ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let lost = cluster.follower_of(leader);
     let addr = cluster.wipe(lost).await.expect("wipe");
     // Clients of the surviving members (the lost address will be a node not yet added).
     let client = Client::new(cluster.addrs.values()).expect("client of the survivors");
@@ -277,11 +273,7 @@ async fn leadership_moves_to_the_voter_asked_for() {
     let held = granted(&client, "held/transfer", "keeper", TTL).await;
     let load = load(client.clone(), held.clone());
     let old = cluster.leader(ELECTION).await.expect("a leader");
-    let target = cluster
-        .live_ids()
-        .into_iter()
-        .find(|id| *id != old)
-        .expect("a follower");
+    let target = cluster.follower_of(old);
 
     let moved = client.transfer_leader(target).await.expect("transfer");
     assert!(moved.transferred && moved.detail.is_empty(), "{moved:?}");
@@ -312,11 +304,7 @@ async fn leadership_moves_to_the_voter_asked_for() {
 async fn a_transfer_to_a_stopped_voter_is_declined_and_the_leader_stays() {
     let mut cluster = three().await;
     let leader = cluster.leader(ELECTION).await.expect("a leader");
-    let down = cluster
-        .live_ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let down = cluster.follower_of(leader);
     cluster.kill(down).await;
     let client = cluster.client_of(leader);
     // Committed while `down` is gone, so it is behind.

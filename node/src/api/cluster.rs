@@ -7,7 +7,7 @@ use tenure_proto::v1 as pb;
 use tenure_proto::v1::cluster_server::Cluster;
 use tonic::{Request, Response, Status};
 
-use crate::api::membership::{matched_index, member_views, AdminReply, AdminRequest, MemberView};
+use crate::api::membership::{commit_index, member_views, AdminReply, AdminRequest, MemberView};
 use crate::app::Node;
 use crate::error::ApiError;
 use crate::lease::Rejection;
@@ -83,8 +83,6 @@ impl Cluster for ClusterApi {
         self.admin_only(&request)?;
         let node = &self.node;
         let metrics = node.raft.metrics().borrow().clone();
-        let membership = metrics.membership_config.membership();
-        let is_leader = metrics.state == ServerState::Leader;
         let members = self.members(&metrics);
         let leader = node.leader();
         let s = &node.sm.stats;
@@ -96,27 +94,7 @@ impl Cluster for ClusterApi {
                 applied.last_applied.map_or(0, |id| id.index),
             )
         };
-        // openraft 0.9 publishes no commit index; on the leader, the quorum's matched index is it.
-        let commit_index = if is_leader {
-            let mut matched: Vec<u64> = membership
-                .voter_ids()
-                .map(|id| {
-                    if id == node.id {
-                        metrics.last_log_index.unwrap_or(0)
-                    } else {
-                        matched_index(&metrics, id).unwrap_or(0)
-                    }
-                })
-                .collect();
-            matched.sort_unstable_by(|a, b| b.cmp(a));
-            matched
-                .get(matched.len() / 2)
-                .copied()
-                .unwrap_or(0)
-                .max(applied_index)
-        } else {
-            applied_index
-        };
+        let commit_index = commit_index(node.id, &metrics, applied_index);
         Ok(Response::new(pb::StatusResponse {
             id: node.id,
             addr: node.addr.clone(),

@@ -107,6 +107,31 @@ pub fn member_views(me: NodeId, metrics: &RaftMetrics<NodeId, BasicNode>) -> Vec
         .collect()
 }
 
+/// The commit index as `me` knows it. openraft 0.9 publishes none: on the leader it is the
+/// quorum's matched index; elsewhere, the applied index stands in for it.
+pub fn commit_index(me: NodeId, metrics: &RaftMetrics<NodeId, BasicNode>, applied: u64) -> u64 {
+    if metrics.state != ServerState::Leader {
+        return applied;
+    }
+    let membership = metrics.membership_config.membership();
+    let mut matched: Vec<u64> = membership
+        .voter_ids()
+        .map(|id| {
+            if id == me {
+                metrics.last_log_index.unwrap_or(0)
+            } else {
+                matched_index(metrics, id).unwrap_or(0)
+            }
+        })
+        .collect();
+    matched.sort_unstable_by(|a, b| b.cmp(a));
+    matched
+        .get(matched.len() / 2)
+        .copied()
+        .unwrap_or(0)
+        .max(applied)
+}
+
 /// The leader's replicated index for member `id` (None: unknown, or not the leader).
 pub fn matched_index(metrics: &RaftMetrics<NodeId, BasicNode>, id: NodeId) -> Option<u64> {
     metrics

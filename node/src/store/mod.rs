@@ -58,6 +58,20 @@ pub struct StorageStats {
     pub last_snapshot_build_micros: AtomicU64,
     /// 1 while a snapshot is being built.
     pub snapshot_building: AtomicU64,
+    /// Leases reclaimed (expiry and grace passed) by applied entries.
+    pub reclaims: AtomicU64,
+    /// Time to apply each entry.
+    pub apply_seconds: ApplyLatency,
+}
+
+/// The apply latency histogram (`crate::metrics`).
+#[derive(Debug, Clone)]
+pub struct ApplyLatency(pub prometheus_client::metrics::histogram::Histogram);
+
+impl Default for ApplyLatency {
+    fn default() -> Self {
+        ApplyLatency(crate::metrics::latency_histogram())
+    }
 }
 
 impl StorageStats {

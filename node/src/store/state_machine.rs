@@ -298,8 +298,21 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                                 node_id: leader.node_id,
                             },
                         };
+                        let started = std::time::Instant::now();
                         let reply = lease::apply(&mut applied.state, meta, command);
-                        effects.push(applied.state.take_effects());
+                        let stats = &self.shared.stats;
+                        stats
+                            .apply_seconds
+                            .0
+                            .observe(started.elapsed().as_secs_f64());
+                        let entry_effects = applied.state.take_effects();
+                        let reclaimed = entry_effects
+                            .events
+                            .iter()
+                            .filter(|(_, event)| event.kind == lease::EventKind::Reclaimed)
+                            .count();
+                        StorageStats::add(&stats.reclaims, reclaimed as u64);
+                        effects.push(entry_effects);
                         reply
                     }
                 };

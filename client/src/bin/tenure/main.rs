@@ -35,6 +35,9 @@ struct Cli {
     /// Named --auth-token because --token is a lease's fencing token.
     #[arg(long, global = true, env = "TENURE_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    /// The cluster CA (PEM) to verify the nodes with: connect over TLS (`tenured --tls-ca`).
+    #[arg(long, global = true, env = "TENURE_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -169,7 +172,12 @@ async fn main() -> ExitCode {
 }
 
 fn connect(cli: &Cli) -> Result<Client, Error> {
-    let client = Client::from_list(&cli.endpoints)?.with_timeout(cli.timeout);
+    let mut client = Client::from_list(&cli.endpoints)?.with_timeout(cli.timeout);
+    if let Some(path) = &cli.ca_cert {
+        let ca = std::fs::read(path)
+            .map_err(|e| Error::Local(format!("reading --ca-cert {}: {e}", path.display())))?;
+        client = client.with_ca(&ca)?;
+    }
     match cli.auth_token.as_deref() {
         Some(token) if !token.is_empty() => client.with_token(token),
         _ => Ok(client),

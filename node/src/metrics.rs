@@ -1,0 +1,317 @@
+//! Prometheus metrics over HTTP (SPEC §6): `GET /metrics` on `--metrics-listen`, in the text
+//! exposition format.
+//!
+//! Raft's state (term, leader, indexes, membership), the leases, waiters, snapshots and the
+//! log's fsync counters are read when the scrape comes (a [`Collector`]), so they cost
+//! nothing between scrapes. Latencies are histograms observed as they happen: the time to
+//! apply each entry (`StorageStats::apply_seconds`) and each gRPC call from request to
+//! response headers, by method ([`RpcTimer`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use openraft::ServerState;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::app::Node;
+use crate::store::StorageStats;
+
+/// Latency buckets from 50 µs to ≈ 13 s, ×4 apart.
+pub fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 4.0, 10))
+}
+
+/// One gRPC method, e.g. `/tenure.v1.Leases/Acquire`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabels {
+    pub method: String,
+}
+
+/// gRPC latency by method (shared by the server layer and the registry).
+pub type RpcLatency = Family<RpcLabels, Histogram, fn() -> Histogram>;
+
+pub fn rpc_latency() -> RpcLatency {
+    Family::new_with_constructor(latency_histogram as fn() -> Histogram)
+}
+
+/// A tower layer that observes every call's latency, request to response headers (for a
+/// stream: until it is open).
+#[derive(Clone)]
+pub struct RpcTimerLayer(pub RpcLatency);
+
+impl<S> tower::Layer<S> for RpcTimerLayer {
+    type Service = RpcTimer<S>;
+
+    fn layer(&self, inner: S) -> RpcTimer<S> {
+        RpcTimer {
+            inner,
+            latency: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RpcTimer<S> {
+    inner: S,
+    latency: RpcLatency,
+}
+
+impl<S, B> tower::Service<http::Request<tonic::body::Body>> for RpcTimer<S>
+where
+    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let histogram = self.latency.get_or_create_owned(&RpcLabels {
+            method: request.uri().path().to_string(),
+        });
+        let started = Instant::now();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            histogram.observe(started.elapsed().as_secs_f64());
+            response
+        })
+    }
+}
+
+/// Reads the node's state on every scrape.
+#[derive(Debug)]
+struct NodeCollector {
+    node: Weak<Node>,
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> Result<(), std::fmt::Error> {
+    let metric = ConstGauge::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let metric = ConstCounter::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(node) = self.node.upgrade() else {
+            return Ok(());
+        };
+        let metrics = node.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let (leases, waiters, applied) = {
+            let applied = node.sm.read();
+            (
+                applied.state.live_leases(),
+                applied.state.waiters(),
+                applied.last_applied.map_or(0, |id| id.index),
+            )
+        };
+        let e = &mut encoder;
+        let i = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        gauge(
+            e,
+            "tenure_raft_term",
+            "Current Raft term",
+            i(metrics.current_term),
+        )?;
+        gauge(
+            e,
+            "tenure_raft_leader_id",
+            "Leader this node knows (0: none)",
+            i(metrics.current_leader.unwrap_or(0)),
+        )?;
+        gauge(
+            e,
+            "tenure_raft_is_leader",
+            "1 on the leader",
+            i64::from(metrics.state == ServerState::Leader),
+        )?;
+        gauge(
+            e,
+            "tenure_raft_last_log_index",
+            "Last log index",
+            i(metrics.last_log_index.unwrap_or(0)),
+        )?;
+        let commit = crate::api::membership::commit_index(node.id, &metrics, applied);
+        gauge(
+            e,
+            "tenure_raft_commit_index",
+            "Commit index (the quorum's on the leader; the applied index elsewhere)",
+            i(commit),
+        )?;
+        gauge(e, "tenure_raft_applied_index", "Applied index", i(applied))?;
+        gauge(
+            e,
+            "tenure_raft_voters",
+            "Voters in the membership",
+            membership.voter_ids().count() as i64,
+        )?;
+        gauge(
+            e,
+            "tenure_raft_members",
+            "Members (voters and learners)",
+            membership.nodes().count() as i64,
+        )?;
+        gauge(e, "tenure_leases_active", "Live leases", leases as i64)?;
+        gauge(
+            e,
+            "tenure_waiters",
+            "Acquires waiting in waiting rooms",
+            waiters as i64,
+        )?;
+        let s = &node.sm.stats;
+        counter(
+            e,
+            "tenure_reclaims",
+            "Leases reclaimed after expiry and grace",
+            StorageStats::get(&s.reclaims),
+        )?;
+        counter(
+            e,
+            "tenure_log_appends",
+            "Log appends (each flushed and fdatasynced)",
+            StorageStats::get(&s.log_appends),
+        )?;
+        counter(
+            e,
+            "tenure_log_entries",
+            "Log entries appended",
+            StorageStats::get(&s.log_entries),
+        )?;
+        counter(
+            e,
+            "tenure_log_fsyncs",
+            "Log fdatasyncs",
+            StorageStats::get(&s.log_fsyncs),
+        )?;
+        counter(
+            e,
+            "tenure_log_sync_microseconds",
+            "Time in log flush + fdatasync",
+            StorageStats::get(&s.log_sync_micros),
+        )?;
+        counter(
+            e,
+            "tenure_snapshots_built",
+            "Snapshots this node built",
+            StorageStats::get(&s.snapshots_built),
+        )?;
+        counter(
+            e,
+            "tenure_snapshots_installed",
+            "Snapshots installed from the leader",
+            StorageStats::get(&s.snapshots_installed),
+        )?;
+        gauge(
+            e,
+            "tenure_snapshot_last_index",
+            "Last index of the newest snapshot",
+            i(StorageStats::get(&s.last_snapshot_index)),
+        )?;
+        gauge(
+            e,
+            "tenure_snapshot_bytes",
+            "Size of the newest snapshot this node built",
+            i(StorageStats::get(&s.last_snapshot_bytes)),
+        )?;
+        gauge(
+            e,
+            "tenure_snapshot_build_microseconds",
+            "How long building the newest snapshot took",
+            i(StorageStats::get(&s.last_snapshot_build_micros)),
+        )?;
+        gauge(
+            e,
+            "tenure_snapshot_building",
+            "1 while a snapshot is being built",
+            i(StorageStats::get(&s.snapshot_building)),
+        )?;
+        Ok(())
+    }
+}
+
+/// The registry of `node`'s metrics.
+pub fn registry(node: &Arc<Node>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register(
+        "tenure_apply_seconds",
+        "Time to apply one log entry to the lease state",
+        node.sm.stats.apply_seconds.0.clone(),
+    );
+    registry.register(
+        "tenure_rpc_seconds",
+        "gRPC calls served, request to response headers, by method",
+        node.rpc_latency.clone(),
+    );
+    registry.register_collector(Box::new(NodeCollector {
+        node: Arc::downgrade(node),
+    }));
+    registry
+}
+
+/// The text exposition of `registry`.
+pub fn render(registry: &Registry) -> String {
+    let mut text = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    text
+}
+
+/// Serves `GET /metrics` on `listener` until `stop`.
+pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    let registry = Arc::new(registry(&node));
+    drop(node);
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let registry = registry.clone();
+            async move {
+                (
+                    [(
+                        http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    render(&registry),
+                )
+            }
+        }),
+    );
+    let shutdown = async move {
+        let _ = stop.wait_for(|stopped| *stopped).await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!("the metrics endpoint stopped: {e}");
+    }
+}

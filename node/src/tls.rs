@@ -1,0 +1,74 @@
+//! TLS (SPEC §6): with `--tls-cert`, `--tls-key` and `--tls-ca`, a node serves clients and
+//! peers over TLS only, and its internal `Raft` service takes only callers that present a
+//! certificate signed by the cluster CA (mutual TLS between peers). Clients need the CA to
+//! verify the node, and no certificate of their own: they authenticate with bearer tokens.
+//!
+//! A node presents its one certificate both as the server to clients and peers and as the
+//! client when it calls a peer, so the certificate must carry the node's address (the host of
+//! its `--peers` entry, a DNS name or an IP) as a subject alternative name.
+
+use std::path::Path;
+
+use anyhow::Context;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+use crate::config::Config;
+
+/// This node's certificate and key, and the cluster CA.
+#[derive(Clone)]
+pub struct Tls {
+    identity: Identity,
+    ca: Certificate,
+}
+
+fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))
+}
+
+impl Tls {
+    /// The TLS settings of `config`; None when TLS is off (no `--tls-cert`).
+    pub fn load(config: &Config) -> anyhow::Result<Option<Tls>> {
+        let (Some(cert), Some(key), Some(ca)) = (&config.tls_cert, &config.tls_key, &config.tls_ca)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Tls {
+            identity: Identity::from_pem(
+                read(cert, "certificate (--tls-cert)")?,
+                read(key, "key (--tls-key)")?,
+            ),
+            ca: Certificate::from_pem(read(ca, "cluster CA (--tls-ca)")?),
+        }))
+    }
+
+    /// The server side: this node's certificate; a client certificate is optional (clients
+    /// have none), but one that is presented must be signed by the cluster CA.
+    pub fn server(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new()
+            .identity(self.identity.clone())
+            .client_ca_root(self.ca.clone())
+            .client_auth_optional(true)
+    }
+
+    /// The side of a node calling a peer: verify it against the cluster CA, and present this
+    /// node's certificate.
+    pub fn peer_client(&self) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .ca_certificate(self.ca.clone())
+            .identity(self.identity.clone())
+    }
+}
+
+/// Whether a call to the internal Raft service comes from a peer: with TLS on, it presented a
+/// certificate, which the handshake verified against the cluster CA.
+pub fn from_peer<T>(tls: bool, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
+    if !tls {
+        return Ok(());
+    }
+    match request.peer_certs() {
+        Some(certs) if !certs.is_empty() => Ok(()),
+        _ => Err(tonic::Status::permission_denied(
+            "the internal Raft service takes only cluster members (a certificate signed by the cluster CA)",
+        )),
+    }
+}

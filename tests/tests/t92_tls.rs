@@ -1,0 +1,179 @@
+//! TLS (SPEC §6): with `--tls-cert/--tls-key/--tls-ca` a cluster forms over mutual TLS and
+//! serves clients that verify it with the cluster CA. Refused: a client without TLS, a client
+//! that does not trust the cluster CA, a peer call without a certificate, a peer whose
+//! certificate another CA signed, and (auth on) a non-admin calling the Cluster service.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use tenure_client::Error;
+use tenure_proto::raft::v1::raft_client::RaftClient;
+use tenure_proto::raft::v1::RaftBytes;
+use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::{granted, refused};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::Code;
+
+const ELECTION: Duration = Duration::from_secs(15);
+const TTL: Duration = Duration::from_secs(60);
+const TOKENS: &str = "admin-token ops admin\nclient-token app client\npeer-token nodes peer\n";
+
+/// A CA and one certificate it signed for 127.0.0.1 (every in-process node listens there).
+struct Pki {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+fn pki(name: &str) -> Pki {
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{name} CA"));
+    let ca = ca_params.self_signed(&ca_key).expect("ca cert");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("node key");
+    let params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .expect("node params");
+    let cert = params.signed_by(&key, &issuer).expect("node cert");
+    Pki {
+        ca_pem: ca.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+/// Writes the PKI and the token file under `dir` and returns every node's flags.
+fn flags(dir: &Path, pki: &Pki) -> Vec<String> {
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path.display().to_string()
+    };
+    vec![
+        "--tls-cert".into(),
+        write("node.pem", &pki.cert_pem),
+        "--tls-key".into(),
+        write("node.key", &pki.key_pem),
+        "--tls-ca".into(),
+        write("ca.pem", &pki.ca_pem),
+        "--token-file".into(),
+        write("tokens", TOKENS),
+    ]
+}
+
+/// A TLS channel to `addr` trusting `ca`, presenting `identity` if given.
+fn tls_channel(addr: &str, ca: &str, identity: Option<&Pki>) -> Channel {
+    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+    if let Some(pki) = identity {
+        tls = tls.identity(Identity::from_pem(&pki.cert_pem, &pki.key_pem));
+    }
+    Endpoint::from_shared(format!("https://{addr}"))
+        .expect("endpoint")
+        .tls_config(tls)
+        .expect("tls")
+        .connect_lazy()
+}
+
+/// An AppendEntries call as a peer would make it (the peer token, an empty body).
+async fn peer_call(channel: Channel) -> Result<(), tonic::Status> {
+    let mut request = tonic::Request::new(RaftBytes { data: vec![] });
+    request
+        .metadata_mut()
+        .insert("authorization", "Bearer peer-token".parse().expect("ascii"));
+    RaftClient::new(channel)
+        .append_entries(request)
+        .await
+        .map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_cluster_serves_clients_with_its_ca_and_refuses_everyone_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster_pki = pki("cluster");
+    let node_flags = flags(dir.path(), &cluster_pki);
+    let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, node_flags.clone())).collect();
+    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    // The nodes elected a leader and replicate: they reach each other over mutual TLS.
+    cluster
+        .leader(ELECTION)
+        .await
+        .expect("a leader over mutual TLS");
+
+    let admin = cluster
+        .client()
+        .with_ca(cluster_pki.ca_pem.as_bytes())
+        .expect("tls client")
+        .with_token("admin-token")
+        .expect("token");
+    let lease = granted(&admin, "tls/one", "h", TTL).await;
+    assert!(lease.fencing_token > 0);
+    admin
+        .node_status(0)
+        .await
+        .expect("an admin reads the status");
+
+    // A client of the same cluster that is not an admin: the Cluster service refuses it.
+    let app = admin.with_token("client-token").expect("token");
+    granted(&app, "tls/two", "h", TTL).await;
+    refused(
+        "a non-admin adds a learner",
+        app.add_learner(9, "127.0.0.1:9", false).await,
+        Code::PermissionDenied,
+        "insufficient_permissions",
+    );
+    refused(
+        "a non-admin moves leadership",
+        app.transfer_leader(0).await,
+        Code::PermissionDenied,
+        "insufficient_permissions",
+    );
+
+    // Without TLS, or trusting another CA, a client gets nowhere (a transport failure, retried
+    // until its deadline, reported as unavailable).
+    let short = Duration::from_millis(500);
+    let plain = cluster.client().with_timeout(short);
+    let stranger = pki("other");
+    let untrusting = cluster
+        .client()
+        .with_ca(stranger.ca_pem.as_bytes())
+        .expect("tls client")
+        .with_timeout(short);
+    for (what, client) in [("plain", plain), ("another CA", untrusting)] {
+        match client
+            .acquire(tenure_tests::acquire_request("tls/no", "h", TTL))
+            .await
+        {
+            Err(Error::Status { code, .. }) if code != Code::Ok => {}
+            other => panic!("{what} client was served: {other:?}"),
+        }
+    }
+
+    let addr = &cluster.addrs[&1];
+    // A peer call over TLS with the peer token but no certificate: refused by the service.
+    let status = peer_call(tls_channel(addr, &cluster_pki.ca_pem, None))
+        .await
+        .expect_err("a peer call without a certificate");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("cluster CA"), "{status:?}");
+    // A certificate another CA signed: the node ends the handshake (an `UnknownCA` alert, or
+    // with TLS 1.3 sometimes just a closed connection): a transport error, no service answer.
+    let status = peer_call(tls_channel(addr, &cluster_pki.ca_pem, Some(&stranger)))
+        .await
+        .expect_err("a peer certificate from another CA");
+    let transport = std::error::Error::source(&status)
+        .is_some_and(|e| e.downcast_ref::<tonic::transport::Error>().is_some());
+    assert!(transport, "{status:?}");
+    // The cluster's own certificate gets through the TLS check (to the body decoder, which
+    // refuses an empty body): so the refusals above are the certificate's doing.
+    let status = peer_call(tls_channel(addr, &cluster_pki.ca_pem, Some(&cluster_pki)))
+        .await
+        .expect_err("an empty body");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+
+    cluster.shutdown().await;
+}

@@ -1,0 +1,133 @@
+//! Observability (SPEC §6): Prometheus metrics over HTTP with Raft's state, the leases and
+//! latency histograms; gRPC health that follows whether the node knows a leader.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tenure_tests::granted;
+use tenure_tests::in_process::InProcessCluster;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ELECTION: Duration = Duration::from_secs(15);
+
+/// `GET /metrics` over plain HTTP/1.1; the response body.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: tenure\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("headers end");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{head}"
+    );
+    body.to_string()
+}
+
+/// The value of the sample line that starts with `series` (name and labels).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_show_raft_leases_and_latencies() {
+    let flags = vec!["--metrics-listen".to_string(), "127.0.0.1:0".to_string()];
+    let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, flags.clone())).collect();
+    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let client = cluster.client_of(leader);
+    for i in 0..3 {
+        granted(
+            &client,
+            &format!("metrics/{i}"),
+            "h",
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+    let applied = cluster.applied_index(leader);
+    let text = scrape(cluster.metrics_addr(leader).expect("metrics bound")).await;
+
+    assert_eq!(sample(&text, "tenure_raft_is_leader"), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "tenure_raft_leader_id"), Some(leader as f64));
+    assert_eq!(sample(&text, "tenure_raft_voters"), Some(3.0));
+    assert!(sample(&text, "tenure_raft_term").is_some_and(|t| t >= 1.0));
+    assert!(sample(&text, "tenure_raft_applied_index").is_some_and(|i| i >= applied as f64));
+    assert_eq!(sample(&text, "tenure_leases_active"), Some(3.0));
+    assert_eq!(sample(&text, "tenure_waiters"), Some(0.0));
+    assert!(
+        sample(&text, "tenure_log_fsyncs_total").is_some_and(|n| n > 0.0),
+        "{text}"
+    );
+    // Each acquire was applied (at least the three) and each call timed, by method.
+    assert!(sample(&text, "tenure_apply_seconds_count").is_some_and(|n| n >= 3.0));
+    let acquires = r#"tenure_rpc_seconds_count{method="/tenure.v1.Leases/Acquire"}"#;
+    assert_eq!(sample(&text, acquires), Some(3.0), "{text}");
+
+    // A follower reports itself as one, and the same leases once it has applied them.
+    let follower = cluster.follower_of(leader);
+    cluster.applied_at_least(follower, applied).await;
+    let text = scrape(cluster.metrics_addr(follower).expect("metrics bound")).await;
+    assert_eq!(sample(&text, "tenure_raft_is_leader"), Some(0.0));
+    assert_eq!(sample(&text, "tenure_leases_active"), Some(3.0));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_is_serving_only_while_the_node_knows_a_leader() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
+        .await
+        .expect("cluster");
+    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let survivor = cluster.follower_of(leader);
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addrs[&survivor]))
+            .expect("endpoint")
+            .connect_lazy();
+    let mut health = HealthClient::new(channel);
+    let request = |service: &str| HealthCheckRequest {
+        service: service.into(),
+    };
+    for service in ["", "tenure.v1.Leases"] {
+        let status = health.check(request(service)).await.expect("check");
+        assert_eq!(
+            status.into_inner().status(),
+            ServingStatus::Serving,
+            "{service:?}"
+        );
+    }
+    // Alone, the survivor loses its leader at its next election and stops serving.
+    let mut updates = health.watch(request("")).await.expect("watch").into_inner();
+    for id in cluster.live_ids() {
+        if id != survivor {
+            cluster.kill(id).await;
+        }
+    }
+    loop {
+        let update = updates
+            .message()
+            .await
+            .expect("a health update")
+            .expect("the stream stays open");
+        if update.status() == ServingStatus::NotServing {
+            break;
+        }
+    }
+    drop(updates);
+    cluster.shutdown().await;
+}
