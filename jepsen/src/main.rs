@@ -40,7 +40,7 @@ enum Command {
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         time_limit: Duration,
         /// Comma-separated: partition, kill, pause, clock, loss, member (empty: none).
-        #[arg(long, default_value = "partition,kill,pause,clock,loss")]
+        #[arg(long, default_value = "partition,kill,pause,clock,loss,member")]
         nemesis: String,
         /// Seed of the fault schedule and the clients' choices (default: random, printed).
         #[arg(long)]
