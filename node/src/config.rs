@@ -1,18 +1,30 @@
-//! The node's command line (SPEC §6). Every flag can also come from the environment.
+//! The node's configuration (SPEC §6): flags, each also read from its environment variable,
+//! and a TOML file (`--config FILE`) for whatever neither sets. A flag beats its variable,
+//! which beats the file, which beats the default.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "tenured",
     version,
-    about = "Tenure node: Raft-replicated leases with log-index fencing tokens"
+    about = "Tenure node: Raft-replicated leases with log-index fencing tokens",
+    after_help = "Every flag can also be set by its environment variable (shown in brackets) or \
+                  in the --config file, as `flag_name = value` (underscores for dashes).",
+    args_override_self = true
 )]
 pub struct Config {
+    /// A TOML file of settings, `name = value` with each flag's name in snake_case, e.g.
+    /// `id = 1`, `peers = "1=10.0.0.1:7101,2=…"` (or a [peers] table of id = "HOST:PORT"),
+    /// `election_max = "300ms"`, `join = true`. Flags and environment variables win over it.
+    #[arg(long, env = "TENURED_CONFIG")]
+    pub config: Option<PathBuf>,
+
     /// This node's id: a positive integer, unique in the cluster and never reused.
     #[arg(long, env = "TENURED_ID")]
     pub id: u64,
@@ -70,8 +82,9 @@ pub struct Config {
     #[arg(long, env = "TENURED_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
 
-    /// Bearer tokens, one per line: `TOKEN PRINCIPAL ROLE` (ROLE = admin | client). Without
-    /// it, auth is off and every caller is the admin `anonymous`.
+    /// Bearer tokens, one per line: `TOKEN PRINCIPAL ROLE` (ROLE = admin | client | peer, the
+    /// token nodes present to each other). Without it, auth is off and every caller is the
+    /// admin `anonymous`.
     #[arg(long, env = "TENURED_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 
@@ -133,6 +146,65 @@ pub struct Config {
 /// The cluster's members by id.
 pub type Peers = BTreeMap<u64, String>;
 
+/// The `--config` file named on the command line (`--config F` or `--config=F`), or else by
+/// `TENURED_CONFIG`.
+fn config_path(args: &[OsString]) -> Option<PathBuf> {
+    let mut args = args.iter().skip(1);
+    while let Some(arg) = args.next() {
+        let arg = arg.to_string_lossy();
+        if arg == "--config" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(path) = arg.strip_prefix("--config=") {
+            return Some(PathBuf::from(path));
+        }
+    }
+    std::env::var_os("TENURED_CONFIG").map(PathBuf::from)
+}
+
+/// A TOML settings file as flags, leaving out each setting whose environment variable is set
+/// (the variable wins). Unknown names are an error: a typo must not pass silently.
+fn file_args(text: &str) -> Result<Vec<OsString>, String> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    let command = Config::command();
+    let mut flags = Vec::new();
+    for (name, value) in table {
+        let long = name.replace('_', "-");
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long.as_str()) && long != "config")
+            .ok_or_else(|| format!("unknown setting `{name}` (see tenured --help)"))?;
+        if arg
+            .get_env()
+            .is_some_and(|env| std::env::var_os(env).is_some())
+        {
+            continue;
+        }
+        let text = match value {
+            toml::Value::String(text) => text,
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(x) => x.to_string(),
+            toml::Value::Boolean(true) => {
+                flags.push(format!("--{long}").into());
+                continue;
+            }
+            toml::Value::Boolean(false) => continue,
+            // `[peers]` with `1 = "HOST:PORT"` lines.
+            toml::Value::Table(entries) if long == "peers" => entries
+                .iter()
+                .map(|(id, addr)| match addr {
+                    toml::Value::String(addr) => Ok(format!("{id}={addr}")),
+                    other => Err(format!("peer {id}: expected \"HOST:PORT\", got {other}")),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+                .join(","),
+            other => return Err(format!("`{name}`: unsupported value {other}")),
+        };
+        flags.push(format!("--{long}={text}").into());
+    }
+    Ok(flags)
+}
+
 fn parse_peers(text: &str) -> Result<Peers, String> {
     let mut peers = Peers::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -154,6 +226,37 @@ fn parse_peers(text: &str) -> Result<Peers, String> {
 }
 
 impl Config {
+    /// The configuration of this process: its flags, environment and `--config` file.
+    /// `--help`, `--version` and a bad command line end the process here, as clap does.
+    pub fn load() -> anyhow::Result<Config> {
+        Self::load_from(std::env::args_os()).map_err(|e| match e.downcast::<clap::Error>() {
+            Ok(usage) => usage.exit(),
+            Err(other) => other,
+        })
+    }
+
+    /// The configuration of command line `args` (program name first), with the environment,
+    /// and the `--config` file (named in `args` or by `TENURED_CONFIG`).
+    pub fn load_from<I, T>(args: I) -> anyhow::Result<Config>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let Some(path) = config_path(&args) else {
+            return Ok(Config::try_parse_from(args)?);
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("reading --config {}: {e}", path.display()))?;
+        let file =
+            file_args(&text).map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
+        // The file's settings come first, so that the command line's own flags override them.
+        let mut merged = args[..1.min(args.len())].to_vec();
+        merged.extend(file);
+        merged.extend(args.into_iter().skip(1));
+        Ok(Config::try_parse_from(merged)?)
+    }
+
     /// Checks what clap cannot: this node in its peer list, sane Raft timing.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
@@ -190,5 +293,70 @@ impl Config {
         self.peers
             .get(&self.id)
             .map_or(self.listen.as_str(), String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), text).expect("write");
+        file
+    }
+
+    #[test]
+    fn a_config_file_fills_in_what_the_flags_leave_out() {
+        let settings = file(
+            r#"
+            id = 3
+            listen = "127.0.0.1:7103"
+            data_dir = "/var/lib/tenure"
+            election_max = "400ms"
+            join = true
+            require_registration = false
+
+            [peers]
+            1 = "10.0.0.1:7101"
+            2 = "10.0.0.2:7101"
+            3 = "10.0.0.3:7101"
+            "#,
+        );
+        let path = settings.path().display().to_string();
+        let config = Config::load_from(["tenured", "--config", &path, "--election-max", "500ms"])
+            .expect("config");
+        assert_eq!(config.id, 3);
+        assert_eq!(config.peers.len(), 3);
+        assert_eq!(config.advertised_addr(), "10.0.0.3:7101");
+        assert!(config.join);
+        assert!(!config.require_registration);
+        // The flag beats the file; the file beats the default.
+        assert_eq!(config.election_max, Duration::from_millis(500));
+        assert_eq!(config.data_dir, PathBuf::from("/var/lib/tenure"));
+        config.validate().expect("valid");
+    }
+
+    #[test]
+    fn the_environment_beats_the_file() {
+        let settings = file("id = 1\nlisten = \"a:1\"\ndata_dir = \"d\"\npeers = \"1=a:1\"\nsnapshot_keep_logs = 5\n");
+        let path = settings.path().display().to_string();
+        std::env::set_var("TENURED_SNAPSHOT_KEEP_LOGS", "77");
+        let config = Config::load_from(["tenured", &format!("--config={path}")]);
+        std::env::remove_var("TENURED_SNAPSHOT_KEEP_LOGS");
+        assert_eq!(config.expect("config").snapshot_keep_logs, 77);
+    }
+
+    #[test]
+    fn a_setting_the_node_does_not_know_is_refused() {
+        let settings = file("id = 1\nelection_maximum = \"1s\"\n");
+        let path = settings.path().display().to_string();
+        let error = Config::load_from(["tenured", "--config", &path]).expect_err("a typo");
+        assert!(
+            error
+                .to_string()
+                .contains("unknown setting `election_maximum`"),
+            "{error}"
+        );
     }
 }

@@ -1,7 +1,6 @@
 //! `tenured`: one Tenure node. Parses the configuration, sets up logging, runs until
 //! SIGINT/SIGTERM.
 
-use clap::Parser;
 use tenure_node::config::Config;
 
 /// mimalloc instead of glibc's malloc: ≈ 8 % less CPU per write and ≈ 9 % less memory at a
@@ -17,7 +16,7 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
         )
         .init();
-    let config = Config::parse();
+    let config = Config::load()?;
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     tracing::info!(id = config.id, listen = %config.listen, data_dir = %config.data_dir.display(), "tenured starting");
