@@ -31,6 +31,11 @@ macro_rules! leases_call {
     };
 }
 
+/// TLS to nodes whose certificates `ca_pem` signed.
+fn tls_to(ca_pem: &[u8]) -> ClientTlsConfig {
+    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem))
+}
+
 /// A lazily connecting channel per endpoint, over TLS when `tls` is given.
 fn channels(endpoints: &[String], tls: Option<ClientTlsConfig>) -> Result<Vec<Channel>, Error> {
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -83,19 +88,46 @@ struct Inner {
 
 impl Client {
     /// A client for these `HOST:PORT` endpoints (connects lazily), with a 10 s call deadline.
+    /// Plain HTTP/2: an `https://` endpoint is refused here, so that a bearer token never goes
+    /// out in clear text to a node meant to be reached over TLS ([`Client::new_with_ca`]).
     pub fn new<I, S>(endpoints: I) -> Result<Self, Error>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let endpoints: Vec<String> = endpoints
+        let raw: Vec<String> = endpoints
             .into_iter()
+            .map(|e| e.as_ref().trim().to_string())
+            .collect();
+        if let Some(tls) = raw.iter().find(|e| e.starts_with("https://")) {
+            return Err(Error::Local(format!(
+                "{tls} needs TLS: give the cluster CA (tenure --ca-cert, Client::new_with_ca)"
+            )));
+        }
+        Self::build(raw, None)
+    }
+
+    /// A client for these endpoints over TLS, verifying the nodes against `ca_pem`, the
+    /// cluster CA (PEM) that signed their certificates (`tenured --tls-ca`).
+    pub fn new_with_ca<I, S>(endpoints: I, ca_pem: &[u8]) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let raw = endpoints
+            .into_iter()
+            .map(|e| e.as_ref().trim().to_string())
+            .collect();
+        Self::build(raw, Some(tls_to(ca_pem)))
+    }
+
+    fn build(raw: Vec<String>, tls: Option<ClientTlsConfig>) -> Result<Self, Error> {
+        let endpoints: Vec<String> = raw
+            .iter()
             .map(|e| {
-                let e = e.as_ref().trim();
-                let e = e
-                    .trim_start_matches("http://")
-                    .trim_start_matches("https://");
-                e.to_string()
+                e.trim_start_matches("http://")
+                    .trim_start_matches("https://")
+                    .to_string()
             })
             .filter(|e| !e.is_empty())
             .collect();
@@ -104,7 +136,7 @@ impl Client {
         }
         Ok(Client {
             inner: Arc::new(Inner {
-                channels: channels(&endpoints, None)?,
+                channels: channels(&endpoints, tls)?,
                 endpoints,
                 preferred: AtomicUsize::new(0),
                 timeout: Duration::from_secs(10),
@@ -116,7 +148,7 @@ impl Client {
     /// The same endpoints over TLS, verifying the nodes against `ca_pem`, the cluster CA
     /// (PEM) that signed their certificates (`tenured --tls-ca`).
     pub fn with_ca(&self, ca_pem: &[u8]) -> Result<Self, Error> {
-        let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+        let tls = tls_to(ca_pem);
         let inner = &self.inner;
         Ok(Client {
             inner: Arc::new(Inner {
@@ -443,6 +475,25 @@ impl Client {
     pub async fn transfer_leader(&self, to: u64) -> Result<pb::TransferLeaderResponse, Error> {
         let request = pb::TransferLeaderRequest { to };
         cluster_call!(self, self.deadline(), request, transfer_leader)
+    }
+
+    /// `grpc.health.v1` of the node at `endpoint`: true while it is SERVING (it knows a
+    /// leader). Needs no token.
+    pub async fn node_serving(&self, endpoint: usize) -> Result<bool, Error> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        let channel = self.channel_of(endpoint)?;
+        let request = self.request(
+            tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            },
+            self.inner.timeout,
+        );
+        let status = tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(request)
+            .await?
+            .into_inner()
+            .status();
+        Ok(status == ServingStatus::Serving)
     }
 
     /// `Cluster.Snapshot` on the node at `endpoint` (an index into the endpoint list). A

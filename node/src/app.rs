@@ -102,6 +102,9 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         }
     };
     let tls = crate::tls::Tls::load(&config)?;
+    if let Some(tls) = &tls {
+        crate::tls::check(tls)?;
+    }
     let peers = Peers::new(auth.peer_token(), tls.as_ref().map(|t| t.peer_client()))?;
     let raft = Raft::new(
         config.id,
@@ -241,7 +244,7 @@ async fn serve(
     }
     let mut router = builder
         .http2_max_pending_accept_reset_streams(Some(10_000))
-        .layer(crate::metrics::RpcTimerLayer(node.rpc_latency.clone()))
+        .layer(crate::metrics::RpcTimerLayer::new(node.rpc_latency.clone()))
         .layer(layer)
         .add_service(
             LeasesServer::new(LeasesApi { node: node.clone() })
@@ -267,11 +270,15 @@ async fn serve(
     let incoming = tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(std::time::Duration::from_secs(10)));
-    router
+    let served = router
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.wait_for(|stopped| *stopped).await;
         })
-        .await
+        .await;
+    if let Err(e) = &served {
+        tracing::error!("the gRPC server stopped: {e}");
+    }
+    served
 }
 
 /// `grpc.health.v1`: SERVING while this node knows a leader.
@@ -307,7 +314,9 @@ impl Running {
             .await
             .is_err()
         {
-            tracing::warn!("calls still open after {SHUTDOWN_GRACE:?}: closing them");
+            tracing::warn!(
+                "calls still open after {SHUTDOWN_GRACE:?}: no longer waiting for them (the process exit ends them)"
+            );
             server.abort();
         }
         let _ = self.timers.await;

@@ -149,17 +149,18 @@ pub type Peers = BTreeMap<u64, String>;
 /// The `--config` file named on the command line (`--config F` or `--config=F`), or else by
 /// `TENURED_CONFIG`.
 fn config_path(args: &[OsString]) -> Option<PathBuf> {
+    // The last one, as clap takes the last of a repeated flag.
+    let mut found = None;
     let mut args = args.iter().skip(1);
     while let Some(arg) = args.next() {
         let arg = arg.to_string_lossy();
         if arg == "--config" {
-            return args.next().map(PathBuf::from);
-        }
-        if let Some(path) = arg.strip_prefix("--config=") {
-            return Some(PathBuf::from(path));
+            found = args.next().map(PathBuf::from);
+        } else if let Some(path) = arg.strip_prefix("--config=") {
+            found = Some(PathBuf::from(path));
         }
     }
-    std::env::var_os("TENURED_CONFIG").map(PathBuf::from)
+    found.or_else(|| std::env::var_os("TENURED_CONFIG").map(PathBuf::from))
 }
 
 /// A TOML settings file as flags, leaving out each setting whose environment variable is set

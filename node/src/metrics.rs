@@ -27,9 +27,37 @@ use tokio::sync::watch;
 use crate::app::Node;
 use crate::store::StorageStats;
 
-/// Latency buckets from 50 µs to ≈ 13 s, ×4 apart.
+/// Call latency buckets from 50 µs to ≈ 13 s, ×4 apart.
 pub fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 4.0, 10))
+}
+
+/// Apply latency buckets from 1 µs to ≈ 0.5 s, ×2 apart (an entry applies in microseconds).
+pub fn apply_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_001, 2.0, 20))
+}
+
+/// The gRPC methods this node serves, as `/package.Service/Method` (from the proto
+/// descriptors), plus health and reflection. Any other path is labelled `other`, so a caller
+/// cannot add label values (and memory) by sending made-up paths.
+fn known_methods() -> std::collections::HashSet<String> {
+    use prost::Message;
+    let mut known = std::collections::HashSet::new();
+    if let Ok(files) = prost_types::FileDescriptorSet::decode(tenure_proto::FILE_DESCRIPTOR_SET) {
+        for file in files.file {
+            let package = file.package();
+            for service in &file.service {
+                for method in &service.method {
+                    known.insert(format!("/{package}.{}/{}", service.name(), method.name()));
+                }
+            }
+        }
+    }
+    for method in ["Check", "Watch"] {
+        known.insert(format!("/grpc.health.v1.Health/{method}"));
+    }
+    known.insert("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo".to_string());
+    known
 }
 
 /// One gRPC method, e.g. `/tenure.v1.Leases/Acquire`.
@@ -48,7 +76,19 @@ pub fn rpc_latency() -> RpcLatency {
 /// A tower layer that observes every call's latency, request to response headers (for a
 /// stream: until it is open).
 #[derive(Clone)]
-pub struct RpcTimerLayer(pub RpcLatency);
+pub struct RpcTimerLayer {
+    latency: RpcLatency,
+    known: Arc<std::collections::HashSet<String>>,
+}
+
+impl RpcTimerLayer {
+    pub fn new(latency: RpcLatency) -> Self {
+        RpcTimerLayer {
+            latency,
+            known: Arc::new(known_methods()),
+        }
+    }
+}
 
 impl<S> tower::Layer<S> for RpcTimerLayer {
     type Service = RpcTimer<S>;
@@ -56,7 +96,8 @@ impl<S> tower::Layer<S> for RpcTimerLayer {
     fn layer(&self, inner: S) -> RpcTimer<S> {
         RpcTimer {
             inner,
-            latency: self.0.clone(),
+            latency: self.latency.clone(),
+            known: self.known.clone(),
         }
     }
 }
@@ -65,6 +106,7 @@ impl<S> tower::Layer<S> for RpcTimerLayer {
 pub struct RpcTimer<S> {
     inner: S,
     latency: RpcLatency,
+    known: Arc<std::collections::HashSet<String>>,
 }
 
 impl<S, B> tower::Service<http::Request<tonic::body::Body>> for RpcTimer<S>
@@ -81,9 +123,13 @@ where
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let histogram = self.latency.get_or_create_owned(&RpcLabels {
-            method: request.uri().path().to_string(),
-        });
+        let path = request.uri().path();
+        let method = if self.known.contains(path) {
+            path.to_string()
+        } else {
+            "other".to_string()
+        };
+        let histogram = self.latency.get_or_create_owned(&RpcLabels { method });
         let started = Instant::now();
         let response = self.inner.call(request);
         Box::pin(async move {
@@ -269,7 +315,7 @@ pub fn registry(node: &Arc<Node>) -> Registry {
     );
     registry.register(
         "tenure_rpc_seconds",
-        "gRPC calls served, request to response headers, by method",
+        "gRPC calls served, request to response headers (for a stream: until it is open), by method",
         node.rpc_latency.clone(),
     );
     registry.register_collector(Box::new(NodeCollector {

@@ -5,7 +5,9 @@
 //!
 //! A node presents its one certificate both as the server to clients and peers and as the
 //! client when it calls a peer, so the certificate must carry the node's address (the host of
-//! its `--peers` entry, a DNS name or an IP) as a subject alternative name.
+//! its `--peers` entry, a DNS name or an IP) as a subject alternative name, and allow both
+//! uses (extended key usage serverAuth and clientAuth, or none). Any certificate the CA signed
+//! passes as a peer: the CA must be the cluster's own, not one that signs other certificates.
 
 use std::path::Path;
 
@@ -13,6 +15,18 @@ use anyhow::Context;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 use crate::config::Config;
+
+/// The certificates as a node start checks them: a key that does not match its certificate,
+/// or PEM that does not parse, stops the node at start instead of leaving it up and deaf.
+pub fn check(tls: &Tls) -> anyhow::Result<()> {
+    tonic::transport::Server::builder()
+        .tls_config(tls.server())
+        .context("the TLS certificate, key or CA (--tls-cert, --tls-key, --tls-ca)")?;
+    tonic::transport::Endpoint::from_static("https://127.0.0.1:1")
+        .tls_config(tls.peer_client())
+        .context("the TLS identity or CA for calls to peers")?;
+    Ok(())
+}
 
 /// This node's certificate and key, and the cluster CA.
 #[derive(Clone)]
@@ -48,6 +62,8 @@ impl Tls {
             .identity(self.identity.clone())
             .client_ca_root(self.ca.clone())
             .client_auth_optional(true)
+            // A connection that never finishes its handshake is dropped.
+            .timeout(std::time::Duration::from_secs(10))
     }
 
     /// The side of a node calling a peer: verify it against the cluster CA, and present this

@@ -177,3 +177,30 @@ async fn a_tls_cluster_serves_clients_with_its_ca_and_refuses_everyone_else() {
 
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_key_that_does_not_match_its_certificate_stops_the_node_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mine, other) = (pki("mine"), pki("other"));
+    let mismatched = Pki {
+        ca_pem: mine.ca_pem.clone(),
+        cert_pem: mine.cert_pem.clone(),
+        key_pem: other.key_pem.clone(),
+    };
+    let extra = BTreeMap::from([(1, flags(dir.path(), &mismatched))]);
+    let error = match InProcessCluster::start(1, extra).await {
+        Ok(_) => panic!("a node started with a key that is not its certificate's"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(error.contains("--tls-cert"), "{error}");
+}
+
+#[tokio::test]
+async fn a_tls_endpoint_without_the_ca_is_refused_rather_than_sent_a_token_in_clear() {
+    let refused = tenure_client::Client::new(["https://127.0.0.1:7101"]);
+    assert!(matches!(refused, Err(Error::Local(ref why)) if why.contains("needs TLS")));
+    let ca = pki("cluster").ca_pem;
+    let tls = tenure_client::Client::new_with_ca(["https://127.0.0.1:7101"], ca.as_bytes())
+        .expect("a TLS client");
+    assert_eq!(tls.endpoints(), ["127.0.0.1:7101"]);
+}

@@ -75,6 +75,25 @@ async fn metrics_show_raft_leases_and_latencies() {
     let acquires = r#"tenure_rpc_seconds_count{method="/tenure.v1.Leases/Acquire"}"#;
     assert_eq!(sample(&text, acquires), Some(3.0), "{text}");
 
+    // A made-up method is counted as `other`: callers cannot mint label values.
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addrs[&leader]))
+            .expect("endpoint")
+            .connect_lazy();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let codec = tonic_prost::ProstCodec::<(), ()>::default();
+    let path = "/made.Up/Path".parse().expect("path");
+    let refused = grpc.unary(tonic::Request::new(()), path, codec).await;
+    assert_eq!(
+        refused.expect_err("no such method").code(),
+        tonic::Code::Unimplemented
+    );
+    let text = scrape(cluster.metrics_addr(leader).expect("metrics bound")).await;
+    assert!(!text.contains("made.Up"), "{text}");
+    let other = r#"tenure_rpc_seconds_count{method="other"}"#;
+    assert_eq!(sample(&text, other), Some(1.0), "{text}");
+
     // A follower reports itself as one, and the same leases once it has applied them.
     let follower = cluster.follower_of(leader);
     cluster.applied_at_least(follower, applied).await;
@@ -103,6 +122,11 @@ async fn health_is_serving_only_while_the_node_knows_a_leader() {
     let request = |service: &str| HealthCheckRequest {
         service: service.into(),
     };
+    let client = cluster.client_of(survivor);
+    assert!(
+        client.node_serving(0).await.expect("health"),
+        "tenure health: serving"
+    );
     for service in ["", "tenure.v1.Leases"] {
         let status = health.check(request(service)).await.expect("check");
         assert_eq!(
@@ -129,5 +153,9 @@ async fn health_is_serving_only_while_the_node_knows_a_leader() {
         }
     }
     drop(updates);
+    assert!(
+        !client.node_serving(0).await.expect("health"),
+        "tenure health: not serving"
+    );
     cluster.shutdown().await;
 }

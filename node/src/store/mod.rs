@@ -70,7 +70,7 @@ pub struct ApplyLatency(pub prometheus_client::metrics::histogram::Histogram);
 
 impl Default for ApplyLatency {
     fn default() -> Self {
-        ApplyLatency(crate::metrics::latency_histogram())
+        ApplyLatency(crate::metrics::apply_histogram())
     }
 }
 

@@ -47,14 +47,7 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
             )),
         }
     }
-    let value = Value::Array(nodes.iter().map(|(v, _)| v.clone()).collect());
-    output::print(out, &value, || {
-        nodes
-            .iter()
-            .map(|(_, t)| t.clone())
-            .collect::<Vec<_>>()
-            .join("\n")
-    });
+    print_rows(out, &nodes);
     Ok(if any {
         ExitCode::SUCCESS
     } else {
@@ -182,6 +175,45 @@ pub async fn snapshot(out: Output, client: &Client) -> Result<ExitCode, Error> {
             }
         }
     }
+    print_rows(out, &rows);
+    Ok(if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `tenure health`: exit 0 if every endpoint serves, 1 if one does not, 2 if one is unreachable.
+pub async fn health(out: Output, client: &Client) -> Result<ExitCode, Error> {
+    let mut rows = Vec::new();
+    let mut worst = 0u8;
+    for (i, endpoint) in client.endpoints().iter().enumerate() {
+        let (value, text, code) = match client.node_serving(i).await {
+            Ok(true) => (
+                json!({"endpoint": endpoint, "serving": true}),
+                format!("{endpoint}  SERVING"),
+                0,
+            ),
+            Ok(false) => (
+                json!({"endpoint": endpoint, "serving": false}),
+                format!("{endpoint}  NOT_SERVING (no leader known)"),
+                1,
+            ),
+            Err(e) => (
+                json!({"endpoint": endpoint, "error": e.to_string()}),
+                format!("{endpoint}  unreachable: {e}"),
+                2,
+            ),
+        };
+        worst = worst.max(code);
+        rows.push((value, text));
+    }
+    print_rows(out, &rows);
+    Ok(ExitCode::from(worst))
+}
+
+/// One row per endpoint: JSON values as an array, or the text lines.
+fn print_rows(out: Output, rows: &[(Value, String)]) {
     let value = Value::Array(rows.iter().map(|(v, _)| v.clone()).collect());
     output::print(out, &value, || {
         rows.iter()
@@ -189,9 +221,4 @@ pub async fn snapshot(out: Output, client: &Client) -> Result<ExitCode, Error> {
             .collect::<Vec<_>>()
             .join("\n")
     });
-    Ok(if failed {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
 }

@@ -90,6 +90,9 @@ enum Command {
     /// TENURE_FENCING_TOKEN set, kill it if leadership is lost, resign when it exits, exit
     /// with its code.
     Elect(elect::ElectArgs),
+    /// Is each endpoint serving (grpc.health.v1: it knows a leader)? Exit 0 if all are, 1 if
+    /// one is not, 2 if one did not answer. For container health checks.
+    Health,
     /// Cluster administration.
     Cluster {
         #[command(subcommand)]
@@ -172,12 +175,15 @@ async fn main() -> ExitCode {
 }
 
 fn connect(cli: &Cli) -> Result<Client, Error> {
-    let mut client = Client::from_list(&cli.endpoints)?.with_timeout(cli.timeout);
-    if let Some(path) = &cli.ca_cert {
-        let ca = std::fs::read(path)
-            .map_err(|e| Error::Local(format!("reading --ca-cert {}: {e}", path.display())))?;
-        client = client.with_ca(&ca)?;
+    let client = match &cli.ca_cert {
+        Some(path) => {
+            let ca = std::fs::read(path)
+                .map_err(|e| Error::Local(format!("reading --ca-cert {}: {e}", path.display())))?;
+            Client::new_with_ca(cli.endpoints.split(','), &ca)?
+        }
+        None => Client::from_list(&cli.endpoints)?,
     }
+    .with_timeout(cli.timeout);
     match cli.auth_token.as_deref() {
         Some(token) if !token.is_empty() => client.with_token(token),
         _ => Ok(client),
@@ -201,6 +207,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
         Command::Book(args) => bookings::book(out, client, args).await,
         Command::CancelBooking(args) => bookings::cancel_booking(out, client, args).await,
         Command::Elect(args) => elect::elect(client, args).await,
+        Command::Health => cluster::health(out, client).await,
         Command::Cluster { command } => match command {
             ClusterCommand::Status => cluster::status(out, client).await,
             ClusterCommand::Add { id, addr, no_wait } => {
