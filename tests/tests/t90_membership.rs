@@ -425,3 +425,42 @@ async fn bad_membership_changes_are_refused_with_the_reason() {
     assert_eq!(voters, [1, 2, 3]);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_learner_behind_the_purged_log_catches_up_from_a_snapshot() {
+    // Snapshot after 20 entries and keep no log behind it: a new member cannot be sent the
+    // log from the start, only the leader's snapshot.
+    let flags: Vec<String> = ["--snapshot-every", "20", "--snapshot-keep-logs", "0"]
+        .map(String::from)
+        .to_vec();
+    let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, flags.clone())).collect();
+    let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let client = cluster.client();
+    let held = granted(&client, "held/snapshot", "keeper", TTL).await;
+    for i in 0..40 {
+        granted(&client, &format!("fill/{i}"), "f", TTL).await;
+    }
+    cluster
+        .node(leader)
+        .raft
+        .wait(Some(ELECTION))
+        .metrics(
+            |m| m.purged.is_some_and(|p| p.index > held.fencing_token),
+            "the leader purged its log past the held lease's entry",
+        )
+        .await
+        .expect("a purge");
+
+    let addr = cluster.join(4, None).await.expect("start a joiner");
+    let added = client.add_learner(4, &addr, true).await.expect("add");
+    assert!(added.caught_up, "{added:?}");
+    let installed =
+        tenure_node::store::StorageStats::get(&cluster.node(4).sm.stats.snapshots_installed);
+    assert!(
+        installed >= 1,
+        "the learner installed {installed} snapshots"
+    );
+    replicated(&cluster, leader, 4, "held/snapshot", held.fencing_token).await;
+    cluster.shutdown().await;
+}
