@@ -15,7 +15,8 @@ use clap::{CommandFactory, Parser};
     version,
     about = "Tenure node: Raft-replicated leases with log-index fencing tokens",
     after_help = "Every flag can also be set by its environment variable (shown in brackets) or \
-                  in the --config file, as `flag_name = value` (underscores for dashes).",
+                  in the --config file, as `flag_name = value` (underscores for dashes).\n\n\
+                  `tenured restore --help`: seed a data directory from a backup (a snapshot file).",
     args_override_self = true
 )]
 pub struct Config {
@@ -206,7 +207,8 @@ fn file_args(text: &str) -> Result<Vec<OsString>, String> {
     Ok(flags)
 }
 
-fn parse_peers(text: &str) -> Result<Peers, String> {
+/// Parses `ID=HOST:PORT,…`.
+pub fn parse_peers(text: &str) -> Result<Peers, String> {
     let mut peers = Peers::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (id, addr) = item

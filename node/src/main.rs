@@ -1,5 +1,5 @@
 //! `tenured`: one Tenure node. Parses the configuration, sets up logging, runs until
-//! SIGINT/SIGTERM.
+//! SIGINT/SIGTERM. `tenured restore …` seeds a data directory from a backup instead.
 
 use tenure_node::config::Config;
 
@@ -16,6 +16,12 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
         )
         .init();
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == "restore")
+    {
+        return restore().await;
+    }
     let config = Config::load()?;
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
@@ -29,5 +35,33 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("shutting down");
     running.shutdown().await;
+    Ok(())
+}
+
+/// `tenured restore`: its own flags (not the node's), then one line saying what it wrote.
+async fn restore() -> anyhow::Result<()> {
+    use clap::Parser;
+    let args = std::env::args_os().skip(2);
+    let restore = tenure_node::store::restore::Restore::parse_from(
+        std::iter::once("tenured restore".into()).chain(args),
+    );
+    let restored = restore.run().await?;
+    println!(
+        "restored {} live leases from index {} at index {} ({} bytes) into {}; start it with \
+         tenured --id {} --data-dir {} --peers {}",
+        restored.live_leases,
+        restored.from_index,
+        restored.index,
+        restored.snapshot_bytes,
+        restore.data_dir.display(),
+        restore.id,
+        restore.data_dir.display(),
+        restore
+            .peers
+            .iter()
+            .map(|(id, addr)| format!("{id}={addr}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
     Ok(())
 }

@@ -23,6 +23,36 @@ pub struct InProcessCluster {
 impl InProcessCluster {
     /// Starts `n` nodes; `extra` adds command-line flags per node id.
     pub async fn start(n: u64, extra: BTreeMap<u64, Vec<String>>) -> anyhow::Result<Self> {
+        Self::start_prepared(n, extra, |_, _| async { Ok(()) }).await
+    }
+
+    /// Starts `n` nodes, each on a data directory `restore` seeded from the snapshot file
+    /// `backup` (`tenured restore`) with all `n` as the voters, the index moved on by `bump`.
+    pub async fn restored(n: u64, backup: &std::path::Path, bump: u64) -> anyhow::Result<Self> {
+        Self::start_prepared(n, BTreeMap::new(), |id, cluster: &InProcessCluster| {
+            let restore = tenure_node::store::restore::Restore {
+                snapshot: backup.to_path_buf(),
+                data_dir: cluster.data_dir(id),
+                id,
+                peers: cluster.addrs.clone(),
+                bump_index: bump,
+            };
+            async move { restore.run().await.map(drop) }
+        })
+        .await
+    }
+
+    /// Starts `n` nodes, running `prepare` for each (its id, the cluster before it starts)
+    /// first.
+    async fn start_prepared<F, P>(
+        n: u64,
+        extra: BTreeMap<u64, Vec<String>>,
+        prepare: P,
+    ) -> anyhow::Result<Self>
+    where
+        P: Fn(u64, &InProcessCluster) -> F,
+        F: std::future::Future<Output = anyhow::Result<()>>,
+    {
         crate::init_tracing();
         let dir = tempfile::tempdir()?;
         let mut listeners = BTreeMap::new();
@@ -40,6 +70,9 @@ impl InProcessCluster {
             running: BTreeMap::new(),
             extra,
         };
+        for id in cluster.addrs.keys() {
+            prepare(*id, &cluster).await?;
+        }
         for (id, listener) in listeners {
             let running = app::start(cluster.config(id)?, listener).await?;
             cluster.running.insert(id, running);
@@ -55,16 +88,17 @@ impl InProcessCluster {
             "--listen".into(),
             self.addrs[&id].clone(),
             "--data-dir".into(),
-            self.dir
-                .path()
-                .join(format!("node{id}"))
-                .display()
-                .to_string(),
+            self.data_dir(id).display().to_string(),
             "--peers".into(),
             peers_arg(&self.addrs),
         ];
         args.extend(self.extra.get(&id).cloned().unwrap_or_default());
         Ok(Config::try_parse_from(args)?)
+    }
+
+    /// Node `id`'s data directory.
+    pub fn data_dir(&self, id: u64) -> std::path::PathBuf {
+        self.dir.path().join(format!("node{id}"))
     }
 
     pub fn node(&self, id: u64) -> &Arc<Node> {
@@ -160,7 +194,7 @@ impl InProcessCluster {
     /// Kills node `id` and deletes its data, as a lost disk would; returns its address.
     pub async fn wipe(&mut self, id: u64) -> anyhow::Result<String> {
         self.kill(id).await;
-        std::fs::remove_dir_all(self.dir.path().join(format!("node{id}")))?;
+        std::fs::remove_dir_all(self.data_dir(id))?;
         self.addrs
             .remove(&id)
             .ok_or_else(|| anyhow::anyhow!("no node {id}"))

@@ -1,10 +1,11 @@
 //! openraft glue: the Raft log on sled (`log`), the in-memory lease state machine
-//! (`state_machine`) and its snapshot files (`snapshot`).
+//! (`state_machine`), its snapshot files (`snapshot`) and restoring from one (`restore`).
 
 pub mod codec;
 pub mod compaction;
 pub mod log;
 pub mod notify;
+pub mod restore;
 pub mod snapshot;
 pub mod state_machine;
 
