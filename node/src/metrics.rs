@@ -5,7 +5,7 @@
 //! log's fsync counters are read when the scrape comes (a [`Collector`]), so they cost
 //! nothing between scrapes. Latencies are histograms observed as they happen: the time to
 //! apply each entry (`StorageStats::apply_seconds`) and each gRPC call from request to
-//! response headers, by method ([`RpcTimer`]).
+//! response headers, by method ([`RpcTimer`]), which also runs each call in its `rpc` span.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +23,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::app::Node;
 use crate::store::StorageStats;
@@ -73,8 +74,11 @@ pub fn rpc_latency() -> RpcLatency {
     Family::new_with_constructor(latency_histogram as fn() -> Histogram)
 }
 
-/// A tower layer that observes every call's latency, request to response headers (for a
-/// stream: until it is open).
+/// A tower layer that runs every call in a span of its own, `rpc{method, request_id}`, and
+/// observes its latency, request to response headers (for a stream: until it is open). The
+/// handler fills in `request_id` ([`crate::api::record_request_id`]): a write's own, or one
+/// the node assigns. Events logged while the call is handled (its retries, forwarding,
+/// refusals) carry both fields.
 #[derive(Clone)]
 pub struct RpcTimerLayer {
     latency: RpcLatency,
@@ -129,14 +133,22 @@ where
         } else {
             "other".to_string()
         };
+        let span = tracing::info_span!(
+            "rpc",
+            method = %method,
+            request_id = tracing::field::Empty
+        );
         let histogram = self.latency.get_or_create_owned(&RpcLabels { method });
         let started = Instant::now();
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let response = response.await;
-            histogram.observe(started.elapsed().as_secs_f64());
-            response
-        })
+        let response = span.in_scope(|| self.inner.call(request));
+        Box::pin(
+            async move {
+                let response = response.await;
+                histogram.observe(started.elapsed().as_secs_f64());
+                response
+            }
+            .instrument(span),
+        )
     }
 }
 
@@ -359,5 +371,122 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Rece
         .await
     {
         tracing::error!("the metrics endpoint stopped: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Write as _;
+    use std::sync::Mutex;
+
+    use tower::{Layer as _, Service as _};
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
+    use tracing_subscriber::registry::LookupSpan;
+
+    use super::*;
+
+    /// Each event, as the names and fields of the spans it was logged in.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<String>>>);
+
+    struct Fields(String);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    impl<S> tracing_subscriber::Layer<S> for Captured
+    where
+        S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            id: &tracing::span::Id,
+            ctx: LayerContext<'_, S>,
+        ) {
+            let mut fields = Fields(String::new());
+            attrs.record(&mut fields);
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(fields);
+            }
+        }
+
+        fn on_record(
+            &self,
+            id: &tracing::span::Id,
+            values: &tracing::span::Record<'_>,
+            ctx: LayerContext<'_, S>,
+        ) {
+            if let Some(span) = ctx.span(id) {
+                if let Some(fields) = span.extensions_mut().get_mut::<Fields>() {
+                    values.record(fields);
+                }
+            }
+        }
+
+        fn on_event(&self, event: &tracing::Event<'_>, ctx: LayerContext<'_, S>) {
+            let mut line = String::new();
+            for span in ctx
+                .event_scope(event)
+                .into_iter()
+                .flat_map(|s| s.from_root())
+            {
+                line.push_str(span.name());
+                if let Some(fields) = span.extensions().get::<Fields>() {
+                    line.push_str(&fields.0);
+                }
+            }
+            self.0.lock().expect("lines").push(line);
+        }
+    }
+
+    /// What a handler logs carries its call's method and request id; a call without an id of
+    /// its own gets one, and a made-up path is only `other`.
+    #[test]
+    fn every_call_runs_in_a_span_with_its_method_and_request_id() {
+        let captured = Captured::default();
+        let _default =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(captured.clone()));
+        let handler = tower::service_fn(|request: http::Request<tonic::body::Body>| async move {
+            let write = request.uri().path().ends_with("/Acquire");
+            crate::api::record_request_id(write.then_some("req-7"));
+            tracing::warn!("handled");
+            Ok::<_, std::convert::Infallible>(http::Response::new(()))
+        });
+        let mut service = RpcTimerLayer::new(rpc_latency()).layer(handler);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        for path in [
+            "/tenure.v1.Leases/Acquire",
+            "/tenure.v1.Leases/GetResource",
+            "/x/y",
+        ] {
+            let request = http::Request::builder()
+                .uri(path)
+                .body(tonic::body::Body::empty())
+                .expect("request");
+            runtime.block_on(service.call(request)).expect("answered");
+        }
+        let lines = captured.0.lock().expect("lines").clone();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(
+            lines[0],
+            r#"rpc method=/tenure.v1.Leases/Acquire request_id="req-7""#
+        );
+        let assigned = lines[1]
+            .strip_prefix(r#"rpc method=/tenure.v1.Leases/GetResource request_id=""#)
+            .and_then(|rest| rest.strip_suffix('"'))
+            .unwrap_or_else(|| panic!("{}", lines[1]));
+        assert!(uuid::Uuid::parse_str(assigned).is_ok(), "{assigned}");
+        assert!(
+            lines[2].starts_with("rpc method=other request_id="),
+            "{}",
+            lines[2]
+        );
     }
 }

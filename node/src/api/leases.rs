@@ -7,7 +7,6 @@ use std::sync::Arc;
 use tenure_proto::v1 as pb;
 use tenure_proto::v1::leases_server::Leases;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::Instrument;
 
 use super::{convert, validate};
 use crate::api::forward::ProposeRequest;
@@ -34,7 +33,7 @@ impl LeasesApi {
         op: Op,
     ) -> Result<Reply, ApiError> {
         let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let span = tracing::debug_span!("propose", request_id = %request_id);
+        super::record_request_id(Some(&request_id));
         let waits = matches!(&op, Op::Acquire(a) if a.wait_ms.is_some());
         let request = ProposeRequest {
             principal: caller.principal,
@@ -44,11 +43,9 @@ impl LeasesApi {
             op,
         };
         if waits {
-            super::wait::acquire(&self.node, request)
-                .instrument(span)
-                .await
+            super::wait::acquire(&self.node, request).await
         } else {
-            self.node.propose(request).instrument(span).await
+            self.node.propose(request).await
         }
     }
 
@@ -58,6 +55,7 @@ impl LeasesApi {
         request: &Request<T>,
         (query, stale): (Query, bool),
     ) -> Result<(Answer, u64), ApiError> {
+        super::record_request_id(None);
         self.caller(request)?;
         match self.node.query(query, stale).await? {
             (Answer::Rejected(rejection), _) => Err(rejection.into()),

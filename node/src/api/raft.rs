@@ -91,6 +91,8 @@ impl Raft for RaftApi {
         {
             return Err(Status::invalid_argument("request_id too long"));
         }
+        // The leader's log of a forwarded write names the write as the follower's does.
+        super::record_request_id(request.request_id.as_deref());
         reply(wire, &self.node.propose_local(request).await)
     }
 
