@@ -148,17 +148,8 @@ impl Client {
     /// The same endpoints over TLS, verifying the nodes against `ca_pem`, the cluster CA
     /// (PEM) that signed their certificates (`tenured --tls-ca`).
     pub fn with_ca(&self, ca_pem: &[u8]) -> Result<Self, Error> {
-        let tls = tls_to(ca_pem);
-        let inner = &self.inner;
-        Ok(Client {
-            inner: Arc::new(Inner {
-                channels: channels(&inner.endpoints, Some(tls))?,
-                endpoints: inner.endpoints.clone(),
-                preferred: AtomicUsize::new(inner.preferred.load(Ordering::Relaxed)),
-                timeout: inner.timeout,
-                authorization: inner.authorization.clone(),
-            }),
-        })
+        let tls = Self::build(self.inner.endpoints.clone(), Some(tls_to(ca_pem)))?;
+        Ok(tls.rebuilt(self.inner.timeout, self.inner.authorization.clone()))
     }
 
     /// Parses a comma-separated endpoint list.

@@ -15,7 +15,9 @@ use std::time::Instant;
 
 use openraft::ServerState;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -158,24 +160,29 @@ struct NodeCollector {
     node: Weak<Node>,
 }
 
-fn gauge(
+fn gauge<N: EncodeGaugeValue>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    value: i64,
+    value: N,
 ) -> Result<(), std::fmt::Error> {
     let metric = ConstGauge::new(value);
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
-fn counter(
+fn counter<N: EncodeCounterValue>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    value: u64,
+    value: N,
 ) -> Result<(), std::fmt::Error> {
     let metric = ConstCounter::new(value);
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+/// Prometheus's base unit.
+fn micros_as_seconds(micros: u64) -> f64 {
+    micros as f64 / 1e6
 }
 
 impl Collector for NodeCollector {
@@ -273,9 +280,9 @@ impl Collector for NodeCollector {
         )?;
         counter(
             e,
-            "tenure_log_sync_microseconds",
+            "tenure_log_sync_seconds",
             "Time in log flush + fdatasync",
-            StorageStats::get(&s.log_sync_micros),
+            micros_as_seconds(StorageStats::get(&s.log_sync_micros)),
         )?;
         counter(
             e,
@@ -303,9 +310,9 @@ impl Collector for NodeCollector {
         )?;
         gauge(
             e,
-            "tenure_snapshot_build_microseconds",
+            "tenure_snapshot_build_seconds",
             "How long building the newest snapshot took",
-            i(StorageStats::get(&s.last_snapshot_build_micros)),
+            micros_as_seconds(StorageStats::get(&s.last_snapshot_build_micros)),
         )?;
         gauge(
             e,
