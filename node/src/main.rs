@@ -46,22 +46,29 @@ async fn restore() -> anyhow::Result<()> {
         std::iter::once("tenured restore".into()).chain(args),
     );
     let restored = restore.run().await?;
+    let peers = restore
+        .peers
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",");
     println!(
-        "restored {} live leases from index {} at index {} ({} bytes) into {}; start it with \
-         tenured --id {} --data-dir {} --peers {}",
+        "restored {} live leases from index {} at index {}, term {} ({} bytes) into {}\n\
+         start it: tenured --id {} --data-dir {} --peers {peers}",
         restored.live_leases,
         restored.from_index,
         restored.index,
+        restored.term,
         restored.snapshot_bytes,
         restore.data_dir.display(),
         restore.id,
         restore.data_dir.display(),
-        restore
-            .peers
-            .iter()
-            .map(|(id, addr)| format!("{id}={addr}"))
-            .collect::<Vec<_>>()
-            .join(","),
     );
+    if restore.peers.len() > 1 {
+        println!(
+            "start the other members with the same --peers on empty data directories: they \
+             receive the state from it"
+        );
+    }
     Ok(())
 }

@@ -26,25 +26,31 @@ impl InProcessCluster {
         Self::start_prepared(n, extra, |_, _| async { Ok(()) }).await
     }
 
-    /// Starts `n` nodes, each on a data directory `restore` seeded from the snapshot file
-    /// `backup` (`tenured restore`) with all `n` as the voters, the index moved on by `bump`.
+    /// Starts `n` nodes as a cluster restored from the snapshot file `backup` (`tenured
+    /// restore`, the index moved on by `bump`): node 1 on a data directory seeded from it with
+    /// all `n` as the voters, the others on empty ones.
     pub async fn restored(n: u64, backup: &std::path::Path, bump: u64) -> anyhow::Result<Self> {
         Self::start_prepared(n, BTreeMap::new(), |id, cluster: &InProcessCluster| {
-            let restore = tenure_node::store::restore::Restore {
+            let restore = (id == 1).then(|| tenure_node::store::restore::Restore {
                 snapshot: backup.to_path_buf(),
                 data_dir: cluster.data_dir(id),
                 id,
                 peers: cluster.addrs.clone(),
                 bump_index: bump,
-            };
-            async move { restore.run().await.map(drop) }
+            });
+            async move {
+                if let Some(restore) = restore {
+                    restore.run().await?;
+                }
+                Ok(())
+            }
         })
         .await
     }
 
     /// Starts `n` nodes, running `prepare` for each (its id, the cluster before it starts)
     /// first.
-    async fn start_prepared<F, P>(
+    pub async fn start_prepared<F, P>(
         n: u64,
         extra: BTreeMap<u64, Vec<String>>,
         prepare: P,
