@@ -135,11 +135,12 @@ where
         } else {
             "other".to_string()
         };
-        let span = tracing::info_span!(
-            "rpc",
-            method = %method,
-            request_id = tracing::field::Empty
-        );
+        // Nodes' own traffic (AppendEntries, heartbeats, forwarded calls) only at debug.
+        let span = if method.starts_with("/tenure.raft.") {
+            tracing::debug_span!("rpc", method = %method, request_id = tracing::field::Empty)
+        } else {
+            tracing::info_span!("rpc", method = %method, request_id = tracing::field::Empty)
+        };
         let histogram = self.latency.get_or_create_owned(&RpcLabels { method });
         let started = Instant::now();
         let response = span.in_scope(|| self.inner.call(request));
@@ -452,12 +453,16 @@ mod tests {
     }
 
     /// What a handler logs carries its call's method and request id; a call without an id of
-    /// its own gets one, and a made-up path is only `other`.
+    /// its own gets one, a made-up path is only `other`, and nodes' own calls are in a span
+    /// only at debug level.
     #[test]
     fn every_call_runs_in_a_span_with_its_method_and_request_id() {
+        use tracing_subscriber::Layer as _;
         let captured = Captured::default();
-        let _default =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(captured.clone()));
+        let info = captured
+            .clone()
+            .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+        let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(info));
         let handler = tower::service_fn(|request: http::Request<tonic::body::Body>| async move {
             let write = request.uri().path().ends_with("/Acquire");
             crate::api::record_request_id(write.then_some("req-7"));
@@ -472,6 +477,7 @@ mod tests {
             "/tenure.v1.Leases/Acquire",
             "/tenure.v1.Leases/GetResource",
             "/x/y",
+            "/tenure.raft.v1.Raft/AppendEntries",
         ] {
             let request = http::Request::builder()
                 .uri(path)
@@ -480,20 +486,20 @@ mod tests {
             runtime.block_on(service.call(request)).expect("answered");
         }
         let lines = captured.0.lock().expect("lines").clone();
-        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines.len(), 4, "{lines:?}");
         assert_eq!(
             lines[0],
             r#"rpc method=/tenure.v1.Leases/Acquire request_id="req-7""#
         );
         let assigned = lines[1]
-            .strip_prefix(r#"rpc method=/tenure.v1.Leases/GetResource request_id=""#)
-            .and_then(|rest| rest.strip_suffix('"'))
+            .strip_prefix("rpc method=/tenure.v1.Leases/GetResource request_id=local-")
             .unwrap_or_else(|| panic!("{}", lines[1]));
-        assert!(uuid::Uuid::parse_str(assigned).is_ok(), "{assigned}");
+        assert!(assigned.parse::<u64>().is_ok(), "{}", lines[1]);
         assert!(
-            lines[2].starts_with("rpc method=other request_id="),
+            lines[2].starts_with("rpc method=other request_id=local-"),
             "{}",
             lines[2]
         );
+        assert_eq!(lines[3], "", "no span at info level");
     }
 }

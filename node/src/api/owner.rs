@@ -78,12 +78,15 @@ pub async fn serve(
     let tenure = check::servable(&view, &wanted, &caller)?;
     tracing::debug!(?tenure, "inbox opened");
     let mut outbox = node.inboxes.open(tenure)?;
-    tokio::spawn(take_replies(
-        node.inboxes.clone(),
-        (outbox.id(), outbox.resource().to_string()),
-        requests,
-        outbox.dropped(),
-    ));
+    tokio::spawn(
+        take_replies(
+            node.inboxes.clone(),
+            (outbox.id(), outbox.resource().to_string()),
+            requests,
+            outbox.dropped(),
+        )
+        .in_current_span(),
+    );
     Ok(Response::new(Box::pin(outbox)))
 }
 
@@ -140,8 +143,8 @@ pub async fn forward(
     let (metadata, _, message) = request.into_parts();
     let call = check::forward(message)?;
     let caller = node.auth.caller(&metadata)?;
-    let span =
-        tracing::debug_span!("forward", resource = %call.resource, request_id = %call.request_id);
+    super::record_request_id(Some(&call.request_id));
+    let span = tracing::debug_span!("forward", resource = %call.resource);
     let reply = route::forward(node, caller.principal, call)
         .instrument(span)
         .await?;

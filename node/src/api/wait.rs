@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use crate::app::Node;
 use crate::error::ApiError;
 use crate::lease::{AcquireOp, AcquireOutcome, CancelWaitOp, Op, Reply};
@@ -134,33 +136,37 @@ impl Drop for CancelOnDrop {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        runtime.spawn(async move {
-            // The call may have gone away while its acquire was in flight: proposing the same
-            // request again (same request_id, so applied at most once) pins down its wait
-            // before the removal names it, so the removal cannot overtake the queuing.
-            let wait_id = match known {
-                Some(id) => Some(id),
-                None => match node.propose(request.clone()).await {
-                    Ok(Reply::Acquire(outcome)) => outcome.wait_id,
-                    _ => None,
-                },
-            };
-            let (Some(wait_id), Op::Acquire(op)) = (wait_id, &request.op) else {
-                return;
-            };
-            let removal = ProposeRequest {
-                request_id: Some(uuid::Uuid::new_v4().to_string()),
-                op: Op::CancelWait(CancelWaitOp {
-                    resource: op.resource.clone(),
-                    holder: op.holder.clone(),
-                    wait_id: Some(wait_id),
-                }),
-                ..request.clone()
-            };
-            if let Err(error) = node.propose(removal).await {
-                // The wait still ends at its wait_timeout.
-                tracing::debug!(%error, "could not remove the wait of a call that went away");
+        // In the call's span (a dropped instrumented future drops inside it).
+        runtime.spawn(
+            async move {
+                // The call may have gone away while its acquire was in flight: proposing the same
+                // request again (same request_id, so applied at most once) pins down its wait
+                // before the removal names it, so the removal cannot overtake the queuing.
+                let wait_id = match known {
+                    Some(id) => Some(id),
+                    None => match node.propose(request.clone()).await {
+                        Ok(Reply::Acquire(outcome)) => outcome.wait_id,
+                        _ => None,
+                    },
+                };
+                let (Some(wait_id), Op::Acquire(op)) = (wait_id, &request.op) else {
+                    return;
+                };
+                let removal = ProposeRequest {
+                    request_id: Some(uuid::Uuid::new_v4().to_string()),
+                    op: Op::CancelWait(CancelWaitOp {
+                        resource: op.resource.clone(),
+                        holder: op.holder.clone(),
+                        wait_id: Some(wait_id),
+                    }),
+                    ..request.clone()
+                };
+                if let Err(error) = node.propose(removal).await {
+                    // The wait still ends at its wait_timeout.
+                    tracing::debug!(%error, "could not remove the wait of a call that went away");
+                }
             }
-        });
+            .in_current_span(),
+        );
     }
 }

@@ -15,6 +15,7 @@ use tenure_proto::v1 as pb;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::Stream;
 use tonic::Status;
+use tracing::Instrument;
 
 use super::convert;
 use super::validate::WatchSpec;
@@ -32,11 +33,15 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 pub fn start(node: Arc<Node>, spec: WatchSpec) -> WatchStream {
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(async move {
-        if let Err(status) = run(&node, &spec, &tx).await {
-            let _ = tx.send(Err(status)).await;
+    // In the call's span: what the stream logs later names its call.
+    tokio::spawn(
+        async move {
+            if let Err(status) = run(&node, &spec, &tx).await {
+                let _ = tx.send(Err(status)).await;
+            }
         }
-    });
+        .in_current_span(),
+    );
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
