@@ -10,7 +10,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Logs go to stderr, in colour only on a terminal (not in journald or `docker logs`).
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(terminal)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
