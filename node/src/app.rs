@@ -328,6 +328,9 @@ impl Running {
         self.node.sm.notify.shut_down();
         self.server.abort();
         self.timers.abort();
+        // Until the aborted server task is dropped, it holds the listening socket: a restart
+        // on the same port right after would find it in use.
+        let _ = self.server.await;
         let _ = self.node.raft.shutdown().await;
     }
 }
