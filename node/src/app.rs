@@ -300,10 +300,48 @@ async fn report_health(node: Arc<Node>, health: tonic_health::server::HealthRepo
 }
 
 impl Running {
-    /// Stops serving, lets in-flight calls finish, and stops Raft. Watches, blocked waits and
-    /// owner inboxes end at once (their clients resume elsewhere): they would never finish by
-    /// themselves.
+    /// Stops gracefully: a leader first hands leadership to the most up-to-date other voter
+    /// (`TransferLeader`), so the cluster goes on without waiting out an election; then
+    /// [`Self::shutdown_in_place`].
     pub async fn shutdown(self) {
+        self.hand_over_leadership().await;
+        self.shutdown_in_place().await;
+    }
+
+    /// A leader with another voter hands leadership over, best effort: if it cannot (the
+    /// others are behind or unreachable), the cluster elects a leader once this one is gone,
+    /// as after a crash. Bounded by the transfer's own limits (about a second by default).
+    async fn hand_over_leadership(&self) {
+        let node = &self.node;
+        let metrics = node.raft.metrics().borrow().clone();
+        let others = metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|id| id != node.id);
+        if metrics.current_leader != Some(node.id) || !others {
+            return;
+        }
+        tracing::info!("stopping: handing leadership over first");
+        if let crate::api::membership::AdminReply::Transfer {
+            to,
+            transferred,
+            detail,
+            ..
+        } = node.transfer_leader(0, None).await
+        {
+            if transferred {
+                tracing::info!(leader = ?to, "stopping: leadership handed over");
+            } else {
+                tracing::warn!(%detail, "stopping: leadership not handed over; the others will elect a leader");
+            }
+        }
+    }
+
+    /// Stops serving, lets in-flight calls finish, and stops Raft, without handing leadership
+    /// over. Watches, blocked waits and owner inboxes end at once (their clients resume
+    /// elsewhere): they would never finish by themselves.
+    pub async fn shutdown_in_place(self) {
         self.node.inboxes.shut_down();
         self.node.sm.notify.shut_down();
         let _ = self.stop.send(true);

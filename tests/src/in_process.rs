@@ -206,16 +206,18 @@ impl InProcessCluster {
             .ok_or_else(|| anyhow::anyhow!("no node {id}"))
     }
 
-    /// Stops node `id` gracefully (it keeps its data).
+    /// Stops node `id` gracefully, as SIGTERM does (a leader hands leadership over first; the
+    /// node keeps its data).
     pub async fn stop(&mut self, id: u64) {
         if let Some(running) = self.running.remove(&id) {
             running.shutdown().await;
         }
     }
 
+    /// Stops every node gracefully, without handing leadership from one to the next.
     pub async fn shutdown(mut self) {
         for (_, running) in std::mem::take(&mut self.running) {
-            running.shutdown().await;
+            running.shutdown_in_place().await;
         }
     }
 }

@@ -300,6 +300,47 @@ async fn leadership_moves_to_the_voter_asked_for() {
     cluster.shutdown().await;
 }
 
+/// SIGTERM on the leader (a graceful stop) hands leadership over before the node goes: it
+/// sees its successor elected, in the next term, instead of leaving the others to wait out
+/// its lease and elect one after it is gone. Leases and tokens are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_stopped_gracefully_hands_leadership_over_first() {
+    let mut cluster = three().await;
+    let client = cluster.client();
+    let held = granted(&client, "held", "holder", TTL).await;
+    let old = cluster.leader(ELECTION).await.expect("a leader");
+    let term = cluster.node(old).raft.metrics().borrow().current_term;
+    let mut watch = cluster.node(old).raft.metrics();
+    let successor = tokio::spawn(async move {
+        let seen = watch
+            .wait_for(|m| m.current_leader.is_some_and(|l| l != old))
+            .await
+            .ok()?;
+        seen.current_leader
+    });
+    cluster.stop(old).await;
+    // Resolves (or ends with None, when the old leader's Raft stops without one).
+    let successor = tokio::time::timeout(ELECTION, successor)
+        .await
+        .expect("the old leader's metrics ended")
+        .expect("watch task")
+        .expect("the old leader saw its successor before it stopped");
+    assert_eq!(cluster.leader(ELECTION).await.expect("a leader"), successor);
+    let now = cluster.node(successor).raft.metrics().borrow().current_term;
+    assert_eq!(now, term + 1, "one election, the hand-over's");
+    let renewed = client
+        .renew(renew_request(&held, TTL))
+        .await
+        .expect("renew after the hand-over");
+    assert_eq!(
+        renewed.lease.map(|l| l.fencing_token),
+        Some(held.fencing_token)
+    );
+    let after = granted(&client, "after/stop", "k", TTL).await;
+    assert!(after.fencing_token > held.fencing_token);
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_transfer_to_a_stopped_voter_is_declined_and_the_leader_stays() {
     let mut cluster = three().await;

@@ -372,7 +372,7 @@ impl Node {
         Ok(Ok(self.membership_reply(log_index, true)))
     }
 
-    async fn transfer_leader(&self, to: NodeId, from: Option<NodeId>) -> AdminReply {
+    pub(crate) async fn transfer_leader(&self, to: NodeId, from: Option<NodeId>) -> AdminReply {
         let reply = |to: Option<NodeId>, transferred: bool, detail: String| AdminReply::Transfer {
             from: from.unwrap_or(self.id),
             to,
