@@ -36,6 +36,18 @@ fn tls_to(ca_pem: &[u8]) -> ClientTlsConfig {
     ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem))
 }
 
+/// The endpoints as given, trimmed.
+fn trimmed<I, S>(endpoints: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    endpoints
+        .into_iter()
+        .map(|e| e.as_ref().trim().to_string())
+        .collect()
+}
+
 /// A lazily connecting channel per endpoint, over TLS when `tls` is given.
 fn channels(endpoints: &[String], tls: Option<ClientTlsConfig>) -> Result<Vec<Channel>, Error> {
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -95,10 +107,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let raw: Vec<String> = endpoints
-            .into_iter()
-            .map(|e| e.as_ref().trim().to_string())
-            .collect();
+        let raw = trimmed(endpoints);
         if let Some(tls) = raw.iter().find(|e| e.starts_with("https://")) {
             return Err(Error::Local(format!(
                 "{tls} needs TLS: give the cluster CA (tenure --ca-cert, Client::new_with_ca)"
@@ -114,11 +123,7 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let raw = endpoints
-            .into_iter()
-            .map(|e| e.as_ref().trim().to_string())
-            .collect();
-        Self::build(raw, Some(tls_to(ca_pem)))
+        Self::build(trimmed(endpoints), Some(tls_to(ca_pem)))
     }
 
     fn build(raw: Vec<String>, tls: Option<ClientTlsConfig>) -> Result<Self, Error> {
@@ -143,13 +148,6 @@ impl Client {
                 authorization: None,
             }),
         })
-    }
-
-    /// The same endpoints over TLS, verifying the nodes against `ca_pem`, the cluster CA
-    /// (PEM) that signed their certificates (`tenured --tls-ca`).
-    pub fn with_ca(&self, ca_pem: &[u8]) -> Result<Self, Error> {
-        let tls = Self::build(self.inner.endpoints.clone(), Some(tls_to(ca_pem)))?;
-        Ok(tls.rebuilt(self.inner.timeout, self.inner.authorization.clone()))
     }
 
     /// Parses a comma-separated endpoint list.

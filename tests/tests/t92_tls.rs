@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use tenure_client::Error;
+use tenure_client::{Client, Error};
 use tenure_proto::raft::v1::raft_client::RaftClient;
 use tenure_proto::raft::v1::RaftBytes;
 use tenure_tests::in_process::InProcessCluster;
@@ -104,9 +104,7 @@ async fn a_tls_cluster_serves_clients_with_its_ca_and_refuses_everyone_else() {
         .await
         .expect("a leader over mutual TLS");
 
-    let admin = cluster
-        .client()
-        .with_ca(cluster_pki.ca_pem.as_bytes())
+    let admin = Client::new_with_ca(cluster.addrs.values(), cluster_pki.ca_pem.as_bytes())
         .expect("tls client")
         .with_token("admin-token")
         .expect("token");
@@ -138,9 +136,7 @@ async fn a_tls_cluster_serves_clients_with_its_ca_and_refuses_everyone_else() {
     let short = Duration::from_millis(500);
     let plain = cluster.client().with_timeout(short);
     let stranger = pki("other");
-    let untrusting = cluster
-        .client()
-        .with_ca(stranger.ca_pem.as_bytes())
+    let untrusting = Client::new_with_ca(cluster.addrs.values(), stranger.ca_pem.as_bytes())
         .expect("tls client")
         .with_timeout(short);
     for (what, client) in [("plain", plain), ("another CA", untrusting)] {
@@ -200,7 +196,6 @@ async fn a_tls_endpoint_without_the_ca_is_refused_rather_than_sent_a_token_in_cl
     let refused = tenure_client::Client::new(["https://127.0.0.1:7101"]);
     assert!(matches!(refused, Err(Error::Local(ref why)) if why.contains("needs TLS")));
     let ca = pki("cluster").ca_pem;
-    let tls = tenure_client::Client::new_with_ca(["https://127.0.0.1:7101"], ca.as_bytes())
-        .expect("a TLS client");
+    let tls = Client::new_with_ca(["https://127.0.0.1:7101"], ca.as_bytes()).expect("a TLS client");
     assert_eq!(tls.endpoints(), ["127.0.0.1:7101"]);
 }
