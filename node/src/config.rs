@@ -147,21 +147,15 @@ pub struct Config {
 /// The cluster's members by id.
 pub type Peers = BTreeMap<u64, String>;
 
-/// The `--config` file named on the command line (`--config F` or `--config=F`), or else by
-/// `TENURED_CONFIG`.
+/// The `--config` file named on the command line or by `TENURED_CONFIG`: clap's own reading
+/// of that one flag, with every other argument (required ones too) left for later.
 fn config_path(args: &[OsString]) -> Option<PathBuf> {
-    // The last one, as clap takes the last of a repeated flag.
-    let mut found = None;
-    let mut args = args.iter().skip(1);
-    while let Some(arg) = args.next() {
-        let arg = arg.to_string_lossy();
-        if arg == "--config" {
-            found = args.next().map(PathBuf::from);
-        } else if let Some(path) = arg.strip_prefix("--config=") {
-            found = Some(PathBuf::from(path));
-        }
-    }
-    found.or_else(|| std::env::var_os("TENURED_CONFIG").map(PathBuf::from))
+    Config::command()
+        .ignore_errors(true)
+        .try_get_matches_from(args)
+        .ok()?
+        .get_one::<PathBuf>("config")
+        .cloned()
 }
 
 /// A TOML settings file as flags, leaving out each setting whose environment variable is set
@@ -348,6 +342,25 @@ mod tests {
         let config = Config::load_from(["tenured", &format!("--config={path}")]);
         std::env::remove_var("TENURED_SNAPSHOT_KEEP_LOGS");
         assert_eq!(config.expect("config").snapshot_keep_logs, 77);
+    }
+
+    #[test]
+    fn the_file_is_named_by_the_last_flag_or_else_by_the_environment() {
+        let first = file("id = 1\n");
+        let last = file("id = 2\n");
+        let (first, last) = (first.path().to_owned(), last.path().to_owned());
+        let args = |list: &[&str]| list.iter().map(OsString::from).collect::<Vec<_>>();
+        let flags = args(&[
+            "tenured",
+            "--config",
+            first.to_str().expect("utf-8"),
+            &format!("--config={}", last.display()),
+        ]);
+        assert_eq!(config_path(&flags), Some(last));
+        std::env::set_var("TENURED_CONFIG", &first);
+        let named = config_path(&args(&["tenured", "--id", "3"]));
+        std::env::remove_var("TENURED_CONFIG");
+        assert_eq!(named, Some(first));
     }
 
     #[test]
