@@ -96,6 +96,10 @@ struct Inner {
     timeout: Duration,
     /// `Bearer TOKEN`, sent on every call when set.
     authorization: Option<MetadataValue<Ascii>>,
+    /// The channels use TLS.
+    tls: bool,
+    /// A token may go in clear to an endpoint off this machine ([`Client::insecure`]).
+    insecure: bool,
 }
 
 impl Client {
@@ -141,11 +145,13 @@ impl Client {
         }
         Ok(Client {
             inner: Arc::new(Inner {
+                tls: tls.is_some(),
                 channels: channels(&endpoints, tls)?,
                 endpoints,
                 preferred: AtomicUsize::new(0),
                 timeout: Duration::from_secs(10),
                 authorization: None,
+                insecure: false,
             }),
         })
     }
@@ -157,27 +163,53 @@ impl Client {
 
     /// The same client with another per-call deadline (all retries included).
     pub fn with_timeout(&self, timeout: Duration) -> Self {
-        self.rebuilt(timeout, self.inner.authorization.clone())
+        self.rebuilt(|inner| inner.timeout = timeout)
     }
 
-    /// The same client sending `authorization: Bearer TOKEN` on every call.
+    /// The same client sending `authorization: Bearer TOKEN` on every call. Refused for a
+    /// plain-text client with an endpoint off this machine (anyone on the path could read the
+    /// token), unless [`Client::insecure`] allowed it: use [`Client::new_with_ca`].
     pub fn with_token(&self, token: &str) -> Result<Self, Error> {
-        let value = format!("Bearer {token}")
+        let inner = &self.inner;
+        if !inner.tls && !inner.insecure {
+            if let Some(exposed) = inner
+                .endpoints
+                .iter()
+                .find(|e| !tenure_proto::is_loopback(e))
+            {
+                return Err(Error::Local(format!(
+                    "refusing to send a bearer token in clear to {exposed}: give the cluster CA \
+                     (tenure --ca-cert, Client::new_with_ca) to use TLS, or allow it with \
+                     --insecure (Client::insecure)"
+                )));
+            }
+        }
+        let value: MetadataValue<Ascii> = format!("Bearer {token}")
             .parse()
             .map_err(|_| Error::Local("the token must be printable ASCII".into()))?;
-        Ok(self.rebuilt(self.inner.timeout, Some(value)))
+        Ok(self.rebuilt(|inner| inner.authorization = Some(value)))
     }
 
-    fn rebuilt(&self, timeout: Duration, authorization: Option<MetadataValue<Ascii>>) -> Self {
+    /// The same client, allowed to send a token in clear to endpoints off this machine
+    /// ([`Client::with_token`] refuses that otherwise). For test clusters on private networks.
+    pub fn insecure(&self) -> Self {
+        self.rebuilt(|inner| inner.insecure = true)
+    }
+
+    fn rebuilt(&self, change: impl FnOnce(&mut Inner)) -> Self {
         let inner = &self.inner;
+        let mut copy = Inner {
+            endpoints: inner.endpoints.clone(),
+            channels: inner.channels.clone(),
+            preferred: AtomicUsize::new(inner.preferred.load(Ordering::Relaxed)),
+            timeout: inner.timeout,
+            authorization: inner.authorization.clone(),
+            tls: inner.tls,
+            insecure: inner.insecure,
+        };
+        change(&mut copy);
         Client {
-            inner: Arc::new(Inner {
-                endpoints: inner.endpoints.clone(),
-                channels: inner.channels.clone(),
-                preferred: AtomicUsize::new(inner.preferred.load(Ordering::Relaxed)),
-                timeout,
-                authorization,
-            }),
+            inner: Arc::new(copy),
         }
     }
 
@@ -514,5 +546,27 @@ impl Client {
 fn ensure_request_id(request_id: &mut String) {
     if request_id.is_empty() {
         *request_id = uuid::Uuid::new_v4().to_string();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_token_is_never_sent_in_clear_off_this_machine_unless_allowed() {
+        let token = "t".repeat(32);
+        for endpoints in [&["10.0.0.1:7101"][..], &["127.0.0.1:7101", "tenure-2:7101"]] {
+            let client = Client::new(endpoints).expect("client");
+            let Err(Error::Local(refusal)) = client.with_token(&token) else {
+                panic!("{endpoints:?}: a token in clear was accepted");
+            };
+            assert!(refusal.contains("in clear"), "{refusal}");
+            client.insecure().with_token(&token).expect("--insecure");
+        }
+        Client::new(["127.0.0.1:7101", "localhost:7102", "[::1]:7103"])
+            .expect("client")
+            .with_token(&token)
+            .expect("loopback");
     }
 }

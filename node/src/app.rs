@@ -12,12 +12,11 @@ use tenure_proto::v1::leases_server::LeasesServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::service::interceptor::InterceptedService;
 
 use crate::api::cluster::ClusterApi;
 use crate::api::leases::LeasesApi;
 use crate::api::raft::RaftApi;
-use crate::api::transport;
+use crate::api::{gate, transport};
 use crate::clock::NodeClock;
 use crate::config::Config;
 use crate::network::{Network, Peers, PEER_MESSAGE_LIMIT};
@@ -40,7 +39,14 @@ pub struct Node {
     pub peers: Peers,
     pub clock: Arc<NodeClock>,
     pub config: Config,
-    pub auth: crate::auth::Auth,
+    /// The token table in force: SIGHUP loads the token file again ([`Node::reload_auth`]).
+    auth: watch::Sender<Arc<crate::auth::Auth>>,
+    /// Client requests in flight, node-wide (`--max-in-flight`).
+    pub in_flight: crate::limits::Gauge,
+    /// Watch, Serve and waiting Acquire calls open, node-wide (`--max-open-streams`).
+    pub streams: crate::limits::Gauge,
+    /// Calls refused, by cause.
+    pub refusals: crate::metrics::Refusals,
     /// The highest log index this process has committed as leader (0: none yet). A leader
     /// restarted in its old term reuses its old blank entry, so until it commits an entry of
     /// its own its read index may lag writes it acknowledged before the restart.
@@ -93,7 +99,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     let sm = StateMachineStore::open(config.data_dir.join("snapshots"), stats)?;
     let shared = sm.shared.clone();
     let auth = match &config.token_file {
-        Some(path) => crate::auth::Auth::load(path)?,
+        Some(path) => crate::auth::Auth::load(path, config.insecure)?,
         None => {
             tracing::warn!(
                 "AUTH IS OFF (no --token-file): every caller is the principal `anonymous` with the admin role"
@@ -101,6 +107,17 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             crate::auth::Auth::off()
         }
     };
+    if config.insecure {
+        tracing::error!(
+            "--insecure: this node accepts what it would refuse on a network (no auth on a \
+             non-loopback address, short tokens, a token file others may read)"
+        );
+    }
+    if config.insecure_transport && auth.is_on() && config.tls_cert.is_none() {
+        tracing::error!(
+            "--insecure-transport: the peer token travels in clear; anyone on the path can act as a node"
+        );
+    }
     let tls = crate::tls::Tls::load(&config)?;
     if let Some(tls) = &tls {
         crate::tls::check(tls)?;
@@ -145,7 +162,16 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         peers,
         clock: clock.clone(),
         config: config.clone(),
-        auth,
+        auth: watch::Sender::new(Arc::new(auth)),
+        in_flight: crate::limits::Gauge::new(
+            crate::limits::Cap::InFlight,
+            config.limits.max_in_flight,
+        ),
+        streams: crate::limits::Gauge::new(
+            crate::limits::Cap::Streams,
+            config.limits.max_open_streams,
+        ),
+        refusals: Default::default(),
         own_commit: own_commit.clone(),
         inboxes: Default::default(),
         batcher: crate::api::forward::batcher(raft.clone(), clock.clone(), own_commit),
@@ -221,31 +247,40 @@ async fn serve(
         .register_encoded_file_descriptor_set(tenure_proto::FILE_DESCRIPTOR_SET)
         .build_v1();
 
-    let header_node = node.clone();
+    let reflection = reflection.and_then(|full| {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(gate::public_descriptors())
+            .build_v1()
+            .map(|public| gate::Reflection { public, full })
+    });
     let layer = tower::util::MapResponseLayer::new(
         move |mut response: http::Response<tonic::body::Body>| {
             transport::fix_transport_status(response.headers_mut());
-            if let Some(value) = transport::leader_header(header_node.leader()) {
-                response
-                    .headers_mut()
-                    .insert(transport::LEADER_HEADER, value);
-            }
             response
         },
     );
 
-    // A node that was paused (or stalled) comes back to a burst of streams its clients
-    // already cancelled; h2's default of 20 pending resets would answer that burst with
-    // GOAWAY (ENHANCE_YOUR_CALM) and fail calls that were fine.
+    let limits = &node.config.limits;
     let mut builder = tonic::transport::Server::builder();
     let mutual = tls.is_some();
     if let Some(tls) = &tls {
         builder = builder.tls_config(tls.server())?;
     }
     let mut router = builder
-        .http2_max_pending_accept_reset_streams(Some(10_000))
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .concurrency_limit_per_connection(limits.max_requests_per_connection)
+        // A node that was paused (or stalled) comes back to a burst of streams its clients
+        // already cancelled; h2's default of 20 pending resets would answer that burst with
+        // GOAWAY (ENHANCE_YOUR_CALM) and fail calls that were fine.
+        .http2_max_pending_accept_reset_streams(Some(limits.max_pending_resets))
+        .http2_max_local_error_reset_streams(Some(limits.max_local_error_resets))
+        .http2_keepalive_interval(Some(limits.http2_keepalive))
+        .http2_keepalive_timeout(Some(limits.http2_keepalive_timeout))
+        .max_connection_age(limits.max_connection_age)
+        .max_connection_age_grace(limits.max_connection_age_grace)
         .layer(crate::metrics::RpcTimerLayer::new(node.rpc_latency.clone()))
         .layer(layer)
+        .layer(gate::GateLayer::new(node.clone(), mutual))
         .add_service(
             LeasesServer::new(LeasesApi { node: node.clone() })
                 .max_decoding_message_size(CLIENT_MESSAGE_LIMIT)
@@ -255,12 +290,11 @@ async fn serve(
             ClusterServer::new(ClusterApi { node: node.clone() })
                 .max_decoding_message_size(CLIENT_MESSAGE_LIMIT),
         )
-        .add_service(InterceptedService::new(
+        .add_service(
             RaftServer::new(RaftApi { node: node.clone() })
                 .max_decoding_message_size(PEER_MESSAGE_LIMIT)
                 .max_encoding_message_size(PEER_MESSAGE_LIMIT),
-            move |request| crate::tls::from_peer(mutual, &request).map(|()| request),
-        ))
+        )
         .add_service(health_service);
     match reflection {
         Ok(reflection) => router = router.add_service(reflection),
@@ -279,6 +313,47 @@ async fn serve(
         tracing::error!("the gRPC server stopped: {e}");
     }
     served
+}
+
+impl Node {
+    /// The token table in force.
+    pub fn auth(&self) -> Arc<crate::auth::Auth> {
+        self.auth.borrow().clone()
+    }
+
+    /// Loads the token file again (SIGHUP): a token no longer in it is refused from its next
+    /// call on, and the streams it opened end ([`Node::revoked`]). A file that does not load
+    /// leaves the table in force as it was. Auth cannot be turned on or off this way.
+    pub fn reload_auth(&self) -> anyhow::Result<()> {
+        let Some(path) = &self.config.token_file else {
+            anyhow::bail!("no --token-file to reload: auth stays off");
+        };
+        let auth = crate::auth::Auth::load(path, self.config.insecure)?;
+        anyhow::ensure!(
+            auth.peer_token() == self.auth().peer_token(),
+            "the peer token this node sends (the lexically first `peer` line) would change: \
+             that takes a restart; a reload may add or remove any other token"
+        );
+        self.auth.send_replace(Arc::new(auth));
+        tracing::info!(file = %path.display(), "reloaded the token file");
+        Ok(())
+    }
+
+    /// Resolves once a reload revoked `credential` (never when auth is off).
+    pub async fn revoked(&self, credential: Option<crate::auth::Credential>) {
+        let Some(credential) = credential else {
+            return std::future::pending().await;
+        };
+        let mut changes = self.auth.subscribe();
+        loop {
+            if !changes.borrow_and_update().admits(&credential) {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
 }
 
 /// `grpc.health.v1`: SERVING while this node knows a leader.

@@ -6,27 +6,47 @@
 //! file's `peer` token, which that service requires and the client API refuses: a client
 //! cannot hand a node a command in someone else's name. Every node reads the same file.
 //! Without a token file auth is off: every caller is the principal `anonymous` with the admin
-//! role, and the internal service is open.
+//! role, and the internal service is open; a node refuses to run so on a non-loopback
+//! address unless told `--insecure` (`Config::validate`).
+//!
+//! The callers are checked from the request headers alone, before any body is read
+//! (`api::gate`). The table is keyed by each token's SHA-256, so a lookup's timing says
+//! nothing about how much of a guessed token was right.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
-use tonic::metadata::MetadataMap;
+use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::lease::history::SYSTEM_ACTOR;
 use crate::lease::policy;
+use crate::lease::Rejection;
 
 /// The principal of every caller when auth is off.
 pub const ANONYMOUS: &str = "anonymous";
 
-/// Who is calling, as the state machine needs to know it.
+/// The shortest token a node accepts (unless `--insecure`): 32 bytes, e.g. `openssl rand
+/// -hex 16` or more.
+pub const MIN_TOKEN_BYTES: usize = 32;
+
+/// Who is calling, as the state machine needs to know it. The auth gate puts it in each
+/// client request's extensions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
     pub principal: String,
     pub admin: bool,
 }
+
+/// The token a client call presented (its digest), put in the request's extensions by the
+/// auth gate: a stream it opened ends when a reload revokes it ([`Auth::admits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Credential(TokenDigest);
+
+/// Put in a request's extensions by the auth gate once the caller proved to be a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCall;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -41,10 +61,16 @@ struct Entry {
     role: Role,
 }
 
+type TokenDigest = [u8; 32];
+
+fn token_digest(token: &[u8]) -> TokenDigest {
+    Sha256::digest(token).into()
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
-    /// None = auth off.
-    tokens: Option<HashMap<String, Entry>>,
+    /// None = auth off. Keyed by the token's SHA-256.
+    tokens: Option<HashMap<TokenDigest, Entry>>,
     /// The token this node presents to its peers.
     peer_token: Option<String>,
 }
@@ -64,14 +90,35 @@ impl Auth {
         self.tokens.is_some()
     }
 
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
+    /// Reads the token file. Unless `insecure`, a file that group or others may read and a
+    /// token shorter than [`MIN_TOKEN_BYTES`] are refused.
+    pub fn load(path: &Path, insecure: bool) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading token file {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in token file {}", path.display()))
+        if !insecure {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)?.permissions().mode();
+            anyhow::ensure!(
+                mode & 0o077 == 0,
+                "token file {} has mode {:o}: group and others must not read it \
+                 (chmod 600 {}), or pass --insecure",
+                path.display(),
+                mode & 0o777,
+                path.display()
+            );
+        }
+        Self::parse_checked(&text, insecure)
+            .with_context(|| format!("in token file {}", path.display()))
     }
 
+    /// Parses a token file's text, without the length rule (tests).
     pub fn parse(text: &str) -> anyhow::Result<Self> {
+        Self::parse_checked(text, true)
+    }
+
+    fn parse_checked(text: &str, short_tokens: bool) -> anyhow::Result<Self> {
         let mut tokens = HashMap::new();
+        let mut peer_token: Option<&str> = None;
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -81,6 +128,13 @@ impl Auth {
             let [token, principal, role] = fields[..] else {
                 anyhow::bail!("line {}: expected `TOKEN PRINCIPAL ROLE`", n + 1);
             };
+            anyhow::ensure!(
+                short_tokens || token.len() >= MIN_TOKEN_BYTES,
+                "line {}: the token has {} bytes; at least {MIN_TOKEN_BYTES} are needed \
+                 (e.g. `openssl rand -hex 32`), or pass --insecure",
+                n + 1,
+                token.len()
+            );
             let role = match role {
                 "admin" => Role::Admin,
                 "client" => Role::Client,
@@ -105,22 +159,24 @@ impl Auth {
                     "reclaims"
                 }
             );
+            if role == Role::Peer {
+                // The lexically first peer token, so every node reading the same file
+                // picks the same.
+                peer_token = Some(peer_token.map_or(token, |t| t.min(token)));
+            }
             let entry = Entry {
                 principal: principal.to_string(),
                 role,
             };
             anyhow::ensure!(
-                tokens.insert(token.to_string(), entry).is_none(),
+                tokens
+                    .insert(token_digest(token.as_bytes()), entry)
+                    .is_none(),
                 "line {}: token appears twice",
                 n + 1
             );
         }
-        // The lexically first peer token, so every node reading the same file picks the same.
-        let peer_token = tokens
-            .iter()
-            .filter(|(_, e)| e.role == Role::Peer)
-            .map(|(t, _)| t.clone())
-            .min();
+        let peer_token = peer_token.map(str::to_string);
         anyhow::ensure!(
             peer_token.is_some(),
             "no `peer` token: nodes need one for their calls to each other"
@@ -136,12 +192,15 @@ impl Auth {
     }
 
     /// The token a request presents, and what the file says of it.
-    fn presented(&self, metadata: &MetadataMap) -> Result<Option<&Entry>, ApiError> {
+    fn presented(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<Option<(Credential, &Entry)>, ApiError> {
         let Some(tokens) = &self.tokens else {
             return Ok(None);
         };
-        let header = metadata
-            .get("authorization")
+        let header = headers
+            .get(http::header::AUTHORIZATION)
             .ok_or_else(|| ApiError::Unauthenticated("missing bearer token".into()))?;
         let token = header
             .to_str()
@@ -154,38 +213,91 @@ impl Auth {
             .ok_or_else(|| {
                 ApiError::Unauthenticated("authorization is not `Bearer TOKEN`".into())
             })?;
+        let digest = token_digest(token.as_bytes());
         tokens
-            .get(token)
-            .map(Some)
+            .get(&digest)
+            .map(|entry| Some((Credential(digest), entry)))
             .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
     }
 
-    /// Admits a call to the internal `Raft` service: only with a `peer` token when auth is on.
-    pub fn check_peer(&self, metadata: &MetadataMap) -> Result<(), ApiError> {
-        match self.presented(metadata)? {
+    /// Whether a token this table's predecessor admitted is still in force here.
+    pub fn admits(&self, credential: &Credential) -> bool {
+        self.tokens
+            .as_ref()
+            .is_none_or(|tokens| tokens.contains_key(&credential.0))
+    }
+
+    /// Admits a call to the internal `Raft` service: only with a `peer` token when auth is
+    /// on; a client or admin token is `permission_denied`.
+    pub fn check_peer(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+        match self.presented(headers)? {
             None => Ok(()),
-            Some(entry) if entry.role == Role::Peer => Ok(()),
-            Some(_) => Err(ApiError::Unauthenticated(
+            Some((_, entry)) if entry.role == Role::Peer => Ok(()),
+            Some(_) => Err(Rejection::InsufficientPermissions(
                 "the internal Raft service takes only a peer token".into(),
-            )),
+            )
+            .into()),
         }
     }
 
     /// The caller of a request, from its `authorization: Bearer TOKEN` header.
-    pub fn caller(&self, metadata: &MetadataMap) -> Result<Caller, ApiError> {
-        match self.presented(metadata)? {
-            None => Ok(Caller {
-                principal: ANONYMOUS.into(),
-                admin: true,
-            }),
-            Some(entry) if entry.role == Role::Peer => Err(ApiError::Unauthenticated(
+    pub fn caller(&self, headers: &http::HeaderMap) -> Result<Caller, ApiError> {
+        self.client(headers).map(|(caller, _)| caller)
+    }
+
+    /// The caller of a request and the token it presented (None when auth is off).
+    pub fn client(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<(Caller, Option<Credential>), ApiError> {
+        match self.presented(headers)? {
+            None => Ok((
+                Caller {
+                    principal: ANONYMOUS.into(),
+                    admin: true,
+                },
+                None,
+            )),
+            Some((_, entry)) if entry.role == Role::Peer => Err(ApiError::Unauthenticated(
                 "a peer token is for node-to-node calls only".into(),
             )),
-            Some(entry) => Ok(Caller {
-                principal: entry.principal.clone(),
-                admin: entry.role == Role::Admin,
-            }),
+            Some((credential, entry)) => Ok((
+                Caller {
+                    principal: entry.principal.clone(),
+                    admin: entry.role == Role::Admin,
+                },
+                Some(credential),
+            )),
         }
+    }
+}
+
+/// The caller the auth gate found for `request`. A request that did not pass the gate has
+/// none and is refused: the check fails closed.
+pub fn caller_of<T>(request: &tonic::Request<T>) -> Result<Caller, ApiError> {
+    caller_in(request.extensions())
+}
+
+/// [`caller_of`] for a request already taken apart.
+pub fn caller_in(extensions: &tonic::Extensions) -> Result<Caller, ApiError> {
+    extensions
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| ApiError::Unauthenticated("the caller was not authenticated".into()))
+}
+
+/// The token the auth gate found on a client call (None when auth is off).
+pub fn credential_in(extensions: &tonic::Extensions) -> Option<Credential> {
+    extensions.get::<Credential>().copied()
+}
+
+/// Refuses a call to the internal service that the auth gate did not admit as a peer's.
+pub fn peer_of<T>(request: &tonic::Request<T>) -> Result<(), ApiError> {
+    match request.extensions().get::<PeerCall>() {
+        Some(PeerCall) => Ok(()),
+        None => Err(ApiError::Unauthenticated(
+            "the caller was not authenticated as a peer".into(),
+        )),
     }
 }
 
@@ -193,8 +305,8 @@ impl Auth {
 mod tests {
     use super::*;
 
-    fn with_header(value: &str) -> MetadataMap {
-        let mut m = MetadataMap::new();
+    fn with_header(value: &str) -> http::HeaderMap {
+        let mut m = http::HeaderMap::new();
         m.insert("authorization", value.parse().expect("ascii"));
         m
     }
@@ -215,7 +327,7 @@ mod tests {
     fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
         let auth = Auth::parse("t1 alice admin\np1 nodes peer").expect("parses");
         for metadata in [
-            MetadataMap::new(),
+            http::HeaderMap::new(),
             with_header("t1"),
             with_header("Basic t1"),
             with_header("Bearer nope"),
@@ -231,20 +343,24 @@ mod tests {
         assert_eq!(auth.peer_token(), Some("p1"), "every node picks the same");
         assert!(auth.check_peer(&with_header("Bearer p1")).is_ok());
         assert!(auth.check_peer(&with_header("Bearer p2")).is_ok());
-        for refused in [MetadataMap::new(), with_header("Bearer t1")] {
-            let err = auth.check_peer(&refused).expect_err("not a peer");
-            assert_eq!(err.reason_and_code().0, "unauthenticated");
-        }
+        let err = auth
+            .check_peer(&http::HeaderMap::new())
+            .expect_err("no token");
+        assert_eq!(err.reason_and_code().0, "unauthenticated");
+        let err = auth
+            .check_peer(&with_header("Bearer t1"))
+            .expect_err("a client token");
+        assert_eq!(err.reason_and_code().0, "insufficient_permissions");
         let err = auth
             .caller(&with_header("Bearer p1"))
             .expect_err("peer as client");
         assert_eq!(err.reason_and_code().0, "unauthenticated");
-        assert!(Auth::off().check_peer(&MetadataMap::new()).is_ok());
+        assert!(Auth::off().check_peer(&http::HeaderMap::new()).is_ok());
     }
 
     #[test]
     fn auth_off_makes_everyone_an_anonymous_admin() {
-        let caller = Auth::off().caller(&MetadataMap::new()).expect("anyone");
+        let caller = Auth::off().caller(&http::HeaderMap::new()).expect("anyone");
         assert_eq!(caller.principal, ANONYMOUS);
         assert!(caller.admin);
     }
@@ -260,5 +376,29 @@ mod tests {
         ] {
             assert!(Auth::parse(text).is_err(), "{text:?}");
         }
+    }
+
+    #[test]
+    fn short_tokens_and_a_file_others_may_read_are_refused_unless_insecure() {
+        use std::os::unix::fs::PermissionsExt;
+        let long = "x".repeat(MIN_TOKEN_BYTES);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("tokens");
+        let write = |text: &str, mode: u32| {
+            std::fs::write(&path, text).expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        };
+        write(&format!("{long}a alice admin\n{long}p nodes peer\n"), 0o600);
+        assert!(Auth::load(&path, false).is_ok());
+
+        write(&format!("{long}a alice admin\n{long}p nodes peer\n"), 0o640);
+        let error = Auth::load(&path, false).expect_err("group may read it");
+        assert!(format!("{error:#}").contains("chmod 600"), "{error:#}");
+        assert!(Auth::load(&path, true).is_ok(), "--insecure");
+
+        write(&format!("short alice admin\n{long}p nodes peer\n"), 0o600);
+        let error = Auth::load(&path, false).expect_err("a short token");
+        assert!(format!("{error:#}").contains("at least 32"), "{error:#}");
+        assert!(Auth::load(&path, true).is_ok(), "--insecure");
     }
 }

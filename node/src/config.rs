@@ -111,6 +111,23 @@ pub struct Config {
     #[arg(long, env = "TENURED_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
 
+    /// Run without the safeguards of a node reachable from a network, on purpose: serve a
+    /// non-loopback address without --token-file (every caller an admin, the internal Raft
+    /// service open to anyone), and accept tokens shorter than 32 bytes or a token file
+    /// that group or others may read. Logged loudly at start. For tests and throwaway
+    /// clusters only.
+    #[arg(long, env = "TENURED_INSECURE")]
+    pub insecure: bool,
+
+    /// Send the peer token in clear: auth on (--token-file), TLS off and a peer on a
+    /// non-loopback address. Anyone on the path could read the token and act as a node.
+    /// Logged loudly at start. Use TLS (--tls-cert, --tls-key, --tls-ca) instead.
+    #[arg(long, env = "TENURED_INSECURE_TRANSPORT")]
+    pub insecure_transport: bool,
+
+    #[command(flatten)]
+    pub limits: crate::limits::Limits,
+
     /// Refuse acquires of resources no admin registered (`resource_not_found`), instead of
     /// running them ad hoc under the default policy.
     #[arg(long, env = "TENURED_REQUIRE_REGISTRATION")]
@@ -274,6 +291,36 @@ impl Config {
             tls.iter().all(|f| f.is_some()) || tls.iter().all(|f| f.is_none()),
             "TLS needs all three of --tls-cert, --tls-key and --tls-ca"
         );
+        self.check_exposure()?;
+        self.limits.validate()
+    }
+
+    /// Refuses what would leave this node open to a network: a non-loopback address with
+    /// auth off (unless `--insecure`), or the peer token in clear to a non-loopback peer
+    /// (unless `--insecure-transport`).
+    fn check_exposure(&self) -> anyhow::Result<()> {
+        let exposed = std::iter::once(self.listen.as_str())
+            .chain(self.peers.values().map(String::as_str))
+            .find(|addr| !tenure_proto::is_loopback(addr));
+        let Some(exposed) = exposed else {
+            return Ok(());
+        };
+        if self.token_file.is_none() {
+            anyhow::ensure!(
+                self.insecure,
+                "refusing to serve {exposed} without auth: anyone who reaches it could call \
+                 the internal Raft service and every admin call. Add --token-file FILE \
+                 (`TOKEN PRINCIPAL ROLE` per line, mode 0600; docs/operations.md, \
+                 \"Secure a cluster\"), or pass --insecure to run open on purpose"
+            );
+        } else if self.tls_cert.is_none() {
+            anyhow::ensure!(
+                self.insecure_transport,
+                "refusing to send the peer token in clear to {exposed}: anyone on the path \
+                 could act as a node. Add --tls-cert, --tls-key and --tls-ca \
+                 (docs/operations.md, \"Secure a cluster\"), or pass --insecure-transport"
+            );
+        }
         Ok(())
     }
 
@@ -313,6 +360,7 @@ mod tests {
             election_max = "400ms"
             join = true
             require_registration = false
+            insecure = true
 
             [peers]
             1 = "10.0.0.1:7101"
@@ -328,6 +376,7 @@ mod tests {
         assert_eq!(config.advertised_addr(), "10.0.0.3:7101");
         assert!(config.join);
         assert!(!config.require_registration);
+        assert!(config.insecure, "--insecure from the file");
         // The flag beats the file; the file beats the default.
         assert_eq!(config.election_max, Duration::from_millis(500));
         assert_eq!(config.data_dir, PathBuf::from("/var/lib/tenure"));
@@ -374,5 +423,53 @@ mod tests {
                 .contains("unknown setting `election_maximum`"),
             "{error}"
         );
+    }
+
+    fn exposure(listen: &str, peers: &str, extra: &[&str]) -> anyhow::Result<()> {
+        let mut args = vec![
+            "tenured",
+            "--id",
+            "1",
+            "--data-dir",
+            "d",
+            "--listen",
+            listen,
+        ];
+        args.extend(["--peers", peers]);
+        args.extend(extra);
+        Config::try_parse_from(args).expect("parses").validate()
+    }
+
+    #[test]
+    fn a_network_address_without_a_token_file_is_refused_unless_insecure() {
+        exposure("127.0.0.1:7101", "1=127.0.0.1:7101", &[]).expect("loopback is fine");
+        exposure("localhost:7101", "1=localhost:7101", &[]).expect("loopback is fine");
+        for (listen, peers) in [
+            ("0.0.0.0:7101", "1=127.0.0.1:7101"),
+            ("127.0.0.1:7101", "1=10.0.0.1:7101"),
+            ("127.0.0.1:7101", "1=127.0.0.1:7101,2=tenure-2:7101"),
+        ] {
+            let error = exposure(listen, peers, &[]).expect_err("open on a network");
+            assert!(error.to_string().contains("--token-file"), "{error}");
+            exposure(listen, peers, &["--insecure"]).expect("--insecure");
+        }
+    }
+
+    #[test]
+    fn a_peer_token_in_clear_to_a_network_peer_is_refused_unless_insecure_transport() {
+        let auth = ["--token-file", "tokens"];
+        exposure("127.0.0.1:7101", "1=127.0.0.1:7101", &auth).expect("loopback is fine");
+        let error = exposure("0.0.0.0:7101", "1=10.0.0.1:7101", &auth).expect_err("in clear");
+        assert!(
+            error.to_string().contains("--insecure-transport"),
+            "{error}"
+        );
+        let mut flags = auth.to_vec();
+        flags.push("--insecure-transport");
+        exposure("0.0.0.0:7101", "1=10.0.0.1:7101", &flags).expect("--insecure-transport");
+        let tls = ["--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca"];
+        let mut flags = auth.to_vec();
+        flags.extend(tls);
+        exposure("0.0.0.0:7101", "1=10.0.0.1:7101", &flags).expect("TLS");
     }
 }

@@ -38,6 +38,12 @@ pub enum ApiError {
     /// Forward: the owner answered with more than the reply limit.
     #[error("the owner's reply of {bytes} bytes exceeds the limit of {limit} bytes")]
     ReplyTooLarge { bytes: u64, limit: usize },
+    /// A node-wide cap (`crate::limits`) is reached: retry later, or on another node.
+    #[error("{detail}")]
+    Limit {
+        cap: crate::limits::Cap,
+        detail: String,
+    },
     /// Cluster administration: the member or address is taken (a lease-level conflict is a
     /// [`Rejection::AlreadyExists`]).
     #[error("{0}")]
@@ -45,6 +51,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A stream whose token a reload of the token file revoked.
+    pub fn revoked() -> Self {
+        ApiError::Unauthenticated("the token was revoked".into())
+    }
+
     pub fn invalid(field: &str, problem: impl Into<String>) -> Self {
         ApiError::Rejected(Rejection::invalid(field, problem))
     }
@@ -87,6 +98,7 @@ impl ApiError {
             ApiError::OwnerTimeout(_) => ("owner_timeout", Code::DeadlineExceeded),
             ApiError::ReplyTooLarge { .. } => ("reply_too_large", Code::ResourceExhausted),
             ApiError::MemberExists(_) => ("already_exists", Code::AlreadyExists),
+            ApiError::Limit { cap, .. } => (cap.reason(), Code::ResourceExhausted),
         }
     }
 }
@@ -231,6 +243,22 @@ mod tests {
                     limit: 1 << 20,
                 },
                 "reply_too_large",
+                Code::ResourceExhausted,
+            ),
+            (
+                ApiError::Limit {
+                    cap: crate::limits::Cap::InFlight,
+                    detail: "busy".into(),
+                },
+                "too_many_requests",
+                Code::ResourceExhausted,
+            ),
+            (
+                ApiError::Limit {
+                    cap: crate::limits::Cap::Streams,
+                    detail: "busy".into(),
+                },
+                "too_many_streams",
                 Code::ResourceExhausted,
             ),
         ];

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod lease;
+pub mod limits;
 pub mod metrics;
 pub mod network;
 pub mod store;

@@ -1,5 +1,5 @@
 //! `tenured`: one Tenure node. Parses the configuration, sets up logging, runs until
-//! SIGINT/SIGTERM. `tenured restore …` seeds a data directory from a backup instead.
+//! SIGINT/SIGTERM; SIGHUP loads the token file again. `tenured restore …` seeds a data directory from a backup instead.
 
 use tenure_node::config::Config;
 
@@ -32,10 +32,20 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(id = config.id, listen = %config.listen, data_dir = %config.data_dir.display(), "tenured starting");
     let running = tenure_node::app::start(config, listener).await?;
 
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = sigterm.recv() => {}
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+            // SIGHUP: load the token file again (revoke and add tokens without a restart).
+            _ = sighup.recv() => {
+                if let Err(e) = running.node.reload_auth() {
+                    tracing::error!("SIGHUP: the token file was not reloaded, the old one stays in force: {e:#}");
+                }
+            }
+        }
     }
     tracing::info!("shutting down");
     running.shutdown().await;

@@ -18,7 +18,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
 };
-use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -155,6 +155,35 @@ where
     }
 }
 
+/// Why a call was refused, for `tenure_refusals_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    pub cause: &'static str,
+}
+
+/// Calls refused by cause: `unauthenticated` (no or unknown token), `permission` (a token
+/// without the right: a client on the internal service, a non-admin on an admin call, a
+/// non-holder), `limit` (a node-wide cap: in flight or open streams), counted from each
+/// refusal's `tenure-reason`.
+#[derive(Clone, Debug, Default)]
+pub struct Refusals(pub Family<RefusalLabels, Counter>);
+
+impl Refusals {
+    /// Counts the refusal a response carries, if any (the reason of a trailers-only error).
+    pub fn count(&self, headers: &http::HeaderMap) {
+        let Some(reason) = headers.get(crate::error::REASON_TRAILER) else {
+            return;
+        };
+        let cause = match reason.as_bytes() {
+            b"unauthenticated" => "unauthenticated",
+            b"insufficient_permissions" => "permission",
+            b"too_many_requests" | b"too_many_streams" => "limit",
+            _ => return,
+        };
+        self.0.get_or_create(&RefusalLabels { cause }).inc();
+    }
+}
+
 /// Reads the node's state on every scrape.
 #[derive(Debug)]
 struct NodeCollector {
@@ -203,6 +232,26 @@ impl Collector for NodeCollector {
         };
         let e = &mut encoder;
         let i = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for (name, help, gauge_of) in [
+            (
+                "tenure_requests_in_flight",
+                "Client requests being handled (refused past tenure_requests_in_flight_limit)",
+                &node.in_flight,
+            ),
+            (
+                "tenure_open_streams",
+                "Watch, Serve and waiting Acquire calls open (refused past tenure_open_streams_limit)",
+                &node.streams,
+            ),
+        ] {
+            gauge(e, name, help, gauge_of.open() as i64)?;
+            gauge(
+                e,
+                &format!("{name}_limit"),
+                "The node-wide cap (--max-in-flight, --max-open-streams)",
+                gauge_of.limit() as i64,
+            )?;
+        }
         gauge(
             e,
             "tenure_raft_term",
@@ -337,6 +386,11 @@ pub fn registry(node: &Arc<Node>) -> Registry {
         "tenure_rpc_seconds",
         "gRPC calls served, request to response headers (for a stream: until it is open), by method",
         node.rpc_latency.clone(),
+    );
+    registry.register(
+        "tenure_refusals",
+        "Calls refused, by cause: unauthenticated, permission, limit",
+        node.refusals.0.clone(),
     );
     registry.register_collector(Box::new(NodeCollector {
         node: Arc::downgrade(node),

@@ -74,17 +74,3 @@ impl Tls {
             .identity(self.identity.clone())
     }
 }
-
-/// Whether a call to the internal Raft service comes from a peer: with TLS on, it presented a
-/// certificate, which the handshake verified against the cluster CA.
-pub fn from_peer<T>(tls: bool, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
-    if !tls {
-        return Ok(());
-    }
-    match request.peer_certs() {
-        Some(certs) if !certs.is_empty() => Ok(()),
-        _ => Err(tonic::Status::permission_denied(
-            "the internal Raft service takes only cluster members (a certificate signed by the cluster CA)",
-        )),
-    }
-}

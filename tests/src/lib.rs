@@ -16,6 +16,13 @@ pub fn ids(n: u64) -> Vec<u64> {
     (1..=n).collect()
 }
 
+/// Writes a secret (a token file) readable by its owner only, as a node requires.
+pub fn write_secret(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write the secret");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+}
+
 /// `1=addr,2=addr,…`
 pub fn peers_arg(addrs: &std::collections::BTreeMap<u64, String>) -> String {
     addrs

@@ -1,7 +1,7 @@
 //! Auth (SPEC §6, §3): bearer tokens map to principals and roles. With `--token-file`, a call
-//! without a known token is `unauthenticated`; only an admin registers; only a lease's principal
-//! or an admin renews, releases or transfers it; argument validation answers before
-//! authentication; and a follower that forwards a call keeps the caller's principal.
+//! without a known token is `unauthenticated`, whatever its body; only an admin registers; only
+//! a lease's principal or an admin renews, releases or transfers it; and a follower that
+//! forwards a call keeps the caller's principal.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,23 +13,22 @@ use tonic::Code;
 
 const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
-const ADMIN: &str = "t70-admin-secret";
-const ALICE: &str = "t70-alice-secret";
-const BOB: &str = "t70-bob-secret";
-const PEER: &str = "t70-peer-secret";
+const ADMIN: &str = "t70-admin-secret-0123456789abcdef";
+const ALICE: &str = "t70-alice-secret-0123456789abcdef";
+const BOB: &str = "t70-bob-secret-0123456789abcdef01";
+const PEER: &str = "t70-peer-secret-0123456789abcdef0";
 
 /// A 3-node cluster whose nodes all read one token file: `root` (admin), `alice` and `bob`
 /// (clients). The temp dir holding the file lives as long as the cluster.
 async fn cluster() -> (InProcessCluster, tempfile::TempDir, u64) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("tokens");
-    std::fs::write(
+    tenure_tests::write_secret(
         &path,
-        format!(
+        &format!(
             "# t70\n{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"
         ),
-    )
-    .expect("token file");
+    );
     let flags = vec!["--token-file".to_string(), path.display().to_string()];
     let extra: BTreeMap<u64, Vec<String>> =
         ids(3).into_iter().map(|id| (id, flags.clone())).collect();
@@ -89,7 +88,7 @@ async fn leases_on(client: &Client, resource: &str) -> Vec<pb::Lease> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_or_unknown_tokens_are_unauthenticated_and_arguments_are_checked_first() {
+async fn missing_or_unknown_tokens_are_unauthenticated_before_the_body_is_read() {
     let (cluster, _dir, _) = cluster().await;
     let anonymous = cluster.client();
     let stranger = as_(&anonymous, "not-a-known-token");
@@ -144,12 +143,13 @@ async fn missing_or_unknown_tokens_are_unauthenticated_and_arguments_are_checked
             code,
             reason,
         );
-        // SPEC §3: argument validation comes before authentication.
+        // The caller is checked from the headers, before the body is read: even a call whose
+        // arguments are bad is refused as unauthenticated.
         refused(
             &format!("{who}: acquire with a bad resource name"),
             client.acquire(acquire_request("bad name", "h", TTL)).await,
-            Code::InvalidArgument,
-            "invalid_argument",
+            code,
+            reason,
         );
         refused(
             &format!("{who}: history with page_size 1001"),
@@ -160,8 +160,8 @@ async fn missing_or_unknown_tokens_are_unauthenticated_and_arguments_are_checked
                     ..Default::default()
                 })
                 .await,
-            Code::InvalidArgument,
-            "invalid_argument",
+            code,
+            reason,
         );
         refused(
             &format!("{who}: create_resource with EXCLUSIVE as a shared mode"),
@@ -175,8 +175,8 @@ async fn missing_or_unknown_tokens_are_unauthenticated_and_arguments_are_checked
                     ..Default::default()
                 })
                 .await,
-            Code::InvalidArgument,
-            "invalid_argument",
+            code,
+            reason,
         );
     }
     // Nothing was acquired or registered.
@@ -384,7 +384,8 @@ async fn a_call_through_a_follower_keeps_the_callers_principal() {
 }
 
 /// The internal Raft service shares the port: with auth on it takes only the peer token, so a
-/// client cannot hand a node a command in another principal's name; the client API refuses
+/// client cannot hand a node a command in another principal's name (no token or an unknown
+/// one: unauthenticated; a client's or admin's: permission denied); the client API refuses
 /// the peer token.
 #[tokio::test]
 async fn the_internal_raft_service_takes_only_the_peer_token() {
@@ -405,13 +406,14 @@ async fn the_internal_raft_service_takes_only_the_peer_token() {
         }
         request
     };
-    for token in [None, Some(ADMIN), Some(ALICE), Some("nope")] {
+    for (token, code) in [
+        (None, Code::Unauthenticated),
+        (Some("nope"), Code::Unauthenticated),
+        (Some(ADMIN), Code::PermissionDenied),
+        (Some(ALICE), Code::PermissionDenied),
+    ] {
         let status = raft.propose(forged(token)).await.expect_err("refused");
-        assert_eq!(
-            status.code(),
-            Code::Unauthenticated,
-            "{token:?}: {status:?}"
-        );
+        assert_eq!(status.code(), code, "{token:?}: {status:?}");
     }
     // The peer token passes the door; the forged body then fails to decode.
     let status = raft

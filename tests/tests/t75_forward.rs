@@ -511,9 +511,9 @@ async fn bad_forward_and_serve_input_is_invalid_argument() {
     cluster.shutdown().await;
 }
 
-const ALICE: &str = "t75-alice-secret";
-const BOB: &str = "t75-bob-secret";
-const PEER: &str = "t75-peer-secret";
+const ALICE: &str = "t75-alice-secret-0123456789abcdef";
+const BOB: &str = "t75-bob-secret-0123456789abcdef01";
+const PEER: &str = "t75-peer-secret-0123456789abcdef0";
 
 /// With auth on: only the lease's principal serves it, any client forwards (the owner sees
 /// who), a call without a token is refused, and the internal inbox RPCs take only the peer
@@ -522,11 +522,10 @@ const PEER: &str = "t75-peer-secret";
 async fn with_auth_the_principal_serves_any_client_forwards_and_peers_deliver() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("tokens");
-    std::fs::write(
+    tenure_tests::write_secret(
         &path,
-        format!("{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
-    )
-    .expect("token file");
+        &format!("{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
+    );
     let flags = vec!["--token-file".to_string(), path.display().to_string()];
     let (cluster, leader) =
         cluster_with(ids(3).into_iter().map(|id| (id, flags.clone())).collect()).await;
@@ -578,6 +577,6 @@ async fn with_auth_the_principal_serves_any_client_forwards_and_peers_deliver() 
     let value = format!("Bearer {ALICE}").parse().expect("ascii");
     forged.metadata_mut().insert("authorization", value);
     let status = raft.deliver(forged).await.expect_err("a client token");
-    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     cluster.shutdown().await;
 }

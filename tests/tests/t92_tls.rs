@@ -18,7 +18,9 @@ use tonic::Code;
 
 const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
-const TOKENS: &str = "admin-token ops admin\nclient-token app client\npeer-token nodes peer\n";
+const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef012345";
+const CLIENT_TOKEN: &str = "client-token-0123456789abcdef01234";
+const PEER_TOKEN: &str = "peer-token-0123456789abcdef0123456";
 
 /// A CA and one certificate it signed for 127.0.0.1 (every in-process node listens there).
 struct Pki {
@@ -62,7 +64,16 @@ fn flags(dir: &Path, pki: &Pki) -> Vec<String> {
         "--tls-ca".into(),
         write("ca.pem", &pki.ca_pem),
         "--token-file".into(),
-        write("tokens", TOKENS),
+        {
+            let path = dir.join("tokens");
+            tenure_tests::write_secret(
+                &path,
+                &format!(
+                    "{ADMIN_TOKEN} ops admin\n{CLIENT_TOKEN} app client\n{PEER_TOKEN} nodes peer\n"
+                ),
+            );
+            path.display().to_string()
+        },
     ]
 }
 
@@ -82,9 +93,10 @@ fn tls_channel(addr: &str, ca: &str, identity: Option<&Pki>) -> Channel {
 /// An AppendEntries call as a peer would make it (the peer token, an empty body).
 async fn peer_call(channel: Channel) -> Result<(), tonic::Status> {
     let mut request = tonic::Request::new(RaftBytes { data: vec![] });
-    request
-        .metadata_mut()
-        .insert("authorization", "Bearer peer-token".parse().expect("ascii"));
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {PEER_TOKEN}").parse().expect("ascii"),
+    );
     RaftClient::new(channel)
         .append_entries(request)
         .await
@@ -106,7 +118,7 @@ async fn a_tls_cluster_serves_clients_with_its_ca_and_refuses_everyone_else() {
 
     let admin = Client::new_with_ca(cluster.addrs.values(), cluster_pki.ca_pem.as_bytes())
         .expect("tls client")
-        .with_token("admin-token")
+        .with_token(ADMIN_TOKEN)
         .expect("token");
     let lease = granted(&admin, "tls/one", "h", TTL).await;
     assert!(lease.fencing_token > 0);
@@ -116,7 +128,7 @@ async fn a_tls_cluster_serves_clients_with_its_ca_and_refuses_everyone_else() {
         .expect("an admin reads the status");
 
     // A client of the same cluster that is not an admin: the Cluster service refuses it.
-    let app = admin.with_token("client-token").expect("token");
+    let app = admin.with_token(CLIENT_TOKEN).expect("token");
     granted(&app, "tls/two", "h", TTL).await;
     refused(
         "a non-admin adds a learner",

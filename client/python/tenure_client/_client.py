@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
@@ -80,6 +81,21 @@ def _request_id() -> str:
     return str(uuid.uuid4())
 
 
+def is_loopback(endpoint: str) -> bool:
+    """Whether `HOST:PORT` names this machine only (localhost, 127.0.0.0/8, ::1)."""
+    host = endpoint
+    if host.startswith("["):
+        host = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class Client:
     """A synchronous client for a Tenure cluster.
 
@@ -94,15 +110,32 @@ class Client:
         endpoints: Union[Sequence[str], str],
         token: Optional[str] = None,
         timeout: float = 5.0,
+        ca_cert: Optional[bytes] = None,
+        insecure: bool = False,
     ) -> None:
+        """`ca_cert`: the cluster CA (PEM) to reach the nodes over TLS (`tenured --tls-ca`).
+        A `token` is never sent in clear to an endpoint off this machine unless `insecure`."""
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
-        self.endpoints = [e.strip().removeprefix("http://") for e in endpoints if e.strip()]
+        self.endpoints = [
+            e.strip().removeprefix("http://").removeprefix("https://")
+            for e in endpoints
+            if e.strip()
+        ]
         if not self.endpoints:
             raise ValueError("no endpoints given")
         self.timeout = timeout
+        self._credentials = (
+            grpc.ssl_channel_credentials(root_certificates=ca_cert) if ca_cert else None
+        )
         self._metadata: list[tuple[str, str]] = []
         if token:
+            exposed = [e for e in self.endpoints if not is_loopback(e)]
+            if exposed and ca_cert is None and not insecure:
+                raise ValueError(
+                    f"refusing to send a bearer token in clear to {exposed[0]}: give the "
+                    "cluster CA (ca_cert=) to use TLS, or insecure=True"
+                )
             self._metadata.append(("authorization", f"Bearer {token}"))
         self._channels: dict[int, grpc.Channel] = {}
         self._stubs: dict[tuple[Callable[[grpc.Channel], Any], int], Any] = {}
@@ -130,7 +163,12 @@ class Client:
     def _stub(self, stub: Callable[[grpc.Channel], Any], index: int) -> Any:
         if (stub, index) not in self._stubs:
             if index not in self._channels:
-                self._channels[index] = grpc.insecure_channel(self.endpoints[index])
+                endpoint = self.endpoints[index]
+                self._channels[index] = (
+                    grpc.secure_channel(endpoint, self._credentials)
+                    if self._credentials
+                    else grpc.insecure_channel(endpoint)
+                )
             self._stubs[(stub, index)] = stub(self._channels[index])
         return self._stubs[(stub, index)]
 

@@ -197,3 +197,15 @@ def test_the_client_follows_the_leader_hint(resource: str) -> None:
         if leader not in c.endpoints:
             pytest.skip(f"the leader's address {leader} is not one of {c.endpoints}")
         assert c.endpoint == leader
+
+
+def test_a_token_is_never_sent_in_clear_off_this_machine() -> None:
+    with pytest.raises(ValueError, match="in clear"):
+        Client(["10.0.0.1:7101"], token="t" * 32)
+    with pytest.raises(ValueError, match="in clear"):
+        Client(["127.0.0.1:7101", "tenure-2:7101"], token="t" * 32)
+    # Loopback, an explicit opt-out, and no token at all are fine (no call is made).
+    Client(["127.0.0.1:7101", "localhost:7102", "[::1]:7103"], token="t" * 32).close()
+    Client(["10.0.0.1:7101"], token="t" * 32, insecure=True).close()
+    Client(["10.0.0.1:7101"]).close()
+

@@ -21,7 +21,7 @@ impl ClusterApi {
     /// SPEC §2: the Cluster service is admin only.
     fn admin_only<T>(&self, request: &Request<T>) -> Result<(), Status> {
         super::record_request_id(None);
-        if !self.node.auth.caller(request.metadata())?.admin {
+        if !crate::auth::caller_of(request)?.admin {
             return Err(ApiError::from(Rejection::InsufficientPermissions(
                 "the Cluster service is for admins".into(),
             ))

@@ -1,5 +1,6 @@
-//! `tenure.v1.Leases`: validate, authenticate, propose or read through the leader, map the
-//! reply. SPEC §3's order of checks starts here: arguments first, then the caller's token;
+//! `tenure.v1.Leases`: validate, propose or read through the leader, map the reply. The
+//! caller is known before the body is read (`api::gate` checked the token from the headers);
+//! SPEC §3's order of the checks that need the body starts here with the arguments;
 //! existence, permission, token, state and policy are the state machine's.
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ pub struct LeasesApi {
 
 impl LeasesApi {
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, ApiError> {
-        self.node.auth.caller(request.metadata())
+        crate::auth::caller_of(request)
     }
 
     /// Proposes `op` as `caller`; a node that receives a call without a `request_id` assigns
@@ -43,6 +44,7 @@ impl LeasesApi {
             op,
         };
         if waits {
+            let _open_stream = self.node.streams.enter()?;
             super::wait::acquire(&self.node, request).await
         } else {
             self.node.propose(request).await
@@ -147,7 +149,15 @@ impl Leases for LeasesApi {
         let op = validate::acquire(req)?;
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
-        match self.propose(caller, request_id, Op::Acquire(op)).await? {
+        let waits = op.wait_ms.is_some();
+        let proposed = self.propose(caller, request_id, Op::Acquire(op));
+        // A wait ends as when its client goes away if a reload revokes the caller's token.
+        let credential = crate::auth::credential_in(request.extensions()).filter(|_| waits);
+        let reply = tokio::select! {
+            reply = proposed => reply?,
+            () = self.node.revoked(credential) => return Err(ApiError::revoked().into()),
+        };
+        match reply {
             Reply::Acquire(outcome) => Ok(Response::new(pb::AcquireResponse {
                 granted: outcome.granted,
                 lease: outcome.lease.as_ref().map(convert::lease),
@@ -307,9 +317,15 @@ impl Leases for LeasesApi {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let spec = validate::watch(request.get_ref())?;
         self.caller(&request)?;
-        Ok(Response::new(super::watch::start(self.node.clone(), spec)))
+        let spec = validate::watch(request.get_ref())?;
+        let open_stream = self.node.streams.enter()?;
+        let credential = crate::auth::credential_in(request.extensions());
+        Ok(Response::new(super::watch::start(
+            self.node.clone(),
+            spec,
+            (open_stream, credential),
+        )))
     }
 
     type ServeStream = super::owner::ServeStream;

@@ -6,6 +6,7 @@ pub mod batch;
 pub mod cluster;
 pub mod convert;
 pub mod forward;
+pub mod gate;
 pub mod leases;
 pub mod membership;
 pub mod owner;

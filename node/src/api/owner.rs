@@ -18,6 +18,7 @@ mod inbox;
 mod route;
 mod wire;
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +58,10 @@ pub async fn serve(
     node: &Arc<Node>,
     request: Request<Streaming<pb::ServeRequest>>,
 ) -> Result<Response<ServeStream>, Status> {
-    let (metadata, _, mut requests) = request.into_parts();
+    let (_, extensions, mut requests) = request.into_parts();
+    let caller = crate::auth::caller_in(&extensions)?;
+    let credential = crate::auth::credential_in(&extensions);
+    let open_stream = node.streams.enter()?;
     let first = tokio::time::timeout(node.config.request_timeout, requests.message()).await;
     let open = match first {
         Ok(message) => match message? {
@@ -73,7 +77,6 @@ pub async fn serve(
         Err(_) => return Err(ApiError::invalid("open", "not sent in time").into()),
     };
     let wanted = check::serve_open(&open)?;
-    let caller = node.auth.caller(&metadata)?;
     let view = route::resource_view(node, &wanted.resource).await?;
     let tenure = check::servable(&view, &wanted, &caller)?;
     tracing::debug!(?tenure, "inbox opened");
@@ -84,6 +87,7 @@ pub async fn serve(
             (outbox.id(), outbox.resource().to_string()),
             requests,
             outbox.dropped(),
+            (open_stream, revoked(node.clone(), credential)),
         )
         .in_current_span(),
     );
@@ -99,7 +103,9 @@ async fn take_replies(
     (inbox, resource): (u64, String),
     mut requests: Streaming<pb::ServeRequest>,
     mut outbox_dropped: oneshot::Receiver<()>,
+    (_open_stream, revoked): (crate::limits::Permit, impl Future<Output = ()>),
 ) {
+    tokio::pin!(revoked);
     let mut last_call: Option<Instant> = None;
     let why = loop {
         let message = tokio::select! {
@@ -113,6 +119,7 @@ async fn take_replies(
             }
             // Dropping the owner's side lets a graceful shutdown finish.
             _ = inboxes.stopping() => break None,
+            () = &mut revoked => break Some(ApiError::revoked().into()),
         };
         match message {
             Ok(Some(pb::ServeRequest { kind: Some(kind) })) => match kind {
@@ -135,14 +142,19 @@ async fn take_replies(
     inboxes.close(inbox, &resource, why);
 }
 
+/// Resolves once a token reload revoked `credential` (a future of its own, so that the
+/// task it ends does not borrow the node).
+pub async fn revoked(node: Arc<Node>, credential: Option<crate::auth::Credential>) {
+    node.revoked(credential).await
+}
+
 /// `Forward`: arguments, then the caller, then the owner's reply (see [`route`]).
 pub async fn forward(
     node: &Arc<Node>,
     request: Request<pb::ForwardRequest>,
 ) -> Result<Response<pb::ForwardResponse>, Status> {
-    let (metadata, _, message) = request.into_parts();
-    let call = check::forward(message)?;
-    let caller = node.auth.caller(&metadata)?;
+    let caller = crate::auth::caller_of(&request)?;
+    let call = check::forward(request.into_inner())?;
     super::record_request_id(Some(&call.request_id));
     let span = tracing::debug_span!("forward", resource = %call.resource);
     let reply = route::forward(node, caller.principal, call)
@@ -156,7 +168,7 @@ pub fn find_inbox(
     node: &Node,
     request: Request<FindInboxRequest>,
 ) -> Result<Response<FindInboxResponse>, Status> {
-    node.auth.check_peer(request.metadata())?;
+    crate::auth::peer_of(&request)?;
     let request = request.get_ref();
     let token = node
         .inboxes
@@ -173,7 +185,7 @@ pub async fn deliver(
     node: &Node,
     request: Request<DeliverRequest>,
 ) -> Result<Response<DeliverResponse>, Status> {
-    node.auth.check_peer(request.metadata())?;
+    crate::auth::peer_of(&request)?;
     let request = request.into_inner();
     if request.payload.len() > MAX_PAYLOAD_BYTES {
         return Err(ApiError::invalid("payload", "over the forward limit").into());

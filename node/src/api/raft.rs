@@ -28,7 +28,7 @@ impl RaftApi {
         &self,
         request: &Request<RaftBytes>,
     ) -> Result<(T, Wire), Status> {
-        self.node.auth.check_peer(request.metadata())?;
+        crate::auth::peer_of(request)?;
         if let Some(to) = request.metadata().get(TARGET_HEADER) {
             if to.to_str().ok() != Some(self.node.id.to_string().as_str()) {
                 // UNAVAILABLE: the sender backs off as from an unreachable node, where any

@@ -20,6 +20,7 @@ use tracing::Instrument;
 use super::convert;
 use super::validate::WatchSpec;
 use crate::app::Node;
+use crate::auth::Credential;
 use crate::error::ApiError;
 use crate::lease::{Cursor, Event, Name};
 use crate::store::notify::Published;
@@ -31,12 +32,23 @@ const PAGE: usize = 1000;
 /// How often an idle watch reports progress (the applied revision it has covered).
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
-pub fn start(node: Arc<Node>, spec: WatchSpec) -> WatchStream {
+/// Runs the watch in a task of its own, which holds `open_stream` until the watch ends; it
+/// ends with `unauthenticated` when a reload revokes `credential`, the caller's token.
+pub fn start(
+    node: Arc<Node>,
+    spec: WatchSpec,
+    (open_stream, credential): (crate::limits::Permit, Option<Credential>),
+) -> WatchStream {
     let (tx, rx) = mpsc::channel(16);
     // In the call's span: what the stream logs later names its call.
     tokio::spawn(
         async move {
-            if let Err(status) = run(&node, &spec, &tx).await {
+            let _open_stream = open_stream;
+            let ended = tokio::select! {
+                ended = run(&node, &spec, &tx) => ended,
+                () = node.revoked(credential) => Err(ApiError::revoked().into()),
+            };
+            if let Err(status) = ended {
                 let _ = tx.send(Err(status)).await;
             }
         }

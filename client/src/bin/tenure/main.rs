@@ -38,6 +38,10 @@ struct Cli {
     /// The cluster CA (PEM) to verify the nodes with: connect over TLS (`tenured --tls-ca`).
     #[arg(long, global = true, env = "TENURE_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
+    /// Send --auth-token in clear to endpoints off this machine (refused otherwise: use
+    /// --ca-cert). For test clusters on private networks only.
+    #[arg(long, global = true, env = "TENURE_INSECURE")]
+    insecure: bool,
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -184,6 +188,11 @@ fn connect(cli: &Cli) -> Result<Client, Error> {
         None => Client::from_list(&cli.endpoints)?,
     }
     .with_timeout(cli.timeout);
+    let client = if cli.insecure {
+        client.insecure()
+    } else {
+        client
+    };
     match cli.auth_token.as_deref() {
         Some(token) if !token.is_empty() => client.with_token(token),
         _ => Ok(client),

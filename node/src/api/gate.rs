@@ -1,0 +1,265 @@
+//! The auth gate: a tower layer in front of every service that knows the caller from the
+//! request headers alone, before a byte of the body is read.
+//!
+//! - The internal `tenure.raft.v1.Raft` service takes only peers: the peer token when auth
+//!   is on (no token or an unknown one: `unauthenticated`; a client's or admin's token:
+//!   `permission_denied`), and with TLS on a certificate the cluster CA signed.
+//! - The client API (`Leases`, `Cluster`) takes a known bearer token; the caller goes into the
+//!   request's extensions for the handlers ([`crate::auth::caller_of`]). Then the node-wide
+//!   cap on client requests in flight applies (`too_many_requests`). Argument validation
+//!   and every check that needs the body come after, in SPEC §3's order.
+//! - Health answers anyone (load balancers and Kubernetes probes carry no token).
+//!   Reflection answers anyone, but describes the internal service only to a caller with a
+//!   known token ([`Reflection`]).
+//!
+//! Only a caller that passed the gate learns the leader from the `tenure-leader` header.
+//! Every refusal, the gate's and the handlers', is counted by cause
+//! (`tenure_refusals_total`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+
+use crate::app::Node;
+use crate::auth::{Caller, PeerCall};
+use crate::error::ApiError;
+use crate::lease::Rejection;
+
+/// What a path asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Door {
+    Peer,
+    Client,
+    Health,
+    Reflection,
+}
+
+fn door(path: &str) -> Door {
+    if path.starts_with("/tenure.raft.") {
+        Door::Peer
+    } else if path.starts_with("/grpc.health.") {
+        Door::Health
+    } else if path.starts_with("/grpc.reflection.") {
+        Door::Reflection
+    } else {
+        Door::Client
+    }
+}
+
+/// Whether the connection presented a client certificate (the TLS handshake verified it
+/// against the cluster CA).
+fn has_peer_certificate<B>(request: &http::Request<B>) -> bool {
+    request
+        .extensions()
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .and_then(|info| info.peer_certs())
+        .is_some_and(|certs| !certs.is_empty())
+}
+
+#[derive(Clone)]
+pub struct GateLayer {
+    node: Arc<Node>,
+    tls: bool,
+}
+
+impl GateLayer {
+    pub fn new(node: Arc<Node>, tls: bool) -> Self {
+        GateLayer { node, tls }
+    }
+}
+
+impl<S> tower::Layer<S> for GateLayer {
+    type Service = Gate<S>;
+
+    fn layer(&self, inner: S) -> Gate<S> {
+        Gate {
+            inner,
+            node: self.node.clone(),
+            tls: self.tls,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Gate<S> {
+    inner: S,
+    node: Arc<Node>,
+    tls: bool,
+}
+
+/// Held while an admitted call runs.
+enum Admitted {
+    Open,
+    Peer,
+    Client(#[allow(dead_code)] crate::limits::Permit),
+}
+
+impl<S> Gate<S> {
+    /// Checks `request`'s headers and marks it with who is calling.
+    fn admit(&self, request: &mut http::Request<Body>) -> Result<Admitted, ApiError> {
+        let auth = self.node.auth();
+        match door(request.uri().path()) {
+            Door::Health => Ok(Admitted::Open),
+            Door::Reflection => {
+                if let Ok(caller) = auth.caller(request.headers()) {
+                    request.extensions_mut().insert(caller);
+                }
+                Ok(Admitted::Open)
+            }
+            Door::Peer => {
+                auth.check_peer(request.headers())?;
+                if self.tls && !has_peer_certificate(request) {
+                    return Err(Rejection::InsufficientPermissions(
+                        "the internal Raft service takes only cluster members (a certificate signed by the cluster CA)".into(),
+                    )
+                    .into());
+                }
+                request.extensions_mut().insert(PeerCall);
+                Ok(Admitted::Peer)
+            }
+            Door::Client => {
+                let (caller, credential) = auth.client(request.headers())?;
+                let permit = self.node.in_flight.enter()?;
+                request.extensions_mut().insert(caller);
+                if let Some(credential) = credential {
+                    request.extensions_mut().insert(credential);
+                }
+                Ok(Admitted::Client(permit))
+            }
+        }
+    }
+}
+
+impl<S> tower::Service<http::Request<Body>> for Gate<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        let node = self.node.clone();
+        match self.admit(&mut request) {
+            Err(refused) => {
+                let response = tonic::Status::from(refused).into_http::<Body>();
+                node.refusals.count(response.headers());
+                // The body is never read: the transport resets the stream, so a client still
+                // sending stops at its flow-control window.
+                drop(request);
+                Box::pin(std::future::ready(Ok(response)))
+            }
+            Ok(admitted) => {
+                let tell_leader = !matches!(admitted, Admitted::Open);
+                let response = self.inner.call(request);
+                Box::pin(async move {
+                    let mut response = response.await?;
+                    drop(admitted);
+                    node.refusals.count(response.headers());
+                    if tell_leader {
+                        if let Some(value) = super::transport::leader_header(node.leader()) {
+                            response
+                                .headers_mut()
+                                .insert(super::transport::LEADER_HEADER, value);
+                        }
+                    }
+                    Ok(response)
+                })
+            }
+        }
+    }
+}
+
+/// Server reflection that describes the internal Raft service only to authenticated callers
+/// (the gate put a [`Caller`] in the request): everyone else sees the public API alone.
+#[derive(Clone)]
+pub struct Reflection<S> {
+    pub public: S,
+    pub full: S,
+}
+
+impl<S> NamedService for Reflection<S>
+where
+    S: NamedService,
+{
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> tower::Service<http::Request<Body>> for Reflection<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>
+        + Clone,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // tonic's generated servers are always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if request.extensions().get::<Caller>().is_some() {
+            self.full.call(request)
+        } else {
+            self.public.call(request)
+        }
+    }
+}
+
+/// The file descriptor set without the internal `tenure.raft.v1` package.
+pub fn public_descriptors() -> &'static [u8] {
+    static PUBLIC: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    PUBLIC.get_or_init(|| {
+        use prost::Message;
+        let Ok(mut files) =
+            prost_types::FileDescriptorSet::decode(tenure_proto::FILE_DESCRIPTOR_SET)
+        else {
+            return Vec::new();
+        };
+        files
+            .file
+            .retain(|file| !file.package().starts_with("tenure.raft"));
+        files.encode_to_vec()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_sorted_to_their_doors() {
+        assert_eq!(door("/tenure.raft.v1.Raft/AppendEntries"), Door::Peer);
+        assert_eq!(door("/tenure.v1.Leases/Acquire"), Door::Client);
+        assert_eq!(door("/tenure.v1.Cluster/Status"), Door::Client);
+        assert_eq!(door("/made.up/Path"), Door::Client);
+        assert_eq!(door("/grpc.health.v1.Health/Check"), Door::Health);
+        assert_eq!(
+            door("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            Door::Reflection
+        );
+    }
+
+    #[test]
+    fn the_public_descriptors_leave_out_the_internal_service() {
+        use prost::Message;
+        let files = prost_types::FileDescriptorSet::decode(public_descriptors()).expect("decodes");
+        let packages: Vec<&str> = files.file.iter().map(|f| f.package()).collect();
+        assert!(packages.contains(&"tenure.v1"), "{packages:?}");
+        assert!(!packages.iter().any(|p| p.starts_with("tenure.raft")));
+    }
+}

@@ -1,0 +1,196 @@
+//! What one connection, and all of them together, may hold of a node: HTTP/2 streams and
+//! resets per connection, requests in flight, long-lived streams (Watch, Serve, a waiting
+//! Acquire), keepalive and connection age. Each is a setting with a default sized for a
+//! 2-core node, so that no client can starve the others by opening more than its share;
+//! calls past a node-wide cap get `resource_exhausted` with a reason that names the cap.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::ApiError;
+
+/// The limit settings (flags, environment or the `--config` file).
+#[derive(Clone, Debug, clap::Args)]
+pub struct Limits {
+    /// HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
+    /// a client that opens more gets REFUSED_STREAM. Default: 1024.
+    #[arg(
+        long,
+        env = "TENURED_MAX_STREAMS_PER_CONNECTION",
+        default_value_t = 1024
+    )]
+    pub max_streams_per_connection: u32,
+
+    /// Requests of one connection handled at once; more wait their turn. Default: 256.
+    #[arg(
+        long,
+        env = "TENURED_MAX_REQUESTS_PER_CONNECTION",
+        default_value_t = 256
+    )]
+    pub max_requests_per_connection: usize,
+
+    /// Client requests this node handles at once, all connections together; more are refused
+    /// with `resource_exhausted` (`too_many_requests`). Peer traffic is not counted.
+    /// Default: 4096.
+    #[arg(long, env = "TENURED_MAX_IN_FLIGHT", default_value_t = 4096)]
+    pub max_in_flight: usize,
+
+    /// Long-lived calls (Watch, Serve, an Acquire that waits) open on this node, all clients
+    /// together; more are refused with `resource_exhausted` (`too_many_streams`).
+    /// Default: 10000.
+    #[arg(long, env = "TENURED_MAX_OPEN_STREAMS", default_value_t = 10_000)]
+    pub max_open_streams: usize,
+
+    /// Streams a client may reset before the server accepts them (the burst a node resumed
+    /// from a pause sees); past it the connection is closed (GOAWAY). Default: 1000.
+    #[arg(long, env = "TENURED_MAX_PENDING_RESETS", default_value_t = 1000)]
+    pub max_pending_resets: usize,
+
+    /// Streams one connection may make this node reset for its errors (the rapid-reset and
+    /// "MadeYouReset" defences); past it the connection is closed. Default: 1024.
+    #[arg(long, env = "TENURED_MAX_LOCAL_ERROR_RESETS", default_value_t = 1024)]
+    pub max_local_error_resets: usize,
+
+    /// HTTP/2 PING to an idle connection this often; one that does not answer within
+    /// --http2-keepalive-timeout is closed. Default: 30s.
+    #[arg(long, env = "TENURED_HTTP2_KEEPALIVE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub http2_keepalive: Duration,
+
+    /// How long a PING may go unanswered. Default: 10s.
+    #[arg(long, env = "TENURED_HTTP2_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub http2_keepalive_timeout: Duration,
+
+    /// A connection older than this is asked to go (GOAWAY): clients reconnect, so load
+    /// spreads again after a node comes back, and no connection holds its streams for ever.
+    /// Default: 1h.
+    #[arg(long, env = "TENURED_MAX_CONNECTION_AGE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub max_connection_age: Duration,
+
+    /// How long calls on a connection past its age may finish before it is closed (a Watch
+    /// or Serve then resumes on a new one). Default: 5m.
+    #[arg(long, env = "TENURED_MAX_CONNECTION_AGE_GRACE", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub max_connection_age_grace: Duration,
+}
+
+impl Limits {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let counts = [
+            (
+                "--max-streams-per-connection",
+                self.max_streams_per_connection as usize,
+            ),
+            (
+                "--max-requests-per-connection",
+                self.max_requests_per_connection,
+            ),
+            ("--max-in-flight", self.max_in_flight),
+            ("--max-open-streams", self.max_open_streams),
+            ("--max-pending-resets", self.max_pending_resets),
+            ("--max-local-error-resets", self.max_local_error_resets),
+        ];
+        for (flag, value) in counts {
+            anyhow::ensure!(value > 0, "{flag} must be at least 1");
+        }
+        for (flag, value) in [
+            ("--http2-keepalive", self.http2_keepalive),
+            ("--http2-keepalive-timeout", self.http2_keepalive_timeout),
+            ("--max-connection-age", self.max_connection_age),
+        ] {
+            anyhow::ensure!(
+                value >= Duration::from_secs(1),
+                "{flag} must be at least 1s"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Which node-wide cap refused a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cap {
+    /// Client requests in flight (`--max-in-flight`).
+    InFlight,
+    /// Long-lived calls open (`--max-open-streams`).
+    Streams,
+}
+
+impl Cap {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Cap::InFlight => "too_many_requests",
+            Cap::Streams => "too_many_streams",
+        }
+    }
+}
+
+/// One node-wide cap: a count of what is open, refused past its limit.
+#[derive(Debug)]
+pub struct Gauge {
+    cap: Cap,
+    limit: usize,
+    open: Arc<Semaphore>,
+}
+
+/// Held while a counted call is open; dropping it frees its place.
+#[derive(Debug)]
+pub struct Permit(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl Gauge {
+    pub fn new(cap: Cap, limit: usize) -> Self {
+        Gauge {
+            cap,
+            limit,
+            open: Arc::new(Semaphore::new(limit)),
+        }
+    }
+
+    /// A place for one more call, or `resource_exhausted` naming the cap.
+    pub fn enter(&self) -> Result<Permit, ApiError> {
+        self.open
+            .clone()
+            .try_acquire_owned()
+            .map(Permit)
+            .map_err(|_| ApiError::Limit {
+                cap: self.cap,
+                detail: match self.cap {
+                    Cap::InFlight => format!(
+                        "this node is handling its limit of {} client requests (--max-in-flight); retry with backoff or on another node",
+                        self.limit
+                    ),
+                    Cap::Streams => format!(
+                        "this node has its limit of {} Watch, Serve and waiting Acquire calls open (--max-open-streams); close some, or use another node",
+                        self.limit
+                    ),
+                },
+            })
+    }
+
+    /// How many calls hold a place now.
+    pub fn open(&self) -> usize {
+        self.limit - self.open.available_permits()
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gauge_refuses_past_its_limit_and_frees_a_place_when_a_permit_drops() {
+        let gauge = Gauge::new(Cap::Streams, 2);
+        let first = gauge.enter().expect("first");
+        let _second = gauge.enter().expect("second");
+        let refused = gauge.enter().expect_err("third");
+        assert_eq!(refused.reason_and_code().0, "too_many_streams");
+        assert_eq!(refused.reason_and_code().1, tonic::Code::ResourceExhausted);
+        assert_eq!(gauge.open(), 2);
+        drop(first);
+        gauge.enter().expect("a place again");
+    }
+}

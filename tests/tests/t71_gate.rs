@@ -1,0 +1,370 @@
+//! Secure by default: a node refuses to serve a network address open; the caller is known from
+//! the headers before the body is read; a client's token never reaches the internal service;
+//! and the node-wide caps on calls in flight and streams open refuse with a reason while other
+//! clients go on.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use tenure_proto::raft::v1::raft_client::RaftClient;
+use tenure_proto::raft::v1::RaftBytes;
+use tenure_proto::v1 as pb;
+use tenure_proto::v1::leases_client::LeasesClient;
+use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::process::{tenured_bin, ProcessCluster};
+use tenure_tests::{acquire_request, granted, ids, write_secret};
+use tonic::transport::Channel;
+use tonic::Code;
+
+const ELECTION: Duration = Duration::from_secs(15);
+const TTL: Duration = Duration::from_secs(60);
+const ADMIN: &str = "t71-admin-token-0123456789abcdef0123";
+const PEER: &str = "t71-peer-token-0123456789abcdef01234";
+const MIB: usize = 1024 * 1024;
+
+/// Every node's flags for a token file under `dir`: `ADMIN` (admin) and `PEER`.
+fn auth_flags(dir: &std::path::Path) -> Vec<String> {
+    let path = dir.join("tokens");
+    write_secret(&path, &format!("{ADMIN} ops admin\n{PEER} nodes peer\n"));
+    vec!["--token-file".into(), path.display().to_string()]
+}
+
+fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let value = format!("Bearer {token}").parse().expect("ascii");
+    request.metadata_mut().insert("authorization", value);
+    request
+}
+
+/// `tenured` with `args` (and a data dir of its own): its exit status and what it said.
+fn tenured(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let output = Command::new(tenured_bin())
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove("TENURED_INSECURE")
+        .env_remove("TENURED_TOKEN_FILE")
+        .output()
+        .expect("run tenured");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_node_refuses_to_start_open_on_a_network_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let listen = format!("0.0.0.0:{port}");
+    let (status, said) = tenured(&[
+        "--id",
+        "1",
+        "--listen",
+        &listen,
+        "--peers",
+        "1=10.0.0.1:7101",
+    ]);
+    assert!(!status.success(), "started open: {said}");
+    assert!(said.contains("without auth"), "{said}");
+    assert!(said.contains("--token-file"), "names the fix: {said}");
+    assert!(said.contains("--insecure"), "names the way out: {said}");
+    // It never listened.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+
+    // Auth on, TLS off, a peer on the network: the peer token would travel in clear.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = auth_flags(dir.path());
+    let mut args = vec![
+        "--id",
+        "1",
+        "--listen",
+        &listen,
+        "--peers",
+        "1=10.0.0.1:7101,2=10.0.0.2:7101",
+    ];
+    args.extend(flags.iter().map(String::as_str));
+    let (status, said) = tenured(&args);
+    assert!(!status.success(), "started with tokens in clear: {said}");
+    assert!(said.contains("in clear"), "{said}");
+    assert!(said.contains("--tls-cert"), "names the fix: {said}");
+    assert!(
+        said.contains("--insecure-transport"),
+        "names the way out: {said}"
+    );
+}
+
+/// The resident set of process `pid`, in bytes.
+fn rss(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: usize = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raft_service_refuses_an_unauthenticated_200_mib_body_without_reading_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster =
+        ProcessCluster::start(1, BTreeMap::from([(1, auth_flags(dir.path()))])).expect("a node");
+    let pid = cluster.pid(1).expect("pid");
+    let endpoint = Channel::from_shared(format!("http://{}", cluster.addrs[&1])).expect("endpoint");
+    let channel = tokio::time::timeout(ELECTION, async {
+        loop {
+            match endpoint.connect().await {
+                Ok(channel) => break channel,
+                // Not listening yet.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("the node listens");
+    let mut raft = RaftClient::new(channel).max_encoding_message_size(usize::MAX);
+    // One small call first, so that the connection and its buffers exist before measuring.
+    let status = raft
+        .append_entries(RaftBytes { data: vec![0; 16] })
+        .await
+        .expect_err("no token");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+
+    let before = rss(pid);
+    let status = raft
+        .append_entries(RaftBytes {
+            data: vec![7; 200 * MIB],
+        })
+        .await
+        .expect_err("no token");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let grown = rss(pid).saturating_sub(before);
+    assert!(
+        grown < 8 * MIB,
+        "the node's RSS grew by {} MiB: it read the body",
+        grown / MIB
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_token_on_the_raft_service_is_permission_denied() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = auth_flags(dir.path());
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let addr = &cluster.addrs[&1];
+    let mut raft = RaftClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let status = raft
+        .vote(bearer(RaftBytes { data: vec![] }, ADMIN))
+        .await
+        .expect_err("an admin's token");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("peer token"), "{status:?}");
+    // The peer token passes the gate and reaches the decoder, which refuses an empty body.
+    let status = raft
+        .vote(bearer(RaftBytes { data: vec![] }, PEER))
+        .await
+        .expect_err("an empty body");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    // Only an authenticated caller learns the leader.
+    let mut leases = LeasesClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let refused = leases
+        .acquire(acquire_request("t71/a", "h", TTL))
+        .await
+        .expect_err("no token");
+    assert!(refused.metadata().get("tenure-leader").is_none());
+    let served = leases
+        .acquire(bearer(acquire_request("t71/a", "h", TTL), ADMIN))
+        .await
+        .expect("the admin acquires");
+    assert!(served.metadata().get("tenure-leader").is_some());
+    cluster.shutdown().await;
+}
+
+fn limits(flags: &[&str]) -> BTreeMap<u64, Vec<String>> {
+    let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    ids(1).into_iter().map(|id| (id, flags.clone())).collect()
+}
+
+fn watch(resource: &str) -> pb::WatchRequest {
+    pb::WatchRequest {
+        resource: resource.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_open_stream_cap_a_watch_is_refused_until_one_closes() {
+    let cluster = InProcessCluster::start(1, limits(&["--max-open-streams", "2"]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
+        .await
+        .expect("connect");
+    let first = leases.watch(watch("t71/w")).await.expect("first watch");
+    let _second = leases.watch(watch("t71/w")).await.expect("second watch");
+    let refused = leases.watch(watch("t71/w")).await.expect_err("third watch");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    let reason = refused.metadata().get("tenure-reason").expect("a reason");
+    assert_eq!(reason, "too_many_streams");
+    assert!(
+        refused.message().contains("--max-open-streams"),
+        "{refused:?}"
+    );
+    // Calls that are not streams go on.
+    granted(&cluster.client(), "t71/w", "h", TTL).await;
+    // The node frees the place when the watch ends.
+    drop(first);
+    let node = cluster.node(1).clone();
+    tokio::time::timeout(ELECTION, async {
+        while node.streams.open() >= 2 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the closed watch's place is freed");
+    leases.watch(watch("t71/w")).await.expect("a place again");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_in_flight_cap_a_call_is_refused_with_its_reason() {
+    let cluster = InProcessCluster::start(1, limits(&["--max-in-flight", "1"]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let client = cluster.client();
+    granted(&client, "t71/f", "holder", TTL).await;
+    // A waiting acquire stays in flight until it is granted or times out.
+    let mut waiting = acquire_request("t71/f", "waiter", TTL);
+    waiting.on_conflict = pb::OnConflict::Wait as i32;
+    waiting.wait_timeout = Some(prost_types::Duration {
+        seconds: 30,
+        nanos: 0,
+    });
+    let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
+        .await
+        .expect("connect");
+    let mut blocked = leases.clone();
+    let wait = tokio::spawn(async move { blocked.acquire(waiting).await });
+    let node = cluster.node(1).clone();
+    tokio::time::timeout(ELECTION, async {
+        while node.sm.read().state.waiters() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the waiter is queued");
+    let refused = leases
+        .acquire(acquire_request("t71/other", "h", TTL))
+        .await
+        .expect_err("a second call in flight");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    let reason = refused.metadata().get("tenure-reason").expect("a reason");
+    assert_eq!(reason, "too_many_requests");
+    wait.abort();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_streams_on_one_connection_stop_at_its_limit_and_others_are_served() {
+    const LIMIT: usize = 1024;
+    let cluster = InProcessCluster::start(1, BTreeMap::new())
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let addr = cluster.addrs[&1].clone();
+    let greedy = Channel::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .buffer_size(20_000)
+        .connect()
+        .await
+        .expect("connect");
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..10_000 {
+        let mut leases = LeasesClient::new(greedy.clone());
+        calls.spawn(async move { leases.watch(watch("t71/s")).await.map(|s| s.into_inner()) });
+    }
+    let node = cluster.node(1).clone();
+    tokio::time::timeout(ELECTION, async {
+        while node.streams.open() < LIMIT {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the connection opens its share: {}", node.streams.open()));
+    // Another client, on its own connection, is served meanwhile.
+    granted(&cluster.client(), "t71/s", "other", TTL).await;
+    assert_eq!(
+        node.streams.open(),
+        LIMIT,
+        "one connection holds no more streams than --max-streams-per-connection"
+    );
+    calls.abort_all();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_by_sighup_is_refused_and_its_open_watch_ends() {
+    const ALICE: &str = "t71-alice-token-0123456789abcdef012";
+    const BOB: &str = "t71-bob-token-0123456789abcdef012345";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tokens");
+    write_secret(
+        &path,
+        &format!("{ADMIN} ops admin\n{PEER} nodes peer\n{ALICE} alice client\n"),
+    );
+    let flags = vec!["--token-file".to_string(), path.display().to_string()];
+    let cluster = ProcessCluster::start(1, BTreeMap::from([(1, flags)])).expect("a node");
+    let alice = cluster.client().with_token(ALICE).expect("token");
+    granted(&alice, "t71/r", "alices", TTL).await;
+    let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
+        .await
+        .expect("connect");
+    let mut watching = leases
+        .watch(bearer(watch("t71/r"), ALICE))
+        .await
+        .expect("alice watches")
+        .into_inner();
+
+    // Alice's token goes, Bob's comes; the node reads the file again on SIGHUP.
+    write_secret(
+        &path,
+        &format!("{ADMIN} ops admin\n{PEER} nodes peer\n{BOB} bob client\n"),
+    );
+    let pid = nix::unistd::Pid::from_raw(cluster.pid(1).expect("pid") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    let ended = tokio::time::timeout(ELECTION, async {
+        loop {
+            match watching.message().await {
+                Ok(Some(_)) => continue,
+                other => break other,
+            }
+        }
+    })
+    .await
+    .expect("the watch ends");
+    let status = ended.expect_err("ended by the revocation");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("revoked"), "{status:?}");
+
+    let status = leases
+        .acquire(bearer(acquire_request("t71/r2", "h", TTL), ALICE))
+        .await
+        .expect_err("a revoked token");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let bob = cluster.client().with_token(BOB).expect("token");
+    granted(&bob, "t71/r2", "bobs", TTL).await;
+}
