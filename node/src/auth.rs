@@ -41,8 +41,12 @@ pub struct Caller {
 
 /// The token a client call presented (its digest), put in the request's extensions by the
 /// auth gate: a stream it opened ends when a reload revokes it ([`Auth::admits`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Credential(TokenDigest);
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credential {
+    digest: TokenDigest,
+    /// Who the token stood for when the call was admitted.
+    caller: Caller,
+}
 
 /// Put in a request's extensions by the auth gate once the caller proved to be a peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,7 +199,7 @@ impl Auth {
     fn presented(
         &self,
         headers: &http::HeaderMap,
-    ) -> Result<Option<(Credential, &Entry)>, ApiError> {
+    ) -> Result<Option<(TokenDigest, &Entry)>, ApiError> {
         let Some(tokens) = &self.tokens else {
             return Ok(None);
         };
@@ -216,15 +220,20 @@ impl Auth {
         let digest = token_digest(token.as_bytes());
         tokens
             .get(&digest)
-            .map(|entry| Some((Credential(digest), entry)))
+            .map(|entry| Some((digest, entry)))
             .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
     }
 
-    /// Whether a token this table's predecessor admitted is still in force here.
+    /// Whether a token this table's predecessor admitted still stands here for the same
+    /// principal and role.
     pub fn admits(&self, credential: &Credential) -> bool {
-        self.tokens
-            .as_ref()
-            .is_none_or(|tokens| tokens.contains_key(&credential.0))
+        self.tokens.as_ref().is_none_or(|tokens| {
+            tokens.get(&credential.digest).is_some_and(|entry| {
+                entry.principal == credential.caller.principal
+                    && (entry.role == Role::Admin) == credential.caller.admin
+                    && entry.role != Role::Peer
+            })
+        })
     }
 
     /// Admits a call to the internal `Raft` service: only with a `peer` token when auth is
@@ -261,13 +270,17 @@ impl Auth {
             Some((_, entry)) if entry.role == Role::Peer => Err(ApiError::Unauthenticated(
                 "a peer token is for node-to-node calls only".into(),
             )),
-            Some((credential, entry)) => Ok((
-                Caller {
+            Some((digest, entry)) => {
+                let caller = Caller {
                     principal: entry.principal.clone(),
                     admin: entry.role == Role::Admin,
-                },
-                Some(credential),
-            )),
+                };
+                let credential = Credential {
+                    digest,
+                    caller: caller.clone(),
+                };
+                Ok((caller, Some(credential)))
+            }
         }
     }
 }
@@ -288,7 +301,7 @@ pub fn caller_in(extensions: &tonic::Extensions) -> Result<Caller, ApiError> {
 
 /// The token the auth gate found on a client call (None when auth is off).
 pub fn credential_in(extensions: &tonic::Extensions) -> Option<Credential> {
-    extensions.get::<Credential>().copied()
+    extensions.get::<Credential>().cloned()
 }
 
 /// Refuses a call to the internal service that the auth gate did not admit as a peer's.
@@ -400,5 +413,25 @@ mod tests {
         let error = Auth::load(&path, false).expect_err("a short token");
         assert!(format!("{error:#}").contains("at least 32"), "{error:#}");
         assert!(Auth::load(&path, true).is_ok(), "--insecure");
+    }
+
+    #[test]
+    fn a_reload_revokes_a_token_removed_or_moved_to_another_principal_or_role() {
+        let before = Auth::parse("ta alice client\ntb bob admin\np1 nodes peer").expect("parses");
+        let credential = |token: &str| {
+            before
+                .client(&with_header(&format!("Bearer {token}")))
+                .expect("known")
+                .1
+                .expect("auth is on")
+        };
+        let (alice, bob) = (credential("ta"), credential("tb"));
+        assert!(before.admits(&alice) && before.admits(&bob));
+        let after = Auth::parse("ta mallory client\ntb bob client\np1 nodes peer").expect("parses");
+        assert!(!after.admits(&alice), "another principal");
+        assert!(!after.admits(&bob), "another role");
+        let gone = Auth::parse("tc carol client\np1 nodes peer").expect("parses");
+        assert!(!gone.admits(&alice), "removed");
+        assert!(Auth::off().admits(&alice));
     }
 }

@@ -137,6 +137,26 @@ pub struct Gauge {
 #[derive(Debug)]
 pub struct Permit(#[allow(dead_code)] OwnedSemaphorePermit);
 
+/// A call's place among the requests in flight, in its extensions: a call that turns into a
+/// long wait (an Acquire that queues) gives it up for a place among the open streams, so that
+/// waits never crowd out the short calls (a Renew) the in-flight cap is for.
+#[derive(Clone, Debug)]
+pub struct InFlight(Arc<std::sync::Mutex<Option<Permit>>>);
+
+impl InFlight {
+    pub fn new(permit: Permit) -> Self {
+        InFlight(Arc::new(std::sync::Mutex::new(Some(permit))))
+    }
+
+    /// Frees the place now rather than when the call ends.
+    pub fn release(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+}
+
 impl Gauge {
     pub fn new(cap: Cap, limit: usize) -> Self {
         Gauge {

@@ -30,11 +30,12 @@ async fn main() -> anyhow::Result<()> {
     config.validate()?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     tracing::info!(id = config.id, listen = %config.listen, data_dir = %config.data_dir.display(), "tenured starting");
-    let running = tenure_node::app::start(config, listener).await?;
-
+    // Installed before the node starts, so that an early SIGHUP is not the default (exit).
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
+    let running = tenure_node::app::start(config, listener).await?;
+
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,

@@ -240,14 +240,16 @@ async fn past_the_open_stream_cap_a_watch_is_refused_until_one_closes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_in_flight_cap_a_call_is_refused_with_its_reason() {
+async fn past_the_in_flight_cap_a_call_is_refused_and_waits_do_not_count() {
     let cluster = InProcessCluster::start(1, limits(&["--max-in-flight", "1"]))
         .await
         .expect("a node");
     cluster.leader(ELECTION).await.expect("a leader");
     let client = cluster.client();
+    let node = cluster.node(1).clone();
     granted(&client, "t71/f", "holder", TTL).await;
-    // A waiting acquire stays in flight until it is granted or times out.
+    // A waiting acquire gives its place in flight up for one among the open streams: the
+    // node's one place stays free for other calls.
     let mut waiting = acquire_request("t71/f", "waiter", TTL);
     waiting.on_conflict = pb::OnConflict::Wait as i32;
     waiting.wait_timeout = Some(prost_types::Duration {
@@ -259,7 +261,6 @@ async fn past_the_in_flight_cap_a_call_is_refused_with_its_reason() {
         .expect("connect");
     let mut blocked = leases.clone();
     let wait = tokio::spawn(async move { blocked.acquire(waiting).await });
-    let node = cluster.node(1).clone();
     tokio::time::timeout(ELECTION, async {
         while node.sm.read().state.waiters() == 0 {
             tokio::task::yield_now().await;
@@ -267,6 +268,24 @@ async fn past_the_in_flight_cap_a_call_is_refused_with_its_reason() {
     })
     .await
     .expect("the waiter is queued");
+    granted(&client, "t71/g", "h", TTL).await;
+
+    // A forward to an owner that never answers stays in flight: the next call is refused.
+    let lease = granted(&client, "t71/owned", "owner", TTL).await;
+    let _inbox = client.serve(&lease).await.expect("serve");
+    let forwarder = client.clone();
+    let forward = tokio::spawn(async move {
+        forwarder
+            .forward("t71/owned", b"hello".to_vec(), Duration::from_secs(30))
+            .await
+    });
+    tokio::time::timeout(ELECTION, async {
+        while node.in_flight.open() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the forward is in flight");
     let refused = leases
         .acquire(acquire_request("t71/other", "h", TTL))
         .await
@@ -274,6 +293,7 @@ async fn past_the_in_flight_cap_a_call_is_refused_with_its_reason() {
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     let reason = refused.metadata().get("tenure-reason").expect("a reason");
     assert_eq!(reason, "too_many_requests");
+    forward.abort();
     wait.abort();
     cluster.shutdown().await;
 }

@@ -131,7 +131,7 @@ class Client:
         self._metadata: list[tuple[str, str]] = []
         if token:
             exposed = [e for e in self.endpoints if not is_loopback(e)]
-            if exposed and ca_cert is None and not insecure:
+            if exposed and self._credentials is None and not insecure:
                 raise ValueError(
                     f"refusing to send a bearer token in clear to {exposed[0]}: give the "
                     "cluster CA (ca_cert=) to use TLS, or insecure=True"

@@ -97,7 +97,7 @@ pub struct Gate<S> {
 enum Admitted {
     Open,
     Peer,
-    Client(#[allow(dead_code)] crate::limits::Permit),
+    Client(crate::limits::InFlight),
 }
 
 impl<S> Gate<S> {
@@ -125,12 +125,13 @@ impl<S> Gate<S> {
             }
             Door::Client => {
                 let (caller, credential) = auth.client(request.headers())?;
-                let permit = self.node.in_flight.enter()?;
+                let in_flight = crate::limits::InFlight::new(self.node.in_flight.enter()?);
+                request.extensions_mut().insert(in_flight.clone());
                 request.extensions_mut().insert(caller);
                 if let Some(credential) = credential {
                     request.extensions_mut().insert(credential);
                 }
-                Ok(Admitted::Client(permit))
+                Ok(Admitted::Client(in_flight))
             }
         }
     }
@@ -166,7 +167,9 @@ where
                 let response = self.inner.call(request);
                 Box::pin(async move {
                     let mut response = response.await?;
-                    drop(admitted);
+                    if let Admitted::Client(in_flight) = &admitted {
+                        in_flight.release();
+                    }
                     node.refusals.count(response.headers());
                     if tell_leader {
                         if let Some(value) = super::transport::leader_header(node.leader()) {

@@ -44,7 +44,6 @@ impl LeasesApi {
             op,
         };
         if waits {
-            let _open_stream = self.node.streams.enter()?;
             super::wait::acquire(&self.node, request).await
         } else {
             self.node.propose(request).await
@@ -150,6 +149,17 @@ impl Leases for LeasesApi {
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
         let waits = op.wait_ms.is_some();
+        // A wait holds a place among the open streams instead of one in flight.
+        let _open_stream = match waits {
+            true => {
+                let open_stream = self.node.streams.enter()?;
+                if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
+                    in_flight.release();
+                }
+                Some(open_stream)
+            }
+            false => None,
+        };
         let proposed = self.propose(caller, request_id, Op::Acquire(op));
         // A wait ends as when its client goes away if a reload revokes the caller's token.
         let credential = crate::auth::credential_in(request.extensions()).filter(|_| waits);

@@ -49,7 +49,8 @@ pub fn start(
                 () = node.revoked(credential) => Err(ApiError::revoked().into()),
             };
             if let Err(status) = ended {
-                let _ = tx.send(Err(status)).await;
+                // A client that stopped reading must not keep the task (and its place).
+                let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Err(status))).await;
             }
         }
         .in_current_span(),
