@@ -1,5 +1,6 @@
 //! `tenured`: one Tenure node. Parses the configuration, sets up logging, runs until
-//! SIGINT/SIGTERM; SIGHUP loads the token file again. `tenured restore …` seeds a data directory from a backup instead.
+//! SIGINT/SIGTERM; SIGHUP loads the token file again. `tenured restore …` seeds a data
+//! directory from a backup instead.
 
 use tenure_node::config::Config;
 

@@ -189,7 +189,27 @@ async fn a_client_token_on_the_raft_service_is_permission_denied() {
         .await
         .expect("the admin acquires");
     assert!(served.metadata().get("tenure-leader").is_some());
+    // Each refusal is counted by its cause; the bad body is not a refusal.
+    let metrics = tenure_node::metrics::render(&tenure_node::metrics::registry(cluster.node(1)));
+    for counted in [
+        r#"tenure_refusals_total{cause="permission"} 1"#,
+        r#"tenure_refusals_total{cause="unauthenticated"} 1"#,
+    ] {
+        assert!(metrics.contains(counted), "{counted} in:\n{metrics}");
+    }
+    assert!(!metrics.contains(r#"cause="limit""#), "{metrics}");
     cluster.shutdown().await;
+}
+
+/// Waits (yielding to the node's tasks) until `done` holds; fails the test after `ELECTION`.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    tokio::time::timeout(ELECTION, async {
+        while !done() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not within {ELECTION:?}: {what}"));
 }
 
 fn limits(flags: &[&str]) -> BTreeMap<u64, Vec<String>> {
@@ -228,13 +248,10 @@ async fn past_the_open_stream_cap_a_watch_is_refused_until_one_closes() {
     // The node frees the place when the watch ends.
     drop(first);
     let node = cluster.node(1).clone();
-    tokio::time::timeout(ELECTION, async {
-        while node.streams.open() >= 2 {
-            tokio::task::yield_now().await;
-        }
+    until("the closed watch's place is freed", || {
+        node.streams.open() < 2
     })
-    .await
-    .expect("the closed watch's place is freed");
+    .await;
     leases.watch(watch("t71/w")).await.expect("a place again");
     cluster.shutdown().await;
 }
@@ -261,13 +278,10 @@ async fn past_the_in_flight_cap_a_call_is_refused_and_waits_do_not_count() {
         .expect("connect");
     let mut blocked = leases.clone();
     let wait = tokio::spawn(async move { blocked.acquire(waiting).await });
-    tokio::time::timeout(ELECTION, async {
-        while node.sm.read().state.waiters() == 0 {
-            tokio::task::yield_now().await;
-        }
+    until("the waiter is queued", || {
+        node.sm.read().state.waiters() > 0
     })
-    .await
-    .expect("the waiter is queued");
+    .await;
     granted(&client, "t71/g", "h", TTL).await;
 
     // A forward to an owner that never answers stays in flight: the next call is refused.
@@ -279,13 +293,7 @@ async fn past_the_in_flight_cap_a_call_is_refused_and_waits_do_not_count() {
             .forward("t71/owned", b"hello".to_vec(), Duration::from_secs(30))
             .await
     });
-    tokio::time::timeout(ELECTION, async {
-        while node.in_flight.open() == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("the forward is in flight");
+    until("the forward is in flight", || node.in_flight.open() > 0).await;
     let refused = leases
         .acquire(acquire_request("t71/other", "h", TTL))
         .await
@@ -318,13 +326,10 @@ async fn ten_thousand_streams_on_one_connection_stop_at_its_limit_and_others_are
         calls.spawn(async move { leases.watch(watch("t71/s")).await.map(|s| s.into_inner()) });
     }
     let node = cluster.node(1).clone();
-    tokio::time::timeout(ELECTION, async {
-        while node.streams.open() < LIMIT {
-            tokio::task::yield_now().await;
-        }
+    until("the connection opens its share", || {
+        node.streams.open() >= LIMIT
     })
-    .await
-    .unwrap_or_else(|_| panic!("the connection opens its share: {}", node.streams.open()));
+    .await;
     // Another client, on its own connection, is served meanwhile.
     granted(&cluster.client(), "t71/s", "other", TTL).await;
     assert_eq!(

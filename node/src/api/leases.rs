@@ -150,15 +150,14 @@ impl Leases for LeasesApi {
         let caller = self.caller(&request)?;
         let waits = op.wait_ms.is_some();
         // A wait holds a place among the open streams instead of one in flight.
-        let _open_stream = match waits {
-            true => {
-                let open_stream = self.node.streams.enter()?;
-                if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
-                    in_flight.release();
-                }
-                Some(open_stream)
+        let _open_stream = if waits {
+            let open_stream = self.node.streams.enter()?;
+            if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
+                in_flight.release();
             }
-            false => None,
+            Some(open_stream)
+        } else {
+            None
         };
         let proposed = self.propose(caller, request_id, Op::Acquire(op));
         // A wait ends as when its client goes away if a reload revokes the caller's token.

@@ -87,7 +87,10 @@ pub async fn serve(
             (outbox.id(), outbox.resource().to_string()),
             requests,
             outbox.dropped(),
-            (open_stream, revoked(node.clone(), credential)),
+            (open_stream, {
+                let node = node.clone();
+                async move { node.revoked(credential).await }
+            }),
         )
         .in_current_span(),
     );
@@ -140,12 +143,6 @@ async fn take_replies(
         }
     };
     inboxes.close(inbox, &resource, why);
-}
-
-/// Resolves once a token reload revoked `credential` (a future of its own, so that the
-/// task it ends does not borrow the node).
-pub async fn revoked(node: Arc<Node>, credential: Option<crate::auth::Credential>) {
-    node.revoked(credential).await
 }
 
 /// `Forward`: arguments, then the caller, then the owner's reply (see [`route`]).
