@@ -45,6 +45,8 @@ pub struct Node {
     pub in_flight: crate::limits::Gauge,
     /// Watch, Serve and waiting Acquire calls open, node-wide (`--max-open-streams`).
     pub streams: crate::limits::Gauge,
+    /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
+    pub public_streams: crate::limits::Gauge,
     /// Calls refused, by cause.
     pub refusals: crate::metrics::Refusals,
     /// The highest log index this process has committed as leader (0: none yet). A leader
@@ -170,6 +172,10 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         streams: crate::limits::Gauge::new(
             crate::limits::Cap::Streams,
             config.limits.max_open_streams,
+        ),
+        public_streams: crate::limits::Gauge::new(
+            crate::limits::Cap::PublicStreams,
+            config.limits.max_public_streams,
         ),
         refusals: Default::default(),
         own_commit: own_commit.clone(),

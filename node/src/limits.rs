@@ -43,6 +43,13 @@ pub struct Limits {
     #[arg(long, env = "TENURED_MAX_OPEN_STREAMS", default_value_t = 10_000)]
     pub max_open_streams: usize,
 
+    /// Health Watch and reflection streams open on this node, which answer callers without
+    /// a token: a cap of their own, so that nobody without a token can take the places of
+    /// Watch and Serve. More are refused with `resource_exhausted` (`too_many_streams`).
+    /// Default: 256.
+    #[arg(long, env = "TENURED_MAX_PUBLIC_STREAMS", default_value_t = 256)]
+    pub max_public_streams: usize,
+
     /// Streams a client may reset before the server accepts them (the burst a node resumed
     /// from a pause sees); past it the connection is closed (GOAWAY). Default: 1000.
     #[arg(long, env = "TENURED_MAX_PENDING_RESETS", default_value_t = 1000)]
@@ -87,6 +94,7 @@ impl Limits {
             ),
             ("--max-in-flight", self.max_in_flight),
             ("--max-open-streams", self.max_open_streams),
+            ("--max-public-streams", self.max_public_streams),
             ("--max-pending-resets", self.max_pending_resets),
             ("--max-local-error-resets", self.max_local_error_resets),
         ];
@@ -114,13 +122,15 @@ pub enum Cap {
     InFlight,
     /// Long-lived calls open (`--max-open-streams`).
     Streams,
+    /// Health Watch and reflection streams open (`--max-public-streams`).
+    PublicStreams,
 }
 
 impl Cap {
     pub fn reason(self) -> &'static str {
         match self {
             Cap::InFlight => "too_many_requests",
-            Cap::Streams => "too_many_streams",
+            Cap::Streams | Cap::PublicStreams => "too_many_streams",
         }
     }
 }
@@ -181,6 +191,10 @@ impl Gauge {
                     ),
                     Cap::Streams => format!(
                         "this node has its limit of {} Watch, Serve and waiting Acquire calls open (--max-open-streams); close some, or use another node",
+                        self.limit
+                    ),
+                    Cap::PublicStreams => format!(
+                        "this node has its limit of {} health Watch and reflection streams open (--max-public-streams)",
                         self.limit
                     ),
                 },

@@ -243,12 +243,17 @@ impl Collector for NodeCollector {
                 "Watch, Serve and waiting Acquire calls open (refused past tenure_open_streams_limit)",
                 &node.streams,
             ),
+            (
+                "tenure_public_streams",
+                "Health Watch and reflection streams open (refused past tenure_public_streams_limit)",
+                &node.public_streams,
+            ),
         ] {
             gauge(e, name, help, gauge_of.open() as i64)?;
             gauge(
                 e,
                 &format!("{name}_limit"),
-                "The node-wide cap (--max-in-flight, --max-open-streams)",
+                "The node-wide cap (--max-in-flight, --max-open-streams, --max-public-streams)",
                 gauge_of.limit() as i64,
             )?;
         }

@@ -393,3 +393,64 @@ async fn a_token_revoked_by_sighup_is_refused_and_its_open_watch_ends() {
     let bob = cluster.client().with_token(BOB).expect("token");
     granted(&bob, "t71/r2", "bobs", TTL).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_open_to_callers_without_a_token_have_a_cap_of_their_own() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut flags = auth_flags(dir.path());
+    flags.extend(["--max-public-streams".to_string(), "2".to_string()]);
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let channel = Channel::from_shared(format!("http://{}", cluster.addrs[&1]))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut health = HealthClient::new(channel);
+    let first = health
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("first health watch");
+    let _second = health
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("second health watch");
+    let refused = health
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect_err("a third");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("--max-public-streams"),
+        "{refused:?}"
+    );
+    // A one-off health check is no stream, and the authenticated caller's watches have their
+    // own places.
+    health
+        .check(HealthCheckRequest::default())
+        .await
+        .expect("a health check");
+    let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
+        .await
+        .expect("connect");
+    leases
+        .watch(bearer(watch("t71/p"), ADMIN))
+        .await
+        .expect("an admin's watch");
+    // The place is held by the stream's body: it comes back once the stream is dropped.
+    drop(first);
+    let node = cluster.node(1).clone();
+    until("the dropped stream's place is freed", || {
+        node.public_streams.open() < 2
+    })
+    .await;
+    health
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("a place again");
+    cluster.shutdown().await;
+}

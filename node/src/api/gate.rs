@@ -10,7 +10,8 @@
 //!   and every check that needs the body come after, in SPEC §3's order.
 //! - Health answers anyone (load balancers and Kubernetes probes carry no token).
 //!   Reflection answers anyone, but describes the internal service only to a caller with a
-//!   known token ([`Reflection`]).
+//!   known token ([`Reflection`]). Their streams (Health Watch, reflection) have a node-wide
+//!   cap of their own, held as long as the stream's body (`--max-public-streams`).
 //!
 //! Only a caller that passed the gate learns the leader from the `tenure-leader` header.
 //! Every refusal, the gate's and the handlers', is counted by cause
@@ -22,6 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use http_body_util::BodyExt;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
@@ -96,6 +98,8 @@ pub struct Gate<S> {
 /// Held while an admitted call runs.
 enum Admitted {
     Open,
+    /// A stream open to callers without a token: its place is held as long as its body.
+    Public(crate::limits::Permit),
     Peer,
     Client(crate::limits::InFlight),
 }
@@ -104,13 +108,15 @@ impl<S> Gate<S> {
     /// Checks `request`'s headers and marks it with who is calling.
     fn admit(&self, request: &mut http::Request<Body>) -> Result<Admitted, ApiError> {
         let auth = self.node.auth();
-        match door(request.uri().path()) {
-            Door::Health => Ok(Admitted::Open),
+        let path = request.uri().path();
+        match door(path) {
+            Door::Health if !path.ends_with("/Watch") => Ok(Admitted::Open),
+            Door::Health => Ok(Admitted::Public(self.node.public_streams.enter()?)),
             Door::Reflection => {
                 if let Ok(caller) = auth.caller(request.headers()) {
                     request.extensions_mut().insert(caller);
                 }
-                Ok(Admitted::Open)
+                Ok(Admitted::Public(self.node.public_streams.enter()?))
             }
             Door::Peer => {
                 auth.check_peer(request.headers())?;
@@ -163,14 +169,27 @@ where
                 Box::pin(std::future::ready(Ok(response)))
             }
             Ok(admitted) => {
-                let tell_leader = !matches!(admitted, Admitted::Open);
                 let response = self.inner.call(request);
                 Box::pin(async move {
                     let mut response = response.await?;
-                    if let Admitted::Client(in_flight) = &admitted {
-                        in_flight.release();
-                    }
                     node.refusals.count(response.headers());
+                    let tell_leader = match admitted {
+                        Admitted::Open => false,
+                        Admitted::Public(permit) => {
+                            // The place goes when the stream's body does.
+                            return Ok(response.map(|body| {
+                                Body::new(body.map_frame(move |frame| {
+                                    let _held = &permit;
+                                    frame
+                                }))
+                            }));
+                        }
+                        Admitted::Peer => true,
+                        Admitted::Client(in_flight) => {
+                            in_flight.release();
+                            true
+                        }
+                    };
                     if tell_leader {
                         if let Some(value) = super::transport::leader_header(node.leader()) {
                             response
