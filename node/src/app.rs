@@ -2,6 +2,8 @@
 //! cluster, run the leader's timers; and shut all of it down.
 
 use std::collections::BTreeMap;
+
+use anyhow::Context;
 use std::sync::Arc;
 
 use openraft::error::{InitializeError, RaftError};
@@ -39,6 +41,8 @@ pub struct Node {
     pub peers: Peers,
     pub clock: Arc<NodeClock>,
     pub config: Config,
+    /// TLS settings (None: TLS off); SIGHUP loads the files again ([`Node::reload`]).
+    pub tls: Option<Arc<crate::tls::Tls>>,
     /// The token table in force: SIGHUP loads the token file again ([`Node::reload_auth`]).
     auth: watch::Sender<Arc<crate::auth::Auth>>,
     /// Client requests in flight, node-wide (`--max-in-flight`).
@@ -121,9 +125,6 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         );
     }
     let tls = crate::tls::Tls::load(&config)?;
-    if let Some(tls) = &tls {
-        crate::tls::check(tls)?;
-    }
     let peers = Peers::new(auth.peer_token(), tls.as_ref().map(|t| t.peer_client()))?;
     let raft = Raft::new(
         config.id,
@@ -164,6 +165,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         peers,
         clock: clock.clone(),
         config: config.clone(),
+        tls: tls.clone(),
         auth: watch::Sender::new(Arc::new(auth)),
         in_flight: crate::limits::Gauge::new(
             crate::limits::Cap::InFlight,
@@ -207,7 +209,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             stop_rx.clone(),
         ));
     }
-    let server = tokio::spawn(serve(node.clone(), listener, tls, stop_rx.clone()));
+    let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));
     tokio::spawn(crate::store::compaction::run(
         raft.clone(),
         node.sm.clone(),
@@ -244,7 +246,6 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
 async fn serve(
     node: Arc<Node>,
     listener: TcpListener,
-    tls: Option<crate::tls::Tls>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -267,12 +268,8 @@ async fn serve(
     );
 
     let limits = &node.config.limits;
-    let mut builder = tonic::transport::Server::builder();
-    let mutual = tls.is_some();
-    if let Some(tls) = &tls {
-        builder = builder.tls_config(tls.server())?;
-    }
-    let mut router = builder
+    let mutual = node.tls.is_some();
+    let mut router = tonic::transport::Server::builder()
         .max_concurrent_streams(limits.max_streams_per_connection)
         .concurrency_limit_per_connection(limits.max_requests_per_connection)
         // A node that was paused (or stalled) comes back to a burst of streams its clients
@@ -310,11 +307,17 @@ async fn serve(
     let incoming = tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(std::time::Duration::from_secs(10)));
-    let served = router
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        })
-        .await;
+    let stopped = async move {
+        let _ = stop.wait_for(|stopped| *stopped).await;
+    };
+    let served = match &node.tls {
+        Some(tls) => {
+            let incoming =
+                crate::tls::TlsIncoming::new(incoming, tls.clone(), crate::tls::Speaks::Grpc);
+            router.serve_with_incoming_shutdown(incoming, stopped).await
+        }
+        None => router.serve_with_incoming_shutdown(incoming, stopped).await,
+    };
     if let Err(e) = &served {
         tracing::error!("the gRPC server stopped: {e}");
     }
@@ -325,6 +328,32 @@ impl Node {
     /// The token table in force.
     pub fn auth(&self) -> Arc<crate::auth::Auth> {
         self.auth.borrow().clone()
+    }
+
+    /// SIGHUP: loads the token file and the TLS files again. Each that does not load stays as
+    /// it was; the errors say which.
+    pub fn reload(&self) -> anyhow::Result<()> {
+        let auth = if self.config.token_file.is_some() {
+            self.reload_auth()
+                .context("the token file was not reloaded")
+        } else {
+            Ok(())
+        };
+        let tls = match &self.tls {
+            Some(tls) => tls
+                .reload()
+                .map(|()| {
+                    self.peers.set_tls(tls.peer_client());
+                    tracing::info!("reloaded the TLS certificate, key and CA");
+                })
+                .context("the TLS files were not reloaded"),
+            None => Ok(()),
+        };
+        match (auth, tls) {
+            (Err(a), Err(t)) => Err(a.context(format!("{t:#}"))),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+            (Ok(()), Ok(())) => Ok(()),
+        }
     }
 
     /// Loads the token file again (SIGHUP): a token no longer in it is refused from its next

@@ -89,9 +89,10 @@ pub struct Config {
     #[arg(long, env = "TENURED_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 
-    /// Serve Prometheus metrics (`GET /metrics`, plain HTTP) on this address, e.g.
-    /// 0.0.0.0:9101. Default: off.
-    #[arg(long, env = "TENURED_METRICS_LISTEN")]
+    /// Serve Prometheus metrics (`GET /metrics`) on this address, e.g. 127.0.0.1:9101, or
+    /// just a port (9101: loopback). Over TLS with the node's certificate when TLS is on;
+    /// plain HTTP, and so only on loopback unless --insecure, when it is off. Default: off.
+    #[arg(long, env = "TENURED_METRICS_LISTEN", value_parser = parse_metrics_listen)]
     pub metrics_listen: Option<String>,
 
     /// This node's TLS certificate chain (PEM). With --tls-key and --tls-ca, clients and
@@ -218,6 +219,15 @@ fn file_args(text: &str) -> Result<Vec<OsString>, String> {
     Ok(flags)
 }
 
+/// A metrics address: `HOST:PORT`, or a bare port on loopback.
+fn parse_metrics_listen(text: &str) -> Result<String, String> {
+    let text = text.trim().trim_start_matches(':');
+    Ok(match text.parse::<u16>() {
+        Ok(port) => format!("127.0.0.1:{port}"),
+        Err(_) => text.to_string(),
+    })
+}
+
 /// Parses `ID=HOST:PORT,…`.
 pub fn parse_peers(text: &str) -> Result<Peers, String> {
     let mut peers = Peers::new();
@@ -302,6 +312,15 @@ impl Config {
         let exposed = std::iter::once(self.listen.as_str())
             .chain(self.peers.values().map(String::as_str))
             .find(|addr| !tenure_proto::is_loopback(addr));
+        if let Some(metrics) = &self.metrics_listen {
+            anyhow::ensure!(
+                tenure_proto::is_loopback(metrics) || self.tls_cert.is_some() || self.insecure,
+                "refusing to serve metrics on {metrics} in plain HTTP: anyone who reaches it \
+                 reads the cluster's state. Bind it to loopback (e.g. --metrics-listen 9101), \
+                 turn TLS on (--tls-cert, --tls-key, --tls-ca: metrics are then served over \
+                 TLS), or pass --insecure"
+            );
+        }
         let Some(exposed) = exposed else {
             return Ok(());
         };
@@ -471,5 +490,35 @@ mod tests {
         let mut flags = auth.to_vec();
         flags.extend(tls);
         exposure("0.0.0.0:7101", "1=10.0.0.1:7101", &flags).expect("TLS");
+    }
+
+    #[test]
+    fn metrics_in_plain_http_stay_on_loopback_unless_tls_or_insecure() {
+        let metrics = |listen: &str, extra: &[&str]| {
+            let mut flags = vec!["--metrics-listen", listen];
+            flags.extend(extra);
+            exposure("127.0.0.1:7101", "1=127.0.0.1:7101", &flags)
+        };
+        metrics("127.0.0.1:9101", &[]).expect("loopback");
+        let error = metrics("0.0.0.0:9101", &[]).expect_err("open");
+        assert!(error.to_string().contains("plain HTTP"), "{error}");
+        metrics("0.0.0.0:9101", &["--insecure"]).expect("--insecure");
+        let tls = ["--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca"];
+        metrics("0.0.0.0:9101", &tls).expect("over TLS");
+        let config = Config::try_parse_from([
+            "tenured",
+            "--id",
+            "1",
+            "--data-dir",
+            "d",
+            "--listen",
+            "127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:1",
+            "--metrics-listen",
+            "9101",
+        ])
+        .expect("parses");
+        assert_eq!(config.metrics_listen.as_deref(), Some("127.0.0.1:9101"));
     }
 }

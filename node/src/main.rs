@@ -1,5 +1,5 @@
 //! `tenured`: one Tenure node. Parses the configuration, sets up logging, runs until
-//! SIGINT/SIGTERM; SIGHUP loads the token file again. `tenured restore …` seeds a data
+//! SIGINT/SIGTERM; SIGHUP loads the token file and the TLS files again. `tenured restore …` seeds a data
 //! directory from a backup instead.
 
 use tenure_node::config::Config;
@@ -41,10 +41,11 @@ async fn main() -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = sigterm.recv() => break,
-            // SIGHUP: load the token file again (revoke and add tokens without a restart).
+            // SIGHUP: load the token file and the TLS files again (revoke and add tokens,
+            // rotate certificates, without a restart).
             _ = sighup.recv() => {
-                if let Err(e) = running.node.reload_auth() {
-                    tracing::error!("SIGHUP: the token file was not reloaded, the old one stays in force: {e:#}");
+                if let Err(e) = running.node.reload() {
+                    tracing::error!("SIGHUP: {e:#}; what did not load stays in force as it was");
                 }
             }
         }

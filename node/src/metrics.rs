@@ -411,9 +411,41 @@ pub fn render(registry: &Registry) -> String {
     text
 }
 
-/// Serves `GET /metrics` on `listener` until `stop`.
+/// The metrics listener over TLS: HTTP/1.1 after a handshake with the node's certificate.
+struct TlsListener {
+    incoming: crate::tls::TlsIncoming<tonic::transport::server::TcpIncoming>,
+    addr: std::net::SocketAddr,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        use futures::StreamExt;
+        loop {
+            match self.incoming.next().await {
+                Some(Ok(tls)) => {
+                    let peer = tls.get_ref().0.peer_addr().unwrap_or(self.addr);
+                    return (tls, peer);
+                }
+                Some(Err(_)) => continue,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.addr)
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `stop`: over TLS with the node's certificate when
+/// TLS is on, plain HTTP otherwise (which `Config::validate` allows on loopback only, or with
+/// `--insecure`).
 pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
     let registry = Arc::new(registry(&node));
+    let tls = node.tls.clone();
     drop(node);
     let app = axum::Router::new().route(
         "/metrics",
@@ -433,10 +465,28 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Rece
     let shutdown = async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
+    let served = match tls {
+        Some(tls) => match listener.local_addr() {
+            Ok(addr) => {
+                let incoming = crate::tls::TlsIncoming::new(
+                    tonic::transport::server::TcpIncoming::from(listener),
+                    tls,
+                    crate::tls::Speaks::Http1,
+                );
+                let listener = TlsListener { incoming, addr };
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+            Err(e) => Err(e),
+        },
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    };
+    if let Err(e) = served {
         tracing::error!("the metrics endpoint stopped: {e}");
     }
 }

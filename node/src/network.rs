@@ -55,8 +55,8 @@ pub struct Peers {
     /// Peers that could not read the binary encoding (an earlier release), and when.
     json_only: Arc<Mutex<HashMap<String, Instant>>>,
     auth: PeerAuth,
-    /// Mutual TLS to peers (None: plain HTTP/2).
-    tls: Option<tonic::transport::ClientTlsConfig>,
+    /// Mutual TLS to peers (None: plain HTTP/2); a reload replaces it ([`Peers::set_tls`]).
+    tls: Arc<Mutex<Option<tonic::transport::ClientTlsConfig>>>,
 }
 
 /// The id of the node a Raft RPC is meant for. A node refuses RPCs meant for another id: a
@@ -100,7 +100,7 @@ impl Peers {
             channels: Arc::default(),
             json_only: Arc::default(),
             auth: PeerAuth(auth),
-            tls,
+            tls: Arc::new(Mutex::new(tls)),
         })
     }
 
@@ -150,16 +150,27 @@ impl Peers {
         }
     }
 
+    /// Calls peers with `tls` from now on: the channels made with the old settings are
+    /// dropped (calls under way on them finish).
+    pub fn set_tls(&self, tls: tonic::transport::ClientTlsConfig) {
+        *self.tls.lock().unwrap_or_else(|p| p.into_inner()) = Some(tls);
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// The client for `addr`, creating its channel on first use (connects lazily).
     pub fn client(&self, addr: &str) -> Result<PeerClient, tonic::transport::Error> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(client) = channels.get(addr) {
             return Ok(client.clone());
         }
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let tls = self.tls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?;
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint.tls_config(tls.clone())?;
+        if let Some(tls) = tls {
+            endpoint = endpoint.tls_config(tls)?;
         }
         let channel = endpoint
             .connect_timeout(Duration::from_secs(1))

@@ -454,3 +454,23 @@ async fn streams_open_to_callers_without_a_token_have_a_cap_of_their_own() {
         .expect("a place again");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_off_this_machine_is_not_added_to_a_cluster_that_sends_its_peer_token_in_clear() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, auth_flags(dir.path()))]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let admin = cluster.client().with_token(ADMIN).expect("token");
+    let refused = admin
+        .add_learner(4, "10.0.0.4:7101", false)
+        .await
+        .expect_err("the peer token would go in clear");
+    let tenure_client::Error::Status { code, message, .. } = &refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(*code, Code::InvalidArgument, "{refused:?}");
+    assert!(message.contains("in clear"), "{message}");
+    cluster.shutdown().await;
+}

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::pem::PemObject;
 use tenure_client::{Client, Error};
 use tenure_proto::raft::v1::raft_client::RaftClient;
 use tenure_proto::raft::v1::RaftBytes;
@@ -23,6 +24,7 @@ const CLIENT_TOKEN: &str = "client-token-0123456789abcdef01234";
 const PEER_TOKEN: &str = "peer-token-0123456789abcdef0123456";
 
 /// A CA and one certificate it signed for 127.0.0.1 (every in-process node listens there).
+#[derive(Clone)]
 struct Pki {
     ca_pem: String,
     cert_pem: String,
@@ -210,4 +212,137 @@ async fn a_tls_endpoint_without_the_ca_is_refused_rather_than_sent_a_token_in_cl
     let ca = pki("cluster").ca_pem;
     let tls = Client::new_with_ca(["https://127.0.0.1:7101"], ca.as_bytes()).expect("a TLS client");
     assert_eq!(tls.endpoints(), ["127.0.0.1:7101"]);
+}
+
+/// Writes `pki`'s certificate, key and CA over the files `flags` named.
+fn rewrite(dir: &Path, pki: &Pki) {
+    for (name, text) in [
+        ("node.pem", &pki.cert_pem),
+        ("node.key", &pki.key_pem),
+        ("ca.pem", &pki.ca_pem),
+    ] {
+        std::fs::write(dir.join(name), text).expect("write");
+    }
+}
+
+/// An acquire through a client that trusts `ca`, with a short deadline.
+async fn acquire_trusting(
+    cluster: &InProcessCluster,
+    ca: &str,
+    resource: &str,
+) -> Result<tenure_client::pb::AcquireResponse, Error> {
+    Client::new_with_ca(cluster.addrs.values(), ca.as_bytes())
+        .expect("tls client")
+        .with_token(ADMIN_TOKEN)
+        .expect("token")
+        .with_timeout(Duration::from_secs(5))
+        .acquire(tenure_tests::acquire_request(resource, "h", TTL))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn certificates_reloaded_on_sighup_serve_new_connections_and_the_peers_keep_a_quorum() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = pki("first");
+    let node_flags = flags(dir.path(), &first);
+    let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, node_flags.clone())).collect();
+    let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    cluster.leader(ELECTION).await.expect("a leader");
+    acquire_trusting(&cluster, &first.ca_pem, "reload/a")
+        .await
+        .expect("served under the first CA");
+
+    // A new CA and certificate on every node: what SIGHUP does (`Node::reload`).
+    let second = pki("second");
+    rewrite(dir.path(), &second);
+    for id in 1..=3 {
+        cluster.node(id).reload().expect("the new files load");
+    }
+    acquire_trusting(&cluster, &second.ca_pem, "reload/b")
+        .await
+        .expect("served under the second CA");
+    assert!(
+        acquire_trusting(&cluster, &first.ca_pem, "reload/c")
+            .await
+            .is_err(),
+        "a client that trusts only the old CA is refused on a new connection"
+    );
+    // The peers reach each other with the new certificates: a new leader is elected and
+    // commits.
+    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    cluster.kill(leader).await;
+    cluster
+        .leader(ELECTION)
+        .await
+        .expect("a new leader over the new certificates");
+    acquire_trusting(&cluster, &second.ca_pem, "reload/d")
+        .await
+        .expect("the new leader commits");
+
+    // Files that do not match are refused, and the node keeps what it had.
+    let mismatched = Pki {
+        key_pem: pki("third").key_pem,
+        ..second.clone()
+    };
+    rewrite(dir.path(), &mismatched);
+    let live = cluster.live_ids()[0];
+    let error = cluster
+        .node(live)
+        .reload()
+        .expect_err("a key that does not match");
+    assert!(format!("{error:#}").contains("TLS"), "{error:#}");
+    acquire_trusting(&cluster, &second.ca_pem, "reload/e")
+        .await
+        .expect("still served under the second CA");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_on_metrics_are_served_over_tls_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster_pki = pki("cluster");
+    let mut node_flags = flags(dir.path(), &cluster_pki);
+    node_flags.extend(["--metrics-listen".to_string(), "127.0.0.1:0".to_string()]);
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, node_flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let addr = cluster.metrics_addr(1).expect("metrics bound");
+
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls::pki_types::CertificateDer::from_pem_slice(cluster_pki.ca_pem.as_bytes())
+        .expect("CA");
+    roots.add(ca).expect("root");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let mut tls = connector.connect(name, tcp).await.expect("a TLS handshake");
+    tls.write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut text = String::new();
+    tls.read_to_string(&mut text).await.expect("response");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("tenure_raft_term"), "{text}");
+
+    // Plain HTTP gets no metrics.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    plain
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer).await;
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("tenure_raft_term"),
+        "metrics in plain HTTP"
+    );
+    cluster.shutdown().await;
 }

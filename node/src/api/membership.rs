@@ -230,6 +230,18 @@ impl Node {
         if !valid_addr(addr) {
             return Ok(invalid("addr", format!("expected HOST:PORT, got {addr:?}")));
         }
+        let config = &self.config;
+        let clear_token = self.auth().is_on() && self.tls.is_none() && !config.insecure_transport;
+        if clear_token && !tenure_proto::is_loopback(addr) {
+            return Ok(invalid(
+                "addr",
+                format!(
+                    "{addr} is off this machine and would receive the peer token in clear: turn \
+                     TLS on (--tls-cert, --tls-key, --tls-ca) or start the nodes with \
+                     --insecure-transport"
+                ),
+            ));
+        }
         let metrics = self.metrics_now();
         let membership = metrics.membership_config.membership();
         if let Some((other, _)) = membership
