@@ -444,19 +444,16 @@ mod tests {
         );
     }
 
-    fn exposure(listen: &str, peers: &str, extra: &[&str]) -> anyhow::Result<()> {
-        let mut args = vec![
-            "tenured",
-            "--id",
-            "1",
-            "--data-dir",
-            "d",
-            "--listen",
-            listen,
-        ];
-        args.extend(["--peers", peers]);
+    /// Node 1 on `listen` with `peers` and the `extra` flags.
+    fn parsed(listen: &str, peers: &str, extra: &[&str]) -> Config {
+        let mut args = vec!["tenured", "--id", "1", "--data-dir", "d"];
+        args.extend(["--listen", listen, "--peers", peers]);
         args.extend(extra);
-        Config::try_parse_from(args).expect("parses").validate()
+        Config::try_parse_from(args).expect("parses")
+    }
+
+    fn exposure(listen: &str, peers: &str, extra: &[&str]) -> anyhow::Result<()> {
+        parsed(listen, peers, extra).validate()
     }
 
     #[test]
@@ -505,20 +502,11 @@ mod tests {
         metrics("0.0.0.0:9101", &["--insecure"]).expect("--insecure");
         let tls = ["--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca"];
         metrics("0.0.0.0:9101", &tls).expect("over TLS");
-        let config = Config::try_parse_from([
-            "tenured",
-            "--id",
-            "1",
-            "--data-dir",
-            "d",
-            "--listen",
+        let config = parsed(
             "127.0.0.1:1",
-            "--peers",
             "1=127.0.0.1:1",
-            "--metrics-listen",
-            "9101",
-        ])
-        .expect("parses");
+            &["--metrics-listen", "9101"],
+        );
         assert_eq!(config.metrics_listen.as_deref(), Some("127.0.0.1:9101"));
     }
 }
