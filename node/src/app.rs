@@ -51,6 +51,8 @@ pub struct Node {
     pub streams: crate::limits::Gauge,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
     pub public_streams: crate::limits::Gauge,
+    /// Checks the snapshot a leader is sending, chunk by chunk (`store::snapshot::ChunkCheck`).
+    pub receiving_snapshot: std::sync::Mutex<crate::store::snapshot::ChunkCheck>,
     /// Calls refused, by cause.
     pub refusals: crate::metrics::Refusals,
     /// The highest log index this process has committed as leader (0: none yet). A leader
@@ -179,6 +181,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             crate::limits::Cap::PublicStreams,
             config.limits.max_public_streams,
         ),
+        receiving_snapshot: Default::default(),
         refusals: Default::default(),
         own_commit: own_commit.clone(),
         inboxes: Default::default(),

@@ -351,6 +351,12 @@ impl Collector for NodeCollector {
             "Snapshots installed from the leader",
             StorageStats::get(&s.snapshots_installed),
         )?;
+        counter(
+            e,
+            "tenure_snapshots_refused",
+            "Snapshots from the leader refused: their checksum did not match",
+            StorageStats::get(&s.snapshots_refused),
+        )?;
         gauge(
             e,
             "tenure_snapshot_last_index",

@@ -17,6 +17,7 @@ use crate::app::Node;
 use crate::lease::Op;
 use crate::network::{decode, encode_as, TARGET_HEADER, UNDECODABLE};
 use crate::store::codec::Wire;
+use crate::store::TypeConfig;
 
 pub struct RaftApi {
     pub node: Arc<Node>,
@@ -72,7 +73,22 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        let (body, wire) = self.body(&request)?;
+        let (body, wire): (openraft::raft::InstallSnapshotRequest<TypeConfig>, _) =
+            self.body(&request)?;
+        // A damaged file is refused here: openraft stops a node whose install fails. The
+        // leader sends it again, so a snapshot damaged in transit heals, and one damaged on the
+        // leader's disk is never spread.
+        let checked = self
+            .node
+            .receiving_snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .chunk(&body.meta.snapshot_id, body.offset, &body.data, body.done);
+        if let Err(refused) = checked {
+            crate::store::StorageStats::add(&self.node.sm.stats.snapshots_refused, 1);
+            tracing::error!(snapshot = %body.meta.snapshot_id, "{refused}");
+            return Err(Status::data_loss(refused));
+        }
         reply(wire, &self.node.raft.install_snapshot(body).await)
     }
 

@@ -54,6 +54,8 @@ pub struct StorageStats {
     pub log_sync_micros: AtomicU64,
     pub snapshots_built: AtomicU64,
     pub snapshots_installed: AtomicU64,
+    /// Snapshots a leader sent that were refused for a checksum that does not match.
+    pub snapshots_refused: AtomicU64,
     pub last_snapshot_index: AtomicU64,
     pub last_snapshot_bytes: AtomicU64,
     pub last_snapshot_build_micros: AtomicU64,

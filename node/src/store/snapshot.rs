@@ -2,11 +2,17 @@
 //!
 //! Written to a temporary file, fsynced, renamed into place, then the directory is fsynced;
 //! older snapshots are removed. The body carries a format version so a later release can read
-//! an older snapshot.
+//! an older snapshot. Since format 4 the file ends with the SHA-256 of all that precedes it
+//! (the meta line and the body), checked when a node loads the file, when a follower installs
+//! it ([`ChunkCheck`], before openraft sees the last chunk) and by `tenured restore`: a flipped
+//! byte is refused, never applied.
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
 
 use super::NodeId;
 use crate::lease::dedup::Dedup;
@@ -15,9 +21,14 @@ use crate::lease::State;
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
 /// 2: resources hold several leases, their registration and their history (issue 4), JSON.
-/// 3: postcard's binary encoding; exactly-once records hold digests (issue 6). Format 2 is
-/// still read, so a node upgrades in place.
-const FORMAT_VERSION: u32 = 3;
+/// 3: postcard's binary encoding; exactly-once records hold digests (issue 6).
+/// 4: format 3, the file followed by its SHA-256 (issue 17).
+/// Formats 2 and 3 are still read (without a checksum to check), so a node upgrades in place.
+const FORMAT_VERSION: u32 = 4;
+/// The format before the checksum, read as it is.
+const UNCHECKED_FORMAT: u32 = 3;
+/// The checksum's length at the end of a format-4 file.
+const CHECKSUM_BYTES: usize = 32;
 const PREFIX: &str = "snapshot-";
 
 /// The last format written as JSON; its body is `{"format_version": 2, "state": {..}}`.
@@ -36,7 +47,7 @@ pub fn encode_state(state: &State) -> postcard::Result<Vec<u8>> {
 }
 
 fn unreadable(version: u64) -> anyhow::Error {
-    anyhow::anyhow!("snapshot format {version} is not readable by this release (reads {FORMAT_VERSION} and {JSON_FORMAT})")
+    anyhow::anyhow!("snapshot format {version} is not readable by this release (reads {FORMAT_VERSION}, {UNCHECKED_FORMAT} and {JSON_FORMAT})")
 }
 
 pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
@@ -45,7 +56,7 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
         return decode_json(data);
     }
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != UNCHECKED_FORMAT {
         return Err(unreadable(version.into()));
     }
     let state: State = postcard::from_bytes(body)?;
@@ -76,7 +87,25 @@ fn decode_json(data: &[u8]) -> anyhow::Result<State> {
 pub struct Writer {
     meta: SnapshotMeta,
     tmp_path: PathBuf,
-    file: BufWriter<File>,
+    file: Hashed<BufWriter<File>>,
+}
+
+/// A writer that hashes what goes through it.
+struct Hashed<W> {
+    inner: W,
+    hasher: Sha256,
+}
+
+impl<W: Write> Write for Hashed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        self.hasher.update(&buf[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Large writes: a snapshot body is written while apply waits (see `build_snapshot`).
@@ -86,7 +115,10 @@ impl Writer {
     pub fn create(dir: &Path, meta: SnapshotMeta) -> anyhow::Result<Writer> {
         fs::create_dir_all(dir)?;
         let tmp_path = dir.join(format!(".{}.tmp", file_name(&meta)));
-        let mut file = BufWriter::with_capacity(WRITE_BUFFER, File::create(&tmp_path)?);
+        let mut file = Hashed {
+            inner: BufWriter::with_capacity(WRITE_BUFFER, File::create(&tmp_path)?),
+            hasher: Sha256::new(),
+        };
         serde_json::to_writer(&mut file, &meta)?;
         file.write_all(b"\n")?;
         Ok(Writer {
@@ -103,15 +135,17 @@ impl Writer {
         Ok(())
     }
 
-    /// Copies a body received from the leader.
+    /// Copies a body received from the leader (checked, without its checksum).
     pub fn body(&mut self, body: &[u8]) -> anyhow::Result<()> {
         self.file.write_all(body)?;
         Ok(())
     }
 
-    /// Makes the file durable under its temporary name.
+    /// Appends the checksum and makes the file durable under its temporary name.
     pub fn finish(self) -> anyhow::Result<Written> {
-        let file = self.file.into_inner().map_err(|e| e.into_error())?;
+        let Hashed { mut inner, hasher } = self.file;
+        inner.write_all(&hasher.finalize())?;
+        let file = inner.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         let bytes = file.metadata()?.len();
         Ok(Written {
@@ -215,22 +249,128 @@ pub fn split(data: &[u8]) -> anyhow::Result<(SnapshotMeta, &[u8])> {
     Ok((serde_json::from_slice(&data[..end])?, &data[end + 1..]))
 }
 
-/// The body of a snapshot received from the leader. A leader of this release sends its whole
-/// file, meta line first; one of the release before (format 2) sent the bare JSON body, so
-/// a node upgraded ahead of its leader still installs what that leader sends. (The other
-/// way round does not work: upgrade the leader last.)
+/// Whether `body` (what follows the meta line) ends with a checksum: format 4 and later.
+fn has_checksum(body: &[u8]) -> bool {
+    body.first()
+        .is_some_and(|version| u32::from(*version) >= FORMAT_VERSION && *version != b'{')
+}
+
+/// [`split`], after checking the checksum of a format that has one: the meta and the body
+/// without it.
+pub fn checked(data: &[u8]) -> anyhow::Result<(SnapshotMeta, &[u8])> {
+    let (meta, body) = split(data)?;
+    if !has_checksum(body) {
+        return Ok((meta, body));
+    }
+    anyhow::ensure!(
+        body.len() > CHECKSUM_BYTES,
+        "the snapshot is cut short: no room for its checksum"
+    );
+    let (covered, checksum) = data.split_at(data.len() - CHECKSUM_BYTES);
+    anyhow::ensure!(
+        Sha256::digest(covered).as_slice() == checksum,
+        "the snapshot's checksum does not match its contents: the file is damaged"
+    );
+    Ok((meta, &body[..body.len() - CHECKSUM_BYTES]))
+}
+
+/// The body of a snapshot received from the leader, checked. A leader of this release sends
+/// its whole file, meta line first; one of the release before (format 2) sent the bare JSON
+/// body, so a node upgraded ahead of its leader still installs what that leader sends. (The
+/// other way round does not work: upgrade the leader last.)
 pub fn received_body(data: &[u8]) -> anyhow::Result<&[u8]> {
     if data.starts_with(br#"{"format_version""#) {
         return Ok(data);
     }
-    Ok(split(data)?.1)
+    Ok(checked(data)?.1)
 }
 
-/// Reads and decodes a snapshot file.
+/// Reads, checks and decodes a snapshot file.
 pub fn load(path: &Path) -> anyhow::Result<(SnapshotMeta, State)> {
     let data = fs::read(path)?;
-    let (meta, body) = split(&data)?;
+    let (meta, body) = checked(&data).with_context(|| format!("snapshot {}", path.display()))?;
     Ok((meta, decode_state(body)?))
+}
+
+/// Checks a snapshot as it arrives in chunks, hashing each chunk as it comes, so that a
+/// damaged file is refused before openraft installs it (an install that fails stops a node's
+/// Raft). Only the hash and the last 32 bytes are kept, never the file.
+#[derive(Default)]
+pub struct ChunkCheck {
+    snapshot_id: String,
+    received: u64,
+    hasher: Sha256,
+    /// The last bytes seen, not yet hashed: the checksum, once the last chunk is in.
+    held: Vec<u8>,
+    /// The file's first byte after its meta line (the format version), once seen.
+    format: Option<u8>,
+    meta_line_done: bool,
+    /// What the last chunk was found to be, for a resent last chunk.
+    verdict: Option<Result<(), String>>,
+}
+
+impl ChunkCheck {
+    /// Takes the chunk at `offset` of snapshot `snapshot_id`; for the last (`done`), whether
+    /// the file's checksum matches. A chunk already seen (a resend) is not hashed again.
+    pub fn chunk(
+        &mut self,
+        snapshot_id: &str,
+        offset: u64,
+        data: &[u8],
+        done: bool,
+    ) -> Result<(), String> {
+        if offset == 0 || snapshot_id != self.snapshot_id {
+            *self = ChunkCheck {
+                snapshot_id: snapshot_id.to_string(),
+                ..ChunkCheck::default()
+            };
+        }
+        let end = offset + data.len() as u64;
+        if end <= self.received {
+            return match (done, &self.verdict) {
+                (true, Some(verdict)) if end == self.received => verdict.clone(),
+                _ => Ok(()),
+            };
+        }
+        if offset != self.received {
+            return Err(format!(
+                "snapshot chunk at {offset}, expected one at {}",
+                self.received
+            ));
+        }
+        self.received = end;
+        if offset == 0 && data.starts_with(br#"{"format_version""#) {
+            // A bare JSON body (format 2): no meta line, no checksum.
+            self.format = Some(b'{');
+        }
+        for byte in data {
+            if self.format.is_some() {
+                break;
+            }
+            if self.meta_line_done {
+                self.format = Some(*byte);
+            } else if *byte == b'\n' {
+                self.meta_line_done = true;
+            }
+        }
+        self.held.extend_from_slice(data);
+        if self.held.len() > CHECKSUM_BYTES {
+            let cut = self.held.len() - CHECKSUM_BYTES;
+            self.hasher.update(&self.held[..cut]);
+            self.held.drain(..cut);
+        }
+        if !done {
+            return Ok(());
+        }
+        let checksummed = self.format.is_some_and(|f| has_checksum(&[f]));
+        let verdict = if !checksummed || self.hasher.clone().finalize().as_slice() == self.held {
+            Ok(())
+        } else {
+            Err("the snapshot's checksum does not match its contents: refused".to_string())
+        };
+        self.verdict = Some(verdict.clone());
+        verdict
+    }
 }
 
 #[cfg(test)]
@@ -299,13 +439,100 @@ mod tests {
         assert_eq!(restored.retained_events(), 3);
     }
 
+    /// A snapshot file of a state with one lease, as a node writes it: its path and bytes.
+    fn written(dir: &Path) -> (PathBuf, Vec<u8>) {
+        let mut state = State::default();
+        let op = AcquireOp {
+            resource: "r".into(),
+            holder: "h".into(),
+            ttl_ms: Some(30_000),
+            mode: Mode::Exclusive,
+            units: 0,
+            metadata: Default::default(),
+            idempotency_key: None,
+            wait_ms: None,
+        };
+        entry(&mut state, 1, Op::Acquire(op));
+        let mut writer = Writer::create(dir, SnapshotMeta::default()).expect("create");
+        writer.state(&state).expect("encode");
+        writer.finish().expect("finish").keep(dir).expect("keep");
+        let (_, path, _) = newest(dir).expect("list").expect("a snapshot");
+        let bytes = fs::read(&path).expect("read");
+        (path, bytes)
+    }
+
+    #[test]
+    fn a_snapshot_with_one_flipped_byte_is_refused_on_load() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (path, bytes) = written(dir.path());
+        let (_, state) = load(&path).expect("an intact file loads");
+        assert_eq!(state.live_leases(), 1);
+        let body_start = bytes.iter().position(|b| *b == b'\n').expect("meta line") + 1;
+        for at in [
+            10,
+            body_start + 1,
+            bytes.len() / 2,
+            bytes.len() - 40,
+            bytes.len() - 1,
+        ] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x01;
+            fs::write(&path, &damaged).expect("write");
+            assert!(
+                load(&path).is_err(),
+                "byte {at} of {} flipped, loaded",
+                bytes.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_snapshot_is_checked_chunk_by_chunk_before_it_is_installed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (_, bytes) = written(dir.path());
+        let feed = |data: &[u8], chunk: usize| {
+            let mut check = ChunkCheck::default();
+            let mut offset = 0;
+            let mut verdict = Ok(());
+            for piece in data.chunks(chunk) {
+                let done = offset + piece.len() == data.len();
+                verdict = check.chunk("s1", offset as u64, piece, done);
+                if done {
+                    // The last chunk sent again gets the same answer.
+                    assert_eq!(check.chunk("s1", offset as u64, piece, true), verdict);
+                }
+                offset += piece.len();
+            }
+            verdict
+        };
+        for chunk in [1, 7, 33, bytes.len()] {
+            assert_eq!(feed(&bytes, chunk), Ok(()), "chunks of {chunk}");
+        }
+        let mut damaged = bytes.clone();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0x40;
+        for chunk in [1, 7, 33, bytes.len()] {
+            let refused = feed(&damaged, chunk).expect_err("a flipped byte");
+            assert!(refused.contains("checksum"), "{refused}");
+        }
+        // A file of the format before checksums passes unchecked (a node upgraded in place).
+        let (meta, body) = split(&bytes).expect("split");
+        let state = decode_state(&body[..body.len() - CHECKSUM_BYTES]).expect("decode");
+        let mut older = serde_json::to_vec(&meta).expect("meta");
+        older.push(b'\n');
+        postcard::to_io(&(UNCHECKED_FORMAT, &state), &mut older).expect("encode");
+        assert_eq!(feed(&older, 16), Ok(()));
+        let (_, older_body) = checked(&older).expect("format 3 reads");
+        assert_eq!(decode_state(older_body).expect("decode"), state);
+    }
+
     #[test]
     fn an_older_format_is_refused_by_name() {
         let error = decode_state(br#"{"format_version":1,"state":{}}"#).expect_err("refused");
         assert!(error.to_string().contains("snapshot format 1"), "{error}");
-        let error = decode_state(&postcard::to_allocvec(&(4u32, 0u8)).expect("encode"))
+        let error = decode_state(&postcard::to_allocvec(&(5u32, 0u8)).expect("encode"))
             .expect_err("refused");
-        assert!(error.to_string().contains("snapshot format 4"), "{error}");
+        assert!(error.to_string().contains("snapshot format 5"), "{error}");
     }
 
     /// A node upgraded in place loads the JSON snapshot the release before wrote, and still
