@@ -439,10 +439,9 @@ mod tests {
         assert_eq!(restored.retained_events(), 3);
     }
 
-    /// A snapshot file of a state with one lease, as a node writes it: its path and bytes.
-    fn written(dir: &Path) -> (PathBuf, Vec<u8>) {
-        let mut state = State::default();
-        let op = AcquireOp {
+    /// `h` acquires `r` exclusively for 30 s.
+    fn exclusive_acquire() -> AcquireOp {
+        AcquireOp {
             resource: "r".into(),
             holder: "h".into(),
             ttl_ms: Some(30_000),
@@ -451,8 +450,13 @@ mod tests {
             metadata: Default::default(),
             idempotency_key: None,
             wait_ms: None,
-        };
-        entry(&mut state, 1, Op::Acquire(op));
+        }
+    }
+
+    /// A snapshot file of a state with one lease, as a node writes it: its path and bytes.
+    fn written(dir: &Path) -> (PathBuf, Vec<u8>) {
+        let mut state = State::default();
+        entry(&mut state, 1, Op::Acquire(exclusive_acquire()));
         let mut writer = Writer::create(dir, SnapshotMeta::default()).expect("create");
         writer.state(&state).expect("encode");
         writer.finish().expect("finish").keep(dir).expect("keep");
@@ -540,16 +544,7 @@ mod tests {
     #[test]
     fn a_format_2_snapshot_loads_with_its_exactly_once_records() {
         let mut state = State::default();
-        let op = AcquireOp {
-            resource: "r".into(),
-            holder: "h".into(),
-            ttl_ms: Some(30_000),
-            mode: Mode::Exclusive,
-            units: 0,
-            metadata: Default::default(),
-            idempotency_key: None,
-            wait_ms: None,
-        };
+        let op = exclusive_acquire();
         entry(&mut state, 1, Op::Acquire(op.clone()));
         let mut json = serde_json::to_value(&state).expect("json");
         let reply = crate::lease::Reply::Cancelled {
