@@ -51,6 +51,9 @@ pub struct Node {
     pub streams: crate::limits::Gauge,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
     pub public_streams: crate::limits::Gauge,
+    /// The digest of what every member must share (`crate::agreement`); a reload of the
+    /// token file renews it.
+    config_digest: std::sync::RwLock<String>,
     /// Checks the snapshot a leader is sending, chunk by chunk (`store::snapshot::ChunkCheck`).
     pub receiving_snapshot: std::sync::Mutex<crate::store::snapshot::ChunkCheck>,
     /// Calls refused, by cause.
@@ -128,6 +131,8 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     }
     let tls = crate::tls::Tls::load(&config)?;
     let peers = Peers::new(auth.peer_token(), tls.as_ref().map(|t| t.peer_client()))?;
+    let config_digest = crate::agreement::digest(&auth, config.require_registration);
+    peers.identify(config.id, &config_digest);
     let raft = Raft::new(
         config.id,
         Arc::new(raft_config(&config)?),
@@ -181,6 +186,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             crate::limits::Cap::PublicStreams,
             config.limits.max_public_streams,
         ),
+        config_digest: std::sync::RwLock::new(config_digest),
         receiving_snapshot: Default::default(),
         refusals: Default::default(),
         own_commit: own_commit.clone(),
@@ -372,9 +378,23 @@ impl Node {
             "the peer token this node sends (the lexically first `peer` line) would change: \
              that takes a restart; a reload may add or remove any other token"
         );
+        let digest = crate::agreement::digest(&auth, self.config.require_registration);
+        self.peers.identify(self.id, &digest);
+        *self
+            .config_digest
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = digest.clone();
         self.auth.send_replace(Arc::new(auth));
-        tracing::info!(file = %path.display(), "reloaded the token file");
+        tracing::info!(file = %path.display(), config_digest = %digest, "reloaded the token file");
         Ok(())
+    }
+
+    /// The digest of what every member must share (`crate::agreement`).
+    pub fn config_digest(&self) -> String {
+        self.config_digest
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Resolves once a reload revoked `credential` (never when auth is off).

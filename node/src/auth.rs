@@ -224,6 +224,23 @@ impl Auth {
             .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
     }
 
+    /// Feeds the table into `hasher` in an order that does not depend on the file's
+    /// (`crate::agreement`): every entry's token digest, principal and role, sorted.
+    pub fn hash_into(&self, hasher: &mut Sha256) {
+        let Some(tokens) = &self.tokens else {
+            hasher.update(b"auth off");
+            return;
+        };
+        let mut entries: Vec<_> = tokens.iter().collect();
+        entries.sort_by_key(|(digest, _)| **digest);
+        for (digest, entry) in entries {
+            hasher.update(digest);
+            hasher.update((entry.principal.len() as u64).to_le_bytes());
+            hasher.update(entry.principal.as_bytes());
+            hasher.update([entry.role as u8]);
+        }
+    }
+
     /// Whether a token this table's predecessor admitted still stands here for the same
     /// principal and role.
     pub fn admits(&self, credential: &Credential) -> bool {

@@ -44,6 +44,10 @@ pub enum ApiError {
         cap: crate::limits::Cap,
         detail: String,
     },
+    /// A peer whose configuration digest differs from this node's (`crate::agreement`):
+    /// the refusal carries this node's digest back to the peer.
+    #[error("{detail}")]
+    ConfigMismatch { detail: String, ours: String },
     /// Cluster administration: the member or address is taken (a lease-level conflict is a
     /// [`Rejection::AlreadyExists`]).
     #[error("{0}")]
@@ -99,6 +103,7 @@ impl ApiError {
             ApiError::ReplyTooLarge { .. } => ("reply_too_large", Code::ResourceExhausted),
             ApiError::MemberExists(_) => ("already_exists", Code::AlreadyExists),
             ApiError::Limit { cap, .. } => (cap.reason(), Code::ResourceExhausted),
+            ApiError::ConfigMismatch { .. } => ("config_mismatch", Code::FailedPrecondition),
         }
     }
 }
@@ -115,6 +120,13 @@ impl From<ApiError> for Status {
         let mut status = Status::with_error_details(code, error.to_string(), details);
         if let Ok(value) = reason.parse() {
             status.metadata_mut().insert(REASON_TRAILER, value);
+        }
+        if let ApiError::ConfigMismatch { ours, .. } = &error {
+            if let Ok(value) = ours.parse() {
+                status
+                    .metadata_mut()
+                    .insert(crate::agreement::DIGEST_HEADER, value);
+            }
         }
         status
     }
@@ -244,6 +256,14 @@ mod tests {
                 },
                 "reply_too_large",
                 Code::ResourceExhausted,
+            ),
+            (
+                ApiError::ConfigMismatch {
+                    detail: "differs".into(),
+                    ours: "00".into(),
+                },
+                "config_mismatch",
+                Code::FailedPrecondition,
             ),
             (
                 ApiError::Limit {

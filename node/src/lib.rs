@@ -4,6 +4,7 @@
 //! `network` carries Raft RPCs; `api` serves gRPC; `app` wires one node together; `timers`
 //! runs the leader's own proposals; `clock` is where a leader's stamps come from.
 
+pub mod agreement;
 pub mod api;
 pub mod app;
 pub mod auth;

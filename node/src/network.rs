@@ -28,20 +28,35 @@ use crate::store::{NodeId, TypeConfig};
 /// Raft bodies carry snapshots; allow far more than the client API's 4 MiB.
 pub const PEER_MESSAGE_LIMIT: usize = 256 * 1024 * 1024;
 
-/// Puts this node's peer token (auth on) on every call to another node.
+/// Puts on every call to another node this node's peer token (auth on), its id and its
+/// configuration digest (`crate::agreement`); a reload may change the digest.
 #[derive(Clone, Default)]
-pub struct PeerAuth(Option<MetadataValue<Ascii>>);
+pub struct PeerAuth(Arc<std::sync::RwLock<PeerHeaders>>);
+
+#[derive(Default)]
+struct PeerHeaders {
+    authorization: Option<MetadataValue<Ascii>>,
+    from: Option<MetadataValue<Ascii>>,
+    digest: Option<MetadataValue<Ascii>>,
+}
 
 impl tonic::service::Interceptor for PeerAuth {
     fn call(
         &mut self,
         mut request: tonic::Request<()>,
     ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
+        let headers = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let metadata = request.metadata_mut();
+        for (name, value) in [
+            ("authorization", &headers.authorization),
+            (crate::agreement::FROM_HEADER, &headers.from),
+            (crate::agreement::DIGEST_HEADER, &headers.digest),
+        ] {
+            if let Some(value) = value {
+                metadata.insert(name, value.clone());
+            }
         }
+        drop(headers);
         Ok(request)
     }
 }
@@ -55,6 +70,8 @@ pub struct Peers {
     /// Peers that could not read the binary encoding (an earlier release), and when.
     json_only: Arc<Mutex<HashMap<String, Instant>>>,
     auth: PeerAuth,
+    /// Peers whose configuration digest differs from this node's, either way round.
+    pub mismatches: Arc<crate::agreement::Mismatches>,
     /// Mutual TLS to peers (None: plain HTTP/2); a reload replaces it ([`Peers::set_tls`]).
     tls: Arc<Mutex<Option<tonic::transport::ClientTlsConfig>>>,
 }
@@ -96,12 +113,24 @@ impl Peers {
             ),
             None => None,
         };
+        let headers = PeerHeaders {
+            authorization: auth,
+            ..PeerHeaders::default()
+        };
         Ok(Peers {
             channels: Arc::default(),
             json_only: Arc::default(),
-            auth: PeerAuth(auth),
+            auth: PeerAuth(Arc::new(std::sync::RwLock::new(headers))),
+            mismatches: Arc::default(),
             tls: Arc::new(Mutex::new(tls)),
         })
+    }
+
+    /// Names this node (`from`) and its configuration digest on every call from now on.
+    pub fn identify(&self, from: NodeId, digest: &str) {
+        let mut headers = self.auth.0.write().unwrap_or_else(|p| p.into_inner());
+        headers.from = from.to_string().parse().ok();
+        headers.digest = digest.parse().ok();
     }
 
     /// The encoding `addr` reads: binary, unless it lately refused a binary body.
@@ -145,8 +174,27 @@ impl Peers {
                     json_only.insert(addr.to_string(), Instant::now());
                     wire = Wire::Json;
                 }
-                Err(status) => return Err(status.into()),
+                Err(status) => {
+                    self.note_refusal(addr, &status);
+                    return Err(status.into());
+                }
             }
+        }
+    }
+
+    /// A peer that refused this node's configuration digest is remembered (and logged once),
+    /// with its own digest, for `Cluster.Status`.
+    fn note_refusal(&self, addr: &str, status: &tonic::Status) {
+        let Some(theirs) = status.metadata().get(crate::agreement::DIGEST_HEADER) else {
+            return;
+        };
+        let theirs = theirs.to_str().unwrap_or("?");
+        let peer = format!("the peer at {addr} (it refused this node)");
+        if self.mismatches.record(&peer, theirs) {
+            tracing::error!(
+                peer = addr, their_digest = %theirs,
+                "a peer refuses this node: its configuration (token file or --require-registration) differs"
+            );
         }
     }
 

@@ -474,3 +474,64 @@ async fn a_member_off_this_machine_is_not_added_to_a_cluster_that_sends_its_peer
     assert!(message.contains("in clear"), "{message}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_with_a_different_configuration_is_refused_and_named_in_status() {
+    // Node 3 alone refuses unregistered resources: it would apply differently.
+    let extra = BTreeMap::from([(3, vec!["--require-registration".to_string()])]);
+    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    let one = cluster.node(1).clone();
+    let three = cluster.node(3).clone();
+    assert_ne!(one.config_digest(), three.config_digest());
+    assert_eq!(one.config_digest(), cluster.node(2).config_digest());
+    until("nodes 1 and 2 elect a leader between them", || {
+        one.raft
+            .metrics()
+            .borrow()
+            .current_leader
+            .is_some_and(|leader| leader != 3)
+    })
+    .await;
+    let lease = granted(&cluster.client_of(1), "t71/digest", "h", TTL).await;
+
+    let mismatches = |id: u64| {
+        cluster
+            .node(id)
+            .peers
+            .mismatches
+            .recent(Duration::from_secs(60))
+    };
+    // Node 3 refuses the leader's calls, and the leader learns it was refused, with node 3's
+    // digest.
+    until("node 3 refuses the leader's calls", || {
+        !mismatches(3).is_empty()
+    })
+    .await;
+    let leader = one
+        .raft
+        .metrics()
+        .borrow()
+        .current_leader
+        .expect("a leader");
+    let node3_addr = cluster.addrs[&3].clone();
+    until("the leader knows node 3 refuses it", || {
+        mismatches(leader)
+            .iter()
+            .any(|m| m.contains(&node3_addr) && m.contains(&three.config_digest()))
+    })
+    .await;
+    // Node 3 took none of the leader's entries.
+    assert!(three.sm.read().last_applied.map_or(0, |id| id.index) < lease.fencing_token);
+    // Status names the refused peer, with its digest.
+    let status = cluster.client_of(3).node_status(0).await.expect("status");
+    assert_eq!(status.config_digest, three.config_digest());
+    assert!(
+        status
+            .config_mismatches
+            .iter()
+            .any(|m| m.starts_with(&format!("node {leader}:")) && m.contains(&one.config_digest())),
+        "{:?}",
+        status.config_mismatches
+    );
+    cluster.shutdown().await;
+}

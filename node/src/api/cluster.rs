@@ -13,6 +13,9 @@ use crate::error::ApiError;
 use crate::lease::Rejection;
 use crate::store::{NodeId, StorageStats};
 
+/// How long a refused peer stays in `Status.config_mismatches`.
+const MISMATCHES_SHOWN_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
 pub struct ClusterApi {
     pub node: Arc<Node>,
 }
@@ -120,6 +123,8 @@ impl Cluster for ClusterApi {
             }),
             active_leases,
             lease_now_ms,
+            config_digest: self.node.config_digest(),
+            config_mismatches: self.node.peers.mismatches.recent(MISMATCHES_SHOWN_FOR),
         }))
     }
 

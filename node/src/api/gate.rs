@@ -3,7 +3,8 @@
 //!
 //! - The internal `tenure.raft.v1.Raft` service takes only peers: the peer token when auth
 //!   is on (no token or an unknown one: `unauthenticated`; a client's or admin's token:
-//!   `permission_denied`), and with TLS on a certificate the cluster CA signed.
+//!   `permission_denied`), with TLS on a certificate the cluster CA signed, and the same
+//!   configuration digest as this node's (`crate::agreement`; else `config_mismatch`).
 //! - The client API (`Leases`, `Cluster`) takes a known bearer token; the caller goes into the
 //!   request's extensions for the handlers ([`crate::auth::caller_of`]). Then the node-wide
 //!   cap on client requests in flight applies (`too_many_requests`). Argument validation
@@ -105,6 +106,37 @@ enum Admitted {
 }
 
 impl<S> Gate<S> {
+    /// Refuses a peer whose configuration digest differs from this node's (one of an earlier
+    /// release sends none and is taken).
+    fn same_configuration(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+        let Some(theirs) = headers.get(crate::agreement::DIGEST_HEADER) else {
+            return Ok(());
+        };
+        let ours = self.node.config_digest();
+        if theirs.as_bytes() == ours.as_bytes() {
+            return Ok(());
+        }
+        let theirs = String::from_utf8_lossy(theirs.as_bytes());
+        let peer = match headers.get(crate::agreement::FROM_HEADER) {
+            Some(id) => format!("node {}", String::from_utf8_lossy(id.as_bytes())),
+            None => "a peer".to_string(),
+        };
+        if self.node.peers.mismatches.record(&peer, &theirs) {
+            tracing::error!(
+                %peer, their_digest = %theirs, our_digest = %ours,
+                "refusing a peer whose configuration differs (token file or --require-registration): give every node the same"
+            );
+        }
+        Err(ApiError::ConfigMismatch {
+            detail: format!(
+                "node {} refuses {peer}: configuration digest {theirs} differs from its own {ours} \
+                 (the token file or --require-registration): every node needs the same",
+                self.node.id
+            ),
+            ours,
+        })
+    }
+
     /// Checks `request`'s headers and marks it with who is calling.
     fn admit(&self, request: &mut http::Request<Body>) -> Result<Admitted, ApiError> {
         let auth = self.node.auth();
@@ -126,6 +158,7 @@ impl<S> Gate<S> {
                     )
                     .into());
                 }
+                self.same_configuration(request.headers())?;
                 request.extensions_mut().insert(PeerCall);
                 Ok(Admitted::Peer)
             }

@@ -26,6 +26,7 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                         "last_log_index": s.last_log_index, "commit_index": s.commit_index,
                         "applied_index": s.applied_index, "active_leases": s.active_leases,
                         "lease_now_ms": s.lease_now_ms,
+                        "config_digest": s.config_digest, "config_mismatches": s.config_mismatches,
                         "members": s.members.iter().map(|m| json!({"id": m.id, "addr": m.addr, "voter": m.voter, "matched_index": m.matched_index, "healthy": m.healthy})).collect::<Vec<_>>(),
                         "storage": {"log_appends": storage.log_appends, "log_entries": storage.log_entries,
                             "log_fsyncs": storage.log_fsyncs, "log_sync_micros": storage.log_sync_micros,
@@ -35,9 +36,14 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                             "snapshot_building": storage.snapshot_building},
                     }),
                     format!(
-                        "{endpoint}  id {} {:<9} term {} leader {} log {} commit {} applied {} leases {}  fsyncs {} (avg {avg_sync_us} µs) for {} appends / {} entries",
+                        "{endpoint}  id {} {:<9} term {} leader {} log {} commit {} applied {} leases {}  fsyncs {} (avg {avg_sync_us} µs) for {} appends / {} entries  config {}{}",
                         s.id, s.state, s.term, s.leader_id, s.last_log_index, s.commit_index, s.applied_index,
-                        s.active_leases, storage.log_fsyncs, storage.log_appends, storage.log_entries
+                        s.active_leases, storage.log_fsyncs, storage.log_appends, storage.log_entries,
+                        s.config_digest,
+                        s.config_mismatches
+                            .iter()
+                            .map(|m| format!("\n    refused (configuration differs) {m}"))
+                            .collect::<String>()
                     ),
                 ));
             }

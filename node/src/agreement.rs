@@ -1,0 +1,102 @@
+//! One cluster, one configuration: every call a node makes to a peer carries a digest of the
+//! settings all members must share — the token table (who may do what) and
+//! `--require-registration` (which changes what apply does) — and a node refuses the calls of
+//! a peer whose digest differs (`config_mismatch`), logs it once per peer and digest, and
+//! lists it in `Cluster.Status`. So one misconfigured node cannot be the open door, nor apply
+//! differently from the others. A peer of an earlier release sends no digest and is taken.
+//!
+//! While the token file is edited node by node (each then reloaded with SIGHUP), the nodes
+//! that have the new file refuse those that do not yet: edit and reload one node at a time,
+//! and a majority always agrees.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::auth::Auth;
+
+/// The header that carries the sender's digest on every call to a peer.
+pub const DIGEST_HEADER: &str = "tenure-config-digest";
+/// The header that carries the sender's node id on every call to a peer.
+pub const FROM_HEADER: &str = "tenure-raft-from";
+
+/// How many refused peers are remembered (the oldest go first).
+const REMEMBERED: usize = 64;
+
+/// The digest of what every member must share, as 32 hex digits.
+pub fn digest(auth: &Auth, require_registration: bool) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"tenure configuration 1\n");
+    hasher.update([u8::from(require_registration)]);
+    auth.hash_into(&mut hasher);
+    hasher.finalize()[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// Peers refused for a digest that differs, by who they said they were.
+#[derive(Debug, Default)]
+pub struct Mismatches(Mutex<BTreeMap<String, (String, Instant)>>);
+
+impl Mismatches {
+    /// Records that `peer` sent `theirs`; true when that is news (worth a log line).
+    pub fn record(&self, peer: &str, theirs: &str) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let news = seen.get(peer).is_none_or(|(digest, _)| digest != theirs);
+        seen.insert(peer.to_string(), (theirs.to_string(), Instant::now()));
+        if seen.len() > REMEMBERED {
+            let oldest = seen
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(peer, _)| peer.clone());
+            if let Some(oldest) = oldest {
+                seen.remove(&oldest);
+            }
+        }
+        news
+    }
+
+    /// The peers refused within `within`, as `PEER: digest D, Ns ago`.
+    pub fn recent(&self, within: Duration) -> Vec<String> {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.iter()
+            .filter(|(_, (_, at))| at.elapsed() <= within)
+            .map(|(peer, (digest, at))| {
+                format!("{peer}: digest {digest}, {}s ago", at.elapsed().as_secs())
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_follows_the_tokens_and_require_registration_only() {
+        let tokens = Auth::parse("a alice admin\nb bob client\np nodes peer").expect("parses");
+        let reordered = Auth::parse("p nodes peer\nb bob client\na alice admin").expect("parses");
+        assert_eq!(digest(&tokens, false), digest(&reordered, false));
+        assert_ne!(digest(&tokens, false), digest(&tokens, true));
+        let other_role = Auth::parse("a alice client\nb bob client\np nodes peer").expect("ok");
+        assert_ne!(digest(&tokens, false), digest(&other_role, false));
+        assert_ne!(digest(&tokens, false), digest(&Auth::off(), false));
+        assert_eq!(digest(&tokens, false).len(), 32);
+    }
+
+    #[test]
+    fn a_mismatch_is_news_once_per_peer_and_digest() {
+        let seen = Mismatches::default();
+        assert!(seen.record("node 3", "aa"));
+        assert!(!seen.record("node 3", "aa"));
+        assert!(seen.record("node 3", "bb"));
+        assert_eq!(seen.recent(Duration::from_secs(60)).len(), 1);
+        for n in 0..100 {
+            seen.record(&format!("node {n}"), "cc");
+        }
+        assert!(seen.recent(Duration::from_secs(60)).len() <= REMEMBERED);
+    }
+}
