@@ -10,4 +10,5 @@ pub mod nemesis;
 pub mod procs;
 pub mod report;
 pub mod run;
+pub mod secure;
 pub mod workload;

@@ -80,6 +80,10 @@ enum Command {
         /// The tenured binary (default: next to this one; needs feature fault-injection).
         #[arg(long, env = "TENURED_BIN")]
         bin: Option<PathBuf>,
+        /// Auth and TLS on, as in production: a token file, a cluster CA and node
+        /// certificates made for the run; clients use TLS and an admin token.
+        #[arg(long)]
+        secure: bool,
     },
     /// Check a saved history again and write its report next to it.
     Check {
@@ -255,6 +259,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             clock_epsilon,
             broken,
             bin,
+            secure,
         } => {
             anyhow::ensure!(nodes == 3 || nodes == 5, "--nodes is 3 or 5");
             let seed = seed.unwrap_or_else(rand::random);
@@ -298,6 +303,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 min_leader_changes,
                 min_admissions,
                 node_args,
+                secure,
                 bin,
                 clock_epsilon,
             };
@@ -307,7 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for problem in &verdict.problems {
                 println!("FAIL: {problem}");
             }
-            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --watchers {watchers} --seed {seed}", humantime::format_duration(time_limit));
+            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --watchers {watchers} --seed {seed}{}", humantime::format_duration(time_limit), if secure { " --secure" } else { "" });
             println!("report: {}", out_dir.join("report.html").display());
             Ok(if check.ok() && verdict.ok() {
                 ExitCode::SUCCESS

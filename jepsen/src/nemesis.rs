@@ -14,13 +14,13 @@ use rand::rngs::SmallRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use tenure_client::Client;
-use tenure_proto::raft::v1::raft_client::RaftClient;
 use tenure_proto::raft::v1::RaftBytes;
 use tokio::time::Instant;
 
 use crate::history::{now_ns, NemesisEvent};
 use crate::hosts::Hosts;
 use crate::procs::Procs;
+use crate::secure::Connect;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -66,6 +66,7 @@ pub struct Targets {
     pub hosts: Arc<Hosts>,
     pub procs: Arc<Mutex<Procs>>,
     pub per_node: Vec<Client>,
+    pub connect: Connect,
 }
 
 pub struct Nemesis {
@@ -76,6 +77,7 @@ pub struct Nemesis {
     /// Largest clock-rate change injected, as a fraction (0.02 = 2 %).
     pub clock_epsilon: f64,
     pub per_node: Vec<Client>,
+    pub connect: Connect,
     pub events: Arc<Mutex<Vec<NemesisEvent>>>,
     rng: SmallRng,
     /// The Raft id the next replacement member gets.
@@ -103,12 +105,22 @@ pub async fn current_leader(per_node: &[Client]) -> Option<u64> {
 }
 
 /// Steps and/or re-rates both clocks of a node (its fault-injection `SetClock` RPC).
-pub async fn set_clock(endpoint: &str, step_ms: i64, rate_ppm: i64) -> anyhow::Result<()> {
-    let mut client = RaftClient::connect(format!("http://{endpoint}")).await?;
+pub async fn set_clock(
+    connect: &Connect,
+    endpoint: &str,
+    step_ms: i64,
+    rate_ppm: i64,
+) -> anyhow::Result<()> {
+    let (mut client, token) = connect.raft(endpoint).await?;
     let body =
         serde_json::to_vec(&serde_json::json!({ "step_ms": step_ms, "rate_ppm": rate_ppm }))?;
     let mut request = tonic::Request::new(RaftBytes { data: body });
     request.set_timeout(Duration::from_secs(2));
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", token.parse()?);
+    }
     client.set_clock(request).await?;
     Ok(())
 }
@@ -128,6 +140,7 @@ impl Nemesis {
             hosts: targets.hosts,
             procs: targets.procs,
             per_node: targets.per_node,
+            connect: targets.connect,
             faults,
             clock_epsilon,
             events: Arc::new(Mutex::new(Vec::new())),
@@ -291,10 +304,10 @@ impl Nemesis {
                     0
                 };
                 let endpoint = self.endpoint(target);
-                set_clock(&endpoint, step_ms, rate_ppm).await?;
+                set_clock(&self.connect, &endpoint, step_ms, rate_ppm).await?;
                 let start = now_ns();
                 self.wait(hold).await;
-                set_clock(&endpoint, 0, 0).await?;
+                set_clock(&self.connect, &endpoint, 0, 0).await?;
                 self.record(
                     "clock",
                     format!("n{target} step {step_ms} ms, rate {rate_ppm} ppm"),
@@ -326,9 +339,12 @@ impl Nemesis {
         self.procs().slot_of(leader)
     }
 
-    /// A client of every node for cluster administration (auth is off in the harness).
+    /// A client of every node for cluster administration (an admin's, with `--secure`).
     fn admin(&self) -> anyhow::Result<Client> {
-        Ok(Client::new(self.procs().endpoints())?.with_timeout(Duration::from_secs(10)))
+        Ok(self
+            .connect
+            .client(self.procs().endpoints())?
+            .with_timeout(Duration::from_secs(10)))
     }
 
     /// A third of the time hands leadership to another voter; otherwise removes a member (the
@@ -443,7 +459,7 @@ impl Nemesis {
                 tracing::warn!(node, "heal process: {e:#}");
             }
             if self.faults.contains(&Fault::Clock) {
-                let _ = set_clock(&self.endpoint(node), 0, 0).await;
+                let _ = set_clock(&self.connect, &self.endpoint(node), 0, 0).await;
             }
         }
         if self.faults.contains(&Fault::Member) {

@@ -17,6 +17,7 @@ use crate::history::{now_ns, History, Mode, ResourcePolicy};
 use crate::hosts::{self, Hosts};
 use crate::nemesis::{current_leader, Fault, Nemesis, Targets};
 use crate::procs::{self, Procs};
+use crate::secure::{Connect, Secure};
 use crate::workload::{self, Env, FencedStore, Recorder, WorkloadConfig};
 
 /// The resource the run acquires once every fault is healed, to show progress.
@@ -36,6 +37,8 @@ pub struct TestOptions {
     pub min_admissions: usize,
     /// Extra `tenured` flags, e.g. `--fi-stale-reads` for a deliberately broken build.
     pub node_args: Vec<String>,
+    /// Auth and TLS on (`crate::secure`).
+    pub secure: bool,
     pub bin: Option<PathBuf>,
     pub clock_epsilon: f64,
 }
@@ -66,13 +69,16 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
     let hosts = Arc::new(Hosts::setup(options.nodes)?);
     let data_root = options.out_dir.join("nodes");
     std::fs::create_dir_all(&data_root)?;
-    let procs = Procs::start(
-        &hosts,
-        bin,
-        options.nodes,
-        data_root,
-        options.node_args.clone(),
-    )?;
+    let mut node_args = options.node_args.clone();
+    let connect = if options.secure {
+        let addrs: Vec<String> = (1..=options.nodes).map(hosts::node_ip).collect();
+        let (secure, flags) = Secure::generate(&options.out_dir.join("secrets"), &addrs)?;
+        node_args.extend(flags);
+        Connect::secure(secure)
+    } else {
+        Connect::default()
+    };
+    let procs = Procs::start(&hosts, bin, options.nodes, data_root, node_args)?;
     let procs = Arc::new(Mutex::new(procs));
 
     // The clients talk to the nodes from the client namespace: every runtime thread is
@@ -83,7 +89,7 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let driven = runtime.block_on(drive(options, hosts.clone(), procs.clone()));
+    let driven = runtime.block_on(drive(options, hosts.clone(), procs.clone(), connect));
     drop(runtime);
     nix::sched::setns(&root_namespace, nix::sched::CloneFlags::CLONE_NEWNET)?;
     drop(procs);
@@ -248,13 +254,14 @@ async fn drive(
     options: &TestOptions,
     hosts: Arc<Hosts>,
     procs: Arc<Mutex<Procs>>,
+    connect: Connect,
 ) -> anyhow::Result<(History, bool)> {
     let endpoints = procs.lock().unwrap_or_else(|p| p.into_inner()).endpoints();
     let timeout = options.workload.call_timeout;
-    let client = Client::new(&endpoints)?.with_timeout(timeout);
+    let client = connect.client(&endpoints)?.with_timeout(timeout);
     let per_node: Vec<Client> = endpoints
         .iter()
-        .map(|e| Client::new([e]).map(|c| c.with_timeout(timeout)))
+        .map(|e| connect.client([e]).map(|c| c.with_timeout(timeout)))
         .collect::<Result<_, _>>()?;
     anyhow::ensure!(
         wait_for_leader(&per_node, Duration::from_secs(30))
@@ -265,7 +272,7 @@ async fn drive(
     if options.faults.contains(&Fault::Clock) {
         // A default build refuses clock control: say so now rather than skip every clock fault.
         for endpoint in &endpoints {
-            crate::nemesis::set_clock(endpoint, 0, 0)
+            crate::nemesis::set_clock(&connect, endpoint, 0, 0)
                 .await
                 .map_err(|e| {
                     anyhow::anyhow!(
@@ -318,6 +325,7 @@ async fn drive(
         hosts,
         procs,
         per_node: per_node.clone(),
+        connect,
     };
     let nemesis = Nemesis::new(
         targets,

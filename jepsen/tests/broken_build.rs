@@ -31,6 +31,7 @@ fn a_node_serving_stale_reads_is_caught() {
         min_leader_changes: 0,
         min_admissions: 0,
         node_args: vec!["--fi-stale-reads".into()],
+        secure: false,
         bin: Some(bin),
         clock_epsilon: 0.02,
     };
