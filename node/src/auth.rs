@@ -100,14 +100,13 @@ impl Auth {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading token file {}", path.display()))?;
         if !insecure {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(path)?.permissions().mode();
+            let metadata = std::fs::metadata(path)?;
             anyhow::ensure!(
-                mode & 0o077 == 0,
-                "token file {} has mode {:o}: group and others must not read it \
-                 (chmod 600 {}), or pass --insecure",
+                private(&metadata),
+                "token file {} has mode {:o}: others, and a group other than this process's \
+                 own, must not read it (chmod 600 {}), or pass --insecure",
                 path.display(),
-                mode & 0o777,
+                std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o777,
                 path.display()
             );
         }
@@ -316,6 +315,16 @@ pub fn caller_in(extensions: &tonic::Extensions) -> Result<Caller, ApiError> {
         .ok_or_else(|| ApiError::Unauthenticated("the caller was not authenticated".into()))
 }
 
+/// Whether a secret file is closed to everyone but this process's user and group: no bits for
+/// others, and group bits only when the group is this process's own (as a Kubernetes Secret
+/// volume is, which the kubelet opens to the pod's fsGroup).
+fn private(metadata: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = metadata.permissions().mode();
+    let own_group = metadata.gid() == rustix::process::getegid().as_raw();
+    mode & 0o007 == 0 && (mode & 0o070 == 0 || own_group)
+}
+
 /// The token the auth gate found on a client call (None when auth is off).
 pub fn credential_in(extensions: &tonic::Extensions) -> Option<Credential> {
     extensions.get::<Credential>().cloned()
@@ -421,10 +430,20 @@ mod tests {
         write(&format!("{long}a alice admin\n{long}p nodes peer\n"), 0o600);
         assert!(Auth::load(&path, false).is_ok());
 
-        write(&format!("{long}a alice admin\n{long}p nodes peer\n"), 0o640);
-        let error = Auth::load(&path, false).expect_err("group may read it");
+        write(&format!("{long}a alice admin\n{long}p nodes peer\n"), 0o604);
+        let error = Auth::load(&path, false).expect_err("others may read it");
         assert!(format!("{error:#}").contains("chmod 600"), "{error:#}");
         assert!(Auth::load(&path, true).is_ok(), "--insecure");
+        // The group may read it when it is this process's own group (a Kubernetes Secret
+        // under fsGroup), not another.
+        write(&format!("{long}a alice admin\n{long}p nodes peer\n"), 0o640);
+        assert!(Auth::load(&path, false).is_ok(), "this process's own group");
+        let other_group = rustix::process::getegid().as_raw() + 1;
+        // Only root may give a file to a group it is not in; elsewhere this part is moot.
+        if std::os::unix::fs::chown(&path, None, Some(other_group)).is_ok() {
+            let error = Auth::load(&path, false).expect_err("another group may read it");
+            assert!(format!("{error:#}").contains("chmod 600"), "{error:#}");
+        }
 
         write(&format!("short alice admin\n{long}p nodes peer\n"), 0o600);
         let error = Auth::load(&path, false).expect_err("a short token");
