@@ -47,6 +47,8 @@ pub struct Node {
     auth: watch::Sender<Arc<crate::auth::Auth>>,
     /// Client requests in flight, node-wide (`--max-in-flight`).
     pub in_flight: crate::limits::Gauge,
+    /// Client requests in flight by principal (`--max-in-flight-per-principal`).
+    pub in_flight_per_principal: crate::limits::PerPrincipal,
     /// Watch, Serve and waiting Acquire calls open, node-wide (`--max-open-streams`).
     pub streams: crate::limits::Gauge,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
@@ -177,6 +179,9 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         in_flight: crate::limits::Gauge::new(
             crate::limits::Cap::InFlight,
             config.limits.max_in_flight,
+        ),
+        in_flight_per_principal: crate::limits::PerPrincipal::new(
+            config.limits.max_in_flight_per_principal,
         ),
         streams: crate::limits::Gauge::new(
             crate::limits::Cap::Streams,

@@ -4,6 +4,7 @@
 //! 2-core node, so that no client can starve the others by opening more than its share;
 //! calls past a node-wide cap get `resource_exhausted` with a reason that names the cap.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +37,18 @@ pub struct Limits {
     /// Default: 4096.
     #[arg(long, env = "TENURED_MAX_IN_FLIGHT", default_value_t = 4096)]
     pub max_in_flight: usize,
+
+    /// Client requests of one principal this node handles at once: a share of
+    /// --max-in-flight, so that one principal (say, one that opens streams and never sends
+    /// their bodies) cannot take every place. More are refused with `resource_exhausted`
+    /// (`too_many_requests`). With auth off every caller is one principal, `anonymous`.
+    /// Default: 1024.
+    #[arg(
+        long,
+        env = "TENURED_MAX_IN_FLIGHT_PER_PRINCIPAL",
+        default_value_t = 1024
+    )]
+    pub max_in_flight_per_principal: usize,
 
     /// Long-lived calls (Watch, Serve, an Acquire that waits) open on this node, all clients
     /// together; more are refused with `resource_exhausted` (`too_many_streams`).
@@ -93,6 +106,10 @@ impl Limits {
                 self.max_requests_per_connection,
             ),
             ("--max-in-flight", self.max_in_flight),
+            (
+                "--max-in-flight-per-principal",
+                self.max_in_flight_per_principal,
+            ),
             ("--max-open-streams", self.max_open_streams),
             ("--max-public-streams", self.max_public_streams),
             ("--max-pending-resets", self.max_pending_resets),
@@ -120,6 +137,8 @@ impl Limits {
 pub enum Cap {
     /// Client requests in flight (`--max-in-flight`).
     InFlight,
+    /// One principal's requests in flight (`--max-in-flight-per-principal`).
+    PrincipalInFlight,
     /// Long-lived calls open (`--max-open-streams`).
     Streams,
     /// Health Watch and reflection streams open (`--max-public-streams`).
@@ -129,7 +148,7 @@ pub enum Cap {
 impl Cap {
     pub fn reason(self) -> &'static str {
         match self {
-            Cap::InFlight => "too_many_requests",
+            Cap::InFlight | Cap::PrincipalInFlight => "too_many_requests",
             Cap::Streams | Cap::PublicStreams => "too_many_streams",
         }
     }
@@ -151,11 +170,11 @@ pub struct Permit(#[allow(dead_code)] OwnedSemaphorePermit);
 /// long wait (an Acquire that queues) gives it up for a place among the open streams, so that
 /// waits never crowd out the short calls (a Renew) the in-flight cap is for.
 #[derive(Clone, Debug)]
-pub struct InFlight(Arc<std::sync::Mutex<Option<Permit>>>);
+pub struct InFlight(Arc<std::sync::Mutex<Option<(PrincipalPermit, Permit)>>>);
 
 impl InFlight {
-    pub fn new(permit: Permit) -> Self {
-        InFlight(Arc::new(std::sync::Mutex::new(Some(permit))))
+    pub fn new(principal: PrincipalPermit, node: Permit) -> Self {
+        InFlight(Arc::new(std::sync::Mutex::new(Some((principal, node)))))
     }
 
     /// Frees the place now rather than when the call ends.
@@ -164,6 +183,62 @@ impl InFlight {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
+    }
+}
+
+/// Client requests in flight per principal (`--max-in-flight-per-principal`). Holds an
+/// entry only for a principal with requests in flight: at most --max-in-flight of them.
+#[derive(Debug)]
+pub struct PerPrincipal {
+    limit: usize,
+    open: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+}
+
+/// A principal's place among its requests in flight; dropping it frees the place.
+#[derive(Debug)]
+pub struct PrincipalPermit {
+    open: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    principal: String,
+}
+
+impl Drop for PrincipalPermit {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.principal);
+            }
+        }
+    }
+}
+
+impl PerPrincipal {
+    pub fn new(limit: usize) -> Self {
+        PerPrincipal {
+            limit,
+            open: Arc::default(),
+        }
+    }
+
+    /// A place for one more request of `principal`, or `resource_exhausted`.
+    pub fn enter(&self, principal: &str) -> Result<PrincipalPermit, ApiError> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(principal.to_string()).or_default();
+        if *count >= self.limit {
+            return Err(ApiError::Limit {
+                cap: Cap::PrincipalInFlight,
+                detail: format!(
+                    "principal {principal} has its limit of {} requests in flight on this node (--max-in-flight-per-principal); retry with backoff",
+                    self.limit
+                ),
+            });
+        }
+        *count += 1;
+        Ok(PrincipalPermit {
+            open: self.open.clone(),
+            principal: principal.to_string(),
+        })
     }
 }
 
@@ -187,6 +262,10 @@ impl Gauge {
                 detail: match self.cap {
                     Cap::InFlight => format!(
                         "this node is handling its limit of {} client requests (--max-in-flight); retry with backoff or on another node",
+                        self.limit
+                    ),
+                    Cap::PrincipalInFlight => format!(
+                        "this principal has its limit of {} requests in flight on this node (--max-in-flight-per-principal); retry with backoff",
                         self.limit
                     ),
                     Cap::Streams => format!(
@@ -226,5 +305,26 @@ mod tests {
         assert_eq!(gauge.open(), 2);
         drop(first);
         gauge.enter().expect("a place again");
+    }
+
+    #[test]
+    fn one_principal_cannot_take_more_than_its_share_of_the_places_in_flight() {
+        let per_principal = PerPrincipal::new(2);
+        let first = per_principal.enter("mallory").expect("first");
+        let _second = per_principal.enter("mallory").expect("second");
+        let refused = per_principal.enter("mallory").expect_err("third");
+        assert_eq!(refused.reason_and_code().0, "too_many_requests");
+        assert!(refused.to_string().contains("mallory"), "{refused}");
+        per_principal.enter("alice").expect("another principal");
+        drop(first);
+        per_principal.enter("mallory").expect("a place again");
+        // Entries go when their principal has nothing in flight.
+        drop(_second);
+        assert!(per_principal
+            .open
+            .lock()
+            .expect("lock")
+            .get("alice")
+            .is_none());
     }
 }

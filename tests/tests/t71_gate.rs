@@ -535,3 +535,54 @@ async fn a_peer_with_a_different_configuration_is_refused_and_named_in_status() 
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principal_past_its_share_in_flight_is_refused_while_another_is_served() {
+    const ALICE: &str = "t71-alice-token-0123456789abcdef012";
+    const BOB: &str = "t71-bob-token-0123456789abcdef012345";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tokens");
+    write_secret(
+        &path,
+        &format!("{PEER} nodes peer\n{ALICE} alice client\n{BOB} bob client\n"),
+    );
+    let flags = vec![
+        "--token-file".to_string(),
+        path.display().to_string(),
+        "--max-in-flight-per-principal".to_string(),
+        "1".to_string(),
+    ];
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
+        .await
+        .expect("connect");
+    // A Serve whose body never comes: alice's one place in flight, held.
+    let mut idle = leases.clone();
+    let held = tokio::spawn(async move {
+        idle.serve(bearer(
+            futures::stream::pending::<pb::ServeRequest>(),
+            ALICE,
+        ))
+        .await
+    });
+    let node = cluster.node(1).clone();
+    until("alice's idle call is in flight", || {
+        node.in_flight.open() > 0
+    })
+    .await;
+    let refused = leases
+        .acquire(bearer(acquire_request("t71/share", "a", TTL), ALICE))
+        .await
+        .expect_err("alice's second call");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("alice"), "{refused:?}");
+    leases
+        .acquire(bearer(acquire_request("t71/share", "b", TTL), BOB))
+        .await
+        .expect("bob is served");
+    held.abort();
+    cluster.shutdown().await;
+}

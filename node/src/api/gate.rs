@@ -164,7 +164,9 @@ impl<S> Gate<S> {
             }
             Door::Client => {
                 let (caller, credential) = auth.client(request.headers())?;
-                let in_flight = crate::limits::InFlight::new(self.node.in_flight.enter()?);
+                let principal = self.node.in_flight_per_principal.enter(&caller.principal)?;
+                let in_flight =
+                    crate::limits::InFlight::new(principal, self.node.in_flight.enter()?);
                 request.extensions_mut().insert(in_flight.clone());
                 request.extensions_mut().insert(caller);
                 if let Some(credential) = credential {
