@@ -21,13 +21,13 @@ const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
 const ADMIN: &str = "t71-admin-token-0123456789abcdef0123";
 const PEER: &str = "t71-peer-token-0123456789abcdef01234";
+const ALICE: &str = "t71-alice-token-0123456789abcdef012";
+const BOB: &str = "t71-bob-token-0123456789abcdef012345";
 const MIB: usize = 1024 * 1024;
 
 /// Every node's flags for a token file under `dir`: `ADMIN` (admin) and `PEER`.
 fn auth_flags(dir: &std::path::Path) -> Vec<String> {
-    let path = dir.join("tokens");
-    write_secret(&path, &format!("{ADMIN} ops admin\n{PEER} nodes peer\n"));
-    vec!["--token-file".into(), path.display().to_string()]
+    token_file(dir, &[(ADMIN, "ops", "admin"), (PEER, "nodes", "peer")])
 }
 
 fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
@@ -35,6 +35,17 @@ fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
     let value = format!("Bearer {token}").parse().expect("ascii");
     request.metadata_mut().insert("authorization", value);
     request
+}
+
+/// Writes a token file of `lines` (`TOKEN PRINCIPAL ROLE`) under `dir`; the flags naming it.
+fn token_file(dir: &std::path::Path, lines: &[(&str, &str, &str)]) -> Vec<String> {
+    let path = dir.join("tokens");
+    let text: String = lines
+        .iter()
+        .map(|(token, principal, role)| format!("{token} {principal} {role}\n"))
+        .collect();
+    write_secret(&path, &text);
+    vec!["--token-file".into(), path.display().to_string()]
 }
 
 /// `tenured` with `args` (and a data dir of its own): its exit status and what it said.
@@ -343,15 +354,16 @@ async fn ten_thousand_streams_on_one_connection_stop_at_its_limit_and_others_are
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_revoked_by_sighup_is_refused_and_its_open_watch_ends() {
-    const ALICE: &str = "t71-alice-token-0123456789abcdef012";
-    const BOB: &str = "t71-bob-token-0123456789abcdef012345";
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tokens");
-    write_secret(
-        &path,
-        &format!("{ADMIN} ops admin\n{PEER} nodes peer\n{ALICE} alice client\n"),
+    let flags = token_file(
+        dir.path(),
+        &[
+            (ADMIN, "ops", "admin"),
+            (PEER, "nodes", "peer"),
+            (ALICE, "alice", "client"),
+        ],
     );
-    let flags = vec!["--token-file".to_string(), path.display().to_string()];
+    let path = dir.path().join("tokens");
     let cluster = ProcessCluster::start(1, BTreeMap::from([(1, flags)])).expect("a node");
     let alice = cluster.client().with_token(ALICE).expect("token");
     granted(&alice, "t71/r", "alices", TTL).await;
@@ -538,20 +550,16 @@ async fn a_peer_with_a_different_configuration_is_refused_and_named_in_status() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_principal_past_its_share_in_flight_is_refused_while_another_is_served() {
-    const ALICE: &str = "t71-alice-token-0123456789abcdef012";
-    const BOB: &str = "t71-bob-token-0123456789abcdef012345";
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tokens");
-    write_secret(
-        &path,
-        &format!("{PEER} nodes peer\n{ALICE} alice client\n{BOB} bob client\n"),
+    let mut flags = token_file(
+        dir.path(),
+        &[
+            (PEER, "nodes", "peer"),
+            (ALICE, "alice", "client"),
+            (BOB, "bob", "client"),
+        ],
     );
-    let flags = vec![
-        "--token-file".to_string(),
-        path.display().to_string(),
-        "--max-in-flight-per-principal".to_string(),
-        "1".to_string(),
-    ];
+    flags.extend(["--max-in-flight-per-principal".to_string(), "1".to_string()]);
     let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
         .await
         .expect("a node");
