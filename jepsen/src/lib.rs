@@ -2,6 +2,7 @@
 //! concurrent clients recording a history, nemeses that partition, kill, pause and skew the
 //! nodes, an independent checker of SPEC §4, and a report a person reads at a glance.
 
+pub mod abuse;
 pub mod bench;
 pub mod checker;
 pub mod history;

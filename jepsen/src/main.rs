@@ -93,6 +93,36 @@ enum Command {
     },
     /// Remove namespaces, links and processes left by a run that was killed.
     Teardown,
+    /// HTTP/2 abuse against a local three-node Tenure cluster (loopback, auth on) beside
+    /// honest lock cycles: rapid reset, idle streams, a Watch never read. Prints a Markdown
+    /// table; exit 1 if an attack cost the honest clients more than 20 % of their quiet
+    /// throughput or a node more than twice its quiet memory.
+    Abuse {
+        /// Length of each phase (quiet baseline, then each attack).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        phase: Duration,
+        /// Honest clients running lock cycles throughout.
+        #[arg(long, default_value_t = 16)]
+        honest: usize,
+        /// Connections the rapid-reset attack uses at once.
+        #[arg(long, default_value_t = 4)]
+        reset_connections: usize,
+        /// Calls the idle-streams attack opens without sending their bodies.
+        #[arg(long, default_value_t = 10_000)]
+        idle_streams: usize,
+        /// Watch streams over every resource that the slow-watch attack never reads.
+        #[arg(long, default_value_t = 100)]
+        slow_watchers: usize,
+        /// Report the figures without failing on a missed target (short smoke runs).
+        #[arg(long)]
+        report_only: bool,
+        /// Where abuse.md, abuse.json and the node logs go (default abuse-runs/<unix time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The tenured binary (default: next to this one; build it with --release).
+        #[arg(long, env = "TENURED_BIN")]
+        bin: Option<PathBuf>,
+    },
     /// Benchmark a local three-node Tenure cluster side by side with a local three-node etcd
     /// cluster (loopback, no root needed) and print a Markdown table with ratios.
     Bench {
@@ -212,6 +242,43 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{table}");
             println!("results in {}", options.out_dir.display());
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Abuse {
+            phase,
+            honest,
+            reset_connections,
+            idle_streams,
+            slow_watchers,
+            report_only,
+            out,
+            bin,
+        } => {
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let options = tenure_jepsen::abuse::AbuseOptions {
+                tenured: match bin {
+                    Some(bin) => bin,
+                    None => tenure_jepsen::procs::tenured_bin()?,
+                },
+                out_dir: out.unwrap_or_else(|| PathBuf::from(format!("abuse-runs/{stamp}"))),
+                phase,
+                honest,
+                reset_connections,
+                idle_streams,
+                slow_watchers,
+            };
+            let runtime = tokio::runtime::Runtime::new()?;
+            let phases = runtime.block_on(tenure_jepsen::abuse::run(&options))?;
+            let (table, met) = tenure_jepsen::abuse::table(&phases);
+            std::fs::write(options.out_dir.join("abuse.md"), &table)?;
+            println!("{table}");
+            println!("results in {}", options.out_dir.display());
+            Ok(if met || report_only {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Teardown => {
             hosts::teardown_leftovers()?;

