@@ -156,7 +156,12 @@ async fn connect(endpoint: &str) -> Result<h2::client::SendRequest<Bytes>> {
 
 /// Opens streams and cancels them at once, reconnecting when the node closes the
 /// connection, until `stop`. Counts the streams and the connections.
-async fn rapid_reset(endpoint: String, stop: Arc<AtomicBool>, streams: Arc<AtomicU64>, connections: Arc<AtomicU64>) {
+async fn rapid_reset(
+    endpoint: String,
+    stop: Arc<AtomicBool>,
+    streams: Arc<AtomicU64>,
+    connections: Arc<AtomicU64>,
+) {
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut client) = connect(&endpoint).await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -299,7 +304,10 @@ fn spawn_attack(
     );
     std::thread::spawn(move || {
         let _ = rustix::process::setpriority_process(None, 19);
-        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
             Ok(runtime) => runtime,
             Err(e) => return format!("no runtime: {e}"),
         };
@@ -439,7 +447,10 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
         let (count, p99) = {
             let latencies = recorder.latencies.lock().unwrap_or_else(|p| p.into_inner());
             let histogram = &latencies[index];
-            (histogram.len(), histogram.value_at_quantile(0.99) as f64 / 1000.0)
+            (
+                histogram.len(),
+                histogram.value_at_quantile(0.99) as f64 / 1000.0,
+            )
         };
         let phase = Phase {
             name,
@@ -460,8 +471,7 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     }
     drop(cluster);
     let json = serde_json::to_string_pretty(&phases)?;
-    std::fs::write(options.out_dir.join("abuse.json"), json)
-        .context("writing abuse.json")?;
+    std::fs::write(options.out_dir.join("abuse.json"), json).context("writing abuse.json")?;
     Ok(phases)
 }
 
@@ -486,7 +496,11 @@ pub fn table(phases: &[Phase]) -> (String, bool) {
             .fold(0.0, f64::max);
         let ok = throughput >= 0.8 && memory <= 2.0;
         met &= ok;
-        let rss: Vec<String> = phase.rss_max.iter().map(|b| format!("{:.0}", mib(*b))).collect();
+        let rss: Vec<String> = phase
+            .rss_max
+            .iter()
+            .map(|b| format!("{:.0}", mib(*b)))
+            .collect();
         text.push_str(&format!(
             "| {} | {:.0} | {:.0} % | {:.1} | {} | {} | {:.2}× | {} | {} |\n",
             phase.name,

@@ -63,6 +63,12 @@ pub struct Limits {
     #[arg(long, env = "TENURED_MAX_PUBLIC_STREAMS", default_value_t = 256)]
     pub max_public_streams: usize,
 
+    /// A Watch whose client takes no message for this long is cut off with
+    /// `resource_exhausted` (`slow_watcher`, with the revision to resume from), so that one
+    /// that never reads holds nothing for long. Default: 10s.
+    #[arg(long, env = "TENURED_SLOW_WATCHER", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub slow_watcher: Duration,
+
     /// Streams a client may reset before the server accepts them (the burst a node resumed
     /// from a pause sees); past it the connection is closed (GOAWAY). Default: 1000.
     #[arg(long, env = "TENURED_MAX_PENDING_RESETS", default_value_t = 1000)]
@@ -122,6 +128,7 @@ impl Limits {
             ("--http2-keepalive", self.http2_keepalive),
             ("--http2-keepalive-timeout", self.http2_keepalive_timeout),
             ("--max-connection-age", self.max_connection_age),
+            ("--slow-watcher", self.slow_watcher),
         ] {
             anyhow::ensure!(
                 value >= Duration::from_secs(1),
@@ -143,6 +150,8 @@ pub enum Cap {
     Streams,
     /// Health Watch and reflection streams open (`--max-public-streams`).
     PublicStreams,
+    /// A Watch whose client takes no message: cut off rather than held.
+    SlowWatcher,
 }
 
 impl Cap {
@@ -150,6 +159,7 @@ impl Cap {
         match self {
             Cap::InFlight | Cap::PrincipalInFlight => "too_many_requests",
             Cap::Streams | Cap::PublicStreams => "too_many_streams",
+            Cap::SlowWatcher => "slow_watcher",
         }
     }
 }
@@ -272,6 +282,7 @@ impl Gauge {
                         "this node has its limit of {} Watch, Serve and waiting Acquire calls open (--max-open-streams); close some, or use another node",
                         self.limit
                     ),
+                    Cap::SlowWatcher => "a watcher that reads nothing is cut off".to_string(),
                     Cap::PublicStreams => format!(
                         "this node has its limit of {} health Watch and reflection streams open (--max-public-streams)",
                         self.limit

@@ -177,7 +177,7 @@ impl Refusals {
         let cause = match reason.as_bytes() {
             b"unauthenticated" => "unauthenticated",
             b"insufficient_permissions" => "permission",
-            b"too_many_requests" | b"too_many_streams" => "limit",
+            b"too_many_requests" | b"too_many_streams" | b"slow_watcher" => "limit",
             _ => return,
         };
         self.0.get_or_create(&RefusalLabels { cause }).inc();

@@ -182,3 +182,107 @@ async fn a_watch_names_either_a_resource_or_a_prefix() {
     assert_eq!(refused.reason(), "invalid_argument", "{refused:?}");
     cluster.shutdown().await;
 }
+
+/// `count` leases on `watch-big/N`, each with about 12 KB of metadata: as many large events.
+async fn large_events(client: &Client, count: usize) {
+    for n in 0..count {
+        let mut request =
+            tenure_tests::acquire_request(&format!("watch-big/{n}"), "h", Duration::from_secs(600));
+        request.metadata.insert("blob".into(), "x".repeat(12_000));
+        let response = client.acquire(request).await.expect("acquire");
+        assert!(response.granted, "{response:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_events_come_in_bounded_messages_that_never_claim_a_revision_early() {
+    let cluster = InProcessCluster::start(1, BTreeMap::new())
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let client = cluster.client();
+    large_events(&client, 40).await;
+    let mut stream = client
+        .watch(pb::WatchRequest {
+            prefix: "watch-big/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("watch");
+    let mut seen = 0;
+    let mut claimed = 0;
+    while seen < 40 {
+        let message = stream.message().await.expect("a message").expect("open");
+        let bytes = prost::Message::encoded_len(&message);
+        // One event may pass the bound only when it is alone.
+        assert!(
+            bytes <= 64 * 1024 || message.events.len() == 1,
+            "a message of {bytes} bytes with {} events",
+            message.events.len()
+        );
+        for event in &message.events {
+            assert!(
+                event.revision > claimed,
+                "event at {} after a message claimed every event up to {claimed}",
+                event.revision
+            );
+        }
+        seen += message.events.len();
+        claimed = claimed.max(message.revision);
+    }
+    assert_eq!(seen, 40);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_reads_nothing_is_cut_off_and_told_where_to_resume() {
+    let flags = vec!["--slow-watcher".to_string(), "1s".to_string()];
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    large_events(&cluster.client(), 40).await;
+    // A client whose windows hold less than the history: the node's sends block.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addrs[&1]))
+        .expect("endpoint")
+        .initial_stream_window_size(Some(65_535))
+        .initial_connection_window_size(Some(65_535))
+        .connect()
+        .await
+        .expect("connect");
+    let mut leases = tenure_proto::v1::leases_client::LeasesClient::new(channel);
+    let mut stream = leases
+        .watch(pb::WatchRequest {
+            prefix: "watch-big/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let node = cluster.node(1).clone();
+    tokio::time::timeout(ELECTION, async {
+        while node.streams.open() > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the node cuts the watcher off and frees its place");
+    // What was queued comes first, then the reason with the revision to resume from.
+    let mut events = 0;
+    let status = loop {
+        match stream.message().await {
+            Ok(Some(message)) => events += message.events.len(),
+            Ok(None) => panic!("the stream ended without a reason"),
+            Err(status) => break status,
+        }
+    };
+    assert!(
+        events < 40,
+        "{events} events reached a watcher that read nothing"
+    );
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let reason = status.metadata().get("tenure-reason").expect("a reason");
+    assert_eq!(reason, "slow_watcher");
+    assert!(status.message().contains("start_revision"), "{status:?}");
+    cluster.shutdown().await;
+}

@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tenure_proto::v1 as pb;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::Stream;
@@ -29,6 +30,12 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Statu
 
 /// Events read from the state per lock hold (and per message at most).
 const PAGE: usize = 1000;
+/// The most one message carries (a page of large events goes in several): what a watcher
+/// that does not read can make the node hold is a few of these.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Messages ready for a watcher beyond the one being written.
+const QUEUED_MESSAGES: usize = 1;
+
 /// How often an idle watch reports progress (the applied revision it has covered).
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
@@ -39,29 +46,44 @@ pub fn start(
     spec: WatchSpec,
     (open_stream, credential): (crate::limits::Permit, Option<Credential>),
 ) -> WatchStream {
-    let (tx, rx) = mpsc::channel(16);
+    let (tx, rx) = mpsc::channel(QUEUED_MESSAGES);
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Status>();
     // In the call's span: what the stream logs later names its call.
     tokio::spawn(
         async move {
             let _open_stream = open_stream;
+            let mut sink = Sink {
+                tx,
+                queued: spec.after,
+                patience: node.config.limits.slow_watcher,
+            };
             let ended = tokio::select! {
-                ended = run(&node, &spec, &tx) => ended,
+                ended = run(&node, &spec, &mut sink) => ended,
                 () = node.revoked(credential) => Err(ApiError::revoked().into()),
             };
+            // The end comes after the messages already queued; the task (and its place)
+            // goes now, whether or not the client ever reads them.
             if let Err(status) = ended {
-                // A client that stopped reading must not keep the task (and its place).
-                let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Err(status))).await;
+                let _ = ended_tx.send(status);
             }
         }
         .in_current_span(),
     );
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+    let ended =
+        futures::stream::once(ended_rx).filter_map(|ended| async move { ended.ok().map(Err) });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx).chain(ended))
 }
 
-type Sink = mpsc::Sender<Result<pb::WatchResponse, Status>>;
+/// Where a watch's messages go, and the revision the last one queued covers.
+struct Sink {
+    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    queued: u64,
+    /// A watcher that takes no message for this long is cut off (`--slow-watcher`).
+    patience: Duration,
+}
 
 /// Ends with Ok when the client went away.
-async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
+async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status> {
     let mut live = node.sm.notify.subscribe();
     if node.sm.notify.is_shut_down() {
         return Err(shutting_down(&Cursor::after_revision(spec.after)));
@@ -94,12 +116,12 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
             if !full {
                 // Everything up to the applied index is covered.
                 cursor = cursor.max(Cursor::after_revision(applied_index));
-                if !send(tx, &events, applied_index).await {
+                if !send(tx, &events, applied_index).await? {
                     return Ok(());
                 }
                 break;
             }
-            if !send(tx, &events, cursor.revision.saturating_sub(1)).await {
+            if !send(tx, &events, cursor.revision.saturating_sub(1)).await? {
                 return Ok(());
             }
         }
@@ -125,7 +147,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
                             };
                             cursor = cursor.max(Cursor::after_revision(newest));
                             if !fresh.is_empty() {
-                                if !send(tx, &fresh, newest).await {
+                                if !send(tx, &fresh, newest).await? {
                                     return Ok(());
                                 }
                                 last_progress = tokio::time::Instant::now();
@@ -145,13 +167,13 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &Sink) -> Result<(), Status> {
                         // Progress only up to what the cursor covers: events of later entries
                         // may still be on their way through the live channel.
                         let covered = cursor.revision.min(applied_index);
-                        if !send(tx, &[], covered).await {
+                        if !send(tx, &[], covered).await? {
                             return Ok(());
                         }
                         last_progress = tokio::time::Instant::now();
                     }
                 }
-                _ = tx.closed() => return Ok(()),
+                _ = tx.tx.closed() => return Ok(()),
             }
         }
         // Fell behind or the state was replaced: re-read from the cursor.
@@ -169,14 +191,46 @@ fn shutting_down(cursor: &Cursor) -> Status {
     .into()
 }
 
-/// Sends one message; false when the client is gone.
-async fn send(tx: &Sink, events: &[(Name, Event)], revision: u64) -> bool {
-    let message = pb::WatchResponse {
-        events: events
-            .iter()
-            .map(|(name, e)| convert::history_entry(name, e))
-            .collect(),
-        revision,
-    };
-    tx.send(Ok(message)).await.is_ok()
+/// Sends `events` (those of every revision up to `revision`, in order) in messages of at most
+/// [`MAX_MESSAGE_BYTES`]; false when the client is gone. A message before the last claims only
+/// the revisions it finished (its last event's, less one); the last claims `revision`. A
+/// watcher that takes no message for `--slow-watcher` is cut off.
+async fn send(tx: &mut Sink, events: &[(Name, Event)], revision: u64) -> Result<bool, Status> {
+    let mut message = pb::WatchResponse::default();
+    let mut bytes = 0;
+    for (name, event) in events {
+        let entry = convert::history_entry(name, event);
+        let size = prost::Message::encoded_len(&entry);
+        if bytes + size > MAX_MESSAGE_BYTES && !message.events.is_empty() {
+            message.revision = event.revision.saturating_sub(1);
+            if !deliver(tx, std::mem::take(&mut message)).await? {
+                return Ok(false);
+            }
+            bytes = 0;
+        }
+        bytes += size;
+        message.events.push(entry);
+    }
+    message.revision = revision;
+    deliver(tx, message).await
+}
+
+/// Queues one message for the client; false when it is gone.
+async fn deliver(tx: &mut Sink, message: pb::WatchResponse) -> Result<bool, Status> {
+    let revision = message.revision;
+    match tokio::time::timeout(tx.patience, tx.tx.send(Ok(message))).await {
+        Ok(Ok(())) => {
+            tx.queued = revision;
+            Ok(true)
+        }
+        Ok(Err(_)) => Ok(false),
+        Err(_) => Err(ApiError::Limit {
+            cap: crate::limits::Cap::SlowWatcher,
+            detail: format!(
+                "this watcher took no message for {:?}: cut off; watch again from start_revision {}",
+                tx.patience, tx.queued
+            ),
+        }
+        .into()),
+    }
 }
