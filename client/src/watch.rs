@@ -27,8 +27,9 @@ struct Resuming {
 
 impl Client {
     /// `Watch` that reconnects (to any endpoint, backing off up to 1 s, for as long as it
-    /// takes) after a transport failure or `unavailable`, resuming after the last revision
-    /// received. Any other error, `compacted` included, is yielded once and ends the stream.
+    /// takes) after a transport failure, `unavailable`, or `slow_watcher` (the node cut off
+    /// a reader that fell behind), resuming after the last revision received. Any other
+    /// error, `compacted` included, is yielded once and ends the stream.
     pub fn watch_resuming(&self, request: pb::WatchRequest) -> WatchMessages {
         let state = Resuming {
             client: self.clone(),
@@ -71,7 +72,7 @@ impl Resuming {
             };
             self.stream = None;
             if let Some(error) = error {
-                if !error.is_retryable() {
+                if !error.is_retryable() && error.reason() != "slow_watcher" {
                     self.ended = true;
                     return Some(Err(error));
                 }

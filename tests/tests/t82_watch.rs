@@ -286,3 +286,45 @@ async fn a_watcher_that_reads_nothing_is_cut_off_and_told_where_to_resume() {
     assert!(status.message().contains("start_revision"), "{status:?}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resuming_watch_cut_off_for_reading_slowly_resumes_without_a_gap() {
+    let flags = vec!["--slow-watcher".to_string(), "1s".to_string()];
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    // More than the client's windows hold: a reader that stops makes the node wait.
+    const COUNT: usize = 600;
+    large_events(&cluster.client(), COUNT).await;
+    let mut messages = cluster.client().watch_resuming(pb::WatchRequest {
+        prefix: "watch-big/".into(),
+        ..Default::default()
+    });
+    use futures::StreamExt;
+    let first = messages.next().await.expect("a message").expect("ok");
+    // The watch holds a place among the node's open streams until the node cuts it off.
+    let node = cluster.node(1).clone();
+    assert_eq!(node.streams.open(), 1);
+    tokio::time::timeout(ELECTION, async {
+        while node.streams.open() > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the node cuts the reader off while it does not read");
+    let mut revisions: Vec<u64> = first.events.iter().map(|e| e.revision).collect();
+    while revisions.len() < COUNT {
+        let message = messages.next().await.expect("a message").expect("no error");
+        revisions.extend(message.events.iter().map(|e| e.revision));
+    }
+    let mut unique = revisions.clone();
+    unique.dedup();
+    assert_eq!(unique, revisions, "no event twice");
+    assert!(
+        revisions.windows(2).all(|w| w[0] < w[1]),
+        "in order, no gap"
+    );
+    assert_eq!(revisions.len(), COUNT);
+    cluster.shutdown().await;
+}
