@@ -43,6 +43,10 @@ pub struct AbuseOptions {
     pub idle_streams: usize,
     /// Watch streams the slow-watch attack opens.
     pub slow_watchers: usize,
+    /// The attacks to run, in order (default: all of [`ATTACKS`]).
+    pub attacks: Vec<String>,
+    /// More flags for every `tenured`.
+    pub tenured_args: Vec<String>,
 }
 
 /// One phase's figures.
@@ -59,7 +63,8 @@ pub struct Phase {
 }
 
 const TTL: Duration = Duration::from_secs(30);
-const ATTACKS: [&str; 3] = ["rapid-reset", "idle-streams", "slow-watch"];
+/// Every attack, in the order a run makes them.
+pub const ATTACKS: [&str; 3] = ["rapid-reset", "idle-streams", "slow-watch"];
 
 fn token(tag: &str) -> String {
     use rand::Rng;
@@ -384,7 +389,9 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
         System::Tenure,
         &options.out_dir.join("nodes"),
         &options.tenured,
-        &[format!("--token-file={}", token_file.display())],
+        &std::iter::once(format!("--token-file={}", token_file.display()))
+            .chain(options.tenured_args.iter().cloned())
+            .collect::<Vec<_>>(),
     )?;
     let endpoints = cluster.endpoints.clone();
     let admin = Client::new(&endpoints)?.with_token(&tokens.admin)?;
@@ -398,7 +405,20 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     })
     .await?;
 
-    let names: Vec<&'static str> = std::iter::once("quiet").chain(ATTACKS).collect();
+    for attack in &options.attacks {
+        anyhow::ensure!(
+            ATTACKS.contains(&attack.as_str()),
+            "unknown attack `{attack}` (one of {})",
+            ATTACKS.join(", ")
+        );
+    }
+    let names: Vec<&'static str> = std::iter::once("quiet")
+        .chain(
+            ATTACKS
+                .into_iter()
+                .filter(|a| options.attacks.is_empty() || options.attacks.iter().any(|o| o == a)),
+        )
+        .collect();
     let recorder = Arc::new(Recorder::new(names.len()));
     let stop_honest = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();

@@ -116,6 +116,12 @@ enum Command {
         /// Report the figures without failing on a missed target (short smoke runs).
         #[arg(long)]
         report_only: bool,
+        /// Comma-separated attacks to run (default: rapid-reset, idle-streams, slow-watch).
+        #[arg(long, default_value = "")]
+        attacks: String,
+        /// A flag for every tenured, e.g. `--tenured-arg=--max-in-flight=1000` (repeatable).
+        #[arg(long = "tenured-arg", allow_hyphen_values = true)]
+        tenured_args: Vec<String>,
         /// Where abuse.md, abuse.json and the node logs go (default abuse-runs/<unix time>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -250,6 +256,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             idle_streams,
             slow_watchers,
             report_only,
+            attacks,
+            tenured_args,
             out,
             bin,
         } => {
@@ -267,6 +275,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 reset_connections,
                 idle_streams,
                 slow_watchers,
+                attacks: attacks
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(String::from)
+                    .collect(),
+                tenured_args,
             };
             let runtime = tokio::runtime::Runtime::new()?;
             let phases = runtime.block_on(tenure_jepsen::abuse::run(&options))?;

@@ -24,11 +24,13 @@ pub struct Limits {
     )]
     pub max_streams_per_connection: u32,
 
-    /// Requests of one connection handled at once; more wait their turn. Default: 256.
+    /// Requests of one connection handled at once, waiting Acquires included; more wait
+    /// their turn. Above --max-in-flight plus --max-open-streams by default, so that it never
+    /// queues a client's Renew behind its own connection's waits. Default: 16384.
     #[arg(
         long,
         env = "TENURED_MAX_REQUESTS_PER_CONNECTION",
-        default_value_t = 256
+        default_value_t = 16_384
     )]
     pub max_requests_per_connection: usize,
 

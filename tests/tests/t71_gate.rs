@@ -594,3 +594,44 @@ async fn one_principal_past_its_share_in_flight_is_refused_while_another_is_serv
     held.abort();
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renew_is_not_queued_behind_its_own_connections_waits() {
+    const WAITS: usize = 300;
+    let cluster = InProcessCluster::start(1, BTreeMap::new())
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let held = granted(&cluster.client(), "t71/busy", "holder", TTL).await;
+    // One connection carries many waits for the busy resource, and then the holder's renew.
+    let channel = Channel::from_shared(format!("http://{}", cluster.addrs[&1]))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut waits = tokio::task::JoinSet::new();
+    for n in 0..WAITS {
+        let mut leases = LeasesClient::new(channel.clone());
+        let mut request = acquire_request("t71/busy", &format!("waiter-{n}"), TTL);
+        request.on_conflict = pb::OnConflict::Wait as i32;
+        request.wait_timeout = Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        });
+        waits.spawn(async move { leases.acquire(request).await });
+    }
+    let node = cluster.node(1).clone();
+    until("every wait is queued", || {
+        node.sm.read().state.waiters() >= WAITS
+    })
+    .await;
+    let mut leases = LeasesClient::new(channel);
+    let mut renew = tonic::Request::new(tenure_client::renew_request(&held, TTL));
+    renew.set_timeout(Duration::from_secs(5));
+    leases
+        .renew(renew)
+        .await
+        .expect("the renew is answered beside the waits");
+    waits.abort_all();
+    cluster.shutdown().await;
+}
