@@ -11,7 +11,8 @@
 //! - `slow-watch`: a principal with a valid client token opens Watch streams over every
 //!   resource from revision 0 and never reads them.
 //!
-//! The attack runs on a thread of its own at nice 19, standing in for a machine of its own:
+//! The attack comes from 127.0.0.2, an address that is not a member's, and runs on a thread
+//! of its own at nice 19, standing in for a machine of its own:
 //! on a 2-core box it would otherwise take CPU from the nodes by being there, whatever the
 //! nodes do. The targets: honest throughput at least 80 % of the quiet baseline, and no node's
 //! memory past twice its quiet size.
@@ -148,9 +149,16 @@ fn head(endpoint: &str, method: &str, token: Option<&str>) -> Result<http::Reque
     Ok(request.body(())?)
 }
 
-/// An HTTP/2 connection to `endpoint` whose driver runs in the background.
+/// The attacker's own address: loopback, but not the members' (127.0.0.1), as an attacker
+/// elsewhere on the network would not be.
+const ATTACKER_IP: &str = "127.0.0.2";
+
+/// An HTTP/2 connection from [`ATTACKER_IP`] to `endpoint` whose driver runs in the
+/// background.
 async fn connect(endpoint: &str) -> Result<h2::client::SendRequest<Bytes>> {
-    let tcp = tokio::net::TcpStream::connect(endpoint).await?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::new(ATTACKER_IP.parse()?, 0))?;
+    let tcp = socket.connect(endpoint.parse()?).await?;
     tcp.set_nodelay(true)?;
     let (client, connection) = h2::client::handshake(tcp).await?;
     tokio::spawn(async move {

@@ -56,6 +56,10 @@ pub struct Node {
     /// The digest of what every member must share (`crate::agreement`); a reload of the
     /// token file renews it.
     config_digest: std::sync::RwLock<String>,
+    /// Addresses whose connection was cut for abuse, kept out for a while (`crate::guard`).
+    pub cooldown: Arc<crate::guard::Cooldown>,
+    /// Connections cut for abuse since start.
+    pub connections_cut: std::sync::atomic::AtomicU64,
     /// Checks the snapshot a leader is sending, chunk by chunk (`store::snapshot::ChunkCheck`).
     pub receiving_snapshot: std::sync::Mutex<crate::store::snapshot::ChunkCheck>,
     /// Calls refused, by cause.
@@ -192,6 +196,8 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             config.limits.max_public_streams,
         ),
         config_digest: std::sync::RwLock::new(config_digest),
+        cooldown: Default::default(),
+        connections_cut: Default::default(),
         receiving_snapshot: Default::default(),
         refusals: Default::default(),
         own_commit: own_commit.clone(),
@@ -324,10 +330,19 @@ async fn serve(
     let stopped = async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
+    // Connections from an address in the cooldown are closed at once; the others can be cut
+    // by the gate (`crate::guard`).
+    let incoming = crate::guard::guard(
+        crate::guard::Admitted::new(incoming, node.cooldown.clone()),
+        limits.connection_strikes,
+    );
     let served = match &node.tls {
         Some(tls) => {
-            let incoming =
-                crate::tls::TlsIncoming::new(incoming, tls.clone(), crate::tls::Speaks::Grpc);
+            let incoming = crate::tls::TlsIncoming::new(
+                Box::pin(incoming),
+                tls.clone(),
+                crate::tls::Speaks::Grpc,
+            );
             router.serve_with_incoming_shutdown(incoming, stopped).await
         }
         None => router.serve_with_incoming_shutdown(incoming, stopped).await,
@@ -392,6 +407,18 @@ impl Node {
         self.auth.send_replace(Arc::new(auth));
         tracing::info!(file = %path.display(), config_digest = %digest, "reloaded the token file");
         Ok(())
+    }
+
+    /// The IP addresses of the members whose addresses are IPs (not names).
+    pub fn member_ips(&self) -> Vec<std::net::IpAddr> {
+        let metrics = self.raft.metrics().borrow().clone();
+        metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .filter_map(|(_, node)| node.addr.parse::<std::net::SocketAddr>().ok())
+            .map(|addr| addr.ip())
+            .collect()
     }
 
     /// The digest of what every member must share (`crate::agreement`).

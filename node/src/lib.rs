@@ -11,6 +11,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod guard;
 pub mod lease;
 pub mod limits;
 pub mod metrics;

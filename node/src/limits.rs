@@ -71,6 +71,17 @@ pub struct Limits {
     #[arg(long, env = "TENURED_SLOW_WATCHER", default_value = "10s", value_parser = humantime::parse_duration)]
     pub slow_watcher: Duration,
 
+    /// Strikes a connection may spend (`crate::guard`): a call refused for its credentials,
+    /// or cancelled within 10 ms of being sent (rapid reset), costs one; half this many come
+    /// back each second. A connection out of strikes is closed. Default: 200.
+    #[arg(long, env = "TENURED_CONNECTION_STRIKES", default_value_t = 200)]
+    pub connection_strikes: u32,
+
+    /// How long the address of a connection closed for abuse may open no new one.
+    /// Default: 10s.
+    #[arg(long, env = "TENURED_ABUSE_COOLDOWN", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub abuse_cooldown: Duration,
+
     /// Streams a client may reset before the server accepts them (the burst a node resumed
     /// from a pause sees); past it the connection is closed (GOAWAY). Default: 1000.
     #[arg(long, env = "TENURED_MAX_PENDING_RESETS", default_value_t = 1000)]
@@ -122,6 +133,7 @@ impl Limits {
             ("--max-public-streams", self.max_public_streams),
             ("--max-pending-resets", self.max_pending_resets),
             ("--max-local-error-resets", self.max_local_error_resets),
+            ("--connection-strikes", self.connection_strikes as usize),
         ];
         for (flag, value) in counts {
             anyhow::ensure!(value > 0, "{flag} must be at least 1");

@@ -353,6 +353,13 @@ impl Collector for NodeCollector {
         )?;
         counter(
             e,
+            "tenure_connections_cut",
+            "Connections closed for abuse (out of strikes: --connection-strikes)",
+            node.connections_cut
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )?;
+        counter(
+            e,
             "tenure_snapshots_refused",
             "Snapshots from the leader refused: their checksum did not match",
             StorageStats::get(&s.snapshots_refused),
@@ -419,7 +426,7 @@ pub fn render(registry: &Registry) -> String {
 
 /// The metrics listener over TLS: HTTP/1.1 after a handshake with the node's certificate.
 struct TlsListener {
-    incoming: crate::tls::TlsIncoming<tonic::transport::server::TcpIncoming>,
+    incoming: crate::tls::TlsIncoming<tonic::transport::server::TcpIncoming, tokio::net::TcpStream>,
     addr: std::net::SocketAddr,
 }
 

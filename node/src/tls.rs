@@ -25,7 +25,6 @@ use anyhow::Context as _;
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -167,21 +166,21 @@ impl Tls {
     }
 }
 
-type Handshake = Pin<Box<dyn Future<Output = Option<TlsStream<TcpStream>>> + Send>>;
+type Handshake<T> = Pin<Box<dyn Future<Output = Option<TlsStream<T>>> + Send>>;
 
 /// TLS connections accepted from a stream of TCP ones, each with the settings in force when it
 /// arrived. Up to [`MAX_HANDSHAKES`] run at once, each for [`HANDSHAKE_TIMEOUT`] at most; a
 /// failed handshake is dropped (logged at debug). Lives in the task that serves it, so the
 /// listener closes when serving stops.
-pub struct TlsIncoming<S> {
+pub struct TlsIncoming<S, T> {
     tcp: S,
     tcp_done: bool,
     tls: Arc<Tls>,
     speaks: Speaks,
-    handshakes: FuturesUnordered<Handshake>,
+    handshakes: FuturesUnordered<Handshake<T>>,
 }
 
-impl<S> TlsIncoming<S> {
+impl<S, T> TlsIncoming<S, T> {
     pub fn new(tcp: S, tls: Arc<Tls>, speaks: Speaks) -> Self {
         TlsIncoming {
             tcp,
@@ -193,11 +192,12 @@ impl<S> TlsIncoming<S> {
     }
 }
 
-impl<S> Stream for TlsIncoming<S>
+impl<S, T> Stream for TlsIncoming<S, T>
 where
-    S: Stream<Item = std::io::Result<TcpStream>> + Unpin,
+    S: Stream<Item = std::io::Result<T>> + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    type Item = std::io::Result<TlsStream<TcpStream>>;
+    type Item = std::io::Result<TlsStream<T>>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
@@ -225,7 +225,10 @@ where
 }
 
 /// The TLS handshake of one connection.
-fn handshake(acceptor: TlsAcceptor, tcp: TcpStream) -> Handshake {
+fn handshake<T>(acceptor: TlsAcceptor, tcp: T) -> Handshake<T>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     Box::pin(async move {
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
             Ok(Ok(tls)) => Some(tls),

@@ -635,3 +635,72 @@ async fn a_renew_is_not_queued_behind_its_own_connections_waits() {
     waits.abort_all();
     cluster.shutdown().await;
 }
+
+/// A channel to `addr` whose connections come from the loopback address `from`.
+async fn channel_from(addr: &str, from: &str) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .local_address(Some(from.parse().expect("an IP")))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_out_of_strikes_is_closed_and_its_address_kept_out_for_a_while() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut flags = auth_flags(dir.path());
+    flags.extend(["--connection-strikes", "5", "--abuse-cooldown", "60s"].map(String::from));
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let addr = cluster.addrs[&1].clone();
+    let node = cluster.node(1).clone();
+    // 127.0.0.2 is on loopback but is no member's address.
+    let mut stranger = LeasesClient::new(channel_from(&addr, "127.0.0.2").await);
+    let mut transport_failure = None;
+    for n in 0..20 {
+        match stranger
+            .acquire(acquire_request("t71/strikes", "h", TTL))
+            .await
+        {
+            Err(status) if status.code() == Code::Unauthenticated => continue,
+            other => {
+                transport_failure = Some((n, other));
+                break;
+            }
+        }
+    }
+    let (after, failure) = transport_failure.expect("the connection was closed");
+    assert_eq!(after, 5, "closed after {after} refusals: {failure:?}");
+    assert_eq!(
+        node.connections_cut
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // Its address may not connect again for the cooldown; the members' address may.
+    let again = Channel::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .local_address(Some("127.0.0.2".parse().expect("ip")))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    let refused = match again {
+        Err(_) => true,
+        Ok(channel) => LeasesClient::new(channel)
+            .acquire(bearer(acquire_request("t71/strikes", "h", TTL), ADMIN))
+            .await
+            .is_err(),
+    };
+    assert!(
+        refused,
+        "a connection from the address in the cooldown was served"
+    );
+    let mut member = LeasesClient::new(channel_from(&addr, "127.0.0.1").await);
+    member
+        .acquire(bearer(acquire_request("t71/strikes", "h", TTL), ADMIN))
+        .await
+        .expect("the members' address is never kept out");
+    cluster.shutdown().await;
+}

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use tonic::body::Body;
@@ -32,6 +33,7 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use crate::app::Node;
 use crate::auth::{Caller, PeerCall};
 use crate::error::ApiError;
+use crate::guard::{Connection, GuardInfo};
 use crate::lease::Rejection;
 
 /// What a path asks for.
@@ -55,14 +57,81 @@ fn door(path: &str) -> Door {
     }
 }
 
+/// What tonic knows of a TLS connection the node guards.
+type TlsInfo = TlsConnectInfo<GuardInfo<TcpConnectInfo>>;
+
 /// Whether the connection presented a client certificate (the TLS handshake verified it
 /// against the cluster CA).
 fn has_peer_certificate<B>(request: &http::Request<B>) -> bool {
     request
         .extensions()
-        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .get::<TlsInfo>()
         .and_then(|info| info.peer_certs())
         .is_some_and(|certs| !certs.is_empty())
+}
+
+/// The connection `request` came on, to strike (`crate::guard`).
+fn connection<B>(request: &http::Request<B>) -> Option<Arc<Connection>> {
+    let extensions = request.extensions();
+    extensions
+        .get::<GuardInfo<TcpConnectInfo>>()
+        .map(|info| info.connection.clone())
+        .or_else(|| {
+            extensions
+                .get::<TlsInfo>()
+                .map(|info| info.get_ref().connection.clone())
+        })
+}
+
+/// Calls cancelled sooner than this after they were sent are a strike (rapid reset): an
+/// honest client cancels when its deadline passes.
+const QUICK_CANCEL: Duration = Duration::from_millis(10);
+
+/// Strikes the connection of a call dropped (cancelled by its client) before it was answered,
+/// when that came at once.
+struct CancelWatch {
+    gate: Option<(Arc<Node>, Arc<Connection>)>,
+    started: Instant,
+    answered: bool,
+}
+
+impl Drop for CancelWatch {
+    fn drop(&mut self) {
+        if let Some((node, connection)) = &self.gate {
+            if !self.answered && self.started.elapsed() < QUICK_CANCEL {
+                strike(
+                    node,
+                    connection,
+                    "calls cancelled as soon as they were sent",
+                );
+            }
+        }
+    }
+}
+
+/// Spends a strike of `connection`; one out of strikes is cut, and its address kept out.
+fn strike(node: &Node, connection: &Connection, why: &str) {
+    let limits = &node.config.limits;
+    if !connection.strike(limits.connection_strikes) {
+        return;
+    }
+    connection.cut();
+    node.connections_cut
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A member's address is never kept out (on loopback, every member and client shares
+    // one): its calls to this node must go on.
+    let kept_out = connection
+        .remote()
+        .map(|remote| remote.ip())
+        .filter(|ip| !node.member_ips().contains(ip));
+    if let Some(ip) = kept_out {
+        node.cooldown.start(ip, limits.abuse_cooldown);
+    }
+    tracing::warn!(
+        remote = ?connection.remote(),
+        cooldown = ?limits.abuse_cooldown,
+        "closed a connection for abuse ({why}); its address may not connect for the cooldown"
+    );
 }
 
 #[derive(Clone)]
@@ -194,8 +263,17 @@ where
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let node = self.node.clone();
+        let connection = connection(&request);
+        let peer = door(request.uri().path()) == Door::Peer;
         match self.admit(&mut request) {
             Err(refused) => {
+                let credentials = matches!(
+                    refused.reason_and_code().0,
+                    "unauthenticated" | "insufficient_permissions"
+                );
+                if let (true, Some(connection)) = (credentials, &connection) {
+                    strike(&node, connection, "calls refused for their credentials");
+                }
                 let response = tonic::Status::from(refused).into_http::<Body>();
                 node.refusals.count(response.headers());
                 // The body is never read: the transport resets the stream, so a client still
@@ -205,8 +283,19 @@ where
             }
             Ok(admitted) => {
                 let response = self.inner.call(request);
+                // Peers are known by their token and certificate: their calls are not watched.
+                let watch = CancelWatch {
+                    gate: connection.filter(|_| !peer).map(|c| (node.clone(), c)),
+                    started: Instant::now(),
+                    answered: false,
+                };
                 Box::pin(async move {
-                    let mut response = response.await?;
+                    // The whole watch lives in the call's future: dropping it unanswered is a
+                    // cancellation.
+                    let mut watch = watch;
+                    let response = response.await;
+                    watch.answered = true;
+                    let mut response = response?;
                     node.refusals.count(response.headers());
                     let tell_leader = match admitted {
                         Admitted::Open => false,

@@ -1,0 +1,275 @@
+//! Cutting off connections that abuse the node. Every connection the node accepts is wrapped
+//! ([`Guarded`]) so that the auth gate, which sees each call, can close it: a connection whose
+//! calls are refused for their credentials, or cancelled as soon as they are sent (the rapid
+//! reset attack), spends strikes from a bucket (`--connection-strikes`, refilled by half of it
+//! a second); one that runs out is closed, and its address may open no new connection for
+//! `--abuse-cooldown` (one it opens is held, unread, until then). Honest clients are refused for their credentials only by mistake, and
+//! cancel calls only when a deadline passes, long after sending them.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::task::AtomicWaker;
+use futures::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tonic::transport::server::Connected;
+
+/// Addresses remembered in the cooldown at most (the oldest go first).
+const REMEMBERED: usize = 4096;
+
+/// One connection's strikes, and the switch that closes it.
+#[derive(Debug)]
+pub struct Connection {
+    remote: Option<SocketAddr>,
+    cut: AtomicBool,
+    waker: AtomicWaker,
+    /// Strikes left, and when the bucket was last refilled.
+    strikes: Mutex<(f64, Instant)>,
+}
+
+impl Connection {
+    fn new(remote: Option<SocketAddr>, strikes: u32) -> Self {
+        Connection {
+            remote,
+            cut: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+            strikes: Mutex::new((f64::from(strikes), Instant::now())),
+        }
+    }
+
+    /// Spends one strike of `limit` (refilled by `limit / 2` a second); true when none is left
+    /// and the connection is to be cut.
+    pub fn strike(&self, limit: u32) -> bool {
+        let mut bucket = self.strikes.lock().unwrap_or_else(|p| p.into_inner());
+        let (left, refilled) = &mut *bucket;
+        let now = Instant::now();
+        let limit = f64::from(limit);
+        *left = (*left + now.duration_since(*refilled).as_secs_f64() * limit / 2.0).min(limit);
+        *refilled = now;
+        *left -= 1.0;
+        *left < 0.0
+    }
+
+    /// Closes the connection: its reads end and its writes fail from now on.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    pub fn remote(&self) -> Option<SocketAddr> {
+        self.remote
+    }
+
+    fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
+    }
+}
+
+/// A connection's IO, closed when its [`Connection`] is cut.
+pub struct Guarded<T> {
+    inner: T,
+    connection: Arc<Connection>,
+}
+
+/// What tonic puts in each request's extensions for a guarded connection: the inner
+/// connection's own information (for TLS, the peer's certificates), and its [`Connection`].
+#[derive(Clone, Debug)]
+pub struct GuardInfo<I> {
+    pub inner: I,
+    pub connection: Arc<Connection>,
+}
+
+impl<T: Connected> Connected for Guarded<T> {
+    type ConnectInfo = GuardInfo<T::ConnectInfo>;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        GuardInfo {
+            inner: self.inner.connect_info(),
+            connection: self.connection.clone(),
+        }
+    }
+}
+
+fn cut_error() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "cut off for abuse")
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.connection.waker.register(cx.waker());
+        if self.connection.is_cut() {
+            return Poll::Ready(Err(cut_error()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.connection.is_cut() {
+            return Poll::Ready(Err(cut_error()));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Addresses whose connection was cut, until when they may connect again.
+#[derive(Debug, Default)]
+pub struct Cooldown(Mutex<HashMap<IpAddr, Instant>>);
+
+impl Cooldown {
+    /// Keeps `ip` out until `for_how_long` has passed.
+    pub fn start(&self, ip: IpAddr, for_how_long: Duration) {
+        let mut until = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        until.retain(|_, end| *end > now);
+        if until.len() >= REMEMBERED {
+            let first = until.iter().min_by_key(|(_, end)| **end).map(|(ip, _)| *ip);
+            if let Some(first) = first {
+                until.remove(&first);
+            }
+        }
+        until.insert(ip, now + for_how_long);
+    }
+
+    /// Whether `ip` is kept out now.
+    pub fn holds(&self, ip: IpAddr) -> bool {
+        self.until(ip).is_some()
+    }
+
+    /// Until when `ip` is kept out, if it is now.
+    pub fn until(&self, ip: IpAddr) -> Option<Instant> {
+        let until = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        until.get(&ip).copied().filter(|end| *end > Instant::now())
+    }
+}
+
+/// Connections from addresses in the cooldown held open, unread, at most.
+const TARPIT: usize = 256;
+
+/// Accepted TCP connections, less those from addresses in the cooldown. Those are held open
+/// and never read until the cooldown ends (a tarpit: a client that reconnects at once is kept
+/// waiting rather than answered, which would let it try again at once), up to [`TARPIT`] of
+/// them; past that they are closed at once.
+pub struct Admitted<S> {
+    tcp: S,
+    cooldown: Arc<Cooldown>,
+    tarpit: Arc<tokio::sync::Semaphore>,
+}
+
+impl<S> Admitted<S> {
+    pub fn new(tcp: S, cooldown: Arc<Cooldown>) -> Self {
+        Admitted {
+            tcp,
+            cooldown,
+            tarpit: Arc::new(tokio::sync::Semaphore::new(TARPIT)),
+        }
+    }
+
+    /// Holds `tcp` unread until its address's cooldown ends, if there is room.
+    fn hold(&self, tcp: tokio::net::TcpStream, until: Instant) {
+        let Ok(place) = self.tarpit.clone().try_acquire_owned() else {
+            return;
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until.into()).await;
+            drop((tcp, place));
+        });
+    }
+}
+
+impl<S> Stream for Admitted<S>
+where
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>> + Unpin,
+{
+    type Item = std::io::Result<tokio::net::TcpStream>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match Pin::new(&mut self.tcp).poll_next(cx) {
+                Poll::Ready(Some(Ok(tcp))) => {
+                    let kept_out = tcp
+                        .peer_addr()
+                        .ok()
+                        .and_then(|peer| self.cooldown.until(peer.ip()));
+                    match kept_out {
+                        Some(until) => self.hold(tcp, until),
+                        None => return Poll::Ready(Some(Ok(tcp))),
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Wraps each accepted connection so that it can be cut, with `strikes` to spend.
+pub fn guard<S>(
+    incoming: S,
+    strikes: u32,
+) -> impl Stream<Item = std::io::Result<Guarded<tokio::net::TcpStream>>>
+where
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+{
+    use futures::StreamExt;
+    incoming.map(move |io| {
+        io.map(|io| {
+            let remote = io.peer_addr().ok();
+            Guarded {
+                inner: io,
+                connection: Arc::new(Connection::new(remote, strikes)),
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_runs_out_of_strikes_and_they_come_back_with_time() {
+        let connection = Connection::new(None, 4);
+        for _ in 0..4 {
+            assert!(!connection.strike(4));
+        }
+        assert!(connection.strike(4), "the fifth strike in a row cuts it");
+        // Two strikes a second come back.
+        *connection.strikes.lock().expect("lock") = (0.0, Instant::now() - Duration::from_secs(1));
+        assert!(!connection.strike(4));
+        assert!(!connection.strike(4));
+        assert!(connection.strike(4));
+    }
+
+    #[test]
+    fn an_address_in_the_cooldown_is_kept_out_until_it_ends() {
+        let cooldown = Cooldown::default();
+        let ip: IpAddr = "10.0.0.9".parse().expect("ip");
+        assert!(!cooldown.holds(ip));
+        cooldown.start(ip, Duration::from_secs(60));
+        assert!(cooldown.holds(ip));
+        cooldown.start(ip, Duration::ZERO);
+        assert!(!cooldown.holds(ip));
+    }
+}
