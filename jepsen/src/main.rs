@@ -111,12 +111,13 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         idle_streams: usize,
         /// Watch streams over every resource that the slow-watch attack never reads.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = 4)]
         slow_watchers: usize,
         /// Report the figures without failing on a missed target (short smoke runs).
         #[arg(long)]
         report_only: bool,
-        /// Comma-separated attacks to run (default: rapid-reset, idle-streams, slow-watch).
+        /// Comma-separated attacks to run, each followed by a quiet phase (default:
+        /// rapid-reset, idle-streams, slow-watch).
         #[arg(long, default_value = "")]
         attacks: String,
         /// A flag for every tenured, e.g. `--tenured-arg=--max-in-flight=1000` (repeatable).
