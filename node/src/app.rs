@@ -56,6 +56,8 @@ pub struct Node {
     /// The digest of what every member must share (`crate::agreement`); a reload of the
     /// token file renews it.
     config_digest: std::sync::RwLock<String>,
+    /// The members' IP addresses (their names resolved), never kept out.
+    member_ips: std::sync::RwLock<Vec<std::net::IpAddr>>,
     /// Addresses whose connection was cut for abuse, kept out for a while (`crate::guard`).
     pub cooldown: Arc<crate::guard::Cooldown>,
     /// Connections cut for abuse since start.
@@ -196,6 +198,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             config.limits.max_public_streams,
         ),
         config_digest: std::sync::RwLock::new(config_digest),
+        member_ips: Default::default(),
         cooldown: Default::default(),
         connections_cut: Default::default(),
         receiving_snapshot: Default::default(),
@@ -236,6 +239,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         config.snapshot_every,
         stop_rx.clone(),
     ));
+    tokio::spawn(resolve_members(node.clone(), stop_rx.clone()));
     let timers = tokio::spawn(crate::timers::run(node.clone(), stop_rx));
 
     if config.join {
@@ -409,16 +413,13 @@ impl Node {
         Ok(())
     }
 
-    /// The IP addresses of the members whose addresses are IPs (not names).
+    /// The members' IP addresses, their names resolved (kept up to date by
+    /// [`resolve_members`]).
     pub fn member_ips(&self) -> Vec<std::net::IpAddr> {
-        let metrics = self.raft.metrics().borrow().clone();
-        metrics
-            .membership_config
-            .membership()
-            .nodes()
-            .filter_map(|(_, node)| node.addr.parse::<std::net::SocketAddr>().ok())
-            .map(|addr| addr.ip())
-            .collect()
+        self.member_ips
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The digest of what every member must share (`crate::agreement`).
@@ -443,6 +444,45 @@ impl Node {
                 return std::future::pending().await;
             }
         }
+    }
+}
+
+/// Resolves the members' addresses whenever the membership changes, and every 30 s (names
+/// may move), into [`Node::member_ips`].
+async fn resolve_members(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
+    let mut metrics = node.raft.metrics();
+    let mut refresh = tokio::time::interval(std::time::Duration::from_secs(30));
+    let mut resolved_for: Vec<String> = Vec::new();
+    loop {
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            // The first tick comes at once.
+            _ = refresh.tick() => resolved_for.clear(),
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+        let addrs: Vec<String> = metrics
+            .borrow_and_update()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(_, member)| member.addr.clone())
+            .collect();
+        if addrs == resolved_for {
+            continue;
+        }
+        let mut ips = Vec::new();
+        for addr in &addrs {
+            if let Ok(resolved) = tokio::net::lookup_host(addr.as_str()).await {
+                ips.extend(resolved.map(|socket| socket.ip().to_canonical()));
+            }
+        }
+        ips.sort();
+        ips.dedup();
+        *node
+            .member_ips
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = ips;
+        resolved_for = addrs;
     }
 }
 

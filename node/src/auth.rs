@@ -223,14 +223,18 @@ impl Auth {
             .ok_or_else(|| ApiError::Unauthenticated("unknown token".into()))
     }
 
-    /// Feeds the table into `hasher` in an order that does not depend on the file's
-    /// (`crate::agreement`): every entry's token digest, principal and role, sorted.
+    /// Feeds what every node must agree on into `hasher` (`crate::agreement`): whether auth
+    /// is on, and the peer tokens (their digests, sorted). Client and admin tokens may differ
+    /// while a new file is rolled out node by node.
     pub fn hash_into(&self, hasher: &mut Sha256) {
         let Some(tokens) = &self.tokens else {
             hasher.update(b"auth off");
             return;
         };
-        let mut entries: Vec<_> = tokens.iter().collect();
+        let mut entries: Vec<_> = tokens
+            .iter()
+            .filter(|(_, e)| e.role == Role::Peer)
+            .collect();
         entries.sort_by_key(|(digest, _)| **digest);
         for (digest, entry) in entries {
             hasher.update(digest);

@@ -27,6 +27,9 @@ const REMEMBERED: usize = 4096;
 pub struct Connection {
     remote: Option<SocketAddr>,
     cut: AtomicBool,
+    /// The client closed it, or it broke: the calls still open on it are dropped then, which
+    /// is no cancellation of theirs.
+    ended: AtomicBool,
     waker: AtomicWaker,
     /// Strikes left, and when the bucket was last refilled.
     strikes: Mutex<(f64, Instant)>,
@@ -37,6 +40,7 @@ impl Connection {
         Connection {
             remote,
             cut: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             strikes: Mutex::new((f64::from(strikes), Instant::now())),
         }
@@ -55,10 +59,17 @@ impl Connection {
         *left < 0.0
     }
 
-    /// Closes the connection: its reads end and its writes fail from now on.
-    pub fn cut(&self) {
-        self.cut.store(true, Ordering::Release);
+    /// Closes the connection: its reads end and its writes fail from now on. True the first
+    /// time only.
+    pub fn cut(&self) -> bool {
+        let first = !self.cut.swap(true, Ordering::AcqRel);
         self.waker.wake();
+        first
+    }
+
+    /// Whether it is over, cut or closed: strikes no longer count.
+    pub fn is_over(&self) -> bool {
+        self.is_cut() || self.ended.load(Ordering::Acquire)
     }
 
     pub fn remote(&self) -> Option<SocketAddr> {
@@ -109,7 +120,17 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         if self.connection.is_cut() {
             return Poll::Ready(Err(cut_error()));
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let ended = match &read {
+            Poll::Ready(Ok(())) => buf.filled().len() == before,
+            Poll::Ready(Err(_)) => true,
+            Poll::Pending => false,
+        };
+        if ended {
+            self.connection.ended.store(true, Ordering::Release);
+        }
+        read
     }
 }
 
@@ -131,6 +152,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl crate::tls::PeerAddress for Guarded<tokio::net::TcpStream> {
+    fn peer_ip(&self) -> Option<IpAddr> {
+        self.connection
+            .remote
+            .map(|remote| remote.ip().to_canonical())
     }
 }
 
@@ -212,7 +241,7 @@ where
                     let kept_out = tcp
                         .peer_addr()
                         .ok()
-                        .and_then(|peer| self.cooldown.until(peer.ip()));
+                        .and_then(|peer| self.cooldown.until(peer.ip().to_canonical()));
                     match kept_out {
                         Some(until) => self.hold(tcp, until),
                         None => return Poll::Ready(Some(Ok(tcp))),

@@ -43,7 +43,7 @@ pub struct Limits {
     /// Client requests of one principal this node handles at once: a share of
     /// --max-in-flight, so that one principal (say, one that opens streams and never sends
     /// their bodies) cannot take every place. More are refused with `resource_exhausted`
-    /// (`too_many_requests`). With auth off every caller is one principal, `anonymous`.
+    /// (`too_many_requests`). With auth off (every caller `anonymous`) it does not apply.
     /// Default: 1024.
     #[arg(
         long,
@@ -77,8 +77,9 @@ pub struct Limits {
     #[arg(long, env = "TENURED_CONNECTION_STRIKES", default_value_t = 200)]
     pub connection_strikes: u32,
 
-    /// How long the address of a connection closed for abuse may open no new one.
-    /// Default: 10s.
+    /// How long the address of a connection closed for abuse may open no new one (0s: none;
+    /// set it so when many clients share one address, behind NAT or a proxy). A member's
+    /// address is never kept out. Default: 10s.
     #[arg(long, env = "TENURED_ABUSE_COOLDOWN", default_value = "10s", value_parser = humantime::parse_duration)]
     pub abuse_cooldown: Duration,
 
@@ -194,10 +195,14 @@ pub struct Permit(#[allow(dead_code)] OwnedSemaphorePermit);
 /// long wait (an Acquire that queues) gives it up for a place among the open streams, so that
 /// waits never crowd out the short calls (a Renew) the in-flight cap is for.
 #[derive(Clone, Debug)]
-pub struct InFlight(Arc<std::sync::Mutex<Option<(PrincipalPermit, Permit)>>>);
+pub struct InFlight(Arc<std::sync::Mutex<Option<Places>>>);
+
+/// One call's places in flight: its principal's (None with auth off) and the node's.
+type Places = (Option<PrincipalPermit>, Permit);
 
 impl InFlight {
-    pub fn new(principal: PrincipalPermit, node: Permit) -> Self {
+    /// The places of one call: its principal's (None with auth off) and the node's.
+    pub fn new(principal: Option<PrincipalPermit>, node: Permit) -> Self {
         InFlight(Arc::new(std::sync::Mutex::new(Some((principal, node)))))
     }
 

@@ -33,9 +33,23 @@ use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 use crate::config::Config;
 
 /// A connection that has not finished its handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Handshakes under way at once; past it, new connections wait in the kernel's backlog.
 const MAX_HANDSHAKES: usize = 1024;
+/// Handshakes under way at once from one address: past it, its new connections are closed,
+/// so that one address's idle sockets cannot hold every place.
+const MAX_HANDSHAKES_PER_ADDRESS: usize = 64;
+
+/// Where a connection comes from, for [`MAX_HANDSHAKES_PER_ADDRESS`].
+pub trait PeerAddress {
+    fn peer_ip(&self) -> Option<std::net::IpAddr>;
+}
+
+impl PeerAddress for tokio::net::TcpStream {
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.peer_addr().ok().map(|peer| peer.ip().to_canonical())
+    }
+}
 
 /// This node's TLS settings: the files, and what was last loaded from them.
 pub struct Tls {
@@ -97,23 +111,29 @@ fn load(cert: &Path, key: &Path, ca: &Path) -> anyhow::Result<Loaded> {
     anyhow::ensure!(!roots.is_empty(), "no certificate in --tls-ca");
     // A client certificate is optional (clients have none), but one that is presented must be
     // signed by the cluster CA.
-    let verifier =
-        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crypto())
-            .allow_unauthenticated()
-            .build()
-            .context("the cluster CA (--tls-ca)")?;
-    let mut server = rustls::ServerConfig::builder_with_provider(crypto())
-        .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, private_key)
-        .context("the TLS certificate and key (--tls-cert, --tls-key)")?;
-    let mut http1 = server.clone();
-    server.alpn_protocols = vec![b"h2".to_vec()];
-    http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let roots = Arc::new(roots);
+    // gRPC: a client certificate is optional (clients have none; the gate requires one of
+    // peers), but one that is presented must be the cluster CA's. Metrics: required, so that
+    // TLS does not only hide them but keeps them to the cluster's own scrapers.
+    let server = |client_certificate_required: bool, alpn: &[u8]| {
+        let mut verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), crypto());
+        if !client_certificate_required {
+            verifier = verifier.allow_unauthenticated();
+        }
+        let verifier = verifier.build().context("the cluster CA (--tls-ca)")?;
+        let mut config = rustls::ServerConfig::builder_with_provider(crypto())
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), private_key.clone_key())
+            .context("the TLS certificate and key (--tls-cert, --tls-key)")?;
+        config.alpn_protocols = vec![alpn.to_vec()];
+        anyhow::Ok(Arc::new(config))
+    };
     let server = Servers {
-        grpc: Arc::new(server),
-        http1: Arc::new(http1),
+        grpc: server(false, b"h2")?,
+        http1: server(true, b"http/1.1")?,
     };
     let peer = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca_pem))
@@ -166,11 +186,14 @@ impl Tls {
     }
 }
 
-type Handshake<T> = Pin<Box<dyn Future<Output = Option<TlsStream<T>>> + Send>>;
+/// A handshake under way: the TLS stream it gave, if any, and the address it came from.
+type Handshake<T> =
+    Pin<Box<dyn Future<Output = (Option<TlsStream<T>>, Option<std::net::IpAddr>)> + Send>>;
 
 /// TLS connections accepted from a stream of TCP ones, each with the settings in force when it
-/// arrived. Up to [`MAX_HANDSHAKES`] run at once, each for [`HANDSHAKE_TIMEOUT`] at most; a
-/// failed handshake is dropped (logged at debug). Lives in the task that serves it, so the
+/// arrived. Up to [`MAX_HANDSHAKES`] run at once ([`MAX_HANDSHAKES_PER_ADDRESS`] from one
+/// address), each for [`HANDSHAKE_TIMEOUT`] at most; a failed handshake is dropped (logged at
+/// debug). Lives in the task that serves it, so the
 /// listener closes when serving stops.
 pub struct TlsIncoming<S, T> {
     tcp: S,
@@ -178,6 +201,7 @@ pub struct TlsIncoming<S, T> {
     tls: Arc<Tls>,
     speaks: Speaks,
     handshakes: FuturesUnordered<Handshake<T>>,
+    per_address: std::collections::HashMap<std::net::IpAddr, usize>,
 }
 
 impl<S, T> TlsIncoming<S, T> {
@@ -188,6 +212,7 @@ impl<S, T> TlsIncoming<S, T> {
             tls,
             speaks,
             handshakes: FuturesUnordered::new(),
+            per_address: Default::default(),
         }
     }
 }
@@ -195,7 +220,7 @@ impl<S, T> TlsIncoming<S, T> {
 impl<S, T> Stream for TlsIncoming<S, T>
 where
     S: Stream<Item = std::io::Result<T>> + Unpin,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + PeerAddress + Unpin + Send + 'static,
 {
     type Item = std::io::Result<TlsStream<T>>;
 
@@ -205,8 +230,17 @@ where
             while !this.tcp_done && this.handshakes.len() < MAX_HANDSHAKES {
                 match this.tcp.poll_next_unpin(cx) {
                     Poll::Ready(Some(Ok(tcp))) => {
+                        let from = tcp.peer_ip();
+                        if let Some(ip) = from {
+                            let pending = this.per_address.entry(ip).or_default();
+                            if *pending >= MAX_HANDSHAKES_PER_ADDRESS {
+                                tracing::debug!(%ip, "too many TLS handshakes from one address");
+                                continue;
+                            }
+                            *pending += 1;
+                        }
                         let acceptor = this.tls.acceptor(this.speaks);
-                        this.handshakes.push(handshake(acceptor, tcp));
+                        this.handshakes.push(handshake(acceptor, tcp, from));
                     }
                     Poll::Ready(Some(Err(e))) => tracing::debug!("accepting a connection: {e}"),
                     Poll::Ready(None) => this.tcp_done = true,
@@ -215,8 +249,20 @@ where
             }
             // A failed handshake frees a place: accept again before waiting.
             match this.handshakes.poll_next_unpin(cx) {
-                Poll::Ready(Some(Some(tls))) => return Poll::Ready(Some(Ok(tls))),
-                Poll::Ready(Some(None)) => continue,
+                Poll::Ready(Some((done, from))) => {
+                    if let Some(ip) = from {
+                        if let Some(pending) = this.per_address.get_mut(&ip) {
+                            *pending -= 1;
+                            if *pending == 0 {
+                                this.per_address.remove(&ip);
+                            }
+                        }
+                    }
+                    match done {
+                        Some(tls) => return Poll::Ready(Some(Ok(tls))),
+                        None => continue,
+                    }
+                }
                 Poll::Ready(None) if this.tcp_done => return Poll::Ready(None),
                 Poll::Ready(None) | Poll::Pending => return Poll::Pending,
             }
@@ -225,12 +271,12 @@ where
 }
 
 /// The TLS handshake of one connection.
-fn handshake<T>(acceptor: TlsAcceptor, tcp: T) -> Handshake<T>
+fn handshake<T>(acceptor: TlsAcceptor, tcp: T, from: Option<std::net::IpAddr>) -> Handshake<T>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     Box::pin(async move {
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        let done = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
             Ok(Ok(tls)) => Some(tls),
             Ok(Err(e)) => {
                 tracing::debug!("TLS handshake failed: {e}");
@@ -240,6 +286,7 @@ where
                 tracing::debug!("TLS handshake not finished in time");
                 None
             }
-        }
+        };
+        (done, from)
     })
 }

@@ -298,7 +298,7 @@ async fn certificates_reloaded_on_sighup_serve_new_connections_and_the_peers_kee
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_tls_on_metrics_are_served_over_tls_only() {
+async fn with_tls_on_metrics_are_served_over_tls_to_scrapers_with_a_cluster_certificate_only() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster_pki = pki("cluster");
@@ -315,14 +315,40 @@ async fn with_tls_on_metrics_are_served_over_tls_only() {
         .expect("CA");
     roots.add(ca).expect("root");
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    // A scraper without a certificate of the cluster CA gets nothing.
+    let anonymous = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        builder.clone().with_no_client_auth(),
+    ));
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let refused = match anonymous.connect(name.clone(), tcp).await {
+        Err(_) => true,
+        Ok(mut tls) => {
+            let _ = tls
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\n\r\n")
+                .await;
+            let mut answer = Vec::new();
+            tls.read_to_end(&mut answer).await.is_err() || answer.is_empty()
+        }
+    };
+    assert!(
+        refused,
+        "metrics served to a scraper without a client certificate"
+    );
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cluster_pki.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("chain");
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(cluster_pki.key_pem.as_bytes())
+        .expect("key");
+    let config = builder
+        .with_client_auth_cert(chain, key)
+        .expect("client cert");
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
     let mut tls = connector.connect(name, tcp).await.expect("a TLS handshake");
     tls.write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
         .await

@@ -112,18 +112,20 @@ impl Drop for CancelWatch {
 /// Spends a strike of `connection`; one out of strikes is cut, and its address kept out.
 fn strike(node: &Node, connection: &Connection, why: &str) {
     let limits = &node.config.limits;
-    if !connection.strike(limits.connection_strikes) {
+    if connection.is_over() || !connection.strike(limits.connection_strikes) {
         return;
     }
-    connection.cut();
+    if !connection.cut() {
+        return;
+    }
     node.connections_cut
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // A member's address is never kept out (on loopback, every member and client shares
     // one): its calls to this node must go on.
     let kept_out = connection
         .remote()
-        .map(|remote| remote.ip())
-        .filter(|ip| !node.member_ips().contains(ip));
+        .map(|remote| remote.ip().to_canonical())
+        .filter(|ip| !limits.abuse_cooldown.is_zero() && !node.member_ips().contains(ip));
     if let Some(ip) = kept_out {
         node.cooldown.start(ip, limits.abuse_cooldown);
     }
@@ -233,7 +235,10 @@ impl<S> Gate<S> {
             }
             Door::Client => {
                 let (caller, credential) = auth.client(request.headers())?;
-                let principal = self.node.in_flight_per_principal.enter(&caller.principal)?;
+                let principal = match auth.is_on() {
+                    true => Some(self.node.in_flight_per_principal.enter(&caller.principal)?),
+                    false => None,
+                };
                 let in_flight =
                     crate::limits::InFlight::new(principal, self.node.in_flight.enter()?);
                 request.extensions_mut().insert(in_flight.clone());

@@ -191,18 +191,22 @@ fn shutting_down(cursor: &Cursor) -> Status {
     .into()
 }
 
-/// Sends `events` (those of every revision up to `revision`, in order) in messages of at most
-/// [`MAX_MESSAGE_BYTES`]; false when the client is gone. A message before the last claims only
-/// the revisions it finished (its last event's, less one); the last claims `revision`. A
-/// watcher that takes no message for `--slow-watcher` is cut off.
+/// Sends `events` (those of every revision up to `revision`, in order) in messages of about
+/// [`MAX_MESSAGE_BYTES`] at most, cut only between revisions (one revision's events stay in
+/// one message); false when the client is gone. A message before the last claims its last
+/// event's revision; the last claims `revision`. A watcher that takes no message for
+/// `--slow-watcher` is cut off.
 async fn send(tx: &mut Sink, events: &[(Name, Event)], revision: u64) -> Result<bool, Status> {
     let mut message = pb::WatchResponse::default();
     let mut bytes = 0;
     for (name, event) in events {
         let entry = convert::history_entry(name, event);
         let size = prost::Message::encoded_len(&entry);
-        if bytes + size > MAX_MESSAGE_BYTES && !message.events.is_empty() {
-            message.revision = event.revision.saturating_sub(1);
+        // Cut only between revisions: a message claims every event of the revisions it holds,
+        // so a resume from its revision neither skips nor repeats one.
+        let last = message.events.last().map(|e| e.revision);
+        if bytes + size > MAX_MESSAGE_BYTES && last.is_some_and(|r| r != event.revision) {
+            message.revision = last.unwrap_or_default();
             if !deliver(tx, std::mem::take(&mut message)).await? {
                 return Ok(false);
             }

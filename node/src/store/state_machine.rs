@@ -365,8 +365,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let state = tokio::task::spawn_blocking(move || {
             let body = snapshot::received_body(&data)?;
             let state = snapshot::decode_state(body)?;
+            // Written again in this release's format (with its checksum), whatever format
+            // the leader sent.
             let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;
-            writer.body(body)?;
+            writer.state(&state)?;
             shared.keep_if_newer(writer.finish()?)?;
             anyhow::Ok(state)
         })
