@@ -223,6 +223,17 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     .unwrap_or_else(|_| panic!("not within {ELECTION:?}: {what}"));
 }
 
+/// An acquire of `resource` for `holder` that waits up to a minute in the waiting room.
+fn waiting_acquire(resource: &str, holder: &str) -> pb::AcquireRequest {
+    let mut request = acquire_request(resource, holder, TTL);
+    request.on_conflict = pb::OnConflict::Wait as i32;
+    request.wait_timeout = Some(prost_types::Duration {
+        seconds: 60,
+        nanos: 0,
+    });
+    request
+}
+
 fn limits(flags: &[&str]) -> BTreeMap<u64, Vec<String>> {
     let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
     ids(1).into_iter().map(|id| (id, flags.clone())).collect()
@@ -278,12 +289,7 @@ async fn past_the_in_flight_cap_a_call_is_refused_and_waits_do_not_count() {
     granted(&client, "t71/f", "holder", TTL).await;
     // A waiting acquire gives its place in flight up for one among the open streams: the
     // node's one place stays free for other calls.
-    let mut waiting = acquire_request("t71/f", "waiter", TTL);
-    waiting.on_conflict = pb::OnConflict::Wait as i32;
-    waiting.wait_timeout = Some(prost_types::Duration {
-        seconds: 30,
-        nanos: 0,
-    });
+    let waiting = waiting_acquire("t71/f", "waiter");
     let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
         .await
         .expect("connect");
@@ -612,12 +618,7 @@ async fn a_renew_is_not_queued_behind_its_own_connections_waits() {
     let mut waits = tokio::task::JoinSet::new();
     for n in 0..WAITS {
         let mut leases = LeasesClient::new(channel.clone());
-        let mut request = acquire_request("t71/busy", &format!("waiter-{n}"), TTL);
-        request.on_conflict = pb::OnConflict::Wait as i32;
-        request.wait_timeout = Some(prost_types::Duration {
-            seconds: 60,
-            nanos: 0,
-        });
+        let request = waiting_acquire("t71/busy", &format!("waiter-{n}"));
         waits.spawn(async move { leases.acquire(request).await });
     }
     let node = cluster.node(1).clone();
