@@ -498,6 +498,25 @@ impl Client {
         cluster_call!(self, self.deadline(), request, transfer_leader)
     }
 
+    /// `Cluster.SetQuota` (admin): changes the limits of `principal` (empty: the defaults of
+    /// every principal). Exactly-once, like lease writes.
+    pub async fn set_quota(
+        &self,
+        mut request: pb::SetQuotaRequest,
+    ) -> Result<pb::QuotaResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        cluster_call!(self, self.deadline(), request, set_quota)
+    }
+
+    /// `Cluster.GetQuota` (admin): the limits of `principal` (empty: the defaults) and what it
+    /// holds, as the answering node counts it.
+    pub async fn get_quota(&self, principal: &str) -> Result<pb::QuotaResponse, Error> {
+        let request = pb::GetQuotaRequest {
+            principal: principal.to_string(),
+        };
+        cluster_call!(self, self.deadline(), request, get_quota)
+    }
+
     /// `grpc.health.v1` of the node at `endpoint`: true while it is SERVING (it knows a
     /// leader). Needs no token.
     pub async fn node_serving(&self, endpoint: usize) -> Result<bool, Error> {

@@ -8,6 +8,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use tenure_node::lease::command::SetQuotaOp;
+use tenure_node::lease::quota::Quota;
 use tenure_node::lease::{
     apply, AcquireOp, CancelWaitOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal, ReleaseOp,
     RenewOp, Reply, Stamp, State,
@@ -27,15 +29,32 @@ struct Log {
 }
 
 impl Log {
+    /// A fresh state where the principal `bench` may hold a few million leases (its default
+    /// quota is 100k), so that the quota checks run on every acquire as they would for any
+    /// client.
     fn new() -> Self {
-        Log {
+        let mut log = Log {
             state: State::default(),
             index: 0,
             mono_ms: 1_000,
-        }
+        };
+        let quota = SetQuotaOp {
+            principal: Some("bench".into()),
+            changes: vec![
+                (Quota::Leases, Some(10_000_000)),
+                (Quota::AdHocResources, Some(10_000_000)),
+                (Quota::ExactlyOnceBytes, Some(1 << 30)),
+            ],
+        };
+        log.propose(true, Op::SetQuota(quota));
+        log
     }
 
     fn apply(&mut self, op: Op) -> Reply {
+        self.propose(false, op)
+    }
+
+    fn propose(&mut self, admin: bool, op: Op) -> Reply {
         self.index += 1;
         // A millisecond per entry: time moves, nothing comes due within a run.
         self.mono_ms += 1;
@@ -46,7 +65,7 @@ impl Log {
                 clock_epoch: 0,
             },
             principal: "bench".into(),
-            admin: false,
+            admin,
             request_id: Some(format!("req-{}", self.index)),
             require_registration: false,
             op,

@@ -53,6 +53,9 @@ pub struct Node {
     pub streams: crate::limits::Gauge,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
     pub public_streams: crate::limits::Gauge,
+    /// Watches and Serve inboxes open on this node, by principal: their quotas.
+    watches: crate::limits::PerPrincipal,
+    serving: crate::limits::PerPrincipal,
     /// The digest of what every member must share (`crate::agreement`); a reload of the
     /// token file renews it.
     config_digest: std::sync::RwLock<String>,
@@ -197,6 +200,8 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             crate::limits::Cap::PublicStreams,
             config.limits.max_public_streams,
         ),
+        watches: crate::limits::PerPrincipal::new(usize::MAX),
+        serving: crate::limits::PerPrincipal::new(usize::MAX),
         config_digest: std::sync::RwLock::new(config_digest),
         member_ips: Default::default(),
         cooldown: Default::default(),
@@ -358,6 +363,43 @@ async fn serve(
 }
 
 impl Node {
+    /// A place for one more watch or Serve inbox (`quota`) of `caller` on this node, with
+    /// the node-wide place `open_stream`; past the principal's quota, `resource_exhausted`.
+    /// An admin's are counted, not limited (as in the state machine).
+    pub fn open_stream_of(
+        &self,
+        caller: &crate::auth::Caller,
+        quota: crate::lease::quota::Quota,
+        open_stream: crate::limits::Permit,
+    ) -> Result<crate::limits::Permit, crate::error::ApiError> {
+        let principal = caller.principal.as_str();
+        let limit = match caller.admin {
+            true => u64::MAX,
+            false => self.sm.read().state.quotas.limits(principal).get(quota),
+        };
+        let tally = match quota {
+            crate::lease::quota::Quota::Inboxes => &self.serving,
+            _ => &self.watches,
+        };
+        let place = tally
+            .enter_up_to(principal, usize::try_from(limit).unwrap_or(usize::MAX))
+            .ok_or_else(|| crate::lease::Rejection::QuotaExceeded {
+                quota: quota.name().to_string(),
+                limit,
+                principal: principal.to_string(),
+            })?;
+        Ok(open_stream.with(place))
+    }
+
+    /// How many watches or inboxes (`quota`) `principal` has open on this node.
+    pub fn streams_of(&self, principal: &str, quota: crate::lease::quota::Quota) -> u64 {
+        let tally = match quota {
+            crate::lease::quota::Quota::Inboxes => &self.serving,
+            _ => &self.watches,
+        };
+        tally.held_by(principal) as u64
+    }
+
     /// The token table in force.
     pub fn auth(&self) -> Arc<crate::auth::Auth> {
         self.auth.borrow().clone()

@@ -79,9 +79,9 @@ impl ApiError {
                     Rejection::LeaseNotFound(_)
                     | Rejection::ResourceNotFound(_)
                     | Rejection::BookingNotFound => Code::NotFound,
-                    Rejection::WaitingRoomFull { .. } | Rejection::BookingsFull { .. } => {
-                        Code::ResourceExhausted
-                    }
+                    Rejection::WaitingRoomFull { .. }
+                    | Rejection::BookingsFull { .. }
+                    | Rejection::QuotaExceeded { .. } => Code::ResourceExhausted,
                     Rejection::AlreadyExists(_) => Code::AlreadyExists,
                     Rejection::LifetimeExceeded { .. }
                     | Rejection::StaleFencingToken { .. }
@@ -115,6 +115,11 @@ impl From<ApiError> for Status {
         if let ApiError::Rejected(Rejection::Compacted { oldest }) = &error {
             // A watcher resumes from here: events before it are gone (SPEC §4.12).
             metadata.insert("oldest_revision".to_string(), oldest.to_string());
+        }
+        if let ApiError::Rejected(Rejection::QuotaExceeded { quota, limit, .. }) = &error {
+            // Which quota, so a client can tell its own limit from a node's.
+            metadata.insert("quota".to_string(), quota.clone());
+            metadata.insert("limit".to_string(), limit.to_string());
         }
         let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
         let mut status = Status::with_error_details(code, error.to_string(), details);

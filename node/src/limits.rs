@@ -187,9 +187,20 @@ pub struct Gauge {
     open: Arc<Semaphore>,
 }
 
-/// Held while a counted call is open; dropping it frees its place.
+/// Held while a counted call is open; dropping it frees its place (and its principal's, for
+/// a stream a quota counts).
 #[derive(Debug)]
-pub struct Permit(#[allow(dead_code)] OwnedSemaphorePermit);
+pub struct Permit(
+    #[allow(dead_code)] OwnedSemaphorePermit,
+    #[allow(dead_code)] Option<PrincipalPermit>,
+);
+
+impl Permit {
+    /// The same place, holding the principal's place too.
+    pub fn with(self, principal: PrincipalPermit) -> Permit {
+        Permit(self.0, Some(principal))
+    }
+}
 
 /// A call's place among the requests in flight, in its extensions: a call that turns into a
 /// long wait (an Acquire that queues) gives it up for a place among the open streams, so that
@@ -252,22 +263,37 @@ impl PerPrincipal {
 
     /// A place for one more request of `principal`, or `resource_exhausted`.
     pub fn enter(&self, principal: &str) -> Result<PrincipalPermit, ApiError> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let count = open.entry(principal.to_string()).or_default();
-        if *count >= self.limit {
-            return Err(ApiError::Limit {
+        self.enter_up_to(principal, self.limit)
+            .ok_or_else(|| ApiError::Limit {
                 cap: Cap::PrincipalInFlight,
                 detail: format!(
                     "principal {principal} has its limit of {} requests in flight on this node (--max-in-flight-per-principal); retry with backoff",
                     self.limit
                 ),
-            });
+            })
+    }
+
+    /// A place for one more of `principal`'s, if it holds fewer than `limit`.
+    pub fn enter_up_to(&self, principal: &str, limit: usize) -> Option<PrincipalPermit> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(principal.to_string()).or_default();
+        if *count >= limit {
+            if *count == 0 {
+                open.remove(principal);
+            }
+            return None;
         }
         *count += 1;
-        Ok(PrincipalPermit {
+        Some(PrincipalPermit {
             open: self.open.clone(),
             principal: principal.to_string(),
         })
+    }
+
+    /// How many places `principal` holds.
+    pub fn held_by(&self, principal: &str) -> usize {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.get(principal).copied().unwrap_or(0)
     }
 }
 
@@ -285,7 +311,7 @@ impl Gauge {
         self.open
             .clone()
             .try_acquire_owned()
-            .map(Permit)
+            .map(|permit| Permit(permit, None))
             .map_err(|_| ApiError::Limit {
                 cap: self.cap,
                 detail: match self.cap {

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::app::Node;
+use crate::lease::quota::Quota;
 use crate::store::StorageStats;
 
 /// Call latency buckets from 50 µs to ≈ 13 s, ×4 apart.
@@ -222,12 +223,15 @@ impl Collector for NodeCollector {
         };
         let metrics = node.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
-        let (leases, waiters, applied) = {
+        let (leases, waiters, applied, exactly_once, top) = {
             let applied = node.sm.read();
+            let state = &applied.state;
             (
-                applied.state.live_leases(),
-                applied.state.waiters(),
+                state.live_leases(),
+                state.waiters(),
                 applied.last_applied.map_or(0, |id| id.index),
+                (state.dedup.len(), state.dedup.bytes()),
+                crate::api::cluster::top_principals(&state.quotas),
             )
         };
         let e = &mut encoder;
@@ -302,6 +306,51 @@ impl Collector for NodeCollector {
             membership.nodes().count() as i64,
         )?;
         gauge(e, "tenure_leases_active", "Live leases", leases as i64)?;
+        gauge(
+            e,
+            "tenure_exactly_once_records",
+            "Remembered request ids (exactly-once, the last 10 minutes of lease time)",
+            exactly_once.0 as i64,
+        )?;
+        gauge(
+            e,
+            "tenure_exactly_once_bytes",
+            "What the remembered request ids cost, in bytes (refused past 1 GiB)",
+            i(exactly_once.1),
+        )?;
+        {
+            let mut used = e.encode_descriptor(
+                "tenure_quota_used",
+                "What the principals nearest a quota hold (at most 10 principals), by quota",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            let mut limits = Vec::new();
+            for view in &top {
+                let principal = view.principal.clone().unwrap_or_default();
+                for q in crate::lease::quota::ALL {
+                    let value = match q {
+                        Quota::Watches | Quota::Inboxes => node.streams_of(&principal, q),
+                        _ => view.usage.get(q),
+                    };
+                    let labels = vec![
+                        ("principal", principal.clone()),
+                        ("quota", q.name().to_string()),
+                    ];
+                    ConstGauge::new(i(value)).encode(used.encode_family(&labels)?)?;
+                    limits.push((labels, view.limits.get(q)));
+                }
+            }
+            let mut limit = e.encode_descriptor(
+                "tenure_quota_limit",
+                "The limits of the principals in tenure_quota_used, by quota",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (labels, value) in limits {
+                ConstGauge::new(i(value)).encode(limit.encode_family(&labels)?)?;
+            }
+        }
         gauge(
             e,
             "tenure_waiters",

@@ -7,10 +7,12 @@ use tenure_proto::v1 as pb;
 use tenure_proto::v1::cluster_server::Cluster;
 use tonic::{Request, Response, Status};
 
+use crate::api::forward::ProposeRequest;
 use crate::api::membership::{commit_index, member_views, AdminReply, AdminRequest, MemberView};
 use crate::app::Node;
 use crate::error::ApiError;
-use crate::lease::Rejection;
+use crate::lease::quota::{self, Quota, QuotaView, Quotas};
+use crate::lease::{Op, Rejection, Reply};
 use crate::store::{NodeId, StorageStats};
 
 /// How long a refused peer stays in `Status.config_mismatches`.
@@ -65,6 +67,59 @@ impl ClusterApi {
     }
 }
 
+/// How many principals `Status` shows.
+const TOP_PRINCIPALS: usize = 10;
+
+/// A quota view as the API shows it; watches and inboxes as this node counts them.
+fn quota_pb(node: &Node, view: &QuotaView) -> pb::QuotaResponse {
+    let principal = view.principal.clone().unwrap_or_default();
+    pb::QuotaResponse {
+        quotas: quota::ALL
+            .into_iter()
+            .map(|q| pb::QuotaLine {
+                quota: q.name().to_string(),
+                limit: view.limits.get(q),
+                used: match (q, &view.principal) {
+                    (_, None) => 0,
+                    (Quota::Watches | Quota::Inboxes, Some(p)) => node.streams_of(p, q),
+                    (_, Some(_)) => view.usage.get(q),
+                },
+                overridden: view.settings.get(q).is_some(),
+            })
+            .collect(),
+        principal,
+    }
+}
+
+/// The principals with the largest share of any of their limits, largest first.
+pub(crate) fn top_principals(quotas: &Quotas) -> Vec<QuotaView> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut all: Vec<(u128, QuotaView)> = Vec::new();
+    for q in quota::ALL {
+        for (principal, _) in quotas.top(q, TOP_PRINCIPALS) {
+            if !seen.insert(principal.clone()) {
+                continue;
+            }
+            let view = quotas.view(Some(&principal));
+            // The share in millionths: the largest of any quota.
+            let share = quota::ALL
+                .into_iter()
+                .map(|q| {
+                    u128::from(view.usage.get(q)) * 1_000_000
+                        / u128::from(view.limits.get(q).max(1))
+                })
+                .max()
+                .unwrap_or(0);
+            all.push((share, view));
+        }
+    }
+    all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.principal.cmp(&b.1.principal)));
+    all.into_iter()
+        .take(TOP_PRINCIPALS)
+        .map(|(_, v)| v)
+        .collect()
+}
+
 fn to_pb(members: Vec<MemberView>, from_leader: bool) -> Vec<pb::Member> {
     members
         .into_iter()
@@ -90,12 +145,13 @@ impl Cluster for ClusterApi {
         let members = self.members(&metrics);
         let leader = node.leader();
         let s = &node.sm.stats;
-        let (active_leases, lease_now_ms, applied_index) = {
+        let (active_leases, lease_now_ms, applied_index, top) = {
             let applied = node.sm.read();
             (
                 applied.state.live_leases() as u64,
                 applied.state.clock().now_ms(),
                 applied.last_applied.map_or(0, |id| id.index),
+                top_principals(&applied.state.quotas),
             )
         };
         let commit_index = commit_index(node.id, &metrics, applied_index);
@@ -125,7 +181,47 @@ impl Cluster for ClusterApi {
             lease_now_ms,
             config_digest: self.node.config_digest(),
             config_mismatches: self.node.peers.mismatches.recent(MISMATCHES_SHOWN_FOR),
+            top_principals: top.iter().map(|v| quota_pb(node, v)).collect(),
         }))
+    }
+
+    async fn set_quota(
+        &self,
+        request: Request<pb::SetQuotaRequest>,
+    ) -> Result<Response<pb::QuotaResponse>, Status> {
+        self.admin_only(&request)?;
+        let caller = crate::auth::caller_of(&request)?;
+        let req = request.into_inner();
+        let op = super::validate::set_quota(&req)?;
+        let request_id = super::validate::request_id(&req.request_id)?
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        super::record_request_id(Some(&request_id));
+        let reply = self
+            .node
+            .propose(ProposeRequest {
+                principal: caller.principal,
+                admin: caller.admin,
+                request_id: Some(request_id),
+                require_registration: self.node.config.require_registration,
+                op: Op::SetQuota(op),
+            })
+            .await?;
+        match reply {
+            Reply::Quota(view) => Ok(Response::new(quota_pb(&self.node, &view))),
+            Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
+            other => Err(ApiError::Internal(format!("SetQuota answered {other:?}")).into()),
+        }
+    }
+
+    async fn get_quota(
+        &self,
+        request: Request<pb::GetQuotaRequest>,
+    ) -> Result<Response<pb::QuotaResponse>, Status> {
+        self.admin_only(&request)?;
+        let principal = request.into_inner().principal;
+        let principal = super::validate::quota_principal(&principal)?;
+        let view = self.node.sm.read().state.quotas.view(principal.as_deref());
+        Ok(Response::new(quota_pb(&self.node, &view)))
     }
 
     async fn add_learner(

@@ -326,9 +326,12 @@ impl Leases for LeasesApi {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        self.caller(&request)?;
+        let caller = self.caller(&request)?;
         let spec = validate::watch(request.get_ref())?;
         let open_stream = self.node.streams.enter()?;
+        let open_stream =
+            self.node
+                .open_stream_of(&caller, crate::lease::quota::Quota::Watches, open_stream)?;
         let credential = crate::auth::credential_in(request.extensions());
         Ok(Response::new(super::watch::start(
             self.node.clone(),

@@ -4,8 +4,10 @@
 use tenure_proto::v1 as pb;
 
 use crate::error::ApiError;
+use crate::lease::command::SetQuotaOp;
 use crate::lease::policy::{self, MAX_METADATA_BYTES, MAX_TTL_CEILING_MS, MIN_TTL_MS};
 use crate::lease::query::MAX_PAGE_SIZE;
+use crate::lease::quota::{self, Quota};
 use crate::lease::types::lease_order;
 use crate::lease::{
     AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, CreateOp, EventKind, FsmRequirement, Mode,
@@ -108,6 +110,43 @@ pub fn stale(consistency: i32) -> Result<bool, ApiError> {
 
 pub fn request_id(value: &str) -> Result<Option<String>, ApiError> {
     key("request_id", value)
+}
+
+/// A quota call's principal: empty = the defaults of every principal.
+pub fn quota_principal(value: &str) -> Result<Option<String>, ApiError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    name("principal", value).map(Some)
+}
+
+pub fn set_quota(req: &pb::SetQuotaRequest) -> Result<SetQuotaOp, ApiError> {
+    let principal = quota_principal(&req.principal)?;
+    if req.changes.is_empty() {
+        return Err(ApiError::invalid("changes", "name at least one quota"));
+    }
+    let mut changes = Vec::with_capacity(req.changes.len());
+    for change in &req.changes {
+        let Some(quota) = Quota::from_name(&change.quota) else {
+            let known: Vec<&str> = quota::ALL.iter().map(|q| q.name()).collect();
+            return Err(ApiError::invalid(
+                "changes.quota",
+                format!(
+                    "{:?} is not a quota (one of {})",
+                    change.quota,
+                    known.join(", ")
+                ),
+            ));
+        };
+        if changes.iter().any(|(q, _)| *q == quota) {
+            return Err(ApiError::invalid(
+                "changes.quota",
+                format!("{} is named twice", quota.name()),
+            ));
+        }
+        changes.push((quota, (!change.reset).then_some(change.limit)));
+    }
+    Ok(SetQuotaOp { principal, changes })
 }
 
 pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {

@@ -12,6 +12,7 @@ use super::command::{BookOp, CancelBookingOp, Reply};
 use super::history::{Event, EventKind};
 use super::machine::{check_names, Ctx, ResourceState, State};
 use super::policy::{MAX_TTL_CEILING_MS, MIN_TTL_MS};
+use super::quota::Quota;
 use super::types::{Name, Rejection};
 
 /// How far ahead a window may start.
@@ -146,6 +147,8 @@ impl State {
                 return Err(Rejection::BookingsFull { max: MAX_BOOKINGS });
             }
         }
+        let none = BTreeMap::new();
+        self.admit_holding(ctx, ctx.principal, &op.resource, &none, Quota::Bookings)?;
         let booking = Booking {
             holder: op.holder.as_str().into(),
             principal: Name::from(ctx.principal),
@@ -154,6 +157,7 @@ impl State {
             revision: ctx.index,
         };
         let event = booking.event(EventKind::Booked);
+        self.count_booking(&op.resource, &booking, 1);
         self.booking_ends
             .insert((booking.end_wall_ms(), op.resource.as_str().into()));
         let rs = self.resource_entry(&op.resource);
@@ -195,6 +199,7 @@ impl State {
         }
         let booking = rs.rare_mut().bookings.remove(at);
         rs.revision = ctx.index;
+        self.count_booking(&op.resource, &booking, -1);
         self.booking_ends
             .remove(&(booking.end_wall_ms(), op.resource.as_str().into()));
         self.effects.touched.insert(op.resource.as_str().into());
@@ -216,10 +221,16 @@ impl State {
                 break;
             }
             self.booking_ends.pop_first();
+            let mut ended = Vec::new();
             if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
-                rs.rare_mut()
-                    .bookings
-                    .retain(|b| b.end_wall_ms() > now_wall_ms);
+                let (gone, kept) = std::mem::take(&mut rs.rare_mut().bookings)
+                    .into_iter()
+                    .partition(|b| b.end_wall_ms() <= now_wall_ms);
+                rs.rare_mut().bookings = kept;
+                ended = gone;
+            }
+            for booking in &ended {
+                self.count_booking(&resource, booking, -1);
             }
             self.effects.touched.insert(resource);
         }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::bookings::Booking;
 use super::policy::Policy;
 use super::query::ResourceView;
+use super::quota::{Quota, QuotaView};
 use super::types::{AcquireOutcome, LeaseView, Mode, Rejection};
 
 /// A log entry's payload. Versioned so that a later release can still read an older log.
@@ -66,6 +67,8 @@ pub enum Op {
     },
     /// Proposed by the leader to keep the committed lease clock fresh.
     Tick,
+    /// An admin changes quotas (appended: older logs keep their variant numbers).
+    SetQuota(SetQuotaOp),
 }
 
 impl Op {
@@ -82,9 +85,24 @@ impl Op {
             Op::CancelWait(op) => Some(&op.resource),
             Op::Book(op) => Some(&op.resource),
             Op::CancelBooking(op) => Some(&op.resource),
-            Op::Reclaim { .. } | Op::Tick => None,
+            Op::Reclaim { .. } | Op::Tick | Op::SetQuota(_) => None,
         }
     }
+
+    /// Whether a `request_id` makes the op exactly-once (SPEC §5). A renew does not: applied
+    /// again with the same token it extends the same lease from a later instant, as asked,
+    /// and renews are most of a busy cluster's writes. Nor do the leader's own entries.
+    pub fn exactly_once(&self) -> bool {
+        !matches!(self, Op::Renew(_) | Op::Reclaim { .. } | Op::Tick)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetQuotaOp {
+    /// None = the defaults of every principal.
+    pub principal: Option<String>,
+    /// Each quota's new limit; None = back to the default.
+    pub changes: Vec<(Quota, Option<u64>)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,4 +201,6 @@ pub enum Reply {
     None,
     /// A [`Command::Batch`]: one reply per proposal, in order.
     Batch(Vec<Reply>),
+    /// SetQuota: the limits as they are now (appended, like the op).
+    Quota(Box<QuotaView>),
 }

@@ -1,10 +1,16 @@
 //! Exactly-once retries (SPEC §5): a mutation carrying a `request_id` is applied at most once
 //! per (principal, request_id) within the dedup window, measured in lease-clock time.
 //!
-//! Every write a client library sends carries a `request_id`, so the table holds one record
-//! per write of the last ten minutes: millions under sustained load. A record is therefore
-//! compact (about 150 bytes): digests instead of the key and the request, and the reply in
-//! postcard's encoding, decoded only when a retry asks for it.
+//! Renews are not remembered ([`Op::exactly_once`]): a renew applied twice with the same
+//! token extends the same lease from a later instant, which the caller asked for either way.
+//! Every other write a client library sends carries a `request_id`, so the table holds one
+//! record per write of the last ten minutes: millions under sustained load. A record is
+//! therefore small and bounded, whatever the reply was: digests instead of the key and the
+//! request, and the reply without what a retry can get again ([`Kept`]: no metadata, no list
+//! of holders, a registered resource by name), rebuilt when a retry asks for it. The table is
+//! bounded by bytes per principal (a quota) and in all ([`EXACTLY_ONCE_TOTAL_BYTES`]): past
+//! either, writes with a new request id are refused, and retries of remembered ones still
+//! get their answer.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +22,12 @@ use sha2::{Digest, Sha256};
 
 use super::command::{Op, Reply};
 use super::policy::DEDUP_WINDOW_MS;
+use super::quota::EXACTLY_ONCE_TOTAL_BYTES;
+use super::types::{Metadata, Name, Rejection};
+
+/// What a record costs beyond its kept reply: the key and request digests, the time, the
+/// principal, the order queue's entry and the maps' share of a node.
+pub const RECORD_BYTES: u64 = 128;
 
 /// The first 128 bits of a SHA-256: the same on every node and in every release (a snapshot
 /// carries them), and no caller can make two keys collide on purpose.
@@ -40,8 +52,8 @@ fn key(principal: &str, request_id: &str) -> Digest128 {
 
 /// What identifies a request's content: its op in postcard's encoding, which is canonical
 /// for our types (fields in order, maps sorted). The encoding follows `Op`'s Rust layout:
-/// a change to `Op` (or to `Reply`, which records hold encoded) needs a snapshot format
-/// bump that re-fingerprints remembered records, as format 2's reader does.
+/// a change to `Op` (or to [`Kept`], which records hold encoded) needs a snapshot format
+/// bump that converts remembered records, as format 5's reader does for format 4's.
 fn fingerprint(op: &Op) -> Digest128 {
     match postcard::to_allocvec(op) {
         Ok(bytes) => digest(&[&bytes]),
@@ -51,12 +63,59 @@ fn fingerprint(op: &Op) -> Digest128 {
     }
 }
 
+/// A remembered reply, without what a retry can get again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)] // short-lived: decoded for a retry, then rebuilt
+pub enum Kept {
+    /// The reply with lease metadata emptied (an acquire's is the request's own; another
+    /// lease's is read from the lease when retried) and without the list of holders of a
+    /// refused acquire (the current holders when retried).
+    Reply(Reply),
+    /// A registered resource: its view as it is when retried.
+    Resource(String),
+}
+
+impl Kept {
+    pub fn of(reply: &Reply) -> Kept {
+        let mut reply = match reply {
+            Reply::Resource(view) => return Kept::Resource(view.name.clone()),
+            reply => reply.clone(),
+        };
+        match &mut reply {
+            Reply::Acquire(outcome) => {
+                outcome.holders = Vec::new();
+                if let Some(view) = &mut outcome.lease {
+                    view.lease.metadata = Metadata::default();
+                }
+            }
+            Reply::Lease(view) => view.lease.metadata = Metadata::default(),
+            _ => {}
+        }
+        Kept::Reply(reply)
+    }
+
+    fn encode(&self) -> Arc<[u8]> {
+        // Replies are plain data and always encode; an empty record would decode as an
+        // error below, never as a wrong answer.
+        postcard::to_allocvec(self).unwrap_or_default().into()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Remembered {
+    /// Whose record: its bytes count against this principal's quota. Empty for records
+    /// converted from a format that did not keep it.
+    principal: Name,
     op: Digest128,
-    /// The reply in postcard's encoding (shared: copying a map node copies no reply).
-    reply: Arc<[u8]>,
+    /// The [`Kept`] reply in postcard's encoding (shared: copying a map node copies none).
+    kept: Arc<[u8]>,
     at_ms: u64,
+}
+
+impl Remembered {
+    fn cost(&self) -> u64 {
+        RECORD_BYTES + self.kept.len() as u64
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +124,9 @@ pub struct Dedup {
     entries: OrdMap<Digest128, Remembered>,
     /// Keys in the order they were remembered; lease time never runs backwards.
     order: Vector<(u64, Digest128)>,
+    /// The cost of all records: derived, counted again when a snapshot loads.
+    #[serde(skip)]
+    bytes: u64,
 }
 
 /// A request seen for the first time: what [`Dedup::remember`] needs to record it.
@@ -77,17 +139,14 @@ pub struct Ticket {
 #[allow(clippy::large_enum_variant)] // short-lived, never stored
 pub enum Seen {
     New(Ticket),
-    /// The same request again: the original reply.
-    Retry(Reply),
+    /// The same request again: the original reply, to rebuild.
+    Retry(Kept),
     /// The same request_id with a different request.
     Conflict,
 }
 
-fn encode(reply: &Reply) -> Arc<[u8]> {
-    // Replies are plain data and always encode; an empty record would decode as an error
-    // below, never as a wrong answer.
-    postcard::to_allocvec(reply).unwrap_or_default().into()
-}
+/// A change of one principal's remembered bytes, for its quota.
+pub type Charge<'a> = (&'a str, i64);
 
 impl Dedup {
     pub fn check(&self, principal: &str, request_id: &str, op: &Op) -> Seen {
@@ -97,8 +156,8 @@ impl Dedup {
         };
         match self.entries.get(&ticket.key) {
             None => Seen::New(ticket),
-            Some(seen) if seen.op == ticket.op => match postcard::from_bytes(&seen.reply) {
-                Ok(reply) => Seen::Retry(reply),
+            Some(seen) if seen.op == ticket.op => match postcard::from_bytes(&seen.kept) {
+                Ok(kept) => Seen::Retry(kept),
                 // Only a record this release cannot read gets here: answer as if it were
                 // another request rather than apply the same request twice.
                 Err(_) => Seen::Conflict,
@@ -107,38 +166,80 @@ impl Dedup {
         }
     }
 
-    pub fn remember(&mut self, ticket: Ticket, reply: &Reply, now_ms: u64) {
+    /// Whether the table may take another record: refused past [`EXACTLY_ONCE_TOTAL_BYTES`].
+    /// (The principal's own budget is its `exactly_once_bytes` quota.)
+    pub fn room(&self) -> Result<(), Rejection> {
+        if self.bytes >= EXACTLY_ONCE_TOTAL_BYTES {
+            return Err(Rejection::QuotaExceeded {
+                quota: "exactly_once_bytes".into(),
+                limit: EXACTLY_ONCE_TOTAL_BYTES,
+                principal: "(all principals)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records the reply of a new request; returns what it costs the principal.
+    pub fn remember(&mut self, principal: &str, ticket: Ticket, reply: &Reply, now_ms: u64) -> i64 {
         self.order.push_back((now_ms, ticket.key));
-        self.entries.insert(
-            ticket.key,
-            Remembered {
-                op: ticket.op,
-                reply: encode(reply),
-                at_ms: now_ms,
-            },
-        );
+        let record = Remembered {
+            principal: Name::from(principal),
+            op: ticket.op,
+            kept: Kept::of(reply).encode(),
+            at_ms: now_ms,
+        };
+        let cost = record.cost();
+        self.bytes += cost;
+        if let Some(old) = self.entries.insert(ticket.key, record) {
+            // Only a key remembered again after its order entry was dropped gets here.
+            self.bytes -= old.cost();
+            return cost as i64 - old.cost() as i64;
+        }
+        cost as i64
     }
 
     /// Replaces the remembered reply of a request, if still remembered: a waiting acquire's
-    /// reply becomes the wait's outcome once an entry decides it.
-    pub fn resolve(&mut self, principal: &str, request_id: &str, reply: &Reply) {
-        if let Some(seen) = self.entries.get_mut(&key(principal, request_id)) {
-            seen.reply = encode(reply);
-        }
+    /// reply becomes the wait's outcome once an entry decides it. Returns the change of cost.
+    pub fn resolve(&mut self, principal: &str, request_id: &str, reply: &Reply) -> i64 {
+        let Some(seen) = self.entries.get_mut(&key(principal, request_id)) else {
+            return 0;
+        };
+        let before = seen.cost();
+        seen.kept = Kept::of(reply).encode();
+        let after = seen.cost();
+        self.bytes = self.bytes + after - before;
+        after as i64 - before as i64
     }
 
-    /// Forgets what is older than the window.
-    pub fn prune(&mut self, now_ms: u64) {
+    /// Forgets what is older than the window, telling `charge` whose bytes it freed.
+    pub fn prune(&mut self, now_ms: u64, mut charge: impl FnMut(Charge<'_>)) {
         while let Some((at_ms, _)) = self.order.front() {
             if at_ms.saturating_add(DEDUP_WINDOW_MS) > now_ms {
                 break;
             }
             if let Some((at_ms, key)) = self.order.pop_front() {
                 if self.entries.get(&key).is_some_and(|e| e.at_ms == at_ms) {
-                    self.entries.remove(&key);
+                    if let Some(old) = self.entries.remove(&key) {
+                        self.bytes -= old.cost();
+                        charge((&old.principal, -(old.cost() as i64)));
+                    }
                 }
             }
         }
+    }
+
+    /// Counts the bytes again (a loaded snapshot), telling `charge` each record's principal.
+    pub fn recount(&mut self, mut charge: impl FnMut(Charge<'_>)) {
+        self.bytes = 0;
+        for record in self.entries.values() {
+            self.bytes += record.cost();
+            charge((&record.principal, record.cost() as i64));
+        }
+    }
+
+    /// The cost of all records, in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// The table as format 2 snapshots hold it (JSON): keyed by `<principal length>:
@@ -167,19 +268,24 @@ impl Dedup {
                 .and_then(|(len, rest)| rest.split_at_checked(len.parse().ok()?))
                 .ok_or_else(|| anyhow::anyhow!("unreadable exactly-once key {text:?}"))?;
             let record = Remembered {
+                principal: Name::from(principal),
                 op: fingerprint(&old.op),
-                reply: encode(&old.reply),
+                kept: Kept::of(&old.reply).encode(),
                 at_ms: old.at_ms,
             };
             remembered.push((old.at_ms, key(principal, request_id), record));
         }
+        Ok(Dedup::of_records(remembered))
+    }
+
+    fn of_records(mut remembered: Vec<(u64, Digest128, Remembered)>) -> Dedup {
         remembered.sort_by_key(|(at_ms, key, _)| (*at_ms, *key));
         let mut dedup = Dedup::default();
         for (at_ms, key, record) in remembered {
             dedup.order.push_back((at_ms, key));
             dedup.entries.insert(key, record);
         }
-        Ok(dedup)
+        dedup
     }
 
     pub fn len(&self) -> usize {
@@ -188,6 +294,79 @@ impl Dedup {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// The table as formats 3 and 4 hold it: whole replies, no principal.
+#[derive(Deserialize)]
+pub struct Format4 {
+    entries: OrdMap<Digest128, Format4Record>,
+    order: Vector<(u64, Digest128)>,
+}
+
+#[derive(Clone, Deserialize)]
+struct Format4Record {
+    op: Digest128,
+    reply: Arc<[u8]>,
+    at_ms: u64,
+}
+
+/// A table as formats 3 and 4 held it, of (principal, request_id, op, reply, at_ms) records
+/// (tests of the reader).
+#[cfg(test)]
+pub(crate) fn format_4_table(records: &[(&str, &str, &Op, &Reply, u64)]) -> impl Serialize {
+    #[derive(Clone, Serialize)]
+    struct Record {
+        op: Digest128,
+        reply: Vec<u8>,
+        at_ms: u64,
+    }
+    #[derive(Serialize)]
+    struct Table {
+        entries: OrdMap<Digest128, Record>,
+        order: Vector<(u64, Digest128)>,
+    }
+    let mut table = Table {
+        entries: OrdMap::new(),
+        order: Vector::new(),
+    };
+    for (principal, request_id, op, reply, at_ms) in records {
+        let key = key(principal, request_id);
+        let record = Record {
+            op: fingerprint(op),
+            reply: postcard::to_allocvec(reply).expect("plain data encodes"),
+            at_ms: *at_ms,
+        };
+        table.entries.insert(key, record);
+        table.order.push_back((*at_ms, key));
+    }
+    table
+}
+
+impl From<Format4> for Dedup {
+    /// Each reply slimmed to what is kept now; the records count against no principal.
+    fn from(old: Format4) -> Dedup {
+        let mut dedup = Dedup {
+            order: old.order,
+            ..Dedup::default()
+        };
+        for (key, record) in old.entries {
+            let kept = match postcard::from_bytes::<Reply>(&record.reply) {
+                Ok(reply) => Kept::of(&reply).encode(),
+                // Unreadable stays unreadable: a retry gets a conflict, as before.
+                Err(_) => Arc::from(Vec::new()),
+            };
+            dedup.entries.insert(
+                key,
+                Remembered {
+                    principal: Name::default(),
+                    op: record.op,
+                    kept,
+                    at_ms: record.at_ms,
+                },
+            );
+        }
+        dedup
     }
 }
 
@@ -208,7 +387,9 @@ mod tests {
 
     fn remember(dedup: &mut Dedup, principal: &str, request_id: &str, op: &Op, reply: &Reply) {
         match dedup.check(principal, request_id, op) {
-            Seen::New(ticket) => dedup.remember(ticket, reply, 0),
+            Seen::New(ticket) => {
+                dedup.remember(principal, ticket, reply, 0);
+            }
             _ => panic!("{principal}/{request_id} was already remembered"),
         }
     }
@@ -218,9 +399,10 @@ mod tests {
         let mut dedup = Dedup::default();
         let reply = Reply::Rejected(Rejection::invalid("ttl", "too long"));
         remember(&mut dedup, "alice", "req-1", &release("a"), &reply);
-        assert!(
-            matches!(dedup.check("alice", "req-1", &release("a")), Seen::Retry(r) if r == reply)
-        );
+        assert!(matches!(
+            dedup.check("alice", "req-1", &release("a")),
+            Seen::Retry(Kept::Reply(r)) if r == reply
+        ));
         assert!(matches!(
             dedup.check("alice", "req-1", &release("b")),
             Seen::Conflict
@@ -250,11 +432,72 @@ mod tests {
             cancelled: true,
             revision: 9,
         };
-        dedup.resolve("p", "w", &decided);
-        assert!(matches!(dedup.check("p", "w", &release("a")), Seen::Retry(r) if r == decided));
-        dedup.prune(DEDUP_WINDOW_MS - 1);
+        let before = dedup.bytes();
+        let change = dedup.resolve("p", "w", &decided);
+        assert_eq!(dedup.bytes() as i64, before as i64 + change);
+        assert!(matches!(
+            dedup.check("p", "w", &release("a")),
+            Seen::Retry(Kept::Reply(r)) if r == decided
+        ));
+        let mut freed = Vec::new();
+        dedup.prune(DEDUP_WINDOW_MS - 1, |(p, n)| freed.push((p.to_string(), n)));
         assert_eq!(dedup.len(), 1);
-        dedup.prune(DEDUP_WINDOW_MS);
+        dedup.prune(DEDUP_WINDOW_MS, |(p, n)| freed.push((p.to_string(), n)));
         assert!(dedup.is_empty());
+        assert_eq!(dedup.bytes(), 0);
+        assert_eq!(freed, vec![("p".to_string(), -(before as i64 + change))]);
+    }
+
+    #[test]
+    fn a_record_keeps_no_metadata_and_no_holders_however_large_the_reply() {
+        use crate::lease::types::{AcquireOutcome, Lease, LeaseStatus, LeaseView, Mode, Refusal};
+        let metadata: BTreeMap<String, String> = (0..16)
+            .map(|i| (format!("k{i}"), "v".repeat(1000)))
+            .collect();
+        let view = LeaseView {
+            lease: Lease {
+                lease_id: "lse_1_0".into(),
+                resource: "r".into(),
+                holder: "h".into(),
+                principal: "p".into(),
+                mode: Mode::Exclusive,
+                units: 0,
+                fencing_token: 1,
+                acquired_at_ms: 0,
+                expires_at_ms: 1,
+                ttl_ms: 1,
+                acquired_wall_ms: 0,
+                metadata: metadata.into(),
+                idempotency_key: None,
+            },
+            status: LeaseStatus::Active,
+            expires_wall_ms: 0,
+            remaining_ms: 0,
+        };
+        let refused = Reply::Acquire(AcquireOutcome {
+            granted: false,
+            lease: None,
+            refusal: Some(Refusal::ResourceUnavailable),
+            holders: vec![view.clone(); 100],
+            queue_position: 0,
+            wait_id: None,
+        });
+        let mut dedup = Dedup::default();
+        remember(&mut dedup, "p", "1", &release("a"), &refused);
+        remember(&mut dedup, "p", "2", &release("a"), &Reply::Lease(view));
+        assert!(
+            dedup.bytes() < 2 * RECORD_BYTES + 200,
+            "{} bytes",
+            dedup.bytes()
+        );
+    }
+
+    #[test]
+    fn the_table_refuses_new_records_past_its_total() {
+        let mut dedup = Dedup::default();
+        assert!(dedup.room().is_ok());
+        dedup.bytes = EXACTLY_ONCE_TOTAL_BYTES;
+        let refused = dedup.room().expect_err("over the total");
+        assert_eq!(refused.reason(), "resource_exhausted");
     }
 }

@@ -5,6 +5,7 @@ use super::command::{AcquireOp, CreateOp, Reply};
 use super::history::{Event, EventKind};
 use super::machine::{check_name, check_names, check_ttl, Ctx, PushLean, ResourceState, State};
 use super::policy;
+use super::quota::Quota;
 use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Name, Refusal, Rejection};
 
 impl State {
@@ -32,6 +33,7 @@ impl State {
                 "only an admin may register resources".into(),
             ));
         }
+        self.no_longer_ad_hoc(&name);
         let rs = self.resource_entry(&name);
         rs.rare_mut().registration = Some(Box::new(op.policy.clone()));
         rs.revision = ctx.index;
@@ -172,6 +174,13 @@ impl State {
             return Ok(Reply::Acquire(self.refused(&op.resource, refusal)));
         }
 
+        self.admit_holding(
+            ctx,
+            ctx.principal,
+            &op.resource,
+            &op.metadata,
+            Quota::Leases,
+        )?;
         let now_ms = self.clock.now_ms();
         let lease = Lease {
             lease_id: self.next_lease_id(ctx.index),
@@ -249,6 +258,7 @@ impl State {
         kind: EventKind,
     ) -> super::types::LeaseView {
         self.track_due(&lease);
+        self.count_lease(&lease, 1);
         let view = self.live_view(&lease);
         let event = Event::about(kind, &lease, None, Some(LeaseStatus::Active));
         let name = lease.resource.clone();

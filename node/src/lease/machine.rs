@@ -19,6 +19,7 @@ use super::command::{Command, Op, Proposal, Reply};
 use super::dedup::{Dedup, Seen};
 use super::history::{self, Event, EventKind, Retention};
 use super::policy::{self, Policy};
+use super::quota::{Quota, Quotas};
 use super::types::{Lease, LeaseStatus, LeaseView, Name, Rejection};
 use super::waiting::{wait_due_key, WaitOutcome, Waiter};
 
@@ -254,6 +255,9 @@ pub struct State {
     /// after that (perhaps a forgotten one, used again) may have had events up to it.
     #[serde(default)]
     pub(super) dropped_through: Option<(u64, u32)>,
+    /// Quotas per principal: the limits replicated, the usage derived.
+    #[serde(default)]
+    pub(crate) quotas: Quotas,
     /// The global bound on retained events: [`history::TOTAL`]; tests lower it.
     #[serde(skip, default = "history_total")]
     pub(super) history_total: usize,
@@ -322,7 +326,10 @@ pub fn apply(state: &mut State, meta: EntryMeta, command: &Command) -> Reply {
 fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Reply {
     state.clock.observe(meta.leader, &proposal.stamp);
     let now_ms = state.clock.now_ms();
-    state.dedup.prune(now_ms);
+    let quotas = &mut state.quotas;
+    state
+        .dedup
+        .prune(now_ms, |(p, n)| quotas.add(p, Quota::ExactlyOnceBytes, n));
     // Time first: reclaims, wait timeouts, lock delays and bookings that ended by now, and
     // the waiters that lets in, all before the command sees the resource.
     let reclaimed = state.settle_due(meta.index);
@@ -337,21 +344,38 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
         request_id: proposal.request_id.as_deref(),
     };
 
-    let reply = match ctx.request_id {
+    let reply = match ctx.request_id.filter(|_| proposal.op.exactly_once()) {
         None => state.execute(&ctx, proposal, reclaimed),
         Some(request_id) => match state
             .dedup
             .check(&proposal.principal, request_id, &proposal.op)
         {
-            Seen::Retry(reply) => reply,
+            Seen::Retry(kept) => state.rebuild(kept, &proposal.op),
             Seen::Conflict => Reply::Rejected(Rejection::invalid(
                 "request_id",
                 "already used with a different request",
             )),
             Seen::New(ticket) => {
-                let reply = state.execute(&ctx, proposal, reclaimed);
-                state.dedup.remember(ticket, &reply, now_ms);
-                reply
+                // Past its budget (or the table's), a principal's new request ids are refused:
+                // nothing is done, nothing is remembered.
+                // An admin is held to the table's bound only (see `admit_holding`).
+                let room = state.dedup.room().and_then(|()| match ctx.admin {
+                    true => Ok(()),
+                    false => state
+                        .quotas
+                        .admit(ctx.principal, Quota::ExactlyOnceBytes, 1),
+                });
+                match room {
+                    Err(refused) => Reply::Rejected(refused),
+                    Ok(()) => {
+                        let reply = state.execute(&ctx, proposal, reclaimed);
+                        let cost = state.dedup.remember(ctx.principal, ticket, &reply, now_ms);
+                        state
+                            .quotas
+                            .add(ctx.principal, Quota::ExactlyOnceBytes, cost);
+                        reply
+                    }
+                }
             }
         },
     };
@@ -370,6 +394,7 @@ impl State {
             due: BTreeSet::new(),
             retention: Retention::default(),
             dropped_through: None,
+            quotas: Quotas::default(),
             history_total: history::TOTAL,
             wait_due: BTreeSet::new(),
             reopen: BTreeSet::new(),
@@ -400,9 +425,53 @@ impl State {
             resources: self.resources.clone(),
             dedup: self.dedup.clone(),
             dropped_through: self.dropped_through,
+            quotas: self.quotas.replicated(),
             history_total: self.history_total,
             ..State::with_default_policy(self.default_policy.clone())
         }
+    }
+
+    /// A state as snapshot formats 3 and 4 hold it: exactly-once records with whole replies
+    /// and no principal, no quotas.
+    pub fn from_format_4(body: &[u8]) -> postcard::Result<State> {
+        #[derive(Deserialize)]
+        struct Format4 {
+            clock: LeaseClock,
+            default_policy: Policy,
+            resources: OrdMap<Name, Arc<ResourceState>>,
+            dedup: super::dedup::Format4,
+            dropped_through: Option<(u64, u32)>,
+        }
+        let old: Format4 = postcard::from_bytes(body)?;
+        Ok(State {
+            clock: old.clock,
+            resources: old.resources,
+            dedup: old.dedup.into(),
+            dropped_through: old.dropped_through,
+            ..State::with_default_policy(old.default_policy)
+        })
+    }
+
+    /// The body of a format-3 or 4 snapshot of this state, with `dedup` as those formats
+    /// held it (tests of the reader).
+    #[cfg(test)]
+    pub(crate) fn format_4_body(&self, version: u32, dedup: &impl Serialize) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Format4<'a, D> {
+            clock: &'a LeaseClock,
+            default_policy: &'a Policy,
+            resources: &'a OrdMap<Name, Arc<ResourceState>>,
+            dedup: &'a D,
+            dropped_through: Option<(u64, u32)>,
+        }
+        let old = Format4 {
+            clock: &self.clock,
+            default_policy: &self.default_policy,
+            resources: &self.resources,
+            dedup,
+            dropped_through: self.dropped_through,
+        };
+        postcard::to_allocvec(&(version, old)).expect("plain data encodes")
     }
 
     /// Rebuilds the derived indexes after deserializing a snapshot.
@@ -426,6 +495,7 @@ impl State {
                 reopen.insert((rs.rare().closed_until_ms, name.clone()));
             }
         }
+        self.recount_usage();
         self.due = due;
         self.wait_due = wait_due;
         self.reopen = reopen;
@@ -529,6 +599,7 @@ impl State {
             Op::CancelWait(op) => self.cancel_wait(ctx, op),
             Op::Book(op) => self.book(ctx, op),
             Op::CancelBooking(op) => self.cancel_booking(ctx, op),
+            Op::SetQuota(op) => self.set_quota(ctx, op),
             Op::Reclaim { .. } | Op::Tick => Ok(Reply::Reclaimed(reclaimed)),
         };
         result.unwrap_or_else(Reply::Rejected)
@@ -589,6 +660,7 @@ impl State {
         status: LeaseStatus,
     ) -> LeaseView {
         let now_ms = self.clock.now_ms();
+        self.count_lease(&lease, -1);
         let name = lease.resource.clone();
         let policy = self.policy_of(&name);
         let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);

@@ -16,6 +16,7 @@ pub mod machine;
 mod mutate;
 pub mod policy;
 pub mod query;
+pub mod quota;
 pub mod types;
 pub mod waiting;
 pub mod watch;

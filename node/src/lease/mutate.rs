@@ -4,6 +4,7 @@
 use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
 use super::history::{Event, EventKind, Successor};
 use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, PushLean, State};
+use super::quota::Quota;
 use super::types::{Lease, LeaseStatus, Name, Rejection};
 use std::sync::Arc;
 
@@ -179,9 +180,15 @@ impl State {
             idempotency_key: None,
             ..old.clone()
         };
+        if new.principal != old.principal {
+            let metadata = &new.metadata;
+            self.admit_holding(ctx, &new.principal, &op.resource, metadata, Quota::Leases)?;
+        }
         let was = self.live_view(&old).status;
         self.untrack_due(&old);
         self.track_due(&new);
+        self.count_lease(&old, -1);
+        self.count_lease(&new, 1);
         let view = self.live_view(&new);
         let now_ms = self.clock.now_ms();
         if let Some(rs) = self

@@ -209,7 +209,9 @@ mod model {
             // §4.4: a lease is reclaimed once lease_now ≥ expires_at + renewal_grace; every
             // entry judges that before anything else, so nothing sees a lease past its grace.
             let reclaimed = self.reclaim_due(now_ms);
-            let Some(request_id) = request_id else {
+            // §5 as amended: a renew is not exactly-once; applied again it renews again.
+            let exactly_once = !matches!(request, Request::Renew { .. });
+            let Some(request_id) = request_id.filter(|_| exactly_once) else {
                 return self.execute(now_ms, index, principal, admin, request, reclaimed);
             };
             // §5: at most once per (principal, request_id); a retry gets the original answer,
@@ -217,7 +219,21 @@ mod model {
             let key = (principal.to_string(), request_id.to_string());
             if let Some((first, answer)) = self.answered.get(&key) {
                 return if first == request {
-                    answer.clone()
+                    match (answer, request) {
+                        // §5 as amended: a retried refusal names the holders as they are now.
+                        (Answer::Refused { reason, .. }, Request::Acquire { resource, .. }) => {
+                            Answer::Refused {
+                                reason,
+                                holders: self
+                                    .slots
+                                    .get(resource)
+                                    .and_then(|slot| slot.current.as_ref())
+                                    .map(|held| vec![(held.holder.clone(), held.token)])
+                                    .unwrap_or_default(),
+                            }
+                        }
+                        _ => answer.clone(),
+                    }
                 } else {
                     rejected("invalid_argument")
                 };
@@ -475,6 +491,7 @@ fn answer_of(reply: &Reply) -> Answer {
         Reply::Batch(_) => panic!("the model proposes one command per entry"),
         Reply::Resource(view) => panic!("the model registers nothing, yet got {view:?}"),
         Reply::Cancelled { .. } | Reply::Booking(_) => panic!("the model never waits or books"),
+        Reply::Quota(_) => panic!("the model sets no quotas"),
     }
 }
 
@@ -976,7 +993,9 @@ impl Run {
             self.used_keys.insert((principal, request_id));
         }
         self.learn(&got);
-        self.check_invariants(n, fresh, &request, &reply);
+        // A renew is applied every time it is sent (not exactly-once).
+        let applied = fresh || matches!(request, Request::Renew { .. });
+        self.check_invariants(n, applied, &request, &reply);
     }
 
     /// Remembers tokens and lease ids that replies showed, for later stale picks.
@@ -993,7 +1012,7 @@ impl Run {
         }
     }
 
-    fn check_invariants(&mut self, n: usize, fresh: bool, request: &Request, reply: &Reply) {
+    fn check_invariants(&mut self, n: usize, applied: bool, request: &Request, reply: &Reply) {
         let now_ms = self.clock.now_ms;
         let grace_ms = self.grace_ms;
         assert_eq!(
@@ -1002,14 +1021,21 @@ impl Run {
             "step {n}: lease clock"
         );
 
-        // A fresh successful renew moves the promise to now + ttl (or the last ttl).
+        // What each principal holds, as apply counted it, is what a snapshot counts again.
+        let restored = self.machine.snapshot_copy().restored();
+        assert_eq!(
+            restored.quotas, self.machine.quotas,
+            "step {n}: quota usage"
+        );
+
+        // An applied successful renew moves the promise to now + ttl (or the last ttl).
         if let (
             true,
             Request::Renew {
                 resource, ttl_ms, ..
             },
             Reply::Lease(view),
-        ) = (fresh, request, reply)
+        ) = (applied, request, reply)
         {
             let tracked = self
                 .tracked

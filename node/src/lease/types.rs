@@ -212,6 +212,12 @@ pub enum Rejection {
     BookingsFull { max: usize },
     #[error("booking not found")]
     BookingNotFound,
+    #[error("principal {principal} is at its {quota} quota ({limit})")]
+    QuotaExceeded {
+        quota: String,
+        limit: u64,
+        principal: String,
+    },
 }
 
 impl Rejection {
@@ -242,7 +248,9 @@ impl Rejection {
             Rejection::ResourceBooked { .. } => "resource_booked",
             Rejection::BookingOverlaps { .. } => "resource_booked",
             Rejection::BookingNotFound => "booking_not_found",
-            Rejection::BookingsFull { .. } => "resource_exhausted",
+            Rejection::BookingsFull { .. } | Rejection::QuotaExceeded { .. } => {
+                "resource_exhausted"
+            }
             Rejection::HeldIntoWindow { .. } => "resource_unavailable",
         }
     }

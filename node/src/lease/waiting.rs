@@ -15,6 +15,7 @@ use super::command::{AcquireOp, CancelWaitOp, Reply};
 use super::history::{self, Event, EventKind};
 use super::machine::{check_names, Ctx, State};
 use super::query::HOLDERS_SHOWN;
+use super::quota::Quota;
 use super::types::{AcquireOutcome, Lease, LeaseView, Metadata, Mode, Name, Refusal, Rejection};
 
 /// One queued acquire: everything needed to grant it later.
@@ -78,6 +79,13 @@ impl State {
         if rs.rare().waiters.len() >= max_waiters as usize {
             return Err(Rejection::WaitingRoomFull { max_waiters });
         }
+        self.admit_holding(
+            ctx,
+            ctx.principal,
+            &op.resource,
+            &op.metadata,
+            Quota::Waiters,
+        )?;
         let now_ms = self.clock.now_ms();
         let waiter = Waiter {
             holder: op.holder.as_str().into(),
@@ -93,6 +101,7 @@ impl State {
         };
         let event = Event::about_waiter(EventKind::Queued, &waiter);
         self.wait_due.insert(wait_due_key(&op.resource, &waiter));
+        self.count_waiter(&op.resource, &waiter, 1);
         let rs = self.resource_entry(&op.resource);
         rs.rare_mut().waiters.push_back(waiter);
         rs.revision = ctx.index;
@@ -178,6 +187,7 @@ impl State {
         };
         rs.revision = index;
         self.wait_due.remove(&wait_due_key(resource, &waiter));
+        self.count_waiter(resource, &waiter, -1);
         let kind = match why {
             Refusal::WaitTimeout => EventKind::WaitTimedOut,
             _ => EventKind::WaitCancelled,
@@ -194,11 +204,10 @@ impl State {
     /// Hands a wait's outcome to the blocked call and to the queuing request's dedup entry.
     fn wait_ended(&mut self, resource: &str, waiter: Waiter, outcome: AcquireOutcome) {
         if let Some(request_id) = &waiter.request_id {
-            self.dedup.resolve(
-                &waiter.principal,
-                request_id,
-                &Reply::Acquire(outcome.clone()),
-            );
+            let reply = Reply::Acquire(outcome.clone());
+            let change = self.dedup.resolve(&waiter.principal, request_id, &reply);
+            let quota = Quota::ExactlyOnceBytes;
+            self.quotas.add(&waiter.principal, quota, change);
         }
         self.effects.waits.push(WaitOutcome {
             resource: resource.to_string(),
@@ -269,6 +278,7 @@ impl State {
                 return;
             };
             self.wait_due.remove(&wait_due_key(resource, &waiter));
+            self.count_waiter(resource, &waiter, -1);
             let now_ms = self.clock.now_ms();
             let lease = Lease {
                 lease_id: self.next_lease_id(index),
@@ -318,6 +328,7 @@ impl State {
         }
         if let Some(waiter) = rs.rare_mut().waiters.remove(at) {
             self.wait_due.remove(&wait_due_key(resource, &waiter));
+            self.count_waiter(resource, &waiter, -1);
             let event = Event::about(EventKind::Admitted, &view.lease, None, Some(view.status));
             self.record(index, actor, resource, event);
             self.wait_satisfied(resource, waiter, view);

@@ -23,11 +23,15 @@ pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 /// 2: resources hold several leases, their registration and their history (issue 4), JSON.
 /// 3: postcard's binary encoding; exactly-once records hold digests (issue 6).
 /// 4: format 3, the file followed by its SHA-256 (issue 17).
-/// Formats 2 and 3 are still read (without a checksum to check), so a node upgrades in place.
-const FORMAT_VERSION: u32 = 4;
+/// 5: exactly-once records keep their principal and a slim reply; quotas (issue 18).
+/// Formats 2 to 4 are still read (2 and 3 without a checksum to check), so a node upgrades in
+/// place.
+const FORMAT_VERSION: u32 = 5;
+/// The first format with a checksum.
+const CHECKSUM_SINCE: u32 = 4;
 /// The format before the checksum, read as it is.
 const UNCHECKED_FORMAT: u32 = 3;
-/// The checksum's length at the end of a format-4 file.
+/// The checksum's length at the end of a format-4 or later file.
 const CHECKSUM_BYTES: usize = 32;
 const PREFIX: &str = "snapshot-";
 
@@ -47,7 +51,7 @@ pub fn encode_state(state: &State) -> postcard::Result<Vec<u8>> {
 }
 
 fn unreadable(version: u64) -> anyhow::Error {
-    anyhow::anyhow!("snapshot format {version} is not readable by this release (reads {FORMAT_VERSION}, {UNCHECKED_FORMAT} and {JSON_FORMAT})")
+    anyhow::anyhow!("snapshot format {version} is not readable by this release (reads {UNCHECKED_FORMAT} to {FORMAT_VERSION}, and {JSON_FORMAT})")
 }
 
 pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
@@ -56,10 +60,11 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
         return decode_json(data);
     }
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
-    if version != FORMAT_VERSION && version != UNCHECKED_FORMAT {
-        return Err(unreadable(version.into()));
-    }
-    let state: State = postcard::from_bytes(body)?;
+    let state = match version {
+        FORMAT_VERSION => postcard::from_bytes(body)?,
+        UNCHECKED_FORMAT | CHECKSUM_SINCE => State::from_format_4(body)?,
+        _ => return Err(unreadable(version.into())),
+    };
     Ok(state.restored())
 }
 
@@ -246,7 +251,7 @@ pub fn split(data: &[u8]) -> anyhow::Result<(SnapshotMeta, &[u8])> {
 /// Whether `body` (what follows the meta line) ends with a checksum: format 4 and later.
 fn has_checksum(body: &[u8]) -> bool {
     body.first()
-        .is_some_and(|version| u32::from(*version) >= FORMAT_VERSION && *version != b'{')
+        .is_some_and(|version| u32::from(*version) >= CHECKSUM_SINCE && *version != b'{')
 }
 
 /// [`split`], after checking the checksum of a format that has one: the meta and the body
@@ -370,12 +375,13 @@ impl ChunkCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::dedup::{format_4_table, Kept, Seen};
     use crate::lease::{
         apply, AcquireOp, Command, CreateOp, EntryMeta, LeaderKey, Mode, Op, Policy, Proposal,
         Stamp,
     };
 
-    fn entry(state: &mut State, index: u64, op: Op) {
+    fn entry(state: &mut State, index: u64, op: Op) -> crate::lease::Reply {
         let command = Command::V1(Proposal {
             stamp: Stamp {
                 mono_ms: 1_000 + index,
@@ -392,7 +398,7 @@ mod tests {
             term: 1,
             node_id: 1,
         };
-        apply(state, EntryMeta { index, leader }, &command);
+        apply(state, EntryMeta { index, leader }, &command)
     }
 
     #[test]
@@ -518,7 +524,8 @@ mod tests {
         let state = decode_state(&body[..body.len() - CHECKSUM_BYTES]).expect("decode");
         let mut older = serde_json::to_vec(&meta).expect("meta");
         older.push(b'\n');
-        postcard::to_io(&(UNCHECKED_FORMAT, &state), &mut older).expect("encode");
+        let no_records = format_4_table(&[]);
+        older.extend(state.format_4_body(UNCHECKED_FORMAT, &no_records));
         assert_eq!(feed(&older, 16), Ok(()));
         let (_, older_body) = checked(&older).expect("format 3 reads");
         assert_eq!(decode_state(older_body).expect("decode"), state);
@@ -528,9 +535,9 @@ mod tests {
     fn an_older_format_is_refused_by_name() {
         let error = decode_state(br#"{"format_version":1,"state":{}}"#).expect_err("refused");
         assert!(error.to_string().contains("snapshot format 1"), "{error}");
-        let error = decode_state(&postcard::to_allocvec(&(5u32, 0u8)).expect("encode"))
+        let error = decode_state(&postcard::to_allocvec(&(6u32, 0u8)).expect("encode"))
             .expect_err("refused");
-        assert!(error.to_string().contains("snapshot format 5"), "{error}");
+        assert!(error.to_string().contains("snapshot format 6"), "{error}");
     }
 
     /// A node upgraded in place loads the JSON snapshot the release before wrote, and still
@@ -559,12 +566,44 @@ mod tests {
         let seen = restored
             .dedup
             .check("pp", "req-1", &Op::Acquire(op.clone()));
-        assert!(matches!(seen, crate::lease::dedup::Seen::Retry(r) if r == reply));
+        assert!(matches!(seen, Seen::Retry(Kept::Reply(r)) if r == reply));
         let other = Op::Acquire(AcquireOp {
             holder: "other".into(),
             ..op
         });
         let seen = restored.dedup.check("pp", "req-1", &other);
-        assert!(matches!(seen, crate::lease::dedup::Seen::Conflict));
+        assert!(matches!(seen, Seen::Conflict));
+    }
+
+    /// A node upgraded in place loads the format-4 snapshot the release before wrote: its
+    /// exactly-once records slimmed (no metadata kept), a retry still answered in full, and
+    /// the records counted in the table's bytes.
+    #[test]
+    fn a_format_4_snapshot_loads_with_its_records_slimmed() {
+        let mut state = State::default();
+        let op = AcquireOp {
+            metadata: [("k".to_string(), "v".repeat(4000))].into(),
+            ..exclusive_acquire()
+        };
+        let reply = entry(&mut state, 1, Op::Acquire(op.clone()));
+        let acquire = Op::Acquire(op);
+        let table = format_4_table(&[("p", "r1", &acquire, &reply, 1)]);
+        let mut data = serde_json::to_vec(&SnapshotMeta::default()).expect("meta");
+        data.push(b'\n');
+        data.extend(state.format_4_body(CHECKSUM_SINCE, &table));
+        let checksum: [u8; 32] = Sha256::digest(&data).into();
+        data.extend(checksum);
+        let (_, body) = checked(&data).expect("a format 4 file with its checksum");
+        let restored = decode_state(body).expect("decode");
+        assert_eq!(restored.dedup.len(), 1);
+        assert!(
+            restored.dedup.bytes() < 400,
+            "{} bytes",
+            restored.dedup.bytes()
+        );
+        match restored.dedup.check("p", "r1", &acquire) {
+            Seen::Retry(kept) => assert_eq!(restored.rebuild(kept, &acquire), reply),
+            _ => panic!("the record was lost"),
+        }
     }
 }

@@ -27,6 +27,7 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                         "applied_index": s.applied_index, "active_leases": s.active_leases,
                         "lease_now_ms": s.lease_now_ms,
                         "config_digest": s.config_digest, "config_mismatches": s.config_mismatches,
+                        "top_principals": s.top_principals.iter().map(quota_json).collect::<Vec<_>>(),
                         "members": s.members.iter().map(|m| json!({"id": m.id, "addr": m.addr, "voter": m.voter, "matched_index": m.matched_index, "healthy": m.healthy})).collect::<Vec<_>>(),
                         "storage": {"log_appends": storage.log_appends, "log_entries": storage.log_entries,
                             "log_fsyncs": storage.log_fsyncs, "log_sync_micros": storage.log_sync_micros,
@@ -43,6 +44,7 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                         s.config_mismatches
                             .iter()
                             .map(|m| format!("\n    refused (configuration differs) {m}"))
+                            .chain(s.top_principals.iter().map(top_text))
                             .collect::<String>()
                     ),
                 ));
@@ -226,5 +228,95 @@ fn print_rows(out: Output, rows: &[(Value, String)]) {
             .map(|(_, t)| t.clone())
             .collect::<Vec<_>>()
             .join("\n")
+    });
+}
+
+/// `tenure quota set`: QUOTA=LIMIT (or QUOTA=default) pairs for a principal or the defaults.
+pub async fn set_quota(
+    out: Output,
+    client: &Client,
+    principal: Option<&str>,
+    limits: &[String],
+) -> Result<ExitCode, Error> {
+    let mut changes = Vec::new();
+    for pair in limits {
+        let Some((quota, limit)) = pair.split_once('=') else {
+            return Err(Error::Local(format!(
+                "{pair:?}: expected QUOTA=LIMIT or QUOTA=default"
+            )));
+        };
+        let (limit, reset) = match limit {
+            "default" => (0, true),
+            n => match n.parse::<u64>() {
+                Ok(n) => (n, false),
+                Err(_) => {
+                    return Err(Error::Local(format!(
+                        "{pair:?}: the limit must be a whole number or `default`"
+                    )))
+                }
+            },
+        };
+        changes.push(pb::QuotaChange {
+            quota: quota.to_string(),
+            limit,
+            reset,
+        });
+    }
+    let reply = client
+        .set_quota(pb::SetQuotaRequest {
+            principal: principal.unwrap_or_default().to_string(),
+            changes,
+            request_id: String::new(),
+        })
+        .await?;
+    print_quota(out, &reply);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tenure quota get`.
+pub async fn get_quota(
+    out: Output,
+    client: &Client,
+    principal: Option<&str>,
+) -> Result<ExitCode, Error> {
+    let reply = client.get_quota(principal.unwrap_or_default()).await?;
+    print_quota(out, &reply);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One of the principals nearest a quota, on a line: what it holds of each quota it uses.
+fn top_text(q: &pb::QuotaResponse) -> String {
+    let used: Vec<String> = q
+        .quotas
+        .iter()
+        .filter(|l| l.used > 0)
+        .map(|l| format!("{} {}/{}", l.quota, l.used, l.limit))
+        .collect();
+    format!("\n    principal {}: {}", q.principal, used.join(", "))
+}
+
+fn quota_json(q: &pb::QuotaResponse) -> Value {
+    json!({
+        "principal": q.principal,
+        "quotas": q.quotas.iter().map(|l| json!({"quota": l.quota, "limit": l.limit, "used": l.used, "overridden": l.overridden})).collect::<Vec<_>>(),
+    })
+}
+
+fn print_quota(out: Output, q: &pb::QuotaResponse) {
+    output::print(out, &quota_json(q), || {
+        let who = if q.principal.is_empty() {
+            "defaults (every principal without its own limit)".to_string()
+        } else {
+            format!("principal {}", q.principal)
+        };
+        let mut text = who;
+        for l in &q.quotas {
+            let set = if l.overridden { "  (set)" } else { "" };
+            text.push_str(&format!(
+                "\n  {:<20} {:>14} of {:>14}{set}",
+                l.quota, l.used, l.limit
+            ));
+        }
+        text
     });
 }

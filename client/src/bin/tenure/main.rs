@@ -102,6 +102,11 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// Quotas per principal (admin): what one caller may hold at once.
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
     /// Measure latency from this client: acquire and release (sequential, distinct
     /// resources), or with --handoff, release → blocked waiter granted.
     Bench(bench::BenchArgs),
@@ -137,6 +142,28 @@ enum ClusterCommand {
     /// Build a snapshot now on every endpoint given (a backup: copy the data dir's
     /// snapshots/ afterwards).
     Snapshot,
+}
+
+#[derive(Subcommand)]
+enum QuotaCommand {
+    /// Set limits of PRINCIPAL, e.g. `tenure quota set alice leases=5000 watches=default`.
+    /// Quotas: leases, ad_hoc_resources, waiters, bookings, metadata_bytes,
+    /// exactly_once_bytes, watches, inboxes; `default` puts one back to the default.
+    Set {
+        principal: String,
+        /// QUOTA=LIMIT or QUOTA=default.
+        #[arg(required = true, value_name = "QUOTA=LIMIT")]
+        limits: Vec<String>,
+    },
+    /// Set the limits of every principal without a limit of its own (`default` puts one back
+    /// to the compiled default).
+    SetDefault {
+        /// QUOTA=LIMIT or QUOTA=default.
+        #[arg(required = true, value_name = "QUOTA=LIMIT")]
+        limits: Vec<String>,
+    },
+    /// The limits of PRINCIPAL (or the defaults) and what it holds.
+    Get { principal: Option<String> },
 }
 
 /// A lease mode on the command line.
@@ -232,6 +259,17 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
                 cluster::transfer_leader(out, client, id.unwrap_or(0)).await
             }
             ClusterCommand::Snapshot => cluster::snapshot(out, client).await,
+        },
+        Command::Quota { command } => match command {
+            QuotaCommand::Set { principal, limits } => {
+                cluster::set_quota(out, client, Some(principal), limits).await
+            }
+            QuotaCommand::SetDefault { limits } => {
+                cluster::set_quota(out, client, None, limits).await
+            }
+            QuotaCommand::Get { principal } => {
+                cluster::get_quota(out, client, principal.as_deref()).await
+            }
         },
         Command::Bench(args) if args.handoff => {
             // One client per participant, each on its own connections.

@@ -15,6 +15,7 @@ mod listing;
 mod mutate;
 mod order;
 mod pipeline;
+mod quotas;
 mod transfer;
 mod validate;
 mod waiting;

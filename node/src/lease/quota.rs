@@ -1,0 +1,534 @@
+//! Quotas per principal: what one caller may hold at once, so that no principal can grow the
+//! replicated state (and every snapshot) without bound.
+//!
+//! The limits are replicated: compiled defaults, a cluster-wide default an admin may change,
+//! and per-principal overrides, all set by log entries ([`super::command::Op::SetQuota`]), so
+//! that every node refuses alike. What each principal holds ([`Usage`]) is derived from the
+//! state and rebuilt when a snapshot loads. Watches and Serve inboxes live on one node, not in
+//! the state: their limits are replicated here, and each node counts its own.
+
+use std::collections::HashMap;
+
+use imbl::OrdMap;
+use serde::{Deserialize, Serialize};
+
+use std::collections::BTreeMap;
+
+use super::bookings::Booking;
+use super::command::{Op, Reply, SetQuotaOp};
+use super::dedup::Kept;
+use super::machine::{check_name, Ctx, State};
+use super::types::{Lease, Metadata, Name, Rejection};
+use super::waiting::Waiter;
+
+/// The exactly-once table of all principals together, in bytes: past it, no new request id is
+/// remembered and writes that carry one are refused.
+pub const EXACTLY_ONCE_TOTAL_BYTES: u64 = 1 << 30;
+
+/// One kind of thing a principal holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Quota {
+    /// Live leases (active or in grace).
+    Leases,
+    /// Ad-hoc (unregistered) resources on which the principal holds, waits or books.
+    AdHocResources,
+    /// Queued acquires in all waiting rooms.
+    Waiters,
+    /// Bookings whose window has not ended.
+    Bookings,
+    /// Metadata of live leases and waiters, keys and values plus [`METADATA_ENTRY_BYTES`]
+    /// per entry.
+    MetadataBytes,
+    /// Remembered exactly-once records (see `dedup`).
+    ExactlyOnceBytes,
+    /// Open watches, per node.
+    Watches,
+    /// Open Serve inboxes, per node.
+    Inboxes,
+}
+
+pub const ALL: [Quota; 8] = [
+    Quota::Leases,
+    Quota::AdHocResources,
+    Quota::Waiters,
+    Quota::Bookings,
+    Quota::MetadataBytes,
+    Quota::ExactlyOnceBytes,
+    Quota::Watches,
+    Quota::Inboxes,
+];
+
+impl Quota {
+    /// The name in errors, metrics, the API and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quota::Leases => "leases",
+            Quota::AdHocResources => "ad_hoc_resources",
+            Quota::Waiters => "waiters",
+            Quota::Bookings => "bookings",
+            Quota::MetadataBytes => "metadata_bytes",
+            Quota::ExactlyOnceBytes => "exactly_once_bytes",
+            Quota::Watches => "watches",
+            Quota::Inboxes => "inboxes",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Quota> {
+        ALL.into_iter().find(|q| q.name() == name)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One limit per [`Quota`], in [`ALL`]'s order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits(pub [u64; 8]);
+
+impl Limits {
+    /// What a principal may hold when nobody said otherwise.
+    pub const DEFAULT: Limits = Limits([
+        100_000,  // leases
+        100_000,  // ad-hoc resources
+        10_000,   // waiters
+        1_000,    // bookings
+        64 << 20, // metadata bytes
+        64 << 20, // exactly-once bytes
+        1_000,    // watches per node
+        1_000,    // inboxes per node
+    ]);
+
+    pub fn get(&self, quota: Quota) -> u64 {
+        self.0[quota.index()]
+    }
+}
+
+/// Limits set for one principal (or for every principal): `None` keeps the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overrides(pub [Option<u64>; 8]);
+
+impl Overrides {
+    pub fn get(&self, quota: Quota) -> Option<u64> {
+        self.0[quota.index()]
+    }
+
+    pub fn set(&mut self, quota: Quota, limit: Option<u64>) {
+        self.0[quota.index()] = limit;
+    }
+
+    fn over(&self, base: Limits) -> Limits {
+        let mut limits = base;
+        for (limit, set) in limits.0.iter_mut().zip(self.0) {
+            if let Some(set) = set {
+                *limit = set;
+            }
+        }
+        limits
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+}
+
+/// What one principal holds now, per [`Quota`] (watches and inboxes are counted by nodes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage(pub [u64; 8]);
+
+impl Usage {
+    pub fn get(&self, quota: Quota) -> u64 {
+        self.0[quota.index()]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|n| *n == 0)
+    }
+}
+
+/// What a quota call answers: the settings of the cluster (`principal` None) or of one
+/// principal, the limits that hold for it, and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaView {
+    pub principal: Option<String>,
+    pub settings: Overrides,
+    pub limits: Limits,
+    pub usage: Usage,
+}
+
+/// What metadata costs a principal: keys and values, and [`METADATA_ENTRY_BYTES`] per entry
+/// for the map's node and the two strings' headers.
+pub fn metadata_cost<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> u64 {
+    entries
+        .into_iter()
+        .map(|(k, v)| (k.len() + v.len()) as u64 + METADATA_ENTRY_BYTES)
+        .sum()
+}
+
+/// The memory of one metadata entry besides its bytes.
+pub const METADATA_ENTRY_BYTES: u64 = 64;
+
+/// The replicated limits and the derived usage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quotas {
+    /// Changes to the compiled defaults, for every principal.
+    defaults: Overrides,
+    /// Per principal, over the defaults. Persistent: a snapshot's copy is O(1).
+    overrides: OrdMap<Name, Overrides>,
+    /// Derived: rebuilt from the state when a snapshot loads.
+    #[serde(skip)]
+    usage: HashMap<Name, Usage>,
+}
+
+impl Quotas {
+    /// The limits that hold for `principal`.
+    pub fn limits(&self, principal: &str) -> Limits {
+        let base = self.defaults.over(Limits::DEFAULT);
+        match self.overrides.get(principal) {
+            Some(own) => own.over(base),
+            None => base,
+        }
+    }
+
+    pub fn usage(&self, principal: &str) -> Usage {
+        self.usage.get(principal).copied().unwrap_or_default()
+    }
+
+    /// The cluster-wide defaults, and the principal's own settings if it has any.
+    pub fn settings(&self, principal: Option<&str>) -> Overrides {
+        match principal {
+            None => self.defaults,
+            Some(p) => self.overrides.get(p).copied().unwrap_or_default(),
+        }
+    }
+
+    /// Changes limits: of every principal (`None`) or of one. A `None` limit goes back to
+    /// the default.
+    pub fn set(&mut self, principal: Option<&str>, changes: &[(Quota, Option<u64>)]) {
+        let target = match principal {
+            None => &mut self.defaults,
+            Some(p) => self.overrides.entry(Name::from(p)).or_default(),
+        };
+        for (quota, limit) in changes {
+            target.set(*quota, *limit);
+        }
+        if let Some(p) = principal {
+            if self.overrides.get(p).is_some_and(Overrides::is_empty) {
+                self.overrides.remove(p);
+            }
+        }
+    }
+
+    /// Refuses to let `principal` hold `more` of `quota` beyond what it holds now.
+    pub fn admit(&self, principal: &str, quota: Quota, more: u64) -> Result<(), Rejection> {
+        let limit = self.limits(principal).get(quota);
+        let held = self.usage(principal).get(quota);
+        if held.saturating_add(more) > limit {
+            return Err(Rejection::QuotaExceeded {
+                quota: quota.name().to_string(),
+                limit,
+                principal: principal.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `principal` now holds `delta` more (or fewer) of `quota`.
+    pub fn add(&mut self, principal: &str, quota: Quota, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        let usage = match self.usage.get_mut(principal) {
+            Some(usage) => usage,
+            None if delta < 0 => return,
+            None => self.usage.entry(Name::from(principal)).or_default(),
+        };
+        let n = &mut usage.0[quota.index()];
+        *n = n.saturating_add_signed(delta);
+        if usage.is_empty() {
+            self.usage.remove(principal);
+        }
+    }
+
+    /// The replicated part, for a snapshot (usage is rebuilt when it loads).
+    pub fn replicated(&self) -> Quotas {
+        Quotas {
+            defaults: self.defaults,
+            overrides: self.overrides.clone(),
+            usage: HashMap::new(),
+        }
+    }
+
+    /// Forgets all usage (before a rebuild).
+    pub(super) fn clear_usage(&mut self) {
+        self.usage.clear();
+    }
+
+    /// The principals holding the most of `quota`, most first (ties by name), at most `n`.
+    pub fn top(&self, quota: Quota, n: usize) -> Vec<(Name, Usage)> {
+        let mut all: Vec<(Name, Usage)> = self
+            .usage
+            .iter()
+            .filter(|(_, u)| u.get(quota) > 0)
+            .map(|(p, u)| (p.clone(), *u))
+            .collect();
+        all.sort_by(|a, b| b.1.get(quota).cmp(&a.1.get(quota)).then(a.0.cmp(&b.0)));
+        all.truncate(n);
+        all
+    }
+
+    /// The answer of a quota call about `principal` (None = the cluster's defaults).
+    pub fn view(&self, principal: Option<&str>) -> QuotaView {
+        QuotaView {
+            principal: principal.map(str::to_string),
+            settings: self.settings(principal),
+            limits: match principal {
+                Some(p) => self.limits(p),
+                None => self.defaults.over(Limits::DEFAULT),
+            },
+            usage: principal.map(|p| self.usage(p)).unwrap_or_default(),
+        }
+    }
+
+    /// Principals with their own settings, by name.
+    pub fn overridden(&self) -> impl Iterator<Item = (&Name, &Overrides)> {
+        self.overrides.iter()
+    }
+}
+
+/// What a principal's lease, waiter or booking holds, counted (`sign` 1) or freed (-1).
+fn hold(
+    quotas: &mut Quotas,
+    principal: &str,
+    metadata: &Metadata,
+    ad_hoc: bool,
+    what: Quota,
+    sign: i64,
+) {
+    quotas.add(principal, what, sign);
+    let bytes = metadata_cost(metadata.iter()) as i64;
+    quotas.add(principal, Quota::MetadataBytes, sign * bytes);
+    if ad_hoc {
+        quotas.add(principal, Quota::AdHocResources, sign);
+    }
+}
+
+impl State {
+    fn is_ad_hoc(&self, resource: &str) -> bool {
+        self.resources
+            .get(resource)
+            .is_none_or(|rs| rs.rare().registration.is_none())
+    }
+
+    /// Refuses a new `what` (a lease, waiter or booking) of `principal` on `resource`, with
+    /// `metadata`, past any of the principal's quotas it would count against. An admin's
+    /// entry is not held to them (with auth off every caller is the admin `anonymous`): what
+    /// it makes still counts.
+    pub(super) fn admit_holding(
+        &self,
+        ctx: &Ctx<'_>,
+        principal: &str,
+        resource: &str,
+        metadata: &BTreeMap<String, String>,
+        what: Quota,
+    ) -> Result<(), Rejection> {
+        if ctx.admin {
+            return Ok(());
+        }
+        self.quotas.admit(principal, what, 1)?;
+        self.quotas
+            .admit(principal, Quota::MetadataBytes, metadata_cost(metadata))?;
+        if self.is_ad_hoc(resource) {
+            self.quotas.admit(principal, Quota::AdHocResources, 1)?;
+        }
+        Ok(())
+    }
+
+    /// A live lease begins (`sign` 1) or ends (-1).
+    pub(super) fn count_lease(&mut self, lease: &Lease, sign: i64) {
+        let ad_hoc = self.is_ad_hoc(&lease.resource);
+        let principal = &lease.principal;
+        hold(
+            &mut self.quotas,
+            principal,
+            &lease.metadata,
+            ad_hoc,
+            Quota::Leases,
+            sign,
+        );
+    }
+
+    /// A wait begins (`sign` 1) or ends (-1).
+    pub(super) fn count_waiter(&mut self, resource: &str, waiter: &Waiter, sign: i64) {
+        let ad_hoc = self.is_ad_hoc(resource);
+        let principal = &waiter.principal;
+        hold(
+            &mut self.quotas,
+            principal,
+            &waiter.metadata,
+            ad_hoc,
+            Quota::Waiters,
+            sign,
+        );
+    }
+
+    /// A booking is made (`sign` 1) or ends (-1).
+    pub(super) fn count_booking(&mut self, resource: &str, booking: &Booking, sign: i64) {
+        let ad_hoc = self.is_ad_hoc(resource);
+        let none = Metadata::default();
+        hold(
+            &mut self.quotas,
+            &booking.principal,
+            &none,
+            ad_hoc,
+            Quota::Bookings,
+            sign,
+        );
+    }
+
+    /// `resource` is being registered: what waits or is booked on it no longer keeps an
+    /// ad-hoc resource alive. (A resource with live leases cannot be registered.)
+    pub(super) fn no_longer_ad_hoc(&mut self, resource: &str) {
+        let Some(rs) = self.resources.get(resource) else {
+            return;
+        };
+        if rs.rare().registration.is_some() {
+            return;
+        }
+        let rare = rs.rare();
+        let principals: Vec<Name> = (rare.waiters.iter().map(|w| w.principal.clone()))
+            .chain(rare.bookings.iter().map(|b| b.principal.clone()))
+            .collect();
+        for principal in principals {
+            self.quotas.add(&principal, Quota::AdHocResources, -1);
+        }
+    }
+
+    /// Counts what every principal holds again (a loaded snapshot).
+    pub(super) fn recount_usage(&mut self) {
+        let State {
+            quotas,
+            dedup,
+            resources,
+            ..
+        } = self;
+        quotas.clear_usage();
+        dedup.recount(|(principal, bytes)| {
+            // Records converted from format 4 belong to nobody: they count in the total only.
+            if !principal.is_empty() {
+                quotas.add(principal, Quota::ExactlyOnceBytes, bytes);
+            }
+        });
+        for rs in resources.values() {
+            let rare = rs.rare();
+            let ad_hoc = rare.registration.is_none();
+            for l in &rs.leases {
+                hold(quotas, &l.principal, &l.metadata, ad_hoc, Quota::Leases, 1);
+            }
+            for w in &rare.waiters {
+                hold(quotas, &w.principal, &w.metadata, ad_hoc, Quota::Waiters, 1);
+            }
+            for b in &rare.bookings {
+                let none = Metadata::default();
+                hold(quotas, &b.principal, &none, ad_hoc, Quota::Bookings, 1);
+            }
+        }
+    }
+
+    /// Changes quotas: an admin's call.
+    pub(super) fn set_quota(&mut self, ctx: &Ctx<'_>, op: &SetQuotaOp) -> Result<Reply, Rejection> {
+        if let Some(principal) = &op.principal {
+            check_name("principal", principal)?;
+        }
+        if !ctx.admin {
+            return Err(Rejection::InsufficientPermissions(
+                "only an admin may change quotas".into(),
+            ));
+        }
+        self.quotas.set(op.principal.as_deref(), &op.changes);
+        Ok(Reply::Quota(Box::new(
+            self.quotas.view(op.principal.as_deref()),
+        )))
+    }
+
+    /// A remembered reply made whole again for a retry: metadata from the lease (or the
+    /// request), the current holders of a refused acquire, a registered resource as it is.
+    pub(crate) fn rebuild(&self, kept: Kept, op: &Op) -> Reply {
+        let mut reply = match kept {
+            Kept::Resource(name) => return Reply::Resource(Box::new(self.resource_view(&name))),
+            Kept::Reply(reply) => reply,
+        };
+        match (&mut reply, op) {
+            (Reply::Acquire(outcome), Op::Acquire(op)) => {
+                if let Some(view) = &mut outcome.lease {
+                    view.lease.metadata = self
+                        .metadata_of(&view.lease.resource, &view.lease.lease_id)
+                        .unwrap_or_else(|| op.metadata.clone().into());
+                }
+                if !outcome.granted {
+                    outcome.holders = self.holders_of(&op.resource);
+                }
+            }
+            (Reply::Lease(view), _) => {
+                view.lease.metadata = self
+                    .metadata_of(&view.lease.resource, &view.lease.lease_id)
+                    .unwrap_or_default();
+            }
+            _ => {}
+        }
+        reply
+    }
+
+    /// The metadata of a live or remembered ended lease.
+    fn metadata_of(&self, resource: &str, lease_id: &str) -> Option<Metadata> {
+        let rs = self.resources.get(resource)?;
+        rs.lease(lease_id)
+            .or_else(|| {
+                rs.ended
+                    .iter()
+                    .map(|e| &e.lease)
+                    .find(|l| l.lease_id == lease_id)
+            })
+            .map(|l| l.metadata.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_principal_override_beats_the_cluster_default_which_beats_the_compiled_one() {
+        let mut quotas = Quotas::default();
+        assert_eq!(quotas.limits("a").get(Quota::Leases), 100_000);
+        quotas.set(None, &[(Quota::Leases, Some(10))]);
+        assert_eq!(quotas.limits("a").get(Quota::Leases), 10);
+        quotas.set(Some("a"), &[(Quota::Leases, Some(20))]);
+        assert_eq!(quotas.limits("a").get(Quota::Leases), 20);
+        assert_eq!(quotas.limits("b").get(Quota::Leases), 10);
+        quotas.set(Some("a"), &[(Quota::Leases, None)]);
+        assert_eq!(quotas.limits("a").get(Quota::Leases), 10);
+        assert_eq!(
+            quotas.overridden().count(),
+            0,
+            "an empty override is forgotten"
+        );
+    }
+
+    #[test]
+    fn admit_refuses_only_past_the_limit_and_usage_forgets_idle_principals() {
+        let mut quotas = Quotas::default();
+        quotas.set(Some("a"), &[(Quota::Waiters, Some(2))]);
+        quotas.add("a", Quota::Waiters, 1);
+        assert!(quotas.admit("a", Quota::Waiters, 1).is_ok());
+        quotas.add("a", Quota::Waiters, 1);
+        let refused = quotas
+            .admit("a", Quota::Waiters, 1)
+            .expect_err("over the limit");
+        assert_eq!(refused.reason(), "resource_exhausted");
+        assert!(refused.to_string().contains("waiters"), "{refused}");
+        quotas.add("a", Quota::Waiters, -2);
+        assert!(quotas.usage.is_empty());
+        assert_eq!(quotas.top(Quota::Waiters, 5), vec![]);
+    }
+}

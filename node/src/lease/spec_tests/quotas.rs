@@ -1,0 +1,299 @@
+//! Issue 18's bounds per principal: every quota refuses past its limit with
+//! `resource_exhausted` and the quota's name, counts only what the principal really holds,
+//! and frees as things end; the exactly-once table is slim and bounded.
+
+use super::*;
+use crate::lease::command::{BookOp, SetQuotaOp};
+use crate::lease::dedup::RECORD_BYTES;
+use crate::lease::quota::{Quota, METADATA_ENTRY_BYTES};
+
+fn set(log: &mut Log, principal: Option<&str>, quota: Quota, limit: Option<u64>) -> Reply {
+    log.propose(
+        ROOT,
+        Op::SetQuota(SetQuotaOp {
+            principal: principal.map(str::to_string),
+            changes: vec![(quota, limit)],
+        }),
+    )
+}
+
+#[track_caller]
+fn over_quota(reply: &Reply, quota: Quota) {
+    match rejection(reply) {
+        Rejection::QuotaExceeded { quota: name, .. } => assert_eq!(name, quota.name()),
+        other => panic!("expected the {} quota, got {other:?}", quota.name()),
+    }
+}
+
+fn usage(log: &Log, principal: &str, quota: Quota) -> u64 {
+    log.state.quotas.usage(principal).get(quota)
+}
+
+/// What every principal holds, counted from scratch, equals what apply counted as it went.
+#[track_caller]
+fn recount_agrees(log: &Log) {
+    let mut fresh = log.state.snapshot_copy().restored();
+    fresh.recount_usage();
+    for principal in ["alice", "bob", "root"] {
+        assert_eq!(
+            fresh.quotas.usage(principal),
+            log.state.quotas.usage(principal),
+            "{principal}"
+        );
+    }
+}
+
+#[test]
+fn only_an_admin_sets_quotas_and_the_override_beats_the_default() {
+    let mut log = Log::new();
+    let refused = log.propose(
+        ALICE,
+        Op::SetQuota(SetQuotaOp {
+            principal: Some("alice".into()),
+            changes: vec![(Quota::Leases, Some(1_000_000))],
+        }),
+    );
+    assert_eq!(rejection(&refused).reason(), "insufficient_permissions");
+    set(&mut log, None, Quota::Leases, Some(1));
+    set(&mut log, Some("bob"), Quota::Leases, Some(2));
+    granted(&log.acquire(ALICE, acq("r1", "a")));
+    over_quota(&log.acquire(ALICE, acq("r2", "a")), Quota::Leases);
+    granted(&log.acquire(BOB, acq("r1b", "b")));
+    granted(&log.acquire(BOB, acq("r2b", "b")));
+    over_quota(&log.acquire(BOB, acq("r3b", "b")), Quota::Leases);
+    recount_agrees(&log);
+}
+
+#[test]
+fn the_lease_quota_counts_live_leases_and_frees_on_release_reclaim_and_transfer() {
+    let mut log = Log::new();
+    log.register(
+        "t",
+        Policy {
+            transferable: true,
+            ..Policy::registered()
+        },
+    );
+    set(&mut log, Some("alice"), Quota::Leases, Some(2));
+    let a = granted(&log.acquire(ALICE, acq("r1", "a")));
+    granted(&log.acquire(ALICE, acq_ttl("r2", "a", 1_000)));
+    over_quota(&log.acquire(ALICE, acq("r3", "a")), Quota::Leases);
+    // An idempotent re-acquire of a held lease is no new lease.
+    granted(&log.acquire(ALICE, acq("r1", "a")));
+    // A refusal for another reason is not a quota refusal.
+    granted(&log.acquire(BOB, acq("busy", "b")));
+    let (refusal, _) = refused(&log.acquire(ALICE, acq("busy", "a")));
+    assert_eq!(refusal, Refusal::ResourceUnavailable);
+    lease(&log.release(ALICE, release_of(&a)));
+    assert_eq!(usage(&log, "alice", Quota::Leases), 1);
+    log.elapse(2_000);
+    log.tick();
+    assert_eq!(usage(&log, "alice", Quota::Leases), 0, "reclaimed");
+    // A transfer to another principal counts against the receiver.
+    let t = granted(&log.acquire(ALICE, acq("t", "a")));
+    set(&mut log, Some("bob"), Quota::Leases, Some(1));
+    let to_bob = transfer_of(&t, "b2", Some("bob"));
+    over_quota(&log.transfer(ALICE, to_bob.clone()), Quota::Leases);
+    set(&mut log, Some("bob"), Quota::Leases, Some(2));
+    lease(&log.transfer(ALICE, to_bob));
+    assert_eq!(usage(&log, "alice", Quota::Leases), 0);
+    assert_eq!(usage(&log, "bob", Quota::Leases), 2);
+    recount_agrees(&log);
+}
+
+#[test]
+fn the_waiter_quota_counts_queued_acquires_and_frees_on_admission() {
+    let mut log = Log::new();
+    set(&mut log, Some("alice"), Quota::Waiters, Some(1));
+    let b = granted(&log.acquire(BOB, acq("r", "b")));
+    granted(&log.acquire(BOB, acq("s", "b")));
+    let wait = |resource: &str, holder: &str| AcquireOp {
+        wait_ms: Some(60_000),
+        ..acq(resource, holder)
+    };
+    let queued = log.acquire(ALICE, wait("r", "a1"));
+    assert!(
+        matches!(&queued, Reply::Acquire(o) if o.wait_id.is_some()),
+        "{queued:?}"
+    );
+    over_quota(&log.acquire(ALICE, wait("s", "a2")), Quota::Waiters);
+    assert_eq!(usage(&log, "alice", Quota::Waiters), 1);
+    lease(&log.release(BOB, release_of(&b)));
+    assert_eq!(usage(&log, "alice", Quota::Waiters), 0, "admitted");
+    assert_eq!(usage(&log, "alice", Quota::Leases), 1);
+    recount_agrees(&log);
+}
+
+#[test]
+fn the_booking_quota_counts_windows_until_they_end() {
+    let mut log = Log::new();
+    set(&mut log, Some("alice"), Quota::Bookings, Some(1));
+    let start = WALL_BASE_MS + log.mono_ms() + 60_000;
+    let book = |resource: &str| {
+        Op::Book(BookOp {
+            resource: resource.into(),
+            holder: "a".into(),
+            start_wall_ms: start,
+            duration_ms: 10_000,
+        })
+    };
+    assert!(matches!(log.propose(ALICE, book("r1")), Reply::Booking(_)));
+    over_quota(&log.propose(ALICE, book("r2")), Quota::Bookings);
+    log.elapse(70_001);
+    log.tick();
+    assert_eq!(usage(&log, "alice", Quota::Bookings), 0, "the window ended");
+    let later = start + 100_000;
+    let op = Op::Book(BookOp {
+        resource: "r2".into(),
+        holder: "a".into(),
+        start_wall_ms: later,
+        duration_ms: 10_000,
+    });
+    assert!(matches!(log.propose(ALICE, op), Reply::Booking(_)));
+    recount_agrees(&log);
+}
+
+#[test]
+fn the_metadata_quota_counts_bytes_and_a_cost_per_entry() {
+    let mut log = Log::new();
+    let with_metadata = |resource: &str, entries: usize| AcquireOp {
+        metadata: (0..entries)
+            .map(|i| (format!("k{i}"), "v".repeat(98)))
+            .collect(),
+        ..acq(resource, "a")
+    };
+    let per_entry = 2 + 98 + METADATA_ENTRY_BYTES;
+    set(
+        &mut log,
+        Some("alice"),
+        Quota::MetadataBytes,
+        Some(10 * per_entry),
+    );
+    granted(&log.acquire(ALICE, with_metadata("r1", 6)));
+    assert_eq!(usage(&log, "alice", Quota::MetadataBytes), 6 * per_entry);
+    over_quota(
+        &log.acquire(ALICE, with_metadata("r2", 5)),
+        Quota::MetadataBytes,
+    );
+    granted(&log.acquire(ALICE, with_metadata("r2", 4)));
+    recount_agrees(&log);
+}
+
+#[test]
+fn the_ad_hoc_quota_counts_unregistered_resources_only() {
+    let mut log = Log::new();
+    log.register("reg", Policy::registered());
+    set(&mut log, Some("alice"), Quota::AdHocResources, Some(1));
+    granted(&log.acquire(ALICE, acq("adhoc1", "a")));
+    over_quota(
+        &log.acquire(ALICE, acq("adhoc2", "a")),
+        Quota::AdHocResources,
+    );
+    granted(&log.acquire(ALICE, acq("reg", "a")));
+    assert_eq!(usage(&log, "alice", Quota::AdHocResources), 1);
+    // A resource registered while someone waits on it stops counting as ad hoc.
+    let wait = AcquireOp {
+        wait_ms: Some(60_000),
+        ..acq("adhoc1", "a2")
+    };
+    set(&mut log, Some("alice"), Quota::AdHocResources, Some(2));
+    log.acquire(ALICE, wait);
+    assert_eq!(usage(&log, "alice", Quota::AdHocResources), 2);
+    recount_agrees(&log);
+}
+
+#[test]
+fn a_principal_over_its_exactly_once_budget_is_refused_new_ids_but_retries_still_answer() {
+    let mut log = Log::new();
+    // Room for about two records.
+    set(
+        &mut log,
+        Some("alice"),
+        Quota::ExactlyOnceBytes,
+        Some(2 * RECORD_BYTES + 10),
+    );
+    let first = log.propose_with(ALICE, Some("r-1".into()), Op::Acquire(acq("x", "a")));
+    granted(&first);
+    log.propose_with(ALICE, Some("r-2".into()), Op::Acquire(acq("y", "a")));
+    log.propose_with(ALICE, Some("r-3".into()), Op::Acquire(acq("z", "a")));
+    over_quota(
+        &log.propose_with(ALICE, Some("r-4".into()), Op::Acquire(acq("w", "a"))),
+        Quota::ExactlyOnceBytes,
+    );
+    assert!(
+        log.state.resource_view("w").leases.is_empty(),
+        "nothing was done"
+    );
+    // A retry of a remembered request still gets its answer.
+    assert_eq!(
+        log.propose_with(ALICE, Some("r-1".into()), Op::Acquire(acq("x", "a"))),
+        first
+    );
+    // Another principal is not affected; renews are never remembered.
+    granted(&log.propose_with(BOB, Some("r-4".into()), Op::Acquire(acq("w", "b"))));
+    let x = granted(&first);
+    let renewed = log.propose_with(ALICE, Some("r-5".into()), Op::Renew(renew_of(&x, None)));
+    lease(&renewed);
+    // The window passes: the budget is free again.
+    log.elapse(crate::lease::policy::DEDUP_WINDOW_MS);
+    log.propose_with(ALICE, Some("r-6".into()), Op::Acquire(acq("v", "a")));
+    assert!(usage(&log, "alice", Quota::ExactlyOnceBytes) <= RECORD_BYTES + 200);
+    recount_agrees(&log);
+}
+
+#[test]
+fn a_remembered_reply_is_slim_and_a_retry_gets_it_whole() {
+    let mut log = Log::new();
+    let metadata: std::collections::BTreeMap<String, String> = (0..16)
+        .map(|i| (format!("k{i}"), "v".repeat(1000)))
+        .collect();
+    let big = AcquireOp {
+        metadata: metadata.clone(),
+        ..acq("x", "holder")
+    };
+    let grant = log.propose_with(BOB, Some("g".into()), Op::Acquire(big.clone()));
+    assert_eq!(granted(&grant).lease.metadata.len(), 16);
+    let mut refusals = Vec::new();
+    for i in 0..100 {
+        let op = Op::Acquire(AcquireOp {
+            metadata: metadata.clone(),
+            ..acq("x", "other")
+        });
+        refusals.push(log.propose_with(ALICE, Some(format!("f-{i}")), op));
+    }
+    let held = usage(&log, "alice", Quota::ExactlyOnceBytes);
+    assert!(
+        held < 100 * (RECORD_BYTES + 64),
+        "{held} bytes for 100 refusals"
+    );
+    // Retries are whole: the grant with its metadata, a refusal with the holders.
+    assert_eq!(
+        log.propose_with(BOB, Some("g".into()), Op::Acquire(big)),
+        grant
+    );
+    let retried = log.propose_with(
+        ALICE,
+        Some("f-7".into()),
+        Op::Acquire(AcquireOp {
+            metadata,
+            ..acq("x", "other")
+        }),
+    );
+    assert_eq!(retried, refusals[7]);
+}
+
+#[test]
+fn an_admin_is_held_to_no_principal_quota_but_what_it_holds_still_counts() {
+    let mut log = Log::new();
+    set(&mut log, None, Quota::Leases, Some(1));
+    set(&mut log, None, Quota::ExactlyOnceBytes, Some(1));
+    for resource in ["a1", "a2", "a3"] {
+        let op = Op::Acquire(acq(resource, "root-holder"));
+        granted(&log.propose_with(ROOT, Some(resource.to_string()), op));
+    }
+    assert_eq!(usage(&log, "root", Quota::Leases), 3);
+    assert!(usage(&log, "root", Quota::ExactlyOnceBytes) > 3 * RECORD_BYTES);
+    granted(&log.acquire(ALICE, acq("b1", "a")));
+    over_quota(&log.acquire(ALICE, acq("b2", "a")), Quota::Leases);
+    recount_agrees(&log);
+}

@@ -1,0 +1,209 @@
+//! Quotas per principal through the API (issue 18): an admin sets them with `SetQuota`, every
+//! node refuses past them with `resource_exhausted` naming the quota, retries of remembered
+//! requests still answer, watches count per node, and `Status` shows who is nearest a limit.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tenure_client::{pb, Client};
+use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::{acquire_request, granted, ids, refused};
+use tonic::Code;
+
+const ELECTION: Duration = Duration::from_secs(15);
+const TTL: Duration = Duration::from_secs(60);
+const ADMIN: &str = "t98-admin-secret-0123456789abcdef";
+const ALICE: &str = "t98-alice-secret-0123456789abcdef";
+const BOB: &str = "t98-bob-secret-0123456789abcdef01";
+const PEER: &str = "t98-peer-secret-0123456789abcdef0";
+
+async fn cluster() -> (InProcessCluster, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tokens");
+    tenure_tests::write_secret(
+        &path,
+        &format!("{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
+    );
+    let flags = vec!["--token-file".to_string(), path.display().to_string()];
+    let extra: BTreeMap<u64, Vec<String>> =
+        ids(3).into_iter().map(|id| (id, flags.clone())).collect();
+    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    cluster.leader(ELECTION).await.expect("a leader");
+    (cluster, dir)
+}
+
+fn as_(client: &Client, token: &str) -> Client {
+    client.with_token(token).expect("an ASCII token")
+}
+
+fn set(principal: &str, quota: &str, limit: u64) -> pb::SetQuotaRequest {
+    pb::SetQuotaRequest {
+        principal: principal.into(),
+        changes: vec![pb::QuotaChange {
+            quota: quota.into(),
+            limit,
+            reset: false,
+        }],
+        request_id: String::new(),
+    }
+}
+
+fn line<'a>(reply: &'a pb::QuotaResponse, quota: &str) -> &'a pb::QuotaLine {
+    reply
+        .quotas
+        .iter()
+        .find(|l| l.quota == quota)
+        .unwrap_or_else(|| panic!("no {quota} in {reply:?}"))
+}
+
+#[track_caller]
+fn over_quota<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<T, tenure_client::Error>,
+    quota: &str,
+) {
+    match result {
+        Err(tenure_client::Error::Status {
+            code: Code::ResourceExhausted,
+            reason,
+            message,
+        }) if reason == "resource_exhausted" => {
+            assert!(
+                message.contains(&format!("its {quota} quota")),
+                "{what}: {message}"
+            );
+        }
+        other => panic!("{what}: expected the {quota} quota, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_admin_sets_a_lease_quota_every_node_enforces_it_and_retries_still_answer() {
+    let (cluster, _dir) = cluster().await;
+    let admin = as_(&cluster.client(), ADMIN);
+    let alice = as_(&cluster.client(), ALICE);
+
+    refused(
+        "alice sets her own quota",
+        alice.set_quota(set("alice", "leases", 1_000_000)).await,
+        Code::PermissionDenied,
+        "insufficient_permissions",
+    );
+    refused(
+        "an unknown quota",
+        admin.set_quota(set("alice", "lease", 2)).await,
+        Code::InvalidArgument,
+        "invalid_argument",
+    );
+    let reply = admin
+        .set_quota(set("alice", "leases", 2))
+        .await
+        .expect("set");
+    assert_eq!(line(&reply, "leases").limit, 2);
+    assert!(line(&reply, "leases").overridden);
+
+    let first_request = pb::AcquireRequest {
+        request_id: "t98-first".into(),
+        ..acquire_request("q1", "a", TTL)
+    };
+    let first = alice.acquire(first_request.clone()).await.expect("first");
+    assert!(first.granted);
+    granted(&alice, "q2", "a", TTL).await;
+    over_quota(
+        "a third lease",
+        alice.acquire(acquire_request("q3", "a", TTL)).await,
+        "leases",
+    );
+    // Every node: each refuses alike, because the quota is in the log.
+    for id in ids(3) {
+        let via = as_(&cluster.client_of(id), ALICE);
+        over_quota(
+            &format!("via node {id}"),
+            via.acquire(acquire_request("q3", "a", TTL)).await,
+            "leases",
+        );
+    }
+    // A retry of a granted acquire is no new lease: the same answer.
+    let again = alice.acquire(first_request).await.expect("retry");
+    assert_eq!(again.lease, first.lease);
+    // Bob is not alice.
+    granted(&as_(&cluster.client(), BOB), "q3", "b", TTL).await;
+
+    let got = admin.get_quota("alice").await.expect("get");
+    assert_eq!(
+        (line(&got, "leases").used, line(&got, "leases").limit),
+        (2, 2)
+    );
+    assert!(line(&got, "exactly_once_bytes").used > 0);
+    let status = admin.node_status(0).await.expect("status");
+    assert!(
+        status.top_principals.iter().any(|p| p.principal == "alice"),
+        "{:?}",
+        status.top_principals
+    );
+
+    // Back to the default: room again.
+    let reset = pb::SetQuotaRequest {
+        changes: vec![pb::QuotaChange {
+            quota: "leases".into(),
+            limit: 0,
+            reset: true,
+        }],
+        ..set("alice", "leases", 0)
+    };
+    let reply = admin.set_quota(reset).await.expect("reset");
+    assert!(!line(&reply, "leases").overridden);
+    granted(&alice, "q4", "a", TTL).await;
+}
+
+#[tokio::test]
+async fn watches_count_per_principal_on_each_node() {
+    let (cluster, _dir) = cluster().await;
+    let admin = as_(&cluster.client(), ADMIN);
+    admin
+        .set_quota(set("alice", "watches", 1))
+        .await
+        .expect("set");
+    let node = ids(3)[0];
+    let alice = as_(&cluster.client_of(node), ALICE);
+    let watch = pb::WatchRequest {
+        resource: "w".into(),
+        ..Default::default()
+    };
+    // The quota is in the log: wait until this node applied it, by asking it.
+    let on_node = as_(&cluster.client_of(node), ADMIN);
+    for _ in 0..200 {
+        let got = on_node.get_quota("alice").await.expect("get");
+        if line(&got, "watches").limit == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let first = alice.watch(watch.clone()).await.expect("first watch");
+    over_quota(
+        "a second watch",
+        alice.watch(watch.clone()).await,
+        "watches",
+    );
+    let got = on_node.get_quota("alice").await.expect("get");
+    assert_eq!(line(&got, "watches").used, 1);
+    // Another node counts its own.
+    let elsewhere = as_(&cluster.client_of(ids(3)[1]), ALICE);
+    let _other = elsewhere
+        .watch(watch.clone())
+        .await
+        .expect("a watch on another node");
+    drop(first);
+    // The place frees when the stream ends; the node sees the end shortly after.
+    let mut opened = None;
+    for _ in 0..200 {
+        match alice.watch(watch.clone()).await {
+            Ok(stream) => {
+                opened = Some(stream);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+    assert!(opened.is_some(), "the first watch's place was never freed");
+}
