@@ -8,6 +8,8 @@ use crate::lease::Rejection;
 
 pub const REASON_TRAILER: &str = "tenure-reason";
 pub const ERROR_DOMAIN: &str = "tenure.v1";
+/// How long a caller refused for a full leader queue should wait before retrying.
+pub const BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Errors of the API layer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -21,6 +23,10 @@ pub enum ApiError {
     /// No leader or no quorum answered in time. Safe to retry with the same `request_id`.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The leader is taking no more writes for now (its queue is full): nothing was done;
+    /// retry after [`BUSY_RETRY_AFTER`] with the same `request_id`.
+    #[error("unavailable: {0}")]
+    Busy(String),
     /// A bug. Never for bad input.
     #[error("internal error: {0}")]
     Internal(String),
@@ -95,7 +101,7 @@ impl ApiError {
                 (rejection.reason(), code)
             }
             ApiError::Unauthenticated(_) => ("unauthenticated", Code::Unauthenticated),
-            ApiError::Unavailable(_) => ("unavailable", Code::Unavailable),
+            ApiError::Unavailable(_) | ApiError::Busy(_) => ("unavailable", Code::Unavailable),
             ApiError::Internal(_) => ("internal", Code::Internal),
             ApiError::NoOwner(_) => ("no_owner", Code::FailedPrecondition),
             ApiError::OwnerUnavailable(_) => ("owner_unavailable", Code::Unavailable),
@@ -121,7 +127,16 @@ impl From<ApiError> for Status {
             metadata.insert("quota".to_string(), quota.clone());
             metadata.insert("limit".to_string(), limit.to_string());
         }
-        let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
+        if let ApiError::Busy(_) = &error {
+            metadata.insert(
+                "retry_after_ms".to_string(),
+                BUSY_RETRY_AFTER.as_millis().to_string(),
+            );
+        }
+        let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
+        if let ApiError::Busy(_) = &error {
+            details.set_retry_info(Some(BUSY_RETRY_AFTER));
+        }
         let mut status = Status::with_error_details(code, error.to_string(), details);
         if let Ok(value) = reason.parse() {
             status.metadata_mut().insert(REASON_TRAILER, value);

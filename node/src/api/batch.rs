@@ -12,10 +12,15 @@
 //!   waits for the next entry, so every grant on a resource has its own fencing token. A
 //!   command naming no single resource commits alone.
 //! - One stamp per entry, taken when the entry is formed, so the lease clock sees time once.
-//! - Arrival order is kept: a command deferred for a collision goes first in the next entry.
+//! - Arrival order is kept per resource, and a resource whose command waits for the next
+//!   entry goes first in it. Commands wait in one queue per resource ([`Queue`]), so forming
+//!   an entry costs what it takes, however many commands wait on one resource.
+//! - At most [`MAX_QUEUED`] commands wait; past it a command is refused at once with
+//!   `unavailable` and a retry hint ([`NotServed::Busy`]), rather than queue without bound.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -27,6 +32,9 @@ use crate::lease::{Command, Proposal, Reply, Stamp};
 pub const IN_FLIGHT: usize = 2;
 /// Commands in one entry at most.
 pub const MAX_BATCH: usize = 256;
+/// Commands waiting for an entry at most (the node-wide in-flight caps of three nodes
+/// forwarding to one leader stay below it).
+pub const MAX_QUEUED: usize = 16_384;
 
 struct Pending {
     request: ProposeRequest,
@@ -37,6 +45,8 @@ struct Pending {
 #[derive(Clone)]
 pub struct Batcher {
     queue: mpsc::UnboundedSender<Pending>,
+    /// Commands sent and not yet taken into an entry.
+    waiting: Arc<AtomicUsize>,
 }
 
 impl Batcher {
@@ -49,14 +59,23 @@ impl Batcher {
         F: Future<Output = ProposeResult> + Send + 'static,
     {
         let (queue, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(receiver, stamp, Arc::new(commit)));
-        Batcher { queue }
+        let waiting = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run(receiver, waiting.clone(), stamp, Arc::new(commit)));
+        Batcher { queue, waiting }
     }
 
     /// Commits `request` in the next entry and returns its own reply.
     pub async fn propose(&self, request: ProposeRequest) -> ProposeResult {
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(NotServed::Busy(format!(
+                "the leader has {MAX_QUEUED} writes waiting for the log; nothing was done: retry with backoff"
+            )));
+        }
         let (reply, answer) = oneshot::channel();
-        if self.queue.send(Pending { request, reply }).is_err() {
+        if let Err(unsent) = self.queue.send(Pending { request, reply }) {
+            drop(unsent);
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(NotServed::Unavailable("this node is shutting down".into()));
         }
         answer
@@ -65,18 +84,22 @@ impl Batcher {
     }
 }
 
-async fn run<S, C, F>(mut receiver: mpsc::UnboundedReceiver<Pending>, stamp: S, commit: Arc<C>)
-where
+async fn run<S, C, F>(
+    mut receiver: mpsc::UnboundedReceiver<Pending>,
+    waiting: Arc<AtomicUsize>,
+    stamp: S,
+    commit: Arc<C>,
+) where
     S: Fn() -> Stamp,
     C: Fn(Command) -> F + Send + Sync + 'static,
     F: Future<Output = ProposeResult> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    let mut deferred: VecDeque<Pending> = VecDeque::new();
+    let mut queue = Queue::default();
     loop {
-        if deferred.is_empty() {
+        if queue.is_empty() {
             match receiver.recv().await {
-                Some(first) => deferred.push_back(first),
+                Some(first) => queue.push(first),
                 None => return,
             }
         }
@@ -85,9 +108,10 @@ where
             return;
         };
         while let Ok(more) = receiver.try_recv() {
-            deferred.push_back(more);
+            queue.push(more);
         }
-        let batch = take_batch(&mut deferred);
+        let batch = queue.take_batch();
+        waiting.fetch_sub(batch.len(), Ordering::SeqCst);
         let command = command_of(&batch, stamp());
         let commit = commit.clone();
         tokio::spawn(async move {
@@ -98,38 +122,79 @@ where
     }
 }
 
-/// Takes the next entry's commands off the front of `queue`: a lone command that names no
-/// resource, or up to [`MAX_BATCH`] commands naming distinct resources, in arrival order
-/// (a command whose resource is taken stays queued, and so does everything after the cap).
-fn take_batch(queue: &mut VecDeque<Pending>) -> Vec<Pending> {
-    let mut batch = Vec::new();
-    let mut names: HashSet<String> = HashSet::new();
-    let mut kept = VecDeque::new();
-    while let Some(next) = queue.pop_front() {
-        let key = next.request.op.resource_key().map(str::to_owned);
-        let fits = match &key {
-            None => batch.is_empty(),
-            Some(name) => batch.len() < MAX_BATCH && !names.contains(name),
-        };
-        if !fits {
-            kept.push_back(next);
-            if key.is_none() || batch.len() >= MAX_BATCH {
-                break;
-            }
-            continue;
-        }
-        batch.push(next);
-        match key {
+/// Where the next entry's commands come from, in order.
+enum Turn {
+    /// The resource's first waiting command.
+    Resource(String),
+    /// A command that names no resource: alone in its entry, and nothing after it goes first.
+    Alone(Box<Pending>),
+}
+
+/// Commands waiting for an entry: one queue per resource, and the turns in arrival order.
+#[derive(Default)]
+struct Queue {
+    turns: VecDeque<Turn>,
+    by_resource: HashMap<String, VecDeque<Pending>>,
+    len: usize,
+}
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, pending: Pending) {
+        self.len += 1;
+        match pending.request.op.resource_key() {
+            None => self.turns.push_back(Turn::Alone(Box::new(pending))),
             Some(name) => {
-                names.insert(name);
+                let waiting = self.by_resource.entry(name.to_string()).or_default();
+                if waiting.is_empty() {
+                    self.turns.push_back(Turn::Resource(name.to_string()));
+                }
+                waiting.push_back(pending);
             }
-            // A resource-less command is alone in its entry.
-            None => break,
         }
     }
-    kept.append(queue);
-    *queue = kept;
-    batch
+
+    /// The next entry's commands: a lone command that names no resource, or up to
+    /// [`MAX_BATCH`] commands naming distinct resources, each its resource's oldest. A
+    /// resource with more waiting goes first in the entry after. O(commands taken).
+    fn take_batch(&mut self) -> Vec<Pending> {
+        let mut batch = Vec::new();
+        let mut again = Vec::new();
+        while batch.len() < MAX_BATCH {
+            match self.turns.pop_front() {
+                None => break,
+                Some(Turn::Alone(pending)) if batch.is_empty() => {
+                    batch.push(*pending);
+                    break;
+                }
+                Some(alone @ Turn::Alone(_)) => {
+                    self.turns.push_front(alone);
+                    break;
+                }
+                Some(Turn::Resource(name)) => {
+                    let Some(waiting) = self.by_resource.get_mut(&name) else {
+                        continue;
+                    };
+                    if let Some(pending) = waiting.pop_front() {
+                        batch.push(pending);
+                    }
+                    if waiting.is_empty() {
+                        self.by_resource.remove(&name);
+                    } else {
+                        again.push(Turn::Resource(name));
+                    }
+                }
+            }
+        }
+        for turn in again.into_iter().rev() {
+            self.turns.push_front(turn);
+        }
+        self.len -= batch.len();
+        batch
+    }
 }
 
 fn proposal(request: &ProposeRequest, stamp: Stamp) -> Proposal {
@@ -209,14 +274,15 @@ mod tests {
         }
     }
 
-    fn queued(requests: Vec<ProposeRequest>) -> VecDeque<Pending> {
-        requests
-            .into_iter()
-            .map(|request| Pending {
+    fn queued(requests: Vec<ProposeRequest>) -> Queue {
+        let mut queue = Queue::default();
+        for request in requests {
+            queue.push(Pending {
                 request,
                 reply: oneshot::channel().0,
-            })
-            .collect()
+            });
+        }
+        queue
     }
 
     fn keys(batch: &[Pending]) -> Vec<String> {
@@ -229,25 +295,67 @@ mod tests {
     #[test]
     fn a_resource_named_twice_waits_for_the_next_entry_in_order() {
         let mut queue = queued(vec![release("a"), release("b"), release("a"), release("c")]);
-        assert_eq!(keys(&take_batch(&mut queue)), ["a", "b", "c"]);
-        assert_eq!(keys(&take_batch(&mut queue)), ["a"]);
+        assert_eq!(keys(&queue.take_batch()), ["a", "b", "c"]);
+        assert_eq!(keys(&queue.take_batch()), ["a"]);
         assert!(queue.is_empty());
+    }
+
+    /// Thousands of commands on one resource leave the queue one per entry, in order, each
+    /// entry formed without looking through the rest; other resources share those entries.
+    #[test]
+    fn many_commands_on_one_resource_leave_one_per_entry_in_order() {
+        let mut requests: Vec<ProposeRequest> = Vec::new();
+        for i in 0..20_000 {
+            let mut hot = release("hot");
+            hot.request_id = Some(format!("{i}"));
+            requests.push(hot);
+        }
+        requests.push(release("cold"));
+        let mut queue = queued(requests);
+        let first = queue.take_batch();
+        assert_eq!(keys(&first), ["hot", "cold"]);
+        for i in 1..20_000 {
+            let batch = queue.take_batch();
+            assert_eq!(batch.len(), 1);
+            assert_eq!(batch[0].request.request_id, Some(format!("{i}")));
+        }
+        assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn past_the_bound_a_command_is_refused_at_once_with_a_retry_hint() {
+        // A commit that never ends: every command stays queued.
+        let batcher = Batcher::start(Stamp::default, |_command: Command| {
+            std::future::pending::<ProposeResult>()
+        });
+        batcher.waiting.store(MAX_QUEUED, Ordering::SeqCst);
+        // Refused at once: it never waits for the commit that never ends.
+        let refused = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            batcher.propose(release("a")),
+        )
+        .await;
+        match refused {
+            Ok(Err(NotServed::Busy(detail))) => assert!(detail.contains("retry"), "{detail}"),
+            other => panic!("expected busy, got {other:?}"),
+        }
+        assert_eq!(batcher.waiting.load(Ordering::SeqCst), MAX_QUEUED);
     }
 
     #[test]
     fn a_command_without_a_resource_commits_alone_and_keeps_its_place() {
         let mut queue = queued(vec![release("a"), tick(), release("b")]);
-        assert_eq!(keys(&take_batch(&mut queue)), ["a"]);
-        assert_eq!(keys(&take_batch(&mut queue)), ["-"]);
-        assert_eq!(keys(&take_batch(&mut queue)), ["b"]);
+        assert_eq!(keys(&queue.take_batch()), ["a"]);
+        assert_eq!(keys(&queue.take_batch()), ["-"]);
+        assert_eq!(keys(&queue.take_batch()), ["b"]);
     }
 
     #[test]
     fn an_entry_holds_at_most_max_batch_commands() {
         let names: Vec<String> = (0..MAX_BATCH + 3).map(|i| format!("r{i}")).collect();
         let mut queue = queued(names.iter().map(|n| release(n)).collect());
-        assert_eq!(take_batch(&mut queue).len(), MAX_BATCH);
-        assert_eq!(keys(&take_batch(&mut queue)), ["r256", "r257", "r258"]);
+        assert_eq!(queue.take_batch().len(), MAX_BATCH);
+        assert_eq!(keys(&queue.take_batch()), ["r256", "r257", "r258"]);
     }
 
     /// Commands sent while the first entry is being committed share the next entry, and

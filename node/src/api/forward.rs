@@ -39,6 +39,9 @@ pub struct ReadRequest {
 pub enum NotServed {
     NotLeader,
     Unavailable(String),
+    /// The leader's queue is full (`api::batch`): the caller should back off, not retry at
+    /// once (appended: older releases keep their variant numbers).
+    Busy(String),
 }
 
 pub type ProposeResult = Result<Reply, NotServed>;
@@ -120,6 +123,7 @@ impl Node {
             if let Some(target) = target {
                 match tokio::time::timeout_at(deadline, attempt(target)).await {
                     Ok(Ok(value)) => return Ok(value),
+                    Ok(Err(NotServed::Busy(detail))) => return Err(ApiError::Busy(detail)),
                     Ok(Err(why)) => tracing::debug!(?why, "not served; retrying"),
                     Err(_) => return Err(ApiError::Unavailable(unserved.into())),
                 }

@@ -8,8 +8,9 @@ use super::clock::LeaderKey;
 use super::command::{Op, Stamp};
 use super::machine::State;
 
-/// How many leases one `Reclaim` entry names. Applying any entry reclaims everything due, so
-/// the list only records intent; the cap keeps a mass expiry from making one huge log value.
+/// How many leases one `Reclaim` entry names. Applying an entry reclaims what is due (up to
+/// `machine::RECLAIMS_PER_ENTRY`), so the list only records intent; the cap keeps a mass
+/// expiry from making one huge log value.
 pub const MAX_RECLAIM_LIST: usize = 256;
 
 /// The leader's next step.

@@ -20,11 +20,18 @@ use super::dedup::{Dedup, Seen};
 use super::history::{self, Event, EventKind, Retention};
 use super::policy::{self, Policy};
 use super::quota::{Quota, Quotas};
-use super::types::{Lease, LeaseStatus, LeaseView, Name, Rejection};
+use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Name, Rejection};
 use super::waiting::{wait_due_key, WaitOutcome, Waiter};
 
 /// Ended leases remembered per resource, so a late caller learns how its lease ended.
 pub const ENDED_KEPT: usize = 8;
+
+/// Due leases one entry reclaims at most, besides those of the resources its commands name: a
+/// mass expiry is reclaimed over several entries (the leader proposes a `Reclaim` while any
+/// lease is due), so that no entry holds the state for long. A lease past its grace that
+/// waits for its turn holds nothing: a command on its resource reclaims it first, and reads
+/// judge expiry by the clock.
+pub const RECLAIMS_PER_ENTRY: usize = 1024;
 
 /// Appending without doubling. Most resources hold one lease, a few ended ones and a few
 /// events; `Vec`'s first growth to four would leave three quarters of each of those
@@ -271,6 +278,11 @@ pub struct State {
     /// (window end, resource) of every booking: ended windows are forgotten.
     #[serde(skip)]
     pub(super) booking_ends: BTreeSet<(u64, Name)>,
+    /// The live leases of each holder and of each principal, in `ListLeases` order.
+    #[serde(skip)]
+    pub(super) by_holder: LeaseIndex,
+    #[serde(skip)]
+    pub(super) by_principal: LeaseIndex,
     /// What the entry being applied did besides its reply.
     #[serde(skip)]
     pub(super) effects: Effects,
@@ -288,6 +300,8 @@ pub struct Effects {
     pub(super) touched: BTreeSet<Name>,
     /// Leases granted so far by this entry: the `<position>` of the next `lse_<index>_<position>`.
     pub(super) granted: u32,
+    /// Due leases this entry reclaimed in its own time (see [`RECLAIMS_PER_ENTRY`]).
+    pub(super) reclaimed: usize,
 }
 
 impl PartialEq for Effects {
@@ -335,6 +349,9 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
     let reclaimed = state.settle_due(meta.index);
     state.settle_waits(meta.index);
     state.settle_bookings();
+    if let Some(name) = proposal.op.resource_key() {
+        state.settle_resource(meta.index, name);
+    }
     state.admit_touched(meta.index);
     let ctx = Ctx {
         index: meta.index,
@@ -399,6 +416,8 @@ impl State {
             wait_due: BTreeSet::new(),
             reopen: BTreeSet::new(),
             booking_ends: BTreeSet::new(),
+            by_holder: LeaseIndex::default(),
+            by_principal: LeaseIndex::default(),
             effects: Effects::default(),
         }
     }
@@ -480,10 +499,14 @@ impl State {
         let mut wait_due = BTreeSet::new();
         let mut reopen = BTreeSet::new();
         let mut booking_ends = BTreeSet::new();
+        let mut by_holder = LeaseIndex::default();
+        let mut by_principal = LeaseIndex::default();
         for (name, rs) in &self.resources {
             let grace_ms = self.policy_of(name).renewal_grace_ms;
             for l in &rs.leases {
                 due.insert(due_key(l, grace_ms));
+                by_holder.insert(&l.holder, l);
+                by_principal.insert(&l.principal, l);
             }
             for w in &rs.rare().waiters {
                 wait_due.insert(wait_due_key(name, w));
@@ -500,6 +523,8 @@ impl State {
         self.wait_due = wait_due;
         self.reopen = reopen;
         self.booking_ends = booking_ends;
+        self.by_holder = by_holder;
+        self.by_principal = by_principal;
         self.retention = Retention::rebuild(self.resources.iter().map(|(n, rs)| (n, &rs.history)));
         self
     }
@@ -605,19 +630,26 @@ impl State {
         result.unwrap_or_else(Reply::Rejected)
     }
 
-    /// Reclaims every live lease whose expiry and grace have passed on the lease clock.
+    /// Reclaims the live leases whose expiry and grace have passed on the lease clock, the
+    /// longest due first, up to what is left of the entry's [`RECLAIMS_PER_ENTRY`].
     fn settle_due(&mut self, index: u64) -> Vec<LeaseView> {
         let now_ms = self.clock.now_ms();
-        // Everything due by now, by resource, so that each resource's leases are filtered once
+        let mut budget = RECLAIMS_PER_ENTRY.saturating_sub(self.effects.reclaimed);
+        // What is due by now, by resource, so that each resource's leases are filtered once
         // however many of them expire together.
         let mut due: BTreeMap<Name, BTreeSet<Name>> = BTreeMap::new();
-        while let Some((due_ms, name, lease_id)) = self.due.pop_first() {
+        while budget > 0 {
+            let Some((due_ms, name, lease_id)) = self.due.pop_first() else {
+                break;
+            };
             if due_ms > now_ms {
                 self.due.insert((due_ms, name, lease_id));
                 break;
             }
             due.entry(name).or_default().insert(lease_id);
+            budget -= 1;
         }
+        self.effects.reclaimed += due.values().map(BTreeSet::len).sum::<usize>();
         let mut reclaimed = Vec::new();
         for (name, lease_ids) in due {
             let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) else {
@@ -633,6 +665,30 @@ impl State {
             }
         }
         reclaimed
+    }
+
+    /// Reclaims the due leases of `name`, which a command is about to read or change: whatever
+    /// the per-entry cap left for later, no command sees a lease past its grace.
+    fn settle_resource(&mut self, index: u64, name: &str) {
+        let now_ms = self.clock.now_ms();
+        let grace_ms = self.policy_of(name).renewal_grace_ms;
+        let is_due = |l: &Lease| l.expires_at_ms.saturating_add(grace_ms) <= now_ms;
+        let Some(rs) = self.resources.get(name) else {
+            return;
+        };
+        if !rs.leases.iter().any(is_due) {
+            return;
+        }
+        let Some(rs) = self.resources.get_mut(name).map(Arc::make_mut) else {
+            return;
+        };
+        let (gone, kept): (Vec<Lease>, Vec<Lease>) =
+            std::mem::take(&mut rs.leases).into_iter().partition(is_due);
+        rs.leases = kept;
+        for lease in gone {
+            let actor = history::SYSTEM_ACTOR;
+            self.lease_ended(index, actor, lease, LeaseStatus::Reclaimed);
+        }
     }
 
     /// Ends a live lease with `status` (released or reclaimed); returns how it looked then.
@@ -767,6 +823,45 @@ impl State {
                 self.reopen.remove(&(closed_until_ms, oldest.into()));
             }
         }
+    }
+}
+
+/// Live leases by one of their names (holder or principal): (name, resource, lease order), so
+/// that a listing of one holder's or principal's leases reads only those, in its order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct LeaseIndex(BTreeSet<(Name, Name, (u64, u32))>);
+
+impl LeaseIndex {
+    fn key(name: &str, lease: &Lease) -> (Name, Name, (u64, u32)) {
+        // Every lease id is made by the server (`lse_<index>_<position>`) and parses.
+        let order = lease_order(&lease.lease_id).unwrap_or((u64::MAX, u32::MAX));
+        (Name::from(name), lease.resource.clone(), order)
+    }
+
+    pub(super) fn insert(&mut self, name: &str, lease: &Lease) {
+        self.0.insert(Self::key(name, lease));
+    }
+
+    pub(super) fn remove(&mut self, name: &str, lease: &Lease) {
+        self.0.remove(&Self::key(name, lease));
+    }
+
+    /// The (resource, lease order) of `name`'s leases after `after`, in order.
+    pub(super) fn of<'a>(
+        &'a self,
+        name: &'a str,
+        after: Option<(&str, (u64, u32))>,
+    ) -> impl Iterator<Item = (&'a Name, (u64, u32))> + 'a {
+        let start = match after {
+            Some((resource, order)) => {
+                std::ops::Bound::Excluded((Name::from(name), Name::from(resource), order))
+            }
+            None => std::ops::Bound::Included((Name::from(name), Name::default(), (0, 0))),
+        };
+        self.0
+            .range((start, std::ops::Bound::Unbounded))
+            .take_while(move |(n, _, _)| n == name)
+            .map(|(_, resource, order)| (resource, *order))
     }
 }
 

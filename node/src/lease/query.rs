@@ -272,22 +272,25 @@ impl State {
         page_size: u32,
         after: &Option<(String, String)>,
     ) -> Answer {
-        let start = match after {
-            Some((resource, _)) => Bound::Included(Name::from(resource.as_str())),
-            None => Bound::Unbounded,
+        // From an index: a listing reads only the leases it lists (and, with both names,
+        // the holder's leases of other principals), never every lease.
+        let after = after.as_ref().map(|(resource, lease_id)| {
+            (resource.as_str(), lease_order(lease_id).unwrap_or((0, 0)))
+        });
+        let (index, name) = match (holder, principal) {
+            (Some(h), _) => (&self.by_holder, h),
+            (None, Some(p)) => (&self.by_principal, p),
+            (None, None) => (&self.by_holder, ""),
         };
-        let matching = self
-            .resources
-            .range::<_, Name>((start, Bound::Unbounded))
-            .flat_map(|(_, rs)| rs.leases.iter())
-            .filter(|l| holder.is_none_or(|h| l.holder == h))
-            .filter(|l| principal.is_none_or(|p| l.principal == p))
-            .filter(|l| {
-                after.as_ref().is_none_or(|(resource, lease_id)| {
-                    (l.resource.as_str(), lease_order(&l.lease_id))
-                        > (resource.as_str(), lease_order(lease_id))
-                })
-            });
+        let matching = index
+            .of(name, after)
+            .filter_map(|(resource, order)| {
+                let rs = self.resources.get(resource)?;
+                rs.leases
+                    .iter()
+                    .find(|l| lease_order(&l.lease_id) == Some(order))
+            })
+            .filter(|l| principal.is_none_or(|p| l.principal == p));
         let (leases, more) = page(matching.map(|l| self.live_view(l)), page_size, |v| {
             lease_bytes(&v.lease)
         });

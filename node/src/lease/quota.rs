@@ -344,8 +344,15 @@ impl State {
         Ok(())
     }
 
-    /// A live lease begins (`sign` 1) or ends (-1).
+    /// A live lease begins (`sign` 1) or ends (-1): counted, and indexed for listings.
     pub(super) fn count_lease(&mut self, lease: &Lease, sign: i64) {
+        if sign > 0 {
+            self.by_holder.insert(&lease.holder, lease);
+            self.by_principal.insert(&lease.principal, lease);
+        } else {
+            self.by_holder.remove(&lease.holder, lease);
+            self.by_principal.remove(&lease.principal, lease);
+        }
         let ad_hoc = self.is_ad_hoc(&lease.resource);
         let principal = &lease.principal;
         hold(

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::lease::history::{EventKind, SYSTEM_ACTOR};
+use crate::lease::machine::RECLAIMS_PER_ENTRY;
 use crate::lease::policy::SECOND_MS;
 use crate::lease::types::LeaseStatus;
 
@@ -316,10 +317,11 @@ fn s4_5_a_released_lease_cannot_be_released_again() {
     );
 }
 
-/// SPEC §4.4: leases that fall due together are all reclaimed by the same entry, each with its
-/// own `reclaimed` event, and the expiry index forgets every one of them.
+/// SPEC §4.4 (issue 18): leases that fall due together are reclaimed by the next entries, at
+/// most `RECLAIMS_PER_ENTRY` each, each with its own `reclaimed` event; a command on a resource
+/// first reclaims whatever of it is due, so it never sees a lease past its grace.
 #[test]
-fn s4_4_many_shared_leases_due_together_are_reclaimed_by_one_entry() {
+fn s4_4_many_leases_due_together_are_reclaimed_in_chunks_and_first_where_a_command_looks() {
     let mut log = Log::new();
     log.register(
         "crowd",
@@ -342,13 +344,46 @@ fn s4_4_many_shared_leases_due_together_are_reclaimed_by_one_entry() {
     let Reply::Reclaimed(views) = log.tick() else {
         panic!("a tick answers with what it reclaimed");
     };
-    assert_eq!(views.len(), 2_000);
-    assert_eq!(log.state.live_leases(), 0);
-    assert!(log.state.resource_view("crowd").leases.is_empty());
-    let reclaims = log
-        .events("crowd")
-        .iter()
-        .filter(|e| e.kind == EventKind::Reclaimed && e.revision == log.index)
-        .count();
-    assert_eq!(reclaims, 2_000);
+    assert_eq!(views.len(), RECLAIMS_PER_ENTRY);
+    assert_eq!(log.state.live_leases(), 2_000 - RECLAIMS_PER_ENTRY);
+    let reclaimed_at = |log: &Log, index: u64| {
+        log.events("crowd")
+            .iter()
+            .filter(|e| e.kind == EventKind::Reclaimed && e.revision == index)
+            .count()
+    };
+    assert_eq!(reclaimed_at(&log, log.index), RECLAIMS_PER_ENTRY);
+    // Bob's acquire reclaims the rest of the crowd before it is judged.
+    let bob = granted(&log.acquire(BOB, shared("crowd", "bob", Mode::Read, 1)));
+    assert_eq!(log.state.live_leases(), 1);
+    assert_eq!(
+        pairs(&log.state.resource_view("crowd").leases),
+        [("bob".to_string(), bob.lease.fencing_token)]
+    );
+    assert_eq!(reclaimed_at(&log, log.index), 2_000 - RECLAIMS_PER_ENTRY);
+}
+
+/// A mass expiry over many resources takes as many entries as the cap needs, and no more.
+#[test]
+fn s4_4_a_mass_expiry_over_many_resources_is_reclaimed_over_several_entries() {
+    let mut log = Log::new();
+    for n in 0..2_500 {
+        granted(&log.acquire(ALICE, acq_ttl(&format!("r{n}"), "a", 10_000)));
+    }
+    log.elapse(10_000);
+    let mut per_entry = Vec::new();
+    while log.state.live_leases() > 0 {
+        let Reply::Reclaimed(views) = log.tick() else {
+            panic!("a tick answers with what it reclaimed");
+        };
+        per_entry.push(views.len());
+    }
+    assert_eq!(
+        per_entry,
+        [
+            RECLAIMS_PER_ENTRY,
+            RECLAIMS_PER_ENTRY,
+            2_500 - 2 * RECLAIMS_PER_ENTRY
+        ]
+    );
 }
