@@ -412,6 +412,23 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
         }
     })
     .await?;
+    // The attacks test the node-wide and per-connection caps: mallory's own quotas of watches
+    // (1,000 per node; none of every resource) would refuse most of its streams first.
+    let generous = ["watches", "all_resource_watches"]
+        .into_iter()
+        .map(|quota| tenure_client::pb::QuotaChange {
+            quota: quota.into(),
+            limit: 1_000_000,
+            reset: false,
+        })
+        .collect();
+    admin
+        .set_quota(tenure_client::pb::SetQuotaRequest {
+            principal: "mallory".into(),
+            changes: generous,
+            request_id: String::new(),
+        })
+        .await?;
 
     // Quiet phases stand between the attacks: the honest clients' own state keeps growing
     // (exactly-once records live 10 minutes), so each attack is measured against the quiet

@@ -53,8 +53,10 @@ pub struct Node {
     pub streams: crate::limits::Gauge,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
     pub public_streams: crate::limits::Gauge,
-    /// Watches and Serve inboxes open on this node, by principal: their quotas.
+    /// Watches, Serve inboxes and watches of every resource open on this node, by
+    /// principal: their quotas.
     watches: crate::limits::PerPrincipal,
+    all_watches: crate::limits::PerPrincipal,
     serving: crate::limits::PerPrincipal,
     /// The digest of what every member must share (`crate::agreement`); a reload of the
     /// token file renews it.
@@ -201,6 +203,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
             config.limits.max_public_streams,
         ),
         watches: crate::limits::PerPrincipal::new(usize::MAX),
+        all_watches: crate::limits::PerPrincipal::new(usize::MAX),
         serving: crate::limits::PerPrincipal::new(usize::MAX),
         config_digest: std::sync::RwLock::new(config_digest),
         member_ips: Default::default(),
@@ -377,10 +380,7 @@ impl Node {
             true => u64::MAX,
             false => self.sm.read().state.quotas.limits(principal).get(quota),
         };
-        let tally = match quota {
-            crate::lease::quota::Quota::Inboxes => &self.serving,
-            _ => &self.watches,
-        };
+        let tally = self.tally(quota);
         let place = tally
             .enter_up_to(principal, usize::try_from(limit).unwrap_or(usize::MAX))
             .ok_or_else(|| crate::lease::Rejection::QuotaExceeded {
@@ -391,12 +391,17 @@ impl Node {
         Ok(open_stream.with(place))
     }
 
+    fn tally(&self, quota: crate::lease::quota::Quota) -> &crate::limits::PerPrincipal {
+        match quota {
+            crate::lease::quota::Quota::Inboxes => &self.serving,
+            crate::lease::quota::Quota::AllResourceWatches => &self.all_watches,
+            _ => &self.watches,
+        }
+    }
+
     /// How many watches or inboxes (`quota`) `principal` has open on this node.
     pub fn streams_of(&self, principal: &str, quota: crate::lease::quota::Quota) -> u64 {
-        let tally = match quota {
-            crate::lease::quota::Quota::Inboxes => &self.serving,
-            _ => &self.watches,
-        };
+        let tally = self.tally(quota);
         tally.held_by(principal) as u64
     }
 

@@ -192,13 +192,14 @@ pub struct Gauge {
 #[derive(Debug)]
 pub struct Permit(
     #[allow(dead_code)] OwnedSemaphorePermit,
-    #[allow(dead_code)] Option<PrincipalPermit>,
+    #[allow(dead_code)] Vec<PrincipalPermit>,
 );
 
 impl Permit {
-    /// The same place, holding the principal's place too.
-    pub fn with(self, principal: PrincipalPermit) -> Permit {
-        Permit(self.0, Some(principal))
+    /// The same place, holding a place of the principal's too.
+    pub fn with(mut self, principal: PrincipalPermit) -> Permit {
+        self.1.push(principal);
+        self
     }
 }
 
@@ -311,7 +312,7 @@ impl Gauge {
         self.open
             .clone()
             .try_acquire_owned()
-            .map(|permit| Permit(permit, None))
+            .map(|permit| Permit(permit, Vec::new()))
             .map_err(|_| ApiError::Limit {
                 cap: self.cap,
                 detail: match self.cap {

@@ -330,7 +330,9 @@ impl Collector for NodeCollector {
                 let principal = view.principal.clone().unwrap_or_default();
                 for q in crate::lease::quota::ALL {
                     let value = match q {
-                        Quota::Watches | Quota::Inboxes => node.streams_of(&principal, q),
+                        Quota::Watches | Quota::Inboxes | Quota::AllResourceWatches => {
+                            node.streams_of(&principal, q)
+                        }
                         _ => view.usage.get(q),
                     };
                     let labels = vec![

@@ -207,3 +207,39 @@ async fn watches_count_per_principal_on_each_node() {
     }
     assert!(opened.is_some(), "the first watch's place was never freed");
 }
+
+#[tokio::test]
+async fn a_watch_of_every_resource_needs_an_admin_or_a_quota_of_its_own() {
+    let (cluster, _dir) = cluster().await;
+    let node = ids(3)[0];
+    let everything = pb::WatchRequest::default();
+    let bob = as_(&cluster.client_of(node), BOB);
+    over_quota(
+        "bob watches every resource",
+        bob.watch(everything.clone()).await,
+        "all_resource_watches",
+    );
+    // A prefix is fine; so is an admin's watch of everything.
+    let prefix = pb::WatchRequest {
+        prefix: "jobs/".into(),
+        ..Default::default()
+    };
+    let _jobs = bob.watch(prefix).await.expect("a prefix watch");
+    let admin = as_(&cluster.client_of(node), ADMIN);
+    let _all = admin
+        .watch(everything.clone())
+        .await
+        .expect("an admin's watch");
+    admin
+        .set_quota(set("bob", "all_resource_watches", 1))
+        .await
+        .expect("set");
+    for _ in 0..200 {
+        let got = admin.get_quota("bob").await.expect("get");
+        if line(&got, "all_resource_watches").limit == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let _bobs = bob.watch(everything).await.expect("allowed by its quota");
+}

@@ -81,7 +81,9 @@ fn quota_pb(node: &Node, view: &QuotaView) -> pb::QuotaResponse {
                 limit: view.limits.get(q),
                 used: match (q, &view.principal) {
                     (_, None) => 0,
-                    (Quota::Watches | Quota::Inboxes, Some(p)) => node.streams_of(p, q),
+                    (Quota::Watches | Quota::Inboxes | Quota::AllResourceWatches, Some(p)) => {
+                        node.streams_of(p, q)
+                    }
                     (_, Some(_)) => view.usage.get(q),
                 },
                 overridden: view.settings.get(q).is_some(),

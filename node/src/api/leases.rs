@@ -332,6 +332,15 @@ impl Leases for LeasesApi {
         let open_stream =
             self.node
                 .open_stream_of(&caller, crate::lease::quota::Quota::Watches, open_stream)?;
+        // A watch of every resource reads every event: an admin's, or one a quota allows.
+        let open_stream = match &spec.scope {
+            crate::lease::Scope::Prefix(prefix) if prefix.is_empty() => self.node.open_stream_of(
+                &caller,
+                crate::lease::quota::Quota::AllResourceWatches,
+                open_stream,
+            )?,
+            _ => open_stream,
+        };
         let credential = crate::auth::credential_in(request.extensions());
         Ok(Response::new(super::watch::start(
             self.node.clone(),

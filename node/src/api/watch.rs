@@ -28,8 +28,10 @@ use crate::store::notify::Published;
 
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
 
-/// Events read from the state per lock hold (and per message at most).
+/// Events read from the state per lock hold (and per message at most), and about how many
+/// bytes of them: a page of large events is a few messages, never a large hold of the lock.
 const PAGE: usize = 1000;
+const PAGE_BYTES: usize = 256 * 1024;
 /// The most one message carries (a page of large events goes in several): what a watcher
 /// that does not read can make the node hold is a few of these.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -103,15 +105,35 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status>
         loop {
             let (events, applied_index) = {
                 let applied = node.sm.read();
-                let events = applied
+                let page = applied
                     .state
-                    .watch_events(&spec.scope, &cursor, &spec.kinds, PAGE)
+                    .watch_page(&spec.scope, &cursor, &spec.kinds, PAGE, PAGE_BYTES)
                     .map_err(|r| Status::from(ApiError::from(r)))?;
-                (events, applied.last_applied.map_or(0, |id| id.index))
+                (page, applied.last_applied.map_or(0, |id| id.index))
             };
-            let full = events.len() == PAGE;
+            let (mut events, full) = events;
+            // A full page's last revision may go on in the next page. A message claims every
+            // event of the revisions it holds, so that revision waits for the next page —
+            // unless it is the whole page (a revision larger than a page goes in parts, each
+            // claiming the revision before it).
+            let mut claim = None;
+            if full {
+                let last = events.last().map(|(_, e)| e.revision);
+                let first_of_last = events.iter().position(|(_, e)| Some(e.revision) == last);
+                if let Some(at) = first_of_last.filter(|at| *at > 0) {
+                    events.truncate(at);
+                    claim = events.last().map(|(_, e)| e.revision);
+                }
+            }
             if let Some((name, last)) = events.last() {
                 cursor = Cursor::at(name, last);
+            }
+            if let Some(revision) = claim {
+                cursor = Cursor::after_revision(revision);
+                if !send(tx, &events, revision).await? {
+                    return Ok(());
+                }
+                continue;
             }
             if !full {
                 // Everything up to the applied index is covered.

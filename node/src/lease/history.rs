@@ -115,12 +115,17 @@ impl Event {
     }
 }
 
-/// The order of every retained event across resources, oldest first: what the global bound
-/// drops. Derived from the resources' own lists, so it is rebuilt after a snapshot load.
+/// Every retained event across resources in delivery order — (revision, resource, seq), the
+/// order watches deliver in — so oldest first: what the global bound drops, and what a
+/// prefix watch reads from, in O(events read). Derived from the resources' own lists, so it
+/// is rebuilt after a snapshot load.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
-    oldest_first: BTreeSet<(u64, u32, Name)>,
+    oldest_first: BTreeSet<(u64, Name, u32)>,
 }
+
+/// A position in delivery order: (revision, resource, seq).
+pub type Position = (u64, Name, u32);
 
 impl Retention {
     pub fn len(&self) -> usize {
@@ -139,7 +144,7 @@ impl Retention {
             .flat_map(|(name, events)| {
                 events
                     .iter()
-                    .map(move |e| (e.revision, e.seq, name.clone()))
+                    .map(move |e| (e.revision, name.clone(), e.seq))
             })
             .collect();
         Retention { oldest_first }
@@ -147,17 +152,22 @@ impl Retention {
 
     pub fn added(&mut self, resource: &str, (revision, seq): (u64, u32)) {
         self.oldest_first
-            .insert((revision, seq, Name::from(resource)));
+            .insert((revision, Name::from(resource), seq));
     }
 
     pub fn dropped(&mut self, resource: &str, (revision, seq): (u64, u32)) {
         self.oldest_first
-            .remove(&(revision, seq, Name::from(resource)));
+            .remove(&(revision, Name::from(resource), seq));
     }
 
     /// The resource whose event is the oldest retained.
     pub fn oldest(&self) -> Option<&str> {
-        self.oldest_first.first().map(|(_, _, name)| name.as_str())
+        self.oldest_first.first().map(|(_, name, _)| name.as_str())
+    }
+
+    /// The retained positions from `start` on, in delivery order.
+    pub fn from(&self, start: std::ops::Bound<Position>) -> impl Iterator<Item = &Position> {
+        self.oldest_first.range((start, std::ops::Bound::Unbounded))
     }
 }
 

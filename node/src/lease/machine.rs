@@ -265,6 +265,14 @@ pub struct State {
     /// Quotas per principal: the limits replicated, the usage derived.
     #[serde(default)]
     pub(crate) quotas: Quotas,
+    /// The delivery position of the newest event the global bound dropped (it drops in
+    /// delivery order): a prefix watch behind it is `compacted`.
+    #[serde(default)]
+    pub(super) dropped_last: Option<history::Position>,
+    /// The delivery positions of what the per-resource bound dropped, newer than
+    /// `dropped_last`: the other way a prefix watch can miss events.
+    #[serde(skip)]
+    pub(super) trims: BTreeSet<history::Position>,
     /// The global bound on retained events: [`history::TOTAL`]; tests lower it.
     #[serde(skip, default = "history_total")]
     pub(super) history_total: usize,
@@ -412,6 +420,8 @@ impl State {
             retention: Retention::default(),
             dropped_through: None,
             quotas: Quotas::default(),
+            dropped_last: None,
+            trims: BTreeSet::new(),
             history_total: history::TOTAL,
             wait_due: BTreeSet::new(),
             reopen: BTreeSet::new(),
@@ -445,6 +455,7 @@ impl State {
             dedup: self.dedup.clone(),
             dropped_through: self.dropped_through,
             quotas: self.quotas.replicated(),
+            dropped_last: self.dropped_last.clone(),
             history_total: self.history_total,
             ..State::with_default_policy(self.default_policy.clone())
         }
@@ -526,6 +537,24 @@ impl State {
         self.by_holder = by_holder;
         self.by_principal = by_principal;
         self.retention = Retention::rebuild(self.resources.iter().map(|(n, rs)| (n, &rs.history)));
+        if self.dropped_last.is_none() {
+            // A format before the position was kept: every resource of that revision counts
+            // as dropped (`~` sorts after every name), so a watch is told `compacted` rather
+            // than miss an event.
+            self.dropped_last = self
+                .dropped_through
+                .map(|(revision, seq)| (revision, Name::from("~"), seq));
+        }
+        // A trim newer than the global watermark is the per-resource bound's.
+        self.trims = self
+            .resources
+            .iter()
+            .filter_map(|(name, rs)| {
+                let (revision, seq) = rs.trimmed_through()?;
+                let position = (revision, name.clone(), seq);
+                (Some(&position) > self.dropped_last.as_ref()).then_some(position)
+            })
+            .collect();
         self
     }
 
@@ -800,7 +829,11 @@ impl State {
         self.retention.added(name, position);
         for old in &dropped {
             self.retention.dropped(name, old.position());
+            if let Some((revision, seq)) = rs.trimmed_through() {
+                self.trims.remove(&(revision, Name::from(name), seq));
+            }
             rs.set_trimmed_through(old.position());
+            self.trims.insert((old.revision, Name::from(name), old.seq));
         }
         while self.retention.len() > self.history_total {
             let Some(oldest) = self.retention.oldest().map(str::to_string) else {
@@ -814,6 +847,12 @@ impl State {
                     self.retention.dropped(&oldest, old.position());
                     rs.set_trimmed_through(old.position());
                     self.dropped_through = self.dropped_through.max(Some(old.position()));
+                    let position = (old.revision, Name::from(oldest.as_str()), old.seq);
+                    // What the per-resource bound dropped before this is covered now.
+                    while self.trims.first().is_some_and(|t| *t <= position) {
+                        self.trims.pop_first();
+                    }
+                    self.dropped_last = self.dropped_last.take().max(Some(position));
                 }
                 None => break,
             }

@@ -185,6 +185,11 @@ fn map_bytes(map: &std::collections::BTreeMap<String, String>) -> usize {
     map.iter().map(|(k, v)| k.len() + v.len() + 8).sum()
 }
 
+/// Estimated encoded bytes of an event in a reply.
+pub(super) fn event_bytes(event: &Event) -> usize {
+    ITEM_BYTES + map_bytes(&event.metadata)
+}
+
 pub(super) fn lease_bytes(lease: &Lease) -> usize {
     ITEM_BYTES + map_bytes(&lease.metadata)
 }
@@ -330,7 +335,7 @@ impl State {
             }
         }
         let wanted = |e: &&Event| kinds.is_empty() || kinds.contains(&e.kind);
-        let event_bytes = |e: &&Event| ITEM_BYTES + map_bytes(&e.metadata);
+        let event_bytes = |e: &&Event| event_bytes(e);
         let ordered: Box<dyn Iterator<Item = &Event>> = if ascending {
             Box::new(rs.history.iter())
         } else {

@@ -45,9 +45,12 @@ pub enum Quota {
     Watches,
     /// Open Serve inboxes, per node.
     Inboxes,
+    /// Open watches of every resource (prefix ""), per node: none unless an admin allows
+    /// them (an admin's own are not limited).
+    AllResourceWatches,
 }
 
-pub const ALL: [Quota; 8] = [
+pub const ALL: [Quota; 9] = [
     Quota::Leases,
     Quota::AdHocResources,
     Quota::Waiters,
@@ -56,6 +59,7 @@ pub const ALL: [Quota; 8] = [
     Quota::ExactlyOnceBytes,
     Quota::Watches,
     Quota::Inboxes,
+    Quota::AllResourceWatches,
 ];
 
 impl Quota {
@@ -70,6 +74,7 @@ impl Quota {
             Quota::ExactlyOnceBytes => "exactly_once_bytes",
             Quota::Watches => "watches",
             Quota::Inboxes => "inboxes",
+            Quota::AllResourceWatches => "all_resource_watches",
         }
     }
 
@@ -84,7 +89,7 @@ impl Quota {
 
 /// One limit per [`Quota`], in [`ALL`]'s order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits(pub [u64; 8]);
+pub struct Limits(pub [u64; 9]);
 
 impl Limits {
     /// What a principal may hold when nobody said otherwise.
@@ -97,6 +102,7 @@ impl Limits {
         64 << 20, // exactly-once bytes
         1_000,    // watches per node
         1_000,    // inboxes per node
+        0,        // watches of every resource per node
     ]);
 
     pub fn get(&self, quota: Quota) -> u64 {
@@ -106,7 +112,7 @@ impl Limits {
 
 /// Limits set for one principal (or for every principal): `None` keeps the default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Overrides(pub [Option<u64>; 8]);
+pub struct Overrides(pub [Option<u64>; 9]);
 
 impl Overrides {
     pub fn get(&self, quota: Quota) -> Option<u64> {
@@ -134,7 +140,7 @@ impl Overrides {
 
 /// What one principal holds now, per [`Quota`] (watches and inboxes are counted by nodes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage(pub [u64; 8]);
+pub struct Usage(pub [u64; 9]);
 
 impl Usage {
     pub fn get(&self, quota: Quota) -> u64 {

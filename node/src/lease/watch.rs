@@ -9,6 +9,7 @@ use std::ops::Bound;
 
 use super::history::{Event, EventKind};
 use super::machine::State;
+use super::query::event_bytes;
 use super::types::{Name, Rejection};
 
 /// What a watch covers.
@@ -131,7 +132,28 @@ impl State {
 
     /// Where a watch "from the oldest retained event" starts.
     pub fn watch_origin(&self, scope: &Scope) -> Cursor {
-        Cursor::after_revision(self.compacted_through(scope, &self.scoped(scope)))
+        let through = match scope {
+            Scope::Resource(_) => self.compacted_through(scope, &self.scoped(scope)),
+            Scope::Prefix(prefix) => self.prefix_compacted_through(prefix),
+        };
+        Cursor::after_revision(through)
+    }
+
+    /// The newest revision retention dropped an event of that a watch of `prefix` could have
+    /// wanted: what the global bound dropped (any resource), and the per-resource bound's
+    /// drops under the prefix. O(per-resource drops newer than the global ones).
+    fn prefix_compacted_through(&self, prefix: &str) -> u64 {
+        let global = self
+            .dropped_last
+            .as_ref()
+            .map_or(0, |(revision, _, _)| *revision);
+        let own = self
+            .trims
+            .iter()
+            .rev()
+            .find(|(_, name, _)| name.starts_with(prefix))
+            .map_or(0, |(revision, _, _)| *revision);
+        global.max(own)
     }
 
     /// Up to `limit` retained events of `scope` after `cursor`, in delivery order, or
@@ -144,36 +166,115 @@ impl State {
         kinds: &[EventKind],
         limit: usize,
     ) -> Result<Vec<(Name, Event)>, Rejection> {
-        let resources = self.scoped(scope);
-        // Compacted if retention dropped an event after the cursor — compared by position, so
-        // a cursor in the middle of a revision notices a drop later in that revision too.
+        self.watch_page(scope, cursor, kinds, limit, usize::MAX)
+            .map(|(events, _)| events)
+    }
+
+    /// A page of what a watch delivers next: at most `limit` events and about `max_bytes`
+    /// (one event at least), and whether more follow. Reads only what it returns (and, for a
+    /// prefix, the events of other resources in between), never every retained event.
+    pub fn watch_page(
+        &self,
+        scope: &Scope,
+        cursor: &Cursor,
+        kinds: &[EventKind],
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<(Name, Event)>, bool), Rejection> {
+        let wanted = |e: &Event| kinds.is_empty() || kinds.contains(&e.kind);
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        let mut take = |name: &Name, e: &Event| -> bool {
+            if page.len() >= limit || (bytes >= max_bytes && !page.is_empty()) {
+                return false;
+            }
+            bytes += event_bytes(e);
+            page.push((name.clone(), e.clone()));
+            true
+        };
+        let mut more = false;
+        match scope {
+            Scope::Resource(_) => {
+                let resources = self.scoped(scope);
+                self.check_compacted(scope, &resources, cursor)?;
+                'all: for (name, rs) in resources {
+                    // Histories are oldest first: skip what the cursor has passed.
+                    let from = rs.history.partition_point(|e| !cursor.before(name, e));
+                    for e in rs.history.range(from..).filter(|e| wanted(e)) {
+                        if !take(name, e) {
+                            more = true;
+                            break 'all;
+                        }
+                    }
+                }
+            }
+            Scope::Prefix(prefix) => {
+                let global = self
+                    .dropped_last
+                    .as_ref()
+                    .is_some_and(|(revision, name, seq)| {
+                        cursor.before_position(name, (*revision, *seq))
+                    });
+                let own = self
+                    .trims
+                    .range((start_of(cursor), Bound::Unbounded))
+                    .any(|(_, name, _)| name.starts_with(prefix.as_str()));
+                if global || own {
+                    return Err(Rejection::Compacted {
+                        oldest: self.prefix_compacted_through(prefix) + 1,
+                    });
+                }
+                let positions = self
+                    .retention
+                    .from(start_of(cursor))
+                    .filter(|(_, name, _)| name.starts_with(prefix.as_str()));
+                for (revision, name, seq) in positions {
+                    let Some(rs) = self.resources.get(name) else {
+                        continue;
+                    };
+                    let at = rs
+                        .history
+                        .partition_point(|e| e.position() < (*revision, *seq));
+                    let Some(e) = rs.history.get(at).filter(|e| wanted(e)) else {
+                        continue;
+                    };
+                    if !take(name, e) {
+                        more = true;
+                        break;
+                    }
+                }
+            }
+        }
+        Ok((page, more))
+    }
+
+    /// `compacted` if retention dropped an event of `resources` after `cursor` — compared by
+    /// position, so a cursor in the middle of a revision notices a drop later in it too.
+    fn check_compacted(
+        &self,
+        scope: &Scope,
+        resources: &Scoped<'_>,
+        cursor: &Cursor,
+    ) -> Result<(), Rejection> {
         let dropped_after_cursor = resources.iter().any(|(name, rs)| {
             rs.trimmed_through()
                 .is_some_and(|p| cursor.before_position(name, p))
         }) || self
-            .forgotten_watermark(scope, &resources)
+            .forgotten_watermark(scope, resources)
             .is_some_and(|(revision, _)| revision > cursor.revision);
         if dropped_after_cursor {
             return Err(Rejection::Compacted {
-                oldest: self.compacted_through(scope, &resources) + 1,
+                oldest: self.compacted_through(scope, resources) + 1,
             });
         }
-        let mut events: Vec<(&Name, &Event)> = Vec::new();
-        for (name, rs) in resources {
-            // Histories are oldest first: skip what the cursor has passed.
-            let from = rs.history.partition_point(|e| !cursor.before(name, e));
-            events.extend(
-                rs.history
-                    .range(from..)
-                    .filter(|e| kinds.is_empty() || kinds.contains(&e.kind))
-                    .map(|e| (name, e)),
-            );
-        }
-        events.sort_by(|a, b| order_key(a.0, a.1).cmp(&order_key(b.0, b.1)));
-        events.truncate(limit);
-        Ok(events
-            .into_iter()
-            .map(|(name, e)| (name.clone(), e.clone()))
-            .collect())
+        Ok(())
+    }
+}
+
+/// The first delivery position after `cursor`.
+fn start_of(cursor: &Cursor) -> Bound<(u64, Name, u32)> {
+    match &cursor.within {
+        None => Bound::Included((cursor.revision.saturating_add(1), Name::default(), 0)),
+        Some((name, seq)) => Bound::Excluded((cursor.revision, Name::from(name.as_str()), *seq)),
     }
 }

@@ -148,7 +148,8 @@ enum ClusterCommand {
 enum QuotaCommand {
     /// Set limits of PRINCIPAL, e.g. `tenure quota set alice leases=5000 watches=default`.
     /// Quotas: leases, ad_hoc_resources, waiters, bookings, metadata_bytes,
-    /// exactly_once_bytes, watches, inboxes; `default` puts one back to the default.
+    /// exactly_once_bytes, watches, inboxes, all_resource_watches; `default` puts one back
+    /// to the default.
     Set {
         principal: String,
         /// QUOTA=LIMIT or QUOTA=default.
