@@ -175,19 +175,15 @@ pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {
             ))
         }
     };
-    if policy::metadata_bytes(&req.metadata) > MAX_METADATA_BYTES {
-        return Err(ApiError::invalid(
-            "metadata",
-            format!("over {MAX_METADATA_BYTES} bytes of keys and values"),
-        ));
-    }
+    let metadata = req.metadata.clone().into_iter().collect();
+    policy::check_metadata(&metadata, MAX_METADATA_BYTES)?;
     Ok(AcquireOp {
         resource,
         holder,
         ttl_ms,
         mode,
         units: req.units,
-        metadata: req.metadata.clone().into_iter().collect(),
+        metadata,
         idempotency_key: key("idempotency_key", &req.idempotency_key)?,
         wait_ms,
     })
@@ -672,6 +668,29 @@ mod tests {
         req.metadata
             .insert("k".into(), "v".repeat(MAX_METADATA_BYTES - 1));
         assert_eq!(reason(acquire(&req)), "ok");
+    }
+
+    #[test]
+    fn metadata_with_too_many_entries_or_control_characters_is_refused() {
+        let mut req = acquire_req();
+        for i in 0..policy::MAX_METADATA_ENTRIES {
+            req.metadata.insert(format!("k{i}"), "v".into());
+        }
+        assert_eq!(reason(acquire(&req)), "ok");
+        req.metadata.insert("one-more".into(), "v".into());
+        assert_eq!(reason(acquire(&req)), "invalid_argument");
+        for bad in ["tab\there", "bell\u{7}", "nul\0", "c1\u{85}"] {
+            let mut req = acquire_req();
+            req.metadata.insert("k".into(), bad.into());
+            assert_eq!(reason(acquire(&req)), "invalid_argument", "{bad:?}");
+            let mut req = acquire_req();
+            req.metadata.insert(bad.into(), "v".into());
+            assert_eq!(
+                reason(acquire(&req)),
+                "invalid_argument",
+                "{bad:?} as a key"
+            );
+        }
     }
 
     #[test]

@@ -76,15 +76,7 @@ impl State {
         }
         let ttl_ms = op.ttl_ms.unwrap_or(policy.default_ttl_ms);
         check_ttl(policy, ttl_ms)?;
-        if policy::metadata_bytes(&op.metadata) > policy.max_metadata_bytes as usize {
-            return Err(Rejection::invalid(
-                "metadata",
-                format!(
-                    "over {} bytes of keys and values",
-                    policy.max_metadata_bytes
-                ),
-            ));
-        }
+        policy::check_metadata(&op.metadata, policy.max_metadata_bytes as usize)?;
         // Units count only for shared leases of a resource with a pool; otherwise 0.
         let units = if op.mode == Mode::Exclusive || policy.total_units == 0 {
             0

@@ -11,10 +11,14 @@ use serde::{Deserialize, Serialize};
 use super::machine::PushLean;
 use super::types::{Lease, LeaseStatus, Metadata, Mode, Name};
 
-/// Newest events kept per resource.
+/// Newest events kept per resource, and at most what they cost ([`event_cost`]).
 pub const PER_RESOURCE: usize = 10_000;
-/// Events kept in all.
+pub const PER_RESOURCE_BYTES: u32 = 8 << 20;
+/// Events kept in all, and at most what they cost.
 pub const TOTAL: usize = 1_000_000;
+pub const TOTAL_BYTES: u64 = 256 << 20;
+/// What an event costs in memory besides its metadata: the event and its index entry.
+pub const EVENT_BYTES: u64 = 192;
 /// The actor of events no caller caused (reclaims).
 pub const SYSTEM_ACTOR: &str = "tenure";
 
@@ -122,6 +126,20 @@ impl Event {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
     oldest_first: BTreeSet<(u64, Name, u32)>,
+    /// What the retained events cost, all together.
+    bytes: u64,
+}
+
+/// What one retained event costs: [`EVENT_BYTES`] and its metadata, each entry with its
+/// overhead (as a principal's metadata quota counts it).
+pub fn event_cost(event: &Event) -> u64 {
+    EVENT_BYTES + super::quota::metadata_cost(event.metadata.iter())
+}
+
+/// What a resource's retained events cost (saturating: the bound is far below).
+pub fn bytes_of(events: &VecDeque<Event>) -> u32 {
+    let total: u64 = events.iter().map(event_cost).sum();
+    u32::try_from(total).unwrap_or(u32::MAX)
 }
 
 /// A position in delivery order: (revision, resource, seq).
@@ -139,25 +157,41 @@ impl Retention {
     pub fn rebuild<'a>(
         resources: impl IntoIterator<Item = (&'a Name, &'a VecDeque<Event>)>,
     ) -> Self {
-        let oldest_first = resources
-            .into_iter()
-            .flat_map(|(name, events)| {
-                events
-                    .iter()
-                    .map(move |e| (e.revision, name.clone(), e.seq))
-            })
-            .collect();
-        Retention { oldest_first }
+        let mut bytes = 0;
+        let mut oldest_first = BTreeSet::new();
+        for (name, events) in resources {
+            for e in events {
+                bytes += event_cost(e);
+                oldest_first.insert((e.revision, name.clone(), e.seq));
+            }
+        }
+        Retention {
+            oldest_first,
+            bytes,
+        }
     }
 
-    pub fn added(&mut self, resource: &str, (revision, seq): (u64, u32)) {
-        self.oldest_first
-            .insert((revision, Name::from(resource), seq));
+    pub fn added(&mut self, resource: &str, (revision, seq): (u64, u32), cost: u64) {
+        if self
+            .oldest_first
+            .insert((revision, Name::from(resource), seq))
+        {
+            self.bytes += cost;
+        }
     }
 
-    pub fn dropped(&mut self, resource: &str, (revision, seq): (u64, u32)) {
-        self.oldest_first
-            .remove(&(revision, Name::from(resource), seq));
+    pub fn dropped(&mut self, resource: &str, (revision, seq): (u64, u32), cost: u64) {
+        if self
+            .oldest_first
+            .remove(&(revision, Name::from(resource), seq))
+        {
+            self.bytes = self.bytes.saturating_sub(cost);
+        }
+    }
+
+    /// What the retained events cost.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// The resource whose event is the oldest retained.
@@ -171,18 +205,27 @@ impl Retention {
     }
 }
 
-/// Appends `event` to a resource's list, numbering it within its revision; returns its
-/// position and the events the per-resource bound dropped.
-pub fn push(events: &mut VecDeque<Event>, mut event: Event) -> ((u64, u32), Vec<Event>) {
+/// Appends `event` to a resource's list (whose events cost `bytes`), numbering it within its
+/// revision; returns its position and the events the per-resource bounds dropped (never the
+/// new one).
+pub fn push(
+    events: &mut VecDeque<Event>,
+    bytes: &mut u32,
+    mut event: Event,
+) -> ((u64, u32), Vec<Event>) {
     event.seq = match events.back() {
         Some(last) if last.revision == event.revision => last.seq + 1,
         _ => 0,
     };
     let position = event.position();
+    *bytes = bytes.saturating_add(event_cost(&event) as u32);
     events.push_lean(event);
     let mut dropped = Vec::new();
-    while events.len() > PER_RESOURCE {
-        dropped.extend(events.pop_front());
+    while events.len() > PER_RESOURCE || (*bytes > PER_RESOURCE_BYTES && events.len() > 1) {
+        if let Some(old) = events.pop_front() {
+            *bytes = bytes.saturating_sub(event_cost(&old) as u32);
+            dropped.push(old);
+        }
     }
     (position, dropped)
 }

@@ -105,7 +105,11 @@ pub struct ResourceState {
     /// `compacted` ([`ResourceState::trimmed_through`]). Not rare: once the global bound drops
     /// events, every new resource starts with it. Revisions are log indexes, never 0, so this
     /// is 16 bytes instead of 24, and the whole state fits an allocation of 128 with its `Arc`.
-    trimmed: Option<(NonZeroU64, u32)>,
+    trimmed_revision: Option<NonZeroU64>,
+    trimmed_seq: u32,
+    /// What the retained events cost ([`history::event_cost`]): bounded per resource by
+    /// [`history::PER_RESOURCE_BYTES`]. Derived (counted again when a snapshot loads).
+    pub(super) history_bytes: u32,
     rare: Option<Box<Rare>>,
 }
 
@@ -140,11 +144,17 @@ impl ResourceState {
 
     /// The (revision, seq) of the newest event retention dropped.
     pub fn trimmed_through(&self) -> Option<(u64, u32)> {
-        self.trimmed.map(|(revision, seq)| (revision.get(), seq))
+        self.trimmed_revision
+            .map(|revision| (revision.get(), self.trimmed_seq))
     }
 
     pub(super) fn set_trimmed_through(&mut self, position: (u64, u32)) {
-        self.trimmed = packed(position);
+        self.set_trimmed(packed(position));
+    }
+
+    fn set_trimmed(&mut self, trimmed: Option<(NonZeroU64, u32)>) {
+        self.trimmed_revision = trimmed.map(|(revision, _)| revision);
+        self.trimmed_seq = trimmed.map_or(0, |(_, seq)| seq);
     }
 
     /// The registration, lock delay, waiting room and bookings.
@@ -174,7 +184,7 @@ impl PartialEq for ResourceState {
             && self.ended == other.ended
             && self.revision == other.revision
             && self.history == other.history
-            && self.trimmed == other.trimmed
+            && self.trimmed_through() == other.trimmed_through()
             && self.rare() == other.rare()
     }
 }
@@ -233,14 +243,19 @@ impl<'de> Deserialize<'de> for ResourceState {
             waiters: stored.waiters,
             bookings: stored.bookings,
         };
-        Ok(ResourceState {
+        let history_bytes = history::bytes_of(&stored.history);
+        let mut rs = ResourceState {
             leases: stored.leases,
             ended: stored.ended,
             revision: stored.revision,
             history: stored.history,
-            trimmed: stored.trimmed_through.and_then(packed),
+            trimmed_revision: None,
+            trimmed_seq: 0,
+            history_bytes,
             rare: (rare != *NOTHING_RARE).then(|| Box::new(rare)),
-        })
+        };
+        rs.set_trimmed(stored.trimmed_through.and_then(packed));
+        Ok(rs)
     }
 }
 
@@ -276,6 +291,9 @@ pub struct State {
     /// The global bound on retained events: [`history::TOTAL`]; tests lower it.
     #[serde(skip, default = "history_total")]
     pub(super) history_total: usize,
+    /// The global bound on what they cost: [`history::TOTAL_BYTES`]; tests lower it.
+    #[serde(skip, default = "history_total_bytes")]
+    pub(super) history_total_bytes: u64,
     /// (timeout, resource, wait_id) of every waiter: the next wait timeout is first.
     #[serde(skip)]
     pub(super) wait_due: BTreeSet<(u64, Name, u64)>,
@@ -322,6 +340,10 @@ impl Eq for Effects {}
 
 fn history_total() -> usize {
     history::TOTAL
+}
+
+fn history_total_bytes() -> u64 {
+    history::TOTAL_BYTES
 }
 
 impl Default for State {
@@ -423,6 +445,7 @@ impl State {
             dropped_last: None,
             trims: BTreeSet::new(),
             history_total: history::TOTAL,
+            history_total_bytes: history::TOTAL_BYTES,
             wait_due: BTreeSet::new(),
             reopen: BTreeSet::new(),
             booking_ends: BTreeSet::new(),
@@ -438,10 +461,9 @@ impl State {
     pub(super) fn resource_entry(&mut self, name: &str) -> &mut ResourceState {
         let dropped_through = self.dropped_through;
         Arc::make_mut(self.resources.entry(Name::from(name)).or_insert_with(|| {
-            Arc::new(ResourceState {
-                trimmed: dropped_through.and_then(packed),
-                ..ResourceState::default()
-            })
+            let mut rs = ResourceState::default();
+            rs.set_trimmed(dropped_through.and_then(packed));
+            Arc::new(rs)
         }))
     }
 
@@ -457,6 +479,7 @@ impl State {
             quotas: self.quotas.replicated(),
             dropped_last: self.dropped_last.clone(),
             history_total: self.history_total,
+            history_total_bytes: self.history_total_bytes,
             ..State::with_default_policy(self.default_policy.clone())
         }
     }
@@ -790,7 +813,10 @@ impl State {
         view
     }
 
-    pub(super) fn remember_ended(&mut self, name: &str, ended: Ended) {
+    /// Keeps an ended lease, without its metadata: the ended list outlives the history that
+    /// bounds metadata by bytes, and how a lease ended needs none of it.
+    pub(super) fn remember_ended(&mut self, name: &str, mut ended: Ended) {
+        ended.lease.metadata = Default::default();
         if let Some(rs) = self.resources.get_mut(name).map(Arc::make_mut) {
             rs.ended.push_lean(ended);
             while rs.ended.len() > ENDED_KEPT {
@@ -820,22 +846,26 @@ impl State {
         event.revision = index;
         event.at_wall_ms = wall_ms;
         event.actor = Name::from(actor);
-        let (position, dropped) = history::push(&mut rs.history, event);
+        let cost = history::event_cost(&event);
+        let (position, dropped) = history::push(&mut rs.history, &mut rs.history_bytes, event);
         if let Some(recorded) = rs.history.back() {
             self.effects
                 .events
                 .push((Name::from(name), recorded.clone()));
         }
-        self.retention.added(name, position);
+        self.retention.added(name, position, cost);
         for old in &dropped {
-            self.retention.dropped(name, old.position());
+            self.retention
+                .dropped(name, old.position(), history::event_cost(old));
             if let Some((revision, seq)) = rs.trimmed_through() {
                 self.trims.remove(&(revision, Name::from(name), seq));
             }
             rs.set_trimmed_through(old.position());
             self.trims.insert((old.revision, Name::from(name), old.seq));
         }
-        while self.retention.len() > self.history_total {
+        while self.retention.len() > self.history_total
+            || self.retention.bytes() > self.history_total_bytes
+        {
             let Some(oldest) = self.retention.oldest().map(str::to_string) else {
                 break;
             };
@@ -844,7 +874,9 @@ impl State {
             };
             match rs.history.pop_front() {
                 Some(old) => {
-                    self.retention.dropped(&oldest, old.position());
+                    let cost = history::event_cost(&old);
+                    rs.history_bytes = rs.history_bytes.saturating_sub(cost as u32);
+                    self.retention.dropped(&oldest, old.position(), cost);
                     rs.set_trimmed_through(old.position());
                     self.dropped_through = self.dropped_through.max(Some(old.position()));
                     let position = (old.revision, Name::from(oldest.as_str()), old.seq);

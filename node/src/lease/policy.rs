@@ -197,9 +197,42 @@ pub fn valid_label(value: &str, may_be_empty: bool) -> bool {
         && !value.chars().any(char::is_control)
 }
 
-/// Bytes a metadata map counts against its limit: every key and value.
+/// Bytes a metadata map counts against a policy's limit: every key and value. (What it
+/// costs in memory, and against its principal's quota, adds `quota::METADATA_ENTRY_BYTES`
+/// per entry; [`MAX_METADATA_ENTRIES`] bounds that part.)
 pub fn metadata_bytes<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> usize {
     entries.into_iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// Metadata entries per lease at most.
+pub const MAX_METADATA_ENTRIES: usize = 64;
+
+/// Checks metadata against `max_bytes` of keys and values: at most [`MAX_METADATA_ENTRIES`]
+/// entries, no control characters in keys or values.
+pub fn check_metadata(
+    metadata: &std::collections::BTreeMap<String, String>,
+    max_bytes: usize,
+) -> Result<(), Rejection> {
+    if metadata.len() > MAX_METADATA_ENTRIES {
+        return Err(Rejection::invalid(
+            "metadata",
+            format!("more than {MAX_METADATA_ENTRIES} entries"),
+        ));
+    }
+    let control = |s: &String| s.chars().any(char::is_control);
+    if metadata.iter().any(|(k, v)| control(k) || control(v)) {
+        return Err(Rejection::invalid(
+            "metadata",
+            "control characters in a key or value",
+        ));
+    }
+    if metadata_bytes(metadata) > max_bytes {
+        return Err(Rejection::invalid(
+            "metadata",
+            format!("over {max_bytes} bytes of keys and values"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

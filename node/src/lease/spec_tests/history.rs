@@ -242,11 +242,12 @@ fn s4_11_history_filters_by_event_kind() {
 #[test]
 fn s4_11_history_push_keeps_the_newest_per_resource_events() {
     let mut events = VecDeque::new();
+    let mut bytes = 0;
     let mut dropped_all = Vec::new();
     for revision in 1..=(history::PER_RESOURCE as u64 + 3) {
         let mut event = Event::of_resource(EventKind::Renewed);
         event.revision = revision;
-        let ((_, seq), dropped) = history::push(&mut events, event);
+        let ((_, seq), dropped) = history::push(&mut events, &mut bytes, event);
         assert_eq!(seq, 0);
         dropped_all.extend(dropped);
     }
@@ -263,7 +264,49 @@ fn s4_11_history_push_keeps_the_newest_per_resource_events() {
     // Events of one revision are numbered in order.
     let mut again = Event::of_resource(EventKind::Released);
     again.revision = history::PER_RESOURCE as u64 + 3;
-    assert_eq!(history::push(&mut events, again).0 .1, 1);
+    assert_eq!(history::push(&mut events, &mut bytes, again).0 .1, 1);
+    assert_eq!(bytes, history::bytes_of(&events));
+}
+
+/// Issue 18: history is bounded by what it costs too, per resource and in all: large
+/// events (metadata) are dropped oldest first long before their count would be, and a
+/// resource's newest event is always kept.
+#[test]
+fn s4_11_history_is_bounded_by_bytes_per_resource_and_in_all() {
+    let big = |resource: &str, holder: &str| AcquireOp {
+        metadata: [("blob".to_string(), "x".repeat(15_000))].into(),
+        ..acq_ttl(resource, holder, 1_000)
+    };
+    // Per resource: 8 MiB of ~15 KB events is ~550 of them.
+    let mut events = VecDeque::new();
+    let mut bytes = 0;
+    let mut event = Event::of_resource(EventKind::Acquired);
+    event.metadata = big("r", "h").metadata.into();
+    for revision in 1..=1_000 {
+        event.revision = revision;
+        history::push(&mut events, &mut bytes, event.clone());
+    }
+    assert!(bytes <= history::PER_RESOURCE_BYTES, "{bytes}");
+    assert!(events.len() < 600 && events.len() > 500, "{}", events.len());
+    assert_eq!(events.back().map(|e| e.revision), Some(1_000));
+    // In all: the global byte bound drops the oldest events across resources.
+    let mut log = Log::new();
+    log.state.history_total_bytes = 20 * 15_300;
+    for n in 0..40 {
+        let a = granted(&log.acquire(ALICE, big(&format!("r{n}"), "h")));
+        log.release(ALICE, release_of(&a));
+    }
+    assert!(log.state.retention.bytes() <= log.state.history_total_bytes);
+    assert!(
+        log.state.retained_events() < 60,
+        "{}",
+        log.state.retained_events()
+    );
+    assert!(
+        log.events("r39").len() == 2,
+        "the newest resource keeps its events"
+    );
+    assert!(log.events("r0").is_empty(), "the oldest are gone");
 }
 
 #[test]
@@ -320,4 +363,15 @@ fn s4_11_a_forgotten_resource_used_again_answers_old_cursors_with_compacted() {
     // A cursor from the new life of `a` pages on normally.
     let (fresh, _) = page(&log, "a", 10, Some((oldest - 1, 0)), true, &[]).expect("a page");
     assert_eq!(fresh.len(), 1);
+}
+
+/// A resource's state stays within one 128-byte allocation with its `Arc` (most resources
+/// are one lease and a few events: at a million, every word is 8 MB).
+#[test]
+fn a_resource_state_stays_small() {
+    assert!(
+        std::mem::size_of::<crate::lease::machine::ResourceState>() <= 112,
+        "{} bytes",
+        std::mem::size_of::<crate::lease::machine::ResourceState>()
+    );
 }

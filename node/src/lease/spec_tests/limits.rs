@@ -334,3 +334,31 @@ fn s2_replies_listing_many_holders_stay_under_the_transport_limit() {
     assert_eq!(refusal, Refusal::ResourceUnavailable);
     assert!(holders.len() <= 100 && holders.len() == view.leases.len().min(100));
 }
+
+/// Issue 18: metadata holds at most 64 entries and no control characters, checked by apply
+/// too (an entry is judged the same on every node, whatever its proposer checked).
+#[test]
+fn s4_13_metadata_with_too_many_entries_or_control_characters_is_refused() {
+    let mut log = Log::new();
+    let with = |holder: &str, metadata: &[(&str, &str)]| AcquireOp {
+        metadata: metadata
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..acq(holder, holder)
+    };
+    let many: Vec<(String, String)> = (0..65).map(|i| (format!("k{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        invalid_field(&log.acquire(ALICE, with("a", &many))),
+        "metadata"
+    );
+    granted(&log.acquire(ALICE, with("b", &many[..64])));
+    for (k, v) in [("k", "line\nbreak"), ("esc\u{1b}", "v"), ("k", "del\u{7f}")] {
+        assert_eq!(
+            invalid_field(&log.acquire(ALICE, with("c", &[(k, v)]))),
+            "metadata"
+        );
+    }
+    granted(&log.acquire(ALICE, with("d", &[("emoji", "🙂 ok")])));
+}
