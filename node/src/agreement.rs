@@ -25,11 +25,16 @@ pub const FROM_HEADER: &str = "tenure-raft-from";
 /// How many refused peers are remembered (the oldest go first).
 const REMEMBERED: usize = 64;
 
-/// The digest of what every member must share, as 32 hex digits.
-pub fn digest(auth: &Auth, require_registration: bool) -> String {
+/// The digest of what every member must share, as 32 hex digits: the peer tokens,
+/// `--require-registration` and `--ad-hoc-bookable` (hashed only when on, so that a cluster
+/// without it keeps the digest of the release before, and upgrades one node at a time).
+pub fn digest(auth: &Auth, require_registration: bool, ad_hoc_bookable: bool) -> String {
     let mut hasher = Sha256::new();
     hasher.update(b"tenure configuration 1\n");
     hasher.update([u8::from(require_registration)]);
+    if ad_hoc_bookable {
+        hasher.update(b"ad-hoc-bookable\n");
+    }
     auth.hash_into(&mut hasher);
     hasher.finalize()[..16]
         .iter()
@@ -79,15 +84,38 @@ mod tests {
     fn the_digest_follows_the_peer_tokens_and_require_registration_only() {
         let tokens = Auth::parse("a alice admin\nb bob client\np nodes peer").expect("parses");
         let reordered = Auth::parse("p nodes peer\nb bob client\na alice admin").expect("parses");
-        assert_eq!(digest(&tokens, false), digest(&reordered, false));
-        assert_ne!(digest(&tokens, false), digest(&tokens, true));
+        assert_eq!(
+            digest(&tokens, false, false),
+            digest(&reordered, false, false)
+        );
+        assert_ne!(digest(&tokens, false, false), digest(&tokens, true, false));
         // Client and admin tokens may differ; the peer token may not.
         let other_clients = Auth::parse("c carol admin\np nodes peer").expect("ok");
-        assert_eq!(digest(&tokens, false), digest(&other_clients, false));
+        assert_eq!(
+            digest(&tokens, false, false),
+            digest(&other_clients, false, false)
+        );
         let other_peer = Auth::parse("a alice admin\nb bob client\nq nodes peer").expect("ok");
-        assert_ne!(digest(&tokens, false), digest(&other_peer, false));
-        assert_ne!(digest(&tokens, false), digest(&Auth::off(), false));
-        assert_eq!(digest(&tokens, false).len(), 32);
+        assert_ne!(
+            digest(&tokens, false, false),
+            digest(&other_peer, false, false)
+        );
+        assert_ne!(
+            digest(&tokens, false, false),
+            digest(&Auth::off(), false, false)
+        );
+        assert_eq!(digest(&tokens, false, false).len(), 32);
+        assert_ne!(digest(&tokens, false, false), digest(&tokens, false, true));
+        // Off, the digest is the one of the release before the setting.
+        let mut before = Sha256::new();
+        before.update(b"tenure configuration 1\n");
+        before.update([0]);
+        tokens.hash_into(&mut before);
+        let before: String = before.finalize()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(digest(&tokens, false, false), before);
     }
 
     #[test]

@@ -144,7 +144,8 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     }
     let tls = crate::tls::Tls::load(&config)?;
     let peers = Peers::new(auth.peer_token(), tls.as_ref().map(|t| t.peer_client()))?;
-    let config_digest = crate::agreement::digest(&auth, config.require_registration);
+    let config_digest =
+        crate::agreement::digest(&auth, config.require_registration, config.ad_hoc_bookable);
     peers.identify(config.id, &config_digest);
     let raft = Raft::new(
         config.id,
@@ -449,7 +450,11 @@ impl Node {
             "the peer token this node sends (the lexically first `peer` line) would change: \
              that takes a restart; a reload may add or remove any other token"
         );
-        let digest = crate::agreement::digest(&auth, self.config.require_registration);
+        let digest = crate::agreement::digest(
+            &auth,
+            self.config.require_registration,
+            self.config.ad_hoc_bookable,
+        );
         self.peers.identify(self.id, &digest);
         *self
             .config_digest

@@ -134,6 +134,12 @@ pub struct Config {
     #[arg(long, env = "TENURED_REQUIRE_REGISTRATION")]
     pub require_registration: bool,
 
+    /// Let holders book windows of ad-hoc resources (registered ones follow their policy's
+    /// `bookable`). Off: a booking of an ad-hoc resource is refused `not_bookable`, so that
+    /// nobody can reserve a name another client uses ad hoc. Every member must agree.
+    #[arg(long, env = "TENURED_AD_HOC_BOOKABLE")]
+    pub ad_hoc_bookable: bool,
+
     /// Test-only (feature `fault-injection`): start with both clocks stepped by this many ms.
     #[cfg(feature = "fault-injection")]
     #[arg(

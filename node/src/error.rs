@@ -93,6 +93,7 @@ impl ApiError {
                     | Rejection::StaleFencingToken { .. }
                     | Rejection::LeaseExpired
                     | Rejection::NotTransferable(_)
+                    | Rejection::NotBookable(_)
                     | Rejection::AlreadyHeld { .. }
                     | Rejection::ResourceBooked { .. }
                     | Rejection::BookingOverlaps { .. }

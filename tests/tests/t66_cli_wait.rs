@@ -240,6 +240,9 @@ async fn cancel_wait_ends_a_blocked_acquire_with_wait_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_booking_refuses_leases_that_would_extend_into_it_until_cancelled() {
     let (cluster, cli) = Cli::in_process().await;
+    let (code, created) = cli.json("resources create cli/room --bookable").await;
+    assert_eq!(code, Some(0), "{created}");
+    assert_eq!(created["resource"]["policy"]["bookable"], true, "{created}");
     let (code, booked) = cli
         .json("book cli/room --holder alice --start +1h --duration 30m")
         .await;

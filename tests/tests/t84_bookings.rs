@@ -1,5 +1,6 @@
 //! Bookings (SPEC §4.8) through the API: listed by GetResource, refusing leases of other
-//! holders that would reach into the window with `resource_booked` and its start.
+//! holders that would reach into the window with `resource_booked` and its start; only of
+//! bookable resources (issue 18).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -9,9 +10,12 @@ use tenure_tests::in_process::InProcessCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_booking_is_listed_and_keeps_other_holders_out_of_its_window() {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
+    // Ad-hoc resources are bookable on a cluster started so.
+    let flags: BTreeMap<u64, Vec<String>> = tenure_tests::ids(3)
+        .into_iter()
+        .map(|id| (id, vec!["--ad-hoc-bookable".to_string()]))
+        .collect();
+    let cluster = InProcessCluster::start(3, flags).await.expect("cluster");
     cluster
         .leader(Duration::from_secs(15))
         .await
@@ -100,5 +104,53 @@ async fn a_booking_is_listed_and_keeps_other_holders_out_of_its_window() {
         .await
         .expect("cancel");
     assert_eq!(cancelled.booking, Some(booking));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_bookable_resources_may_be_booked() {
+    let cluster = InProcessCluster::start(1, BTreeMap::new())
+        .await
+        .expect("a node");
+    cluster
+        .leader(Duration::from_secs(15))
+        .await
+        .expect("leader");
+    let client = cluster.client();
+    let now_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let book = |resource: &str| pb::BookRequest {
+        resource: resource.into(),
+        holder: "team-a".into(),
+        start: Some(prost_types::Timestamp {
+            seconds: now_s + 3_600,
+            nanos: 0,
+        }),
+        duration: Some(prost_duration(Duration::from_secs(600))),
+        ..Default::default()
+    };
+    let refused = client.book(book("adhoc/1")).await.expect_err("ad hoc");
+    assert_eq!(refused.reason(), "not_bookable");
+    for (name, bookable) in [("plain/1", false), ("room/2", true)] {
+        client
+            .create_resource(pb::CreateResourceRequest {
+                name: name.into(),
+                policy: Some(pb::Policy {
+                    bookable,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("create");
+    }
+    let refused = client
+        .book(book("plain/1"))
+        .await
+        .expect_err("not bookable");
+    assert_eq!(refused.reason(), "not_bookable");
+    client.book(book("room/2")).await.expect("bookable");
     cluster.shutdown().await;
 }

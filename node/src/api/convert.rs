@@ -85,6 +85,8 @@ pub fn policy(policy: &Policy) -> pb::Policy {
                 transition: r.transition.clone(),
             })
             .collect(),
+        bookable: policy.bookable,
+        max_holders: policy.max_holders,
     }
 }
 

@@ -14,7 +14,7 @@ use crate::api::forward::ProposeRequest;
 use crate::app::Node;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::lease::{Answer, Op, Query, Refusal, Reply};
+use crate::lease::{Answer, BookOp, Op, Query, Refusal, Reply};
 
 pub struct LeasesApi {
     pub node: Arc<Node>,
@@ -293,7 +293,10 @@ impl Leases for LeasesApi {
         request: Request<pb::BookRequest>,
     ) -> Result<Response<pb::BookResponse>, Status> {
         let req = request.get_ref();
-        let op = validate::book(req)?;
+        let op = BookOp {
+            ad_hoc_bookable: self.node.config.ad_hoc_bookable,
+            ..validate::book(req)?
+        };
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
         let resource = op.resource.clone();

@@ -231,6 +231,8 @@ pub fn book(req: &pb::BookRequest) -> Result<BookOp, ApiError> {
         holder,
         start_wall_ms,
         duration_ms,
+        // The node's own setting, which the API sets (validation is the request's alone).
+        ad_hoc_bookable: false,
     })
 }
 
@@ -381,6 +383,8 @@ pub fn policy(
         }
     };
     let mut policy = Policy {
+        bookable: p.bookable,
+        max_holders: p.max_holders,
         default_ttl_ms: or("policy.default_ttl", p.default_ttl.as_ref(), 0)?,
         max_ttl_ms: or("policy.max_ttl", p.max_ttl.as_ref(), defaults.max_ttl_ms)?,
         max_lifetime_ms: or("policy.max_lifetime", p.max_lifetime.as_ref(), 0)?,

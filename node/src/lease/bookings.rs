@@ -29,6 +29,46 @@ pub struct Booking {
     pub duration_ms: u64,
     /// The index of the entry that booked it.
     pub revision: u64,
+    /// Made by the rules before issue 18: it denies renewals of every other holder's lease
+    /// into its window, also of leases granted before it. A booking made since denies only
+    /// grants made after it (and renewals of those).
+    pub denies_earlier_leases: bool,
+}
+
+/// A booking as snapshots before issue 18 hold it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookingV1 {
+    pub holder: Name,
+    pub principal: Name,
+    pub start_wall_ms: u64,
+    pub duration_ms: u64,
+    pub revision: u64,
+}
+
+#[cfg(test)]
+impl From<&Booking> for BookingV1 {
+    fn from(b: &Booking) -> BookingV1 {
+        BookingV1 {
+            holder: b.holder.clone(),
+            principal: b.principal.clone(),
+            start_wall_ms: b.start_wall_ms,
+            duration_ms: b.duration_ms,
+            revision: b.revision,
+        }
+    }
+}
+
+impl From<BookingV1> for Booking {
+    fn from(old: BookingV1) -> Booking {
+        Booking {
+            holder: old.holder,
+            principal: old.principal,
+            start_wall_ms: old.start_wall_ms,
+            duration_ms: old.duration_ms,
+            revision: old.revision,
+            denies_earlier_leases: true,
+        }
+    }
 }
 
 impl Booking {
@@ -60,17 +100,23 @@ impl Booking {
 
 impl ResourceState {
     /// The first booking of another holder that a claim on the resource over the wall-clock
-    /// span `[from, until)` would extend into.
+    /// span `[from, until)` would extend into. `granted_at`: the claim renews a lease granted
+    /// by that entry, which a booking made after it does not deny (unless made by the rules
+    /// before issue 18).
     pub(super) fn booked_against(
         &self,
         holder: &str,
         from_wall_ms: u64,
         until_wall_ms: u64,
+        granted_at: Option<u64>,
     ) -> Option<&Booking> {
+        let denies = |b: &Booking| {
+            b.denies_earlier_leases || granted_at.is_none_or(|token| b.revision < token)
+        };
         self.rare()
             .bookings
             .iter()
-            .find(|b| b.holder != holder && b.overlaps(from_wall_ms, until_wall_ms))
+            .find(|b| b.holder != holder && b.overlaps(from_wall_ms, until_wall_ms) && denies(b))
     }
 }
 
@@ -83,17 +129,28 @@ impl State {
         resource: &str,
         holder: &str,
         expires_at_ms: u64,
+        granted_at: Option<u64>,
     ) -> Option<&Booking> {
         let grace_ms = self.policy_of(resource).renewal_grace_ms;
         let until_wall_ms = self.clock.wall_of(expires_at_ms.saturating_add(grace_ms));
-        self.resources
-            .get(resource)?
-            .booked_against(holder, self.clock.wall_ms(), until_wall_ms)
+        self.resources.get(resource)?.booked_against(
+            holder,
+            self.clock.wall_ms(),
+            until_wall_ms,
+            granted_at,
+        )
     }
 
-    /// Books a window: argument checks → a lease of another holder that reaches into it → an
-    /// overlapping booking. Any authenticated caller may book.
-    pub(super) fn book(&mut self, ctx: &Ctx<'_>, op: &BookOp) -> Result<Reply, Rejection> {
+    /// Books a window: argument checks → whether the resource may be booked → a lease of
+    /// another holder that reaches into it → an overlapping booking → the principal's quota.
+    /// `legacy`: an entry from before issue 18 (`Op::BookV1`), applied by the rules of then:
+    /// every resource bookable, and the booking denies renewals of earlier leases.
+    pub(super) fn book(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &BookOp,
+        legacy: bool,
+    ) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
         if op.duration_ms < MIN_TTL_MS || op.duration_ms > MAX_TTL_CEILING_MS {
             return Err(Rejection::invalid(
@@ -120,6 +177,17 @@ impl State {
                 .is_none()
         {
             return Err(Rejection::ResourceNotFound(op.resource.clone()));
+        }
+        let registered = self
+            .resources
+            .get(op.resource.as_str())
+            .is_some_and(|rs| rs.rare().registration.is_some());
+        let bookable = match registered {
+            true => self.policy_of(&op.resource).bookable,
+            false => op.ad_hoc_bookable,
+        };
+        if !legacy && !bookable {
+            return Err(Rejection::NotBookable(op.resource.clone()));
         }
         let grace_ms = self.policy_of(&op.resource).renewal_grace_ms;
         if let Some(rs) = self.resources.get(op.resource.as_str()) {
@@ -155,6 +223,7 @@ impl State {
             start_wall_ms: op.start_wall_ms,
             duration_ms: op.duration_ms,
             revision: ctx.index,
+            denies_earlier_leases: legacy,
         };
         let event = booking.event(EventKind::Booked);
         self.count_booking(&op.resource, &booking, 1);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::bookings::Booking;
-use super::policy::Policy;
+use super::policy::{Policy, PolicyV1};
 use super::query::ResourceView;
 use super::quota::{Quota, QuotaView};
 use super::types::{AcquireOutcome, LeaseView, Mode, Rejection};
@@ -53,13 +53,18 @@ pub struct Proposal {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
-    CreateResource(CreateOp),
+    /// A registration as logs before issue 18 hold it (its policy without `bookable` and
+    /// `max_holders`); new ones are [`Op::CreateResource`]. Variants keep their numbers in the
+    /// encoding, so a new variant goes last and an old one stays readable.
+    CreateResourceV1(CreateOpV1),
     Acquire(AcquireOp),
     Renew(RenewOp),
     Release(ReleaseOp),
     Transfer(TransferOp),
     CancelWait(CancelWaitOp),
-    Book(BookOp),
+    /// A booking as logs before issue 18 hold it: applied by the rules of then (any
+    /// resource bookable, a booking denies renewals of leases granted before it).
+    BookV1(BookOpV1),
     CancelBooking(CancelBookingOp),
     /// Proposed by the leader when leases are due: ends each that is still past its grace.
     Reclaim {
@@ -69,6 +74,8 @@ pub enum Op {
     Tick,
     /// An admin changes quotas (appended: older logs keep their variant numbers).
     SetQuota(SetQuotaOp),
+    CreateResource(CreateOp),
+    Book(BookOp),
 }
 
 impl Op {
@@ -78,6 +85,8 @@ impl Op {
     pub fn resource_key(&self) -> Option<&str> {
         match self {
             Op::CreateResource(op) => op.name.as_deref(),
+            Op::CreateResourceV1(op) => op.name.as_deref(),
+            Op::BookV1(op) => Some(&op.resource),
             Op::Acquire(op) => Some(&op.resource),
             Op::Renew(op) => Some(&op.resource),
             Op::Release(op) => Some(&op.resource),
@@ -143,6 +152,25 @@ pub struct BookOp {
     /// Unix milliseconds.
     pub start_wall_ms: u64,
     pub duration_ms: u64,
+    /// The proposing node lets holders book ad-hoc resources (`--ad-hoc-bookable`); carried
+    /// in the entry so that every node applies alike.
+    pub ad_hoc_bookable: bool,
+}
+
+/// [`Op::BookV1`]'s booking.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookOpV1 {
+    pub resource: String,
+    pub holder: String,
+    pub start_wall_ms: u64,
+    pub duration_ms: u64,
+}
+
+/// [`Op::CreateResourceV1`]'s registration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateOpV1 {
+    pub name: Option<String>,
+    pub policy: PolicyV1,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

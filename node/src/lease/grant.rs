@@ -222,8 +222,13 @@ impl State {
             if total > 0 && units > total.saturating_sub(units_in_use(rs)) {
                 return Some(Refusal::InsufficientUnits);
             }
+            // Shared holders without a unit pool: at most max_holders at once.
+            let cap = policy.max_holders as usize;
+            if cap > 0 && rs.leases.len() >= cap {
+                return Some(Refusal::ResourceUnavailable);
+            }
         }
-        self.booking_in_the_way(resource, holder, now_ms.saturating_add(ttl_ms))
+        self.booking_in_the_way(resource, holder, now_ms.saturating_add(ttl_ms), None)
             .map(|b| Refusal::ResourceBooked {
                 start_wall_ms: b.start_wall_ms,
             })

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 
-use super::bookings::Booking;
+use super::bookings::{Booking, BookingV1};
 use super::clock::{LeaderKey, LeaseClock};
-use super::command::{Command, Op, Proposal, Reply};
+use super::command::{BookOp, Command, CreateOp, Op, Proposal, Reply};
 use super::dedup::{Dedup, Seen};
 use super::history::{self, Event, EventKind, Retention};
-use super::policy::{self, Policy};
+use super::policy::{self, Policy, PolicyV1};
 use super::quota::{Quota, Quotas};
 use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Name, Rejection};
 use super::waiting::{wait_due_key, WaitOutcome, Waiter};
@@ -227,21 +227,35 @@ impl Serialize for ResourceState {
     }
 }
 
+/// A stored resource with its registration of type `P` and bookings of type `B`: the
+/// current ones, or those of an older snapshot format.
+type Stored<P, B> =
+    StoredResource<Vec<Lease>, Vec<Ended>, VecDeque<Event>, Box<P>, VecDeque<Waiter>, Vec<B>>;
+
 impl<'de> Deserialize<'de> for ResourceState {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let stored = StoredResource::<
-            Vec<Lease>,
-            Vec<Ended>,
-            VecDeque<Event>,
-            Box<Policy>,
-            VecDeque<Waiter>,
-            Vec<Booking>,
-        >::deserialize(deserializer)?;
+        Stored::<Policy, Booking>::deserialize(deserializer).map(ResourceState::from_stored)
+    }
+}
+
+/// A resource as snapshot formats 3 and 4 hold it (policies and bookings from before issue
+/// 18), read into the current form.
+pub(super) struct ResourceStateV4(pub(super) ResourceState);
+
+impl<'de> Deserialize<'de> for ResourceStateV4 {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Stored::<PolicyV1, BookingV1>::deserialize(deserializer)
+            .map(|stored| ResourceStateV4(ResourceState::from_stored(stored)))
+    }
+}
+
+impl ResourceState {
+    fn from_stored<P: Into<Policy>, B: Into<Booking>>(stored: Stored<P, B>) -> ResourceState {
         let rare = Rare {
-            registration: stored.registration,
+            registration: stored.registration.map(|p| Box::new((*p).into())),
             closed_until_ms: stored.closed_until_ms,
             waiters: stored.waiters,
-            bookings: stored.bookings,
+            bookings: stored.bookings.into_iter().map(Into::into).collect(),
         };
         let history_bytes = history::bytes_of(&stored.history);
         let mut rs = ResourceState {
@@ -255,7 +269,7 @@ impl<'de> Deserialize<'de> for ResourceState {
             rare: (rare != *NOTHING_RARE).then(|| Box::new(rare)),
         };
         rs.set_trimmed(stored.trimmed_through.and_then(packed));
-        Ok(rs)
+        rs
     }
 }
 
@@ -490,18 +504,28 @@ impl State {
         #[derive(Deserialize)]
         struct Format4 {
             clock: LeaseClock,
-            default_policy: Policy,
-            resources: OrdMap<Name, Arc<ResourceState>>,
+            default_policy: PolicyV1,
+            resources: Vec<(Name, ResourceStateV4)>,
             dedup: super::dedup::Format4,
             dropped_through: Option<(u64, u32)>,
         }
         let old: Format4 = postcard::from_bytes(body)?;
+        let resources = old
+            .resources
+            .into_iter()
+            .map(|(name, rs)| (name, Arc::new(rs.0)))
+            .collect();
+        // Ad-hoc resources are not bookable unless a booking says which node allows it.
+        let default_policy = Policy {
+            bookable: false,
+            ..old.default_policy.into()
+        };
         Ok(State {
             clock: old.clock,
-            resources: old.resources,
+            resources,
             dedup: old.dedup.into(),
             dropped_through: old.dropped_through,
-            ..State::with_default_policy(old.default_policy)
+            ..State::with_default_policy(default_policy)
         })
     }
 
@@ -509,18 +533,45 @@ impl State {
     /// held it (tests of the reader).
     #[cfg(test)]
     pub(crate) fn format_4_body(&self, version: u32, dedup: &impl Serialize) -> Vec<u8> {
+        type Old<'a> = StoredResource<
+            &'a Vec<Lease>,
+            &'a Vec<Ended>,
+            &'a VecDeque<Event>,
+            PolicyV1,
+            &'a VecDeque<Waiter>,
+            Vec<BookingV1>,
+        >;
         #[derive(Serialize)]
         struct Format4<'a, D> {
             clock: &'a LeaseClock,
-            default_policy: &'a Policy,
-            resources: &'a OrdMap<Name, Arc<ResourceState>>,
+            default_policy: PolicyV1,
+            resources: Vec<(&'a Name, Old<'a>)>,
             dedup: &'a D,
             dropped_through: Option<(u64, u32)>,
         }
+        let resources = self
+            .resources
+            .iter()
+            .map(|(name, rs)| {
+                let rare = rs.rare();
+                let old = Old {
+                    registration: rare.registration.as_deref().map(PolicyV1::from),
+                    leases: &rs.leases,
+                    ended: &rs.ended,
+                    revision: rs.revision,
+                    closed_until_ms: rare.closed_until_ms,
+                    history: &rs.history,
+                    trimmed_through: rs.trimmed_through(),
+                    waiters: &rare.waiters,
+                    bookings: rare.bookings.iter().map(BookingV1::from).collect(),
+                };
+                (name, old)
+            })
+            .collect();
         let old = Format4 {
             clock: &self.clock,
-            default_policy: &self.default_policy,
-            resources: &self.resources,
+            default_policy: PolicyV1::from(&self.default_policy),
+            resources,
             dedup,
             dropped_through: self.dropped_through,
         };
@@ -669,12 +720,30 @@ impl State {
     fn execute(&mut self, ctx: &Ctx<'_>, proposal: &Proposal, reclaimed: Vec<LeaseView>) -> Reply {
         let result = match &proposal.op {
             Op::CreateResource(op) => self.create_resource(ctx, op),
+            Op::CreateResourceV1(op) => self.create_resource(
+                ctx,
+                &CreateOp {
+                    name: op.name.clone(),
+                    policy: op.policy.clone().into(),
+                },
+            ),
             Op::Acquire(op) => self.acquire(ctx, op),
             Op::Renew(op) => self.renew(ctx, op),
             Op::Release(op) => self.release(ctx, op),
             Op::Transfer(op) => self.transfer(ctx, op),
             Op::CancelWait(op) => self.cancel_wait(ctx, op),
-            Op::Book(op) => self.book(ctx, op),
+            Op::Book(op) => self.book(ctx, op, false),
+            Op::BookV1(op) => self.book(
+                ctx,
+                &BookOp {
+                    resource: op.resource.clone(),
+                    holder: op.holder.clone(),
+                    start_wall_ms: op.start_wall_ms,
+                    duration_ms: op.duration_ms,
+                    ad_hoc_bookable: true,
+                },
+                true,
+            ),
             Op::CancelBooking(op) => self.cancel_booking(ctx, op),
             Op::SetQuota(op) => self.set_quota(ctx, op),
             Op::Reclaim { .. } | Op::Tick => Ok(Reply::Reclaimed(reclaimed)),

@@ -109,7 +109,11 @@ impl State {
         {
             return Err(Rejection::LifetimeExceeded { max_lifetime_ms });
         }
-        if let Some(b) = self.booking_in_the_way(&op.resource, &lease.holder, expires_at_ms) {
+        // A booking made after the lease was granted does not deny its renewals.
+        let granted_at = Some(lease.fencing_token);
+        let in_the_way =
+            self.booking_in_the_way(&op.resource, &lease.holder, expires_at_ms, granted_at);
+        if let Some(b) = in_the_way {
             return Err(Rejection::ResourceBooked {
                 start_wall_ms: b.start_wall_ms,
             });
@@ -157,7 +161,9 @@ impl State {
             return Err(Rejection::NotTransferable(op.resource.clone()));
         }
         // The new holder may not hold the resource into another holder's booking either.
-        if let Some(b) = self.booking_in_the_way(&op.resource, &op.to_holder, old.expires_at_ms) {
+        if let Some(b) =
+            self.booking_in_the_way(&op.resource, &op.to_holder, old.expires_at_ms, None)
+        {
             return Err(Rejection::ResourceBooked {
                 start_wall_ms: b.start_wall_ms,
             });

@@ -22,10 +22,80 @@ pub const DEDUP_WINDOW_MS: u64 = 10 * MINUTE_MS;
 /// Waiters per resource, by default and at most.
 pub const DEFAULT_MAX_WAITERS: u32 = 10_000;
 pub const MAX_WAITERS_CEILING: u32 = 1_000_000;
+/// A policy's `max_holders` at most.
+pub const MAX_HOLDERS_CEILING: u32 = 1_000_000;
 /// `kind`, `display_name`, and each FSM machine or transition name: at most this many bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
 /// FSM requirements per policy.
 pub const MAX_FSM_REQUIREMENTS: usize = 64;
+
+fn bookable_before_the_rule() -> bool {
+    true
+}
+
+/// A policy as logs and snapshots before issue 18 hold it (postcard has no optional
+/// fields): without `bookable` (every resource was) and `max_holders`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyV1 {
+    pub default_ttl_ms: u64,
+    pub max_ttl_ms: u64,
+    pub max_lifetime_ms: u64,
+    pub renewal_grace_ms: u64,
+    pub transferable: bool,
+    pub shared_modes: Vec<Mode>,
+    pub total_units: u64,
+    pub lock_delay_ms: u64,
+    pub max_waiters: u32,
+    pub max_metadata_bytes: u32,
+    pub kind: String,
+    pub display_name: String,
+    #[serde(default)]
+    pub fsm_requirements: Vec<FsmRequirement>,
+}
+
+impl From<PolicyV1> for Policy {
+    fn from(old: PolicyV1) -> Policy {
+        Policy {
+            bookable: true,
+            max_holders: 0,
+            default_ttl_ms: old.default_ttl_ms,
+            max_ttl_ms: old.max_ttl_ms,
+            max_lifetime_ms: old.max_lifetime_ms,
+            renewal_grace_ms: old.renewal_grace_ms,
+            transferable: old.transferable,
+            shared_modes: old.shared_modes,
+            total_units: old.total_units,
+            lock_delay_ms: old.lock_delay_ms,
+            max_waiters: old.max_waiters,
+            max_metadata_bytes: old.max_metadata_bytes,
+            kind: old.kind,
+            display_name: old.display_name,
+            fsm_requirements: old.fsm_requirements,
+        }
+    }
+}
+
+/// The layout of before (tests of the readers of old logs and snapshots).
+#[cfg(test)]
+impl From<&Policy> for PolicyV1 {
+    fn from(p: &Policy) -> PolicyV1 {
+        PolicyV1 {
+            default_ttl_ms: p.default_ttl_ms,
+            max_ttl_ms: p.max_ttl_ms,
+            max_lifetime_ms: p.max_lifetime_ms,
+            renewal_grace_ms: p.renewal_grace_ms,
+            transferable: p.transferable,
+            shared_modes: p.shared_modes.clone(),
+            total_units: p.total_units,
+            lock_delay_ms: p.lock_delay_ms,
+            max_waiters: p.max_waiters,
+            max_metadata_bytes: p.max_metadata_bytes,
+            kind: p.kind.clone(),
+            display_name: p.display_name.clone(),
+            fsm_requirements: p.fsm_requirements.clone(),
+        }
+    }
+}
 
 /// A (machine, transition) pair a lease on the resource may guard (SPEC §4.10).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -36,6 +106,13 @@ pub struct FsmRequirement {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
+    /// Whether holders may book windows of the resource (SPEC §4.8 as amended by issue 18).
+    /// A policy from before the field had no such rule: it reads as bookable.
+    #[serde(default = "bookable_before_the_rule")]
+    pub bookable: bool,
+    /// Live leases at most, for shared resources without a unit pool; 0 = no cap.
+    #[serde(default)]
+    pub max_holders: u32,
     pub default_ttl_ms: u64,
     pub max_ttl_ms: u64,
     /// Absolute cap from acquisition, renewals included; 0 = no cap.
@@ -59,6 +136,8 @@ impl Policy {
     /// exclusive only, not transferable, no lifetime cap.
     pub fn ad_hoc() -> Self {
         Policy {
+            bookable: false,
+            max_holders: 0,
             default_ttl_ms: 60 * SECOND_MS,
             max_ttl_ms: DAY_MS,
             max_lifetime_ms: 0,
@@ -120,6 +199,12 @@ impl Policy {
         }
         if self.shared_modes.contains(&Mode::Exclusive) {
             return bad("policy.shared_modes", "may list READ and WRITE only".into());
+        }
+        if self.max_holders > MAX_HOLDERS_CEILING {
+            return bad(
+                "policy.max_holders",
+                format!("must be 0 (no cap) or at most {MAX_HOLDERS_CEILING}"),
+            );
         }
         if !(1..=MAX_WAITERS_CEILING).contains(&self.max_waiters) {
             return bad(

@@ -212,6 +212,8 @@ pub enum Rejection {
     BookingsFull { max: usize },
     #[error("booking not found")]
     BookingNotFound,
+    #[error("resource {0} may not be booked (its policy's bookable is off; ad-hoc resources only with tenured --ad-hoc-bookable)")]
+    NotBookable(String),
     #[error("principal {principal} is at its {quota} quota ({limit})")]
     QuotaExceeded {
         quota: String,
@@ -248,6 +250,7 @@ impl Rejection {
             Rejection::ResourceBooked { .. } => "resource_booked",
             Rejection::BookingOverlaps { .. } => "resource_booked",
             Rejection::BookingNotFound => "booking_not_found",
+            Rejection::NotBookable(_) => "not_bookable",
             Rejection::BookingsFull { .. } | Rejection::QuotaExceeded { .. } => {
                 "resource_exhausted"
             }

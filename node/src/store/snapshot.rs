@@ -575,6 +575,47 @@ mod tests {
         assert!(matches!(seen, Seen::Conflict));
     }
 
+    /// A format-4 snapshot's registrations and bookings read into the current forms: a
+    /// registered resource stays bookable (every resource was) and its bookings keep denying
+    /// renewals as they did; the ad-hoc default is not bookable.
+    #[test]
+    fn a_format_4_snapshot_keeps_its_policies_and_bookings_as_they_were() {
+        let mut state = State::default();
+        entry(
+            &mut state,
+            1,
+            Op::CreateResource(CreateOp {
+                name: Some("room".into()),
+                policy: Policy {
+                    bookable: true,
+                    ..Policy::registered()
+                },
+            }),
+        );
+        let book = crate::lease::BookOp {
+            resource: "room".into(),
+            holder: "h".into(),
+            start_wall_ms: 1_700_000_100_000,
+            duration_ms: 60_000,
+            ad_hoc_bookable: false,
+        };
+        assert!(matches!(
+            entry(&mut state, 2, Op::Book(book)),
+            crate::lease::Reply::Booking(_)
+        ));
+        let body = state.format_4_body(CHECKSUM_SINCE, &format_4_table(&[]));
+        let restored = decode_state(&body).expect("decode");
+        let view = restored.resource_view("room");
+        assert!(view.policy.bookable);
+        assert_eq!(view.policy.max_holders, 0);
+        assert_eq!(view.bookings.len(), 1);
+        assert!(
+            view.bookings[0].denies_earlier_leases,
+            "a booking of before keeps its rule"
+        );
+        assert!(!restored.resource_view("adhoc").policy.bookable);
+    }
+
     /// A node upgraded in place loads the format-4 snapshot the release before wrote: its
     /// exactly-once records slimmed (no metadata kept), a retry still answered in full, and
     /// the records counted in the table's bytes.

@@ -67,6 +67,12 @@ pub struct CreateArgs {
     /// A pool of units shared leases draw from (0: none).
     #[arg(long, default_value_t = 0)]
     total_units: u64,
+    /// Holders may book windows of the resource (`tenure book`).
+    #[arg(long)]
+    bookable: bool,
+    /// Live leases at most, for shared modes without a unit pool (0: no cap).
+    #[arg(long, default_value_t = 0)]
+    max_holders: u32,
     /// At most this many waiters (0: the default, 10000).
     #[arg(long, default_value_t = 0)]
     max_waiters: u32,
@@ -148,6 +154,8 @@ async fn create(out: Output, client: &Client, args: &CreateArgs) -> Result<ExitC
         max_waiters: args.max_waiters,
         max_metadata_bytes: args.max_metadata_bytes,
         fsm_requirements: args.fsm_requirements.clone(),
+        bookable: args.bookable,
+        max_holders: args.max_holders,
         ..Default::default()
     };
     let response = client

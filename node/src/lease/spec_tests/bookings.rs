@@ -14,6 +14,7 @@ fn book(resource: &str, holder: &str, start_wall_ms: u64, duration_ms: u64) -> O
         holder: holder.into(),
         start_wall_ms,
         duration_ms,
+        ad_hoc_bookable: true,
     })
 }
 
@@ -157,6 +158,7 @@ fn s4_8_a_transfer_cannot_carry_a_lease_into_another_holders_window() {
         Policy {
             transferable: true,
             renewal_grace_ms: 0,
+            bookable: true,
             ..Policy::registered()
         },
     );
@@ -171,4 +173,83 @@ fn s4_8_a_transfer_cannot_carry_a_lease_into_another_holders_window() {
             start_wall_ms: start - 1_000
         }
     );
+}
+
+/// Issue 18: only a bookable resource may be booked — a registered one by its policy, an
+/// ad-hoc one only on a cluster started with `--ad-hoc-bookable` (carried in the entry).
+#[test]
+fn s4_8_only_a_bookable_resource_may_be_booked() {
+    let mut log = Log::new();
+    let start = wall(&log) + 60_000;
+    let mut closed = BookOp {
+        resource: "adhoc".into(),
+        holder: "a".into(),
+        start_wall_ms: start,
+        duration_ms: 10_000,
+        ad_hoc_bookable: false,
+    };
+    assert_eq!(
+        rejection(&log.propose(ALICE, Op::Book(closed.clone()))),
+        Rejection::NotBookable("adhoc".into())
+    );
+    closed.ad_hoc_bookable = true;
+    booked(&log.propose(ALICE, Op::Book(closed)));
+    log.register("plain", Policy::registered());
+    log.register(
+        "rooms",
+        Policy {
+            bookable: true,
+            ..Policy::registered()
+        },
+    );
+    // A registered resource follows its policy, whatever the node's setting.
+    assert_eq!(
+        rejection(&log.propose(ALICE, book("plain", "a", start, 10_000))),
+        Rejection::NotBookable("plain".into())
+    );
+    booked(&log.propose(ALICE, book("rooms", "a", start, 10_000)));
+    assert_eq!(Rejection::NotBookable("x".into()).reason(), "not_bookable");
+}
+
+/// Issue 18 (SPEC §4.8 as amended): a booking cannot be used against a holder — it never
+/// denies renewals of a lease granted before it. A booking made by an entry from before the
+/// rule (`Op::BookV1`, replayed from an old log) still does, as it did then.
+#[test]
+fn s4_8_a_booking_never_denies_renewals_of_a_lease_granted_before_it() {
+    for legacy in [false, true] {
+        let mut log = Log::new();
+        let held = granted(&log.acquire(ALICE, acq_ttl("r", "a", 30_000)));
+        let start = wall(&log) + 40_000;
+        let op = match legacy {
+            false => book("r", "b", start, 10_000),
+            true => Op::BookV1(crate::lease::command::BookOpV1 {
+                resource: "r".into(),
+                holder: "b".into(),
+                start_wall_ms: start,
+                duration_ms: 10_000,
+            }),
+        };
+        booked(&log.propose(BOB, op));
+        let renewed = log.renew(ALICE, renew_of(&held, Some(60_000)));
+        match legacy {
+            false => {
+                lease(&renewed);
+            }
+            true => assert_eq!(
+                rejection(&renewed),
+                Rejection::ResourceBooked {
+                    start_wall_ms: start
+                }
+            ),
+        }
+        // A lease granted after the booking is denied either way.
+        log.release(ALICE, release_of(&held));
+        let later = granted(&log.acquire(ALICE, acq_ttl("r", "a", 30_000)));
+        assert_eq!(
+            rejection(&log.renew(ALICE, renew_of(&later, Some(60_000)))),
+            Rejection::ResourceBooked {
+                start_wall_ms: start
+            }
+        );
+    }
 }

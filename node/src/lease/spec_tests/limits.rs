@@ -362,3 +362,35 @@ fn s4_13_metadata_with_too_many_entries_or_control_characters_is_refused() {
     }
     granted(&log.acquire(ALICE, with("d", &[("emoji", "🙂 ok")])));
 }
+
+/// Issue 18: `max_holders` caps the live leases of a shared resource without a unit pool;
+/// past it an acquire is refused `resource_unavailable` (or waits), and room made by a
+/// release admits the next waiter.
+#[test]
+fn s4_13_max_holders_caps_a_shared_resource_without_a_pool() {
+    let mut log = Log::new();
+    log.register(
+        "feed",
+        Policy {
+            max_holders: 2,
+            ..shared_policy(&[Mode::Read], 0)
+        },
+    );
+    let a = granted(&log.acquire(ALICE, shared("feed", "a", Mode::Read, 1)));
+    granted(&log.acquire(ALICE, shared("feed", "b", Mode::Read, 1)));
+    let (refusal, holders) = refused(&log.acquire(ALICE, shared("feed", "c", Mode::Read, 1)));
+    assert_eq!((refusal, holders.len()), (Refusal::ResourceUnavailable, 2));
+    let waits = AcquireOp {
+        wait_ms: Some(60_000),
+        ..shared("feed", "c", Mode::Read, 1)
+    };
+    log.acquire(ALICE, waits);
+    lease(&log.release(ALICE, release_of(&a)));
+    let holders: Vec<String> = log.holders("feed").into_iter().map(|(h, _)| h).collect();
+    assert_eq!(holders, ["b", "c"]);
+    let bad = Policy {
+        max_holders: crate::lease::policy::MAX_HOLDERS_CEILING + 1,
+        ..Policy::registered()
+    };
+    assert_eq!(bad.check().map_err(|r| r.reason()), Err("invalid_argument"));
+}

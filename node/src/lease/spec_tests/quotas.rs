@@ -135,6 +135,7 @@ fn the_booking_quota_counts_windows_until_they_end() {
             holder: "a".into(),
             start_wall_ms: start,
             duration_ms: 10_000,
+            ad_hoc_bookable: true,
         })
     };
     assert!(matches!(log.propose(ALICE, book("r1")), Reply::Booking(_)));
@@ -148,6 +149,7 @@ fn the_booking_quota_counts_windows_until_they_end() {
         holder: "a".into(),
         start_wall_ms: later,
         duration_ms: 10_000,
+        ad_hoc_bookable: true,
     });
     assert!(matches!(log.propose(ALICE, op), Reply::Booking(_)));
     recount_agrees(&log);

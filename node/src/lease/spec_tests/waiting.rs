@@ -445,6 +445,7 @@ fn s4_8_a_bookings_holder_is_not_kept_out_of_its_window_by_waiters() {
             holder: "owner".into(),
             start_wall_ms: start,
             duration_ms: 3_600_000,
+            ad_hoc_bookable: true,
         }),
     );
     // A waiter whose lease would reach into the window queues...

@@ -17,6 +17,8 @@ pub fn policy_json(policy: &pb::Policy) -> Value {
         "lock_delay_ms": millis(&policy.lock_delay),
         "max_waiters": policy.max_waiters,
         "max_metadata_bytes": policy.max_metadata_bytes,
+        "bookable": policy.bookable,
+        "max_holders": policy.max_holders,
         "kind": policy.kind,
         "display_name": policy.display_name,
         "fsm_requirements": policy.fsm_requirements.iter()
@@ -51,6 +53,14 @@ pub fn policy_text(policy: &pb::Policy) -> String {
         policy.max_waiters,
         policy.max_metadata_bytes,
     );
+    text.push_str(&format!(
+        "\n          bookable {}  max holders {}",
+        if policy.bookable { "yes" } else { "no" },
+        match policy.max_holders {
+            0 => "no cap".to_string(),
+            n => n.to_string(),
+        }
+    ));
     if !policy.fsm_requirements.is_empty() {
         let pairs: Vec<String> = policy
             .fsm_requirements

@@ -115,6 +115,8 @@ pub(super) fn policy() -> impl Strategy<Value = pb::Policy> {
                     transition: label(t),
                 })
                 .collect(),
+            bookable: transferable,
+            max_holders: 0,
         },
     )
 }

@@ -212,7 +212,13 @@ impl Run {
                         }),
                         request_id: request_id.clone(),
                     };
-                    request::book(&req).map(Op::Book)
+                    request::book(&req).map(|op| {
+                        // As a node started with --ad-hoc-bookable.
+                        Op::Book(crate::lease::BookOp {
+                            ad_hoc_bookable: true,
+                            ..op
+                        })
+                    })
                 }
             }
         };
