@@ -94,6 +94,14 @@ impl Auth {
         self.tokens.is_some()
     }
 
+    /// Whether `principal` has a token here (with auth off, every name does: all callers are
+    /// `anonymous`).
+    pub fn knows(&self, principal: &str) -> bool {
+        self.tokens
+            .as_ref()
+            .is_none_or(|tokens| tokens.values().any(|e| e.principal == principal))
+    }
+
     /// Reads the token file. Unless `insecure`, a file that group or others may read and a
     /// token shorter than [`MIN_TOKEN_BYTES`] are refused.
     pub fn load(path: &Path, insecure: bool) -> anyhow::Result<Self> {

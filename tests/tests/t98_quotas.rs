@@ -243,3 +243,41 @@ async fn a_watch_of_every_resource_needs_an_admin_or_a_quota_of_its_own() {
     }
     let _bobs = bob.watch(everything).await.expect("allowed by its quota");
 }
+
+/// A lease may be handed only to a principal of the token file: one handed to a name nobody
+/// can call as would count against no one's quota.
+#[tokio::test]
+async fn a_lease_goes_only_to_a_principal_of_the_token_file() {
+    let (cluster, _dir) = cluster().await;
+    let admin = as_(&cluster.client(), ADMIN);
+    admin
+        .create_resource(pb::CreateResourceRequest {
+            name: "handover".into(),
+            policy: Some(pb::Policy {
+                transferable: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+    let alice = as_(&cluster.client(), ALICE);
+    let lease = granted(&alice, "handover", "a", TTL).await;
+    let to = |principal: &str| pb::TransferRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        to_holder: "b".into(),
+        to_principal: principal.into(),
+        ..Default::default()
+    };
+    refused(
+        "to a principal with no token",
+        alice.transfer(to("ghost")).await,
+        Code::InvalidArgument,
+        "invalid_argument",
+    );
+    let moved = alice.transfer(to("bob")).await.expect("to bob");
+    assert_eq!(moved.lease.expect("the new lease").principal, "bob");
+}

@@ -12,9 +12,10 @@
 //!   waits for the next entry, so every grant on a resource has its own fencing token. A
 //!   command naming no single resource commits alone.
 //! - One stamp per entry, taken when the entry is formed, so the lease clock sees time once.
-//! - Arrival order is kept per resource, and a resource whose command waits for the next
-//!   entry goes first in it. Commands wait in one queue per resource ([`Queue`]), so forming
-//!   an entry costs what it takes, however many commands wait on one resource.
+//! - Arrival order is kept per resource and across commands naming no resource; between
+//!   those, resources take turns, so a busy resource never keeps the others waiting.
+//!   Commands wait in one queue per resource ([`Queue`]), so forming an entry costs what it
+//!   takes, however many commands wait on one resource.
 //! - At most [`MAX_QUEUED`] commands wait; past it a command is refused at once with
 //!   `unavailable` and a retry hint ([`NotServed::Busy`]), rather than queue without bound.
 
@@ -122,19 +123,25 @@ async fn run<S, C, F>(
     }
 }
 
-/// Where the next entry's commands come from, in order.
-enum Turn {
-    /// The resource's first waiting command.
-    Resource(String),
-    /// A command that names no resource: alone in its entry, and nothing after it goes first.
-    Alone(Box<Pending>),
+/// Commands that may share entries: those that arrived between two commands naming no
+/// resource. The queue is a run of these; the one at the front is being committed.
+#[derive(Default)]
+struct Segment {
+    /// Resources with commands waiting, in turn: each entry takes the first waiting command
+    /// of up to [`MAX_BATCH`] of them, and a resource with more goes to the back.
+    turns: VecDeque<String>,
+    by_resource: HashMap<String, VecDeque<Pending>>,
+    /// The command naming no resource that closes the segment: alone in its entry, after
+    /// every command before it and before every command after it.
+    then: Option<Pending>,
 }
 
-/// Commands waiting for an entry: one queue per resource, and the turns in arrival order.
+/// Commands waiting for an entry, in segments. Arrival order is kept per resource and across
+/// every command that names no resource; within a segment resources take turns, so no
+/// resource, however busy, keeps the others (or the next segment) waiting.
 #[derive(Default)]
 struct Queue {
-    turns: VecDeque<Turn>,
-    by_resource: HashMap<String, VecDeque<Pending>>,
+    segments: VecDeque<Segment>,
     len: usize,
 }
 
@@ -145,52 +152,57 @@ impl Queue {
 
     fn push(&mut self, pending: Pending) {
         self.len += 1;
+        if self.segments.back().is_none_or(|s| s.then.is_some()) {
+            self.segments.push_back(Segment::default());
+        }
+        let Some(last) = self.segments.back_mut() else {
+            return;
+        };
         match pending.request.op.resource_key() {
-            None => self.turns.push_back(Turn::Alone(Box::new(pending))),
+            None => last.then = Some(pending),
             Some(name) => {
-                let waiting = self.by_resource.entry(name.to_string()).or_default();
+                let waiting = last.by_resource.entry(name.to_string()).or_default();
                 if waiting.is_empty() {
-                    self.turns.push_back(Turn::Resource(name.to_string()));
+                    last.turns.push_back(name.to_string());
                 }
                 waiting.push_back(pending);
             }
         }
     }
 
-    /// The next entry's commands: a lone command that names no resource, or up to
-    /// [`MAX_BATCH`] commands naming distinct resources, each its resource's oldest. A
-    /// resource with more waiting goes first in the entry after. O(commands taken).
+    /// The next entry's commands: up to [`MAX_BATCH`] naming distinct resources, each its
+    /// resource's oldest, or, once the segment's commands are all taken, the command naming
+    /// no resource that closes it. O(commands taken).
     fn take_batch(&mut self) -> Vec<Pending> {
         let mut batch = Vec::new();
+        let Some(front) = self.segments.front_mut() else {
+            return batch;
+        };
         let mut again = Vec::new();
         while batch.len() < MAX_BATCH {
-            match self.turns.pop_front() {
-                None => break,
-                Some(Turn::Alone(pending)) if batch.is_empty() => {
-                    batch.push(*pending);
-                    break;
-                }
-                Some(alone @ Turn::Alone(_)) => {
-                    self.turns.push_front(alone);
-                    break;
-                }
-                Some(Turn::Resource(name)) => {
-                    let Some(waiting) = self.by_resource.get_mut(&name) else {
-                        continue;
-                    };
-                    if let Some(pending) = waiting.pop_front() {
-                        batch.push(pending);
-                    }
-                    if waiting.is_empty() {
-                        self.by_resource.remove(&name);
-                    } else {
-                        again.push(Turn::Resource(name));
-                    }
-                }
+            let Some(name) = front.turns.pop_front() else {
+                break;
+            };
+            let Some(waiting) = front.by_resource.get_mut(&name) else {
+                continue;
+            };
+            if let Some(pending) = waiting.pop_front() {
+                batch.push(pending);
+            }
+            if waiting.is_empty() {
+                front.by_resource.remove(&name);
+            } else {
+                again.push(name);
             }
         }
-        for turn in again.into_iter().rev() {
-            self.turns.push_front(turn);
+        front.turns.extend(again);
+        if batch.is_empty() {
+            if let Some(alone) = front.then.take() {
+                batch.push(alone);
+            }
+        }
+        if front.turns.is_empty() && front.then.is_none() {
+            self.segments.pop_front();
         }
         self.len -= batch.len();
         batch
@@ -348,6 +360,42 @@ mod tests {
         assert_eq!(keys(&queue.take_batch()), ["a"]);
         assert_eq!(keys(&queue.take_batch()), ["-"]);
         assert_eq!(keys(&queue.take_batch()), ["b"]);
+        // Also for a resource named on both sides of it.
+        let mut queue = queued(vec![release("a"), tick(), release("a")]);
+        assert_eq!(keys(&queue.take_batch()), ["a"]);
+        assert_eq!(keys(&queue.take_batch()), ["-"]);
+        assert_eq!(keys(&queue.take_batch()), ["a"]);
+        assert!(queue.is_empty());
+    }
+
+    /// A resource that gets a new command for every entry keeps neither a later command
+    /// naming no resource nor the resources queued behind that one waiting for ever; and
+    /// more busy resources than an entry holds take turns.
+    #[test]
+    fn a_busy_resource_starves_nobody() {
+        let mut queue = queued(vec![
+            release("hot"),
+            release("hot"),
+            tick(),
+            release("cold"),
+        ]);
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            queue.push(Pending {
+                request: release("hot"),
+                reply: oneshot::channel().0,
+            });
+            seen.push(keys(&queue.take_batch()));
+        }
+        assert_eq!(seen[..3], [vec!["hot"], vec!["hot"], vec!["-"]]);
+        assert_eq!(seen[3], ["cold", "hot"]);
+        let names: Vec<String> = (0..MAX_BATCH + 10).map(|i| format!("r{i}")).collect();
+        let mut queue = queued(names.iter().chain(&names).map(|n| release(n)).collect());
+        let first = keys(&queue.take_batch());
+        let second = keys(&queue.take_batch());
+        assert_eq!(first.len(), MAX_BATCH);
+        // The ten that did not fit go first, then the others' second commands.
+        assert_eq!(second[..10], names[MAX_BATCH..]);
     }
 
     #[test]

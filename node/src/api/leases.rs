@@ -224,6 +224,17 @@ impl Leases for LeasesApi {
         let op = validate::transfer(req)?;
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
+        // A lease handed to a principal nobody can call as would count against no one's
+        // quota: only principals of the token file receive leases.
+        if let Some(to) = op.to_principal.as_deref() {
+            if !self.node.auth().knows(to) {
+                return Err(ApiError::invalid(
+                    "to_principal",
+                    format!("{to} is not a principal of this cluster's token file"),
+                )
+                .into());
+            }
+        }
         let reply = self.propose(caller, request_id, Op::Transfer(op)).await?;
         Ok(Response::new(pb::TransferResponse {
             lease: Some(lease_reply(reply)?),

@@ -31,8 +31,14 @@ pub struct Booking {
     pub revision: u64,
     /// Made by the rules before issue 18: it denies renewals of every other holder's lease
     /// into its window, also of leases granted before it. A booking made since denies only
-    /// grants made after it (and renewals of those).
+    /// grants made after it (and renewals of those). (A format-2 snapshot's JSON, from
+    /// before, has no such field.)
+    #[serde(default = "made_before_the_rule")]
     pub denies_earlier_leases: bool,
+}
+
+fn made_before_the_rule() -> bool {
+    true
 }
 
 /// A booking as snapshots before issue 18 hold it.

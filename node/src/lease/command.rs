@@ -56,6 +56,7 @@ pub enum Op {
     /// A registration as logs before issue 18 hold it (its policy without `bookable` and
     /// `max_holders`); new ones are [`Op::CreateResource`]. Variants keep their numbers in the
     /// encoding, so a new variant goes last and an old one stays readable.
+    #[serde(rename = "CreateResource")]
     CreateResourceV1(CreateOpV1),
     Acquire(AcquireOp),
     Renew(RenewOp),
@@ -64,6 +65,7 @@ pub enum Op {
     CancelWait(CancelWaitOp),
     /// A booking as logs before issue 18 hold it: applied by the rules of then (any
     /// resource bookable, a booking denies renewals of leases granted before it).
+    #[serde(rename = "Book")]
     BookV1(BookOpV1),
     CancelBooking(CancelBookingOp),
     /// Proposed by the leader when leases are due: ends each that is still past its grace.
@@ -74,7 +76,10 @@ pub enum Op {
     Tick,
     /// An admin changes quotas (appended: older logs keep their variant numbers).
     SetQuota(SetQuotaOp),
+    /// JSON names the variants: the old names stay with the old layouts.
+    #[serde(rename = "CreateResource2")]
     CreateResource(CreateOp),
+    #[serde(rename = "Book2")]
     Book(BookOp),
 }
 

@@ -199,16 +199,17 @@ impl Dedup {
     }
 
     /// Replaces the remembered reply of a request, if still remembered: a waiting acquire's
-    /// reply becomes the wait's outcome once an entry decides it. Returns the change of cost.
-    pub fn resolve(&mut self, principal: &str, request_id: &str, reply: &Reply) -> i64 {
+    /// reply becomes the wait's outcome once an entry decides it. Returns whose record it is
+    /// (as the record says: empty for one converted from format 4) and the change of cost.
+    pub fn resolve(&mut self, principal: &str, request_id: &str, reply: &Reply) -> (Name, i64) {
         let Some(seen) = self.entries.get_mut(&key(principal, request_id)) else {
-            return 0;
+            return (Name::default(), 0);
         };
         let before = seen.cost();
         seen.kept = Kept::of(reply).encode();
         let after = seen.cost();
         self.bytes = self.bytes + after - before;
-        after as i64 - before as i64
+        (seen.principal.clone(), after as i64 - before as i64)
     }
 
     /// Forgets what is older than the window, telling `charge` whose bytes it freed.
@@ -433,7 +434,8 @@ mod tests {
             revision: 9,
         };
         let before = dedup.bytes();
-        let change = dedup.resolve("p", "w", &decided);
+        let (whose, change) = dedup.resolve("p", "w", &decided);
+        assert_eq!(whose, "p");
         assert_eq!(dedup.bytes() as i64, before as i64 + change);
         assert!(matches!(
             dedup.check("p", "w", &release("a")),

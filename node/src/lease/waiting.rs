@@ -205,9 +205,11 @@ impl State {
     fn wait_ended(&mut self, resource: &str, waiter: Waiter, outcome: AcquireOutcome) {
         if let Some(request_id) = &waiter.request_id {
             let reply = Reply::Acquire(outcome.clone());
-            let change = self.dedup.resolve(&waiter.principal, request_id, &reply);
-            let quota = Quota::ExactlyOnceBytes;
-            self.quotas.add(&waiter.principal, quota, change);
+            let (whose, change) = self.dedup.resolve(&waiter.principal, request_id, &reply);
+            // Charged to whom the record is (nobody's, for one converted from format 4).
+            if !whose.is_empty() {
+                self.quotas.add(&whose, Quota::ExactlyOnceBytes, change);
+            }
         }
         self.effects.waits.push(WaitOutcome {
             resource: resource.to_string(),
