@@ -222,7 +222,7 @@ impl State {
             }
         }
         let none = BTreeMap::new();
-        self.admit_holding(ctx, ctx.principal, &op.resource, &none, Quota::Bookings)?;
+        self.admit_holding(ctx, ctx.principal, !registered, &none, Quota::Bookings)?;
         let booking = Booking {
             holder: op.holder.as_str().into(),
             principal: Name::from(ctx.principal),

@@ -166,13 +166,8 @@ impl State {
             return Ok(Reply::Acquire(self.refused(&op.resource, refusal)));
         }
 
-        self.admit_holding(
-            ctx,
-            ctx.principal,
-            &op.resource,
-            &op.metadata,
-            Quota::Leases,
-        )?;
+        let ad_hoc = rs.rare().registration.is_none();
+        self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Leases)?;
         let now_ms = self.clock.now_ms();
         let lease = Lease {
             lease_id: self.next_lease_id(ctx.index),
@@ -254,8 +249,10 @@ impl State {
         lease: Lease,
         kind: EventKind,
     ) -> super::types::LeaseView {
-        self.track_due(&lease);
-        self.count_lease(&lease, 1);
+        let (policy, ad_hoc) = self.policy_and_ad_hoc(&lease.resource);
+        self.due
+            .insert(super::machine::due_key(&lease, policy.renewal_grace_ms));
+        self.count_lease(&lease, ad_hoc, 1);
         let view = self.live_view(&lease);
         let event = Event::about(kind, &lease, None, Some(LeaseStatus::Active));
         let name = lease.resource.clone();

@@ -687,6 +687,18 @@ impl State {
             .collect()
     }
 
+    /// The policy of `resource` and whether it runs ad hoc, in one lookup.
+    pub(super) fn policy_and_ad_hoc(&self, resource: &str) -> (&Policy, bool) {
+        match self
+            .resources
+            .get(resource)
+            .and_then(|rs| rs.rare().registration.as_deref())
+        {
+            Some(policy) => (policy, false),
+            None => (&self.default_policy, true),
+        }
+    }
+
     pub(super) fn policy_of(&self, resource: &str) -> &Policy {
         self.resources
             .get(resource)
@@ -792,11 +804,16 @@ impl State {
     /// the per-entry cap left for later, no command sees a lease past its grace.
     fn settle_resource(&mut self, index: u64, name: &str) {
         let now_ms = self.clock.now_ms();
-        let grace_ms = self.policy_of(name).renewal_grace_ms;
-        let is_due = |l: &Lease| l.expires_at_ms.saturating_add(grace_ms) <= now_ms;
         let Some(rs) = self.resources.get(name) else {
             return;
         };
+        let grace_ms = rs
+            .rare()
+            .registration
+            .as_deref()
+            .unwrap_or(&self.default_policy)
+            .renewal_grace_ms;
+        let is_due = |l: &Lease| l.expires_at_ms.saturating_add(grace_ms) <= now_ms;
         if !rs.leases.iter().any(is_due) {
             return;
         }
@@ -837,10 +854,10 @@ impl State {
         status: LeaseStatus,
     ) -> LeaseView {
         let now_ms = self.clock.now_ms();
-        self.count_lease(&lease, -1);
         let name = lease.resource.clone();
-        let policy = self.policy_of(&name);
+        let (policy, ad_hoc) = self.policy_and_ad_hoc(&name);
         let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);
+        self.count_lease(&lease, ad_hoc, -1);
         self.due.remove(&due_key(&lease, grace_ms));
         if let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) {
             if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
@@ -1005,7 +1022,7 @@ impl LeaseIndex {
     }
 }
 
-fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, Name) {
+pub(super) fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, Name) {
     (
         lease.expires_at_ms.saturating_add(grace_ms),
         lease.resource.clone(),

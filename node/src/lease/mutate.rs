@@ -188,13 +188,15 @@ impl State {
         };
         if new.principal != old.principal {
             let metadata = &new.metadata;
-            self.admit_holding(ctx, &new.principal, &op.resource, metadata, Quota::Leases)?;
+            let ad_hoc = self.is_ad_hoc(&op.resource);
+            self.admit_holding(ctx, &new.principal, ad_hoc, metadata, Quota::Leases)?;
         }
         let was = self.live_view(&old).status;
         self.untrack_due(&old);
         self.track_due(&new);
-        self.count_lease(&old, -1);
-        self.count_lease(&new, 1);
+        let ad_hoc = self.is_ad_hoc(&op.resource);
+        self.count_lease(&old, ad_hoc, -1);
+        self.count_lease(&new, ad_hoc, 1);
         let view = self.live_view(&new);
         let now_ms = self.clock.now_ms();
         if let Some(rs) = self

@@ -241,16 +241,24 @@ impl Quotas {
 
     /// `principal` now holds `delta` more (or fewer) of `quota`.
     pub fn add(&mut self, principal: &str, quota: Quota, delta: i64) {
-        if delta == 0 {
+        self.add_all(principal, &[(quota, delta)]);
+    }
+
+    /// `principal` now holds each `delta` more (or fewer) of its quota: one lookup.
+    pub fn add_all(&mut self, principal: &str, changes: &[(Quota, i64)]) {
+        if changes.iter().all(|(_, delta)| *delta == 0) {
             return;
         }
+        let growing = changes.iter().any(|(_, delta)| *delta > 0);
         let usage = match self.usage.get_mut(principal) {
             Some(usage) => usage,
-            None if delta < 0 => return,
+            None if !growing => return,
             None => self.usage.entry(Name::from(principal)).or_default(),
         };
-        let n = &mut usage.0[quota.index()];
-        *n = n.saturating_add_signed(delta);
+        for (quota, delta) in changes {
+            let n = &mut usage.0[quota.index()];
+            *n = n.saturating_add_signed(*delta);
+        }
         if usage.is_empty() {
             self.usage.remove(principal);
         }
@@ -311,21 +319,18 @@ fn hold(
     what: Quota,
     sign: i64,
 ) {
-    quotas.add(principal, what, sign);
     let bytes = metadata_cost(metadata.iter()) as i64;
-    quotas.add(principal, Quota::MetadataBytes, sign * bytes);
-    if ad_hoc {
-        quotas.add(principal, Quota::AdHocResources, sign);
-    }
+    quotas.add_all(
+        principal,
+        &[
+            (what, sign),
+            (Quota::MetadataBytes, sign * bytes),
+            (Quota::AdHocResources, if ad_hoc { sign } else { 0 }),
+        ],
+    );
 }
 
 impl State {
-    fn is_ad_hoc(&self, resource: &str) -> bool {
-        self.resources
-            .get(resource)
-            .is_none_or(|rs| rs.rare().registration.is_none())
-    }
-
     /// Refuses a new `what` (a lease, waiter or booking) of `principal` on `resource`, with
     /// `metadata`, past any of the principal's quotas it would count against. An admin's
     /// entry is not held to them (with auth off every caller is the admin `anonymous`): what
@@ -334,24 +339,42 @@ impl State {
         &self,
         ctx: &Ctx<'_>,
         principal: &str,
-        resource: &str,
+        ad_hoc: bool,
         metadata: &BTreeMap<String, String>,
         what: Quota,
     ) -> Result<(), Rejection> {
         if ctx.admin {
             return Ok(());
         }
-        self.quotas.admit(principal, what, 1)?;
-        self.quotas
-            .admit(principal, Quota::MetadataBytes, metadata_cost(metadata))?;
-        if self.is_ad_hoc(resource) {
-            self.quotas.admit(principal, Quota::AdHocResources, 1)?;
+        let (limits, usage) = (self.quotas.limits(principal), self.quotas.usage(principal));
+        let wanted = [
+            (what, 1),
+            (Quota::MetadataBytes, metadata_cost(metadata)),
+            (Quota::AdHocResources, u64::from(ad_hoc)),
+        ];
+        for (quota, more) in wanted {
+            let limit = limits.get(quota);
+            if more > 0 && usage.get(quota).saturating_add(more) > limit {
+                return Err(Rejection::QuotaExceeded {
+                    quota: quota.name().to_string(),
+                    limit,
+                    principal: principal.to_string(),
+                });
+            }
         }
         Ok(())
     }
 
-    /// A live lease begins (`sign` 1) or ends (-1): counted, and indexed for listings.
-    pub(super) fn count_lease(&mut self, lease: &Lease, sign: i64) {
+    /// Whether `resource` runs ad hoc (under no registration).
+    pub(super) fn is_ad_hoc(&self, resource: &str) -> bool {
+        self.resources
+            .get(resource)
+            .is_none_or(|rs| rs.rare().registration.is_none())
+    }
+
+    /// A live lease begins (`sign` 1) or ends (-1) on a resource that is `ad_hoc` or not:
+    /// counted, and indexed for listings.
+    pub(super) fn count_lease(&mut self, lease: &Lease, ad_hoc: bool, sign: i64) {
         if sign > 0 {
             self.by_holder.insert(&lease.holder, lease);
             self.by_principal.insert(&lease.principal, lease);
@@ -359,7 +382,6 @@ impl State {
             self.by_holder.remove(&lease.holder, lease);
             self.by_principal.remove(&lease.principal, lease);
         }
-        let ad_hoc = self.is_ad_hoc(&lease.resource);
         let principal = &lease.principal;
         hold(
             &mut self.quotas,

@@ -79,13 +79,8 @@ impl State {
         if rs.rare().waiters.len() >= max_waiters as usize {
             return Err(Rejection::WaitingRoomFull { max_waiters });
         }
-        self.admit_holding(
-            ctx,
-            ctx.principal,
-            &op.resource,
-            &op.metadata,
-            Quota::Waiters,
-        )?;
+        let ad_hoc = rs.rare().registration.is_none();
+        self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Waiters)?;
         let now_ms = self.clock.now_ms();
         let waiter = Waiter {
             holder: op.holder.as_str().into(),
