@@ -16,6 +16,15 @@ pub fn ids(n: u64) -> Vec<u64> {
     (1..=n).collect()
 }
 
+/// The same extra flags for every node of a cluster of `n`.
+pub fn same_flags<S: AsRef<str>>(
+    n: u64,
+    flags: &[S],
+) -> std::collections::BTreeMap<u64, Vec<String>> {
+    let flags: Vec<String> = flags.iter().map(|f| f.as_ref().to_string()).collect();
+    ids(n).into_iter().map(|id| (id, flags.clone())).collect()
+}
+
 /// Writes a secret (a token file) readable by its owner only, as a node requires.
 pub fn write_secret(path: &std::path::Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;

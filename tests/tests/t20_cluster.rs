@@ -145,13 +145,8 @@ async fn a_follower_behind_a_purged_log_catches_up_from_a_sent_snapshot() {
 
 /// Three nodes that snapshot every 20 entries and keep no log behind a snapshot.
 async fn snapshotting_cluster() -> InProcessCluster {
-    let flags = vec![
-        "--snapshot-every".to_string(),
-        "20".into(),
-        "--snapshot-keep-logs".into(),
-        "0".into(),
-    ];
-    let extra = (1..=3).map(|id| (id, flags.clone())).collect();
+    let flags = ["--snapshot-every", "20", "--snapshot-keep-logs", "0"];
+    let extra = tenure_tests::same_flags(3, &flags);
     InProcessCluster::start(3, extra).await.expect("cluster")
 }
 

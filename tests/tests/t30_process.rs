@@ -94,14 +94,12 @@ async fn full_cluster_sigkill_and_restart_keeps_every_acknowledged_lease() {
 /// the lowest-id survivor and bounded at 6 s, is served only if that node started it at ~4 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_refused_by_a_dead_leader_elects_when_the_lease_ends() {
-    let flags: Vec<String> = [
+    let flags = [
         "--election-min=3s",
         "--election-max=4s",
         "--request-timeout=6s",
-    ]
-    .map(String::from)
-    .to_vec();
-    let extra = (1..=3).map(|id| (id, flags.clone())).collect();
+    ];
+    let extra = tenure_tests::same_flags(3, &flags);
     let mut cluster = ProcessCluster::start(3, extra).expect("cluster");
     let leader = cluster
         .leader(Duration::from_secs(30))

@@ -3,7 +3,6 @@
 //! a lease's principal or an admin renews, releases or transfers it; and a follower that
 //! forwards a call keeps the caller's principal.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
@@ -29,9 +28,8 @@ async fn cluster() -> (InProcessCluster, tempfile::TempDir, u64) {
             "# t70\n{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"
         ),
     );
-    let flags = vec!["--token-file".to_string(), path.display().to_string()];
-    let extra: BTreeMap<u64, Vec<String>> =
-        ids(3).into_iter().map(|id| (id, flags.clone())).collect();
+    let flags = ["--token-file".to_string(), path.display().to_string()];
+    let extra = tenure_tests::same_flags(3, &flags);
     let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
     let leader = cluster.leader(ELECTION).await.expect("a leader");
     (cluster, dir, leader)

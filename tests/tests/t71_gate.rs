@@ -13,7 +13,7 @@ use tenure_proto::v1 as pb;
 use tenure_proto::v1::leases_client::LeasesClient;
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::process::{tenured_bin, ProcessCluster};
-use tenure_tests::{acquire_request, granted, ids, write_secret};
+use tenure_tests::{acquire_request, granted, write_secret};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -235,8 +235,7 @@ fn waiting_acquire(resource: &str, holder: &str) -> pb::AcquireRequest {
 }
 
 fn limits(flags: &[&str]) -> BTreeMap<u64, Vec<String>> {
-    let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
-    ids(1).into_iter().map(|id| (id, flags.clone())).collect()
+    tenure_tests::same_flags(1, flags)
 }
 
 fn watch(resource: &str) -> pb::WatchRequest {

@@ -526,9 +526,8 @@ async fn with_auth_the_principal_serves_any_client_forwards_and_peers_deliver() 
         &path,
         &format!("{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
     );
-    let flags = vec!["--token-file".to_string(), path.display().to_string()];
-    let (cluster, leader) =
-        cluster_with(ids(3).into_iter().map(|id| (id, flags.clone())).collect()).await;
+    let flags = ["--token-file".to_string(), path.display().to_string()];
+    let (cluster, leader) = cluster_with(tenure_tests::same_flags(3, &flags)).await;
     let alice = cluster.client().with_token(ALICE).expect("token");
     let bob = cluster.client().with_token(BOB).expect("token");
     let lease = granted(&alice, "t75/auth", "alices-worker", TTL).await;

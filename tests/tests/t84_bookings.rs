@@ -11,10 +11,7 @@ use tenure_tests::in_process::InProcessCluster;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_booking_is_listed_and_keeps_other_holders_out_of_its_window() {
     // Ad-hoc resources are bookable on a cluster started so.
-    let flags: BTreeMap<u64, Vec<String>> = tenure_tests::ids(3)
-        .into_iter()
-        .map(|id| (id, vec!["--ad-hoc-bookable".to_string()]))
-        .collect();
+    let flags = tenure_tests::same_flags(3, &["--ad-hoc-bookable"]);
     let cluster = InProcessCluster::start(3, flags).await.expect("cluster");
     cluster
         .leader(Duration::from_secs(15))

@@ -471,10 +471,8 @@ async fn bad_membership_changes_are_refused_with_the_reason() {
 async fn a_learner_behind_the_purged_log_catches_up_from_a_snapshot() {
     // Snapshot after 20 entries and keep no log behind it: a new member cannot be sent the
     // log from the start, only the leader's snapshot.
-    let flags: Vec<String> = ["--snapshot-every", "20", "--snapshot-keep-logs", "0"]
-        .map(String::from)
-        .to_vec();
-    let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, flags.clone())).collect();
+    let flags = ["--snapshot-every", "20", "--snapshot-keep-logs", "0"];
+    let extra = tenure_tests::same_flags(3, &flags);
     let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
     let leader = cluster.leader(ELECTION).await.expect("a leader");
     let client = cluster.client();

@@ -42,8 +42,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn metrics_show_raft_leases_and_latencies() {
-    let flags = vec!["--metrics-listen".to_string(), "127.0.0.1:0".to_string()];
-    let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, flags.clone())).collect();
+    let extra = tenure_tests::same_flags(3, &["--metrics-listen", "127.0.0.1:0"]);
     let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
     let leader = cluster.leader(ELECTION).await.expect("a leader");
     let client = cluster.client_of(leader);

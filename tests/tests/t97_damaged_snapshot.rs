@@ -27,7 +27,11 @@ fn flip_a_bit(path: &Path) {
     let mut bytes = std::fs::read(path).expect("read");
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x08;
-    std::fs::write(path, bytes).expect("write");
+    // Replaced whole (written aside, renamed over): a node sending the file right now keeps
+    // reading the intact one, never a file cut short while it is rewritten.
+    let aside = path.with_file_name(".flipping.tmp");
+    std::fs::write(&aside, bytes).expect("write");
+    std::fs::rename(&aside, path).expect("rename");
 }
 
 /// Waits (yielding) until `done` holds.
@@ -45,10 +49,8 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 async fn a_damaged_snapshot_from_the_leader_is_refused_and_the_next_good_one_installed() {
     // No snapshot but on demand, and no log kept behind one: a new member can only be sent
     // the leader's snapshot file.
-    let flags: Vec<String> = ["--snapshot-every", "1000000", "--snapshot-keep-logs", "0"]
-        .map(String::from)
-        .to_vec();
-    let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, flags.clone())).collect();
+    let flags = ["--snapshot-every", "1000000", "--snapshot-keep-logs", "0"];
+    let extra = tenure_tests::same_flags(3, &flags);
     let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
     let leader = cluster.leader(ELECTION).await.expect("a leader");
     let client = cluster.client();

@@ -2,7 +2,6 @@
 //! node refuses past them with `resource_exhausted` naming the quota, retries of remembered
 //! requests still answer, watches count per node, and `Status` shows who is nearest a limit.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
@@ -24,9 +23,8 @@ async fn cluster() -> (InProcessCluster, tempfile::TempDir) {
         &path,
         &format!("{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
     );
-    let flags = vec!["--token-file".to_string(), path.display().to_string()];
-    let extra: BTreeMap<u64, Vec<String>> =
-        ids(3).into_iter().map(|id| (id, flags.clone())).collect();
+    let flags = ["--token-file".to_string(), path.display().to_string()];
+    let extra = tenure_tests::same_flags(3, &flags);
     let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
     cluster.leader(ELECTION).await.expect("a leader");
     (cluster, dir)

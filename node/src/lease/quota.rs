@@ -227,14 +227,22 @@ impl Quotas {
 
     /// Refuses to let `principal` hold `more` of `quota` beyond what it holds now.
     pub fn admit(&self, principal: &str, quota: Quota, more: u64) -> Result<(), Rejection> {
-        let limit = self.limits(principal).get(quota);
-        let held = self.usage(principal).get(quota);
-        if held.saturating_add(more) > limit {
-            return Err(Rejection::QuotaExceeded {
-                quota: quota.name().to_string(),
-                limit,
-                principal: principal.to_string(),
-            });
+        self.admit_all(principal, &[(quota, more)])
+    }
+
+    /// Refuses `more` of each quota beyond what `principal` holds now, reading its limits
+    /// and usage once.
+    pub fn admit_all(&self, principal: &str, wanted: &[(Quota, u64)]) -> Result<(), Rejection> {
+        let (limits, usage) = (self.limits(principal), self.usage(principal));
+        for &(quota, more) in wanted {
+            let limit = limits.get(quota);
+            if more > 0 && usage.get(quota).saturating_add(more) > limit {
+                return Err(Rejection::QuotaExceeded {
+                    quota: quota.name().to_string(),
+                    limit,
+                    principal: principal.to_string(),
+                });
+            }
         }
         Ok(())
     }
@@ -303,11 +311,6 @@ impl Quotas {
             usage: principal.map(|p| self.usage(p)).unwrap_or_default(),
         }
     }
-
-    /// Principals with their own settings, by name.
-    pub fn overridden(&self) -> impl Iterator<Item = (&Name, &Overrides)> {
-        self.overrides.iter()
-    }
 }
 
 /// What a principal's lease, waiter or booking holds, counted (`sign` 1) or freed (-1).
@@ -346,23 +349,14 @@ impl State {
         if ctx.admin {
             return Ok(());
         }
-        let (limits, usage) = (self.quotas.limits(principal), self.quotas.usage(principal));
-        let wanted = [
-            (what, 1),
-            (Quota::MetadataBytes, metadata_cost(metadata)),
-            (Quota::AdHocResources, u64::from(ad_hoc)),
-        ];
-        for (quota, more) in wanted {
-            let limit = limits.get(quota);
-            if more > 0 && usage.get(quota).saturating_add(more) > limit {
-                return Err(Rejection::QuotaExceeded {
-                    quota: quota.name().to_string(),
-                    limit,
-                    principal: principal.to_string(),
-                });
-            }
-        }
-        Ok(())
+        self.quotas.admit_all(
+            principal,
+            &[
+                (what, 1),
+                (Quota::MetadataBytes, metadata_cost(metadata)),
+                (Quota::AdHocResources, u64::from(ad_hoc)),
+            ],
+        )
     }
 
     /// Whether `resource` runs ad hoc (under no registration).
@@ -543,11 +537,7 @@ mod tests {
         assert_eq!(quotas.limits("b").get(Quota::Leases), 10);
         quotas.set(Some("a"), &[(Quota::Leases, None)]);
         assert_eq!(quotas.limits("a").get(Quota::Leases), 10);
-        assert_eq!(
-            quotas.overridden().count(),
-            0,
-            "an empty override is forgotten"
-        );
+        assert_eq!(quotas.overrides.len(), 0, "an empty override is forgotten");
     }
 
     #[test]
