@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tenure_client::{pb, prost_duration};
 
 use crate::checker::{self, CheckParams, CheckReport};
-use crate::history::{now_ns, History, Mode, ResourcePolicy};
+use crate::history::{now_ns, History, Mode, QuotaSettings, ResourcePolicy};
 use crate::hosts::{self, Hosts};
 use crate::nemesis::{current_leader, Fault, Nemesis, Targets};
 use crate::procs::{self, Procs};
@@ -213,7 +213,7 @@ async fn observe_leaders(
     seen
 }
 
-/// Registers `name` with `policy` (admin: auth is off in the harness), retrying until the
+/// Registers `name` with `policy` (an admin's call), retrying until the
 /// cluster confirms it or says it exists.
 async fn register(client: &Client, name: &str, policy: &ResourcePolicy) -> anyhow::Result<()> {
     let ms = |ms: u64| Some(prost_duration(Duration::from_millis(ms)));
@@ -250,6 +250,45 @@ async fn register(client: &Client, name: &str, policy: &ResourcePolicy) -> anyho
     }
 }
 
+/// Sets the workload's quotas for `principal` (admin), retrying with the same request id
+/// until the cluster confirms them: every later decision of the cluster holds the clients to
+/// them.
+async fn set_quotas(
+    client: &Client,
+    principal: &str,
+    config: &WorkloadConfig,
+) -> anyhow::Result<QuotaSettings> {
+    let limits = config.quota_limits();
+    let request = pb::SetQuotaRequest {
+        principal: principal.to_owned(),
+        changes: limits
+            .iter()
+            .map(|(quota, limit)| pb::QuotaChange {
+                quota: quota.clone(),
+                limit: *limit,
+                reset: false,
+            })
+            .collect(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.set_quota(request.clone()).await {
+            Ok(_) => {
+                return Ok(QuotaSettings {
+                    principal: principal.to_owned(),
+                    limits,
+                })
+            }
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(%e, "setting the quotas again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => anyhow::bail!("could not set the quotas of {principal}: {e}"),
+        }
+    }
+}
+
 async fn drive(
     options: &TestOptions,
     hosts: Arc<Hosts>,
@@ -258,10 +297,20 @@ async fn drive(
 ) -> anyhow::Result<(History, bool)> {
     let endpoints = procs.lock().unwrap_or_else(|p| p.into_inner()).endpoints();
     let timeout = options.workload.call_timeout;
+    // The harness's own calls are an admin's; the workload's are its principal's.
     let client = connect.client(&endpoints)?.with_timeout(timeout);
     let per_node: Vec<Client> = endpoints
         .iter()
         .map(|e| connect.client([e]).map(|c| c.with_timeout(timeout)))
+        .collect::<Result<_, _>>()?;
+    let workload_client = connect.workload_client(&endpoints)?.with_timeout(timeout);
+    let workload_per_node: Vec<Client> = endpoints
+        .iter()
+        .map(|e| {
+            connect
+                .workload_client([e])
+                .map(|c| c.with_timeout(timeout))
+        })
         .collect::<Result<_, _>>()?;
     anyhow::ensure!(
         wait_for_leader(&per_node, Duration::from_secs(30))
@@ -291,6 +340,14 @@ async fn drive(
             registered.insert(name, policy);
         }
     }
+    let quotas = match connect.workload_principal() {
+        Some(principal) => {
+            let set = set_quotas(&client, principal, &options.workload).await?;
+            tracing::info!(principal, quotas = %set.describe(), "quotas set");
+            Some(set)
+        }
+        None => None,
+    };
 
     let started_ns = now_ns();
     let recorder = Arc::new(Recorder::default());
@@ -298,8 +355,9 @@ async fn drive(
         .map(|_| tokio::sync::mpsc::unbounded_channel())
         .unzip();
     let env = Arc::new(Env {
-        client,
-        per_node: per_node.clone(),
+        client: workload_client,
+        per_node: workload_per_node,
+        watch_per_node: per_node.clone(),
         recorder: recorder.clone(),
         store: FencedStore::default(),
         config: options.workload.clone(),
@@ -408,7 +466,7 @@ async fn drive(
             .flat_map(|s| s.events().map(|e| e.resource.clone())),
     );
     let (events, unread) =
-        workload::read_events(&env.client, names, Instant::now() + Duration::from_secs(60)).await;
+        workload::read_events(&client, names, Instant::now() + Duration::from_secs(60)).await;
 
     let history = History {
         seed: options.seed,
@@ -424,6 +482,7 @@ async fn drive(
         nemesis: nemesis_events,
         leaders,
         resources: registered,
+        quotas,
         events,
         unread,
         watches,

@@ -1,9 +1,13 @@
 //! `--secure`: the run's cluster as a production cluster runs, with auth and TLS on. The run
-//! makes a token file (an admin token for its clients, a peer token for the nodes, 64 hex
-//! digits each, mode 0600) and a cluster CA with one certificate that names every host
-//! address; the clients speak TLS and send the admin token, and the clock nemesis reaches the
-//! internal service as a peer does: the peer token over mutual TLS. Without `--secure` the
-//! nodes run with `--insecure` (their addresses exist only in the run's namespaces).
+//! makes a token file (a client token for the workload's principal [`CLIENT_PRINCIPAL`], an
+//! admin token for the harness itself, a peer token for the nodes, 64 hex digits each, mode
+//! 0600) and a cluster CA with one certificate that names every host address. Everything
+//! speaks TLS. The workload's clients send the client token, so the quotas the run sets for
+//! that principal hold for them; what needs an admin (registering resources, setting quotas,
+//! membership changes and node status, watches of every resource, reading the histories after
+//! the run) sends the admin token; the clock nemesis reaches the internal service as a peer
+//! does: the peer token over mutual TLS. Without `--secure` the nodes run with `--insecure`
+//! (their addresses exist only in the run's namespaces) and every caller is an admin.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,12 +18,16 @@ use tenure_client::Client;
 use tenure_proto::raft::v1::raft_client::RaftClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+/// The principal the workload's clients call as in a `--secure` run (role `client`).
+pub const CLIENT_PRINCIPAL: &str = "jepsen-client";
+
 /// The run's secrets.
 pub struct Secure {
     ca_pem: String,
     cert_pem: String,
     key_pem: String,
     admin_token: String,
+    client_token: String,
     peer_token: String,
 }
 
@@ -56,13 +64,14 @@ impl Secure {
             cert_pem: node.pem(),
             key_pem: node_key.serialize_pem(),
             admin_token: token(),
+            client_token: token(),
             peer_token: token(),
         };
         write_secret(
             &dir.join("tokens"),
             &format!(
-                "{} jepsen admin\n{} nodes peer\n",
-                secure.admin_token, secure.peer_token
+                "{} jepsen admin\n{} {CLIENT_PRINCIPAL} client\n{} nodes peer\n",
+                secure.admin_token, secure.client_token, secure.peer_token
             ),
         )?;
         write_secret(&dir.join("node.key"), &secure.key_pem)?;
@@ -88,17 +97,45 @@ impl Connect {
         Connect(Some(Arc::new(secure)))
     }
 
-    /// A client of `endpoints` (with TLS and the admin token when secure).
+    /// An admin client of `endpoints` (with TLS and the admin token when secure).
     pub fn client<I, S>(&self, endpoints: I) -> Result<Client, tenure_client::Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.client_as(endpoints, |secure| &secure.admin_token)
+    }
+
+    /// A client of `endpoints` for the workload: with TLS and the token of
+    /// [`CLIENT_PRINCIPAL`] when secure (held to its quotas), else as [`Connect::client`].
+    pub fn workload_client<I, S>(&self, endpoints: I) -> Result<Client, tenure_client::Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.client_as(endpoints, |secure| &secure.client_token)
+    }
+
+    fn client_as<I, S>(
+        &self,
+        endpoints: I,
+        token: fn(&Secure) -> &String,
+    ) -> Result<Client, tenure_client::Error>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
         match &self.0 {
             None => Client::new(endpoints),
-            Some(secure) => Client::new_with_ca(endpoints, secure.ca_pem.as_bytes())?
-                .with_token(&secure.admin_token),
+            Some(secure) => {
+                Client::new_with_ca(endpoints, secure.ca_pem.as_bytes())?.with_token(token(secure))
+            }
         }
+    }
+
+    /// The principal the workload calls as, when it is not an admin (secure runs).
+    pub fn workload_principal(&self) -> Option<&'static str> {
+        self.0.as_ref().map(|_| CLIENT_PRINCIPAL)
     }
 
     /// A client of `endpoint`'s internal service, and the token to call it with.

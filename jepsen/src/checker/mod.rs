@@ -11,6 +11,9 @@
 //!   resource, no barging, every grant and every wait's end recorded.
 //! * `watch`: what the watchers were sent is exactly that record, in order, without gap or
 //!   duplicate, across reconnections; `compacted` only where retention dropped something.
+//! * `quota`: a refusal for the `leases` (`waiters`) quota only where the principal could have
+//!   held that many leases (waits) during the call, on that record and the clients' answers.
+//!   The lease model sees a quota refusal as what it is: nothing happened.
 //!
 //! Time: every op carries `invoke_ns`/`complete_ns` on the harness's one monotonic clock. A lease
 //! granted by an acquire invoked at `t` with `ttl` cannot expire before `t + ttl·(1−ε)`, nor be
@@ -21,6 +24,7 @@
 mod invariants;
 mod linear;
 mod model;
+mod quota;
 mod retention;
 pub mod sim;
 mod waiting;
@@ -35,6 +39,7 @@ use serde::Serialize;
 
 use crate::history::{History, Nanos, Op};
 use model::{at, compile, describe_op, describe_state, Compiled, Holders, Rules};
+pub use quota::QuotaStats;
 pub use waiting::WaitStats;
 pub use watch::WatchStats;
 
@@ -87,6 +92,8 @@ pub struct CheckReport {
     pub waits: WaitStats,
     /// The watchers and the watch checks.
     pub watch: WatchStats,
+    /// The refusals for a quota and the quota checks.
+    pub quota: QuotaStats,
 }
 
 impl CheckReport {
@@ -110,7 +117,8 @@ pub struct Anomaly {
     /// `barging`, `admission_not_at_free`, `grant_unrecorded`, `wait_end_unrecorded`,
     /// `cancel_revision_wrong`; the
     /// watches' `watch_gap`, `watch_duplicate`, `watch_out_of_order`, `watch_unknown_event`,
-    /// `watch_dishonest_compaction`.
+    /// `watch_dishonest_compaction`; the quotas' `quota_refused_below_limit`,
+    /// `quota_limit_mismatch`.
     pub kind: String,
     pub resource: String,
     pub message: String,
@@ -146,6 +154,7 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         search_exhausted: Vec::new(),
         waits: WaitStats::default(),
         watch: WatchStats::default(),
+        quota: QuotaStats::default(),
     };
 
     for (resource, mut ops) in by_resource {
@@ -211,6 +220,9 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
     let (found, watch) = watch::check(history, t0);
     report.anomalies.extend(found);
     report.watch = watch;
+    let (found, quota) = quota::check(history, t0);
+    report.anomalies.extend(found);
+    report.quota = quota;
     for anomaly in &mut report.anomalies {
         anomaly.ops.sort_unstable();
         anomaly.ops.dedup();

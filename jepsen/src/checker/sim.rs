@@ -53,6 +53,7 @@ pub fn read_held(holder: &str, token: u64) -> Outcome {
         holder: Some(holder.into()),
         token: Some(token),
         leases: vec![],
+        revision: 0,
     })
 }
 pub fn read_free() -> Outcome {

@@ -40,6 +40,8 @@ pub struct WaitStats {
     pub timed_out: usize,
     pub cancelled: usize,
     pub unknown: usize,
+    /// …refused for a quota (`waiters`, or `leases` when it would have been granted at once).
+    pub quota_exceeded: usize,
     /// `CancelWait` calls that removed a wait.
     pub cancels: usize,
     /// `queued` and `admitted` events in the histories read.
@@ -339,6 +341,7 @@ fn answers(
                     value: Value::Refused { .. },
                 } => stats.cancelled += 1,
                 Outcome::Unknown { .. } => stats.unknown += 1,
+                Outcome::QuotaExceeded { .. } => stats.quota_exceeded += 1,
                 _ => {}
             }
         }

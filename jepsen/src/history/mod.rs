@@ -1,9 +1,9 @@
-//! The history of a run: every client call as invoke → ok / fail / unknown, every fenced-store
-//! write, every nemesis event, each stamped with the harness's monotonic clock, and the policy of
-//! every registered resource (so a saved history can be checked again without the cluster),
-//! and what the cluster recorded itself: every resource's history read after the run, and every
-//! watch session (`events`). Written as JSON lines, one [`Record`] a line; read back by the
-//! checker and the report.
+//! The history of a run: every client call as invoke → ok / fail / quota_exceeded / unknown,
+//! every fenced-store write, every nemesis event, each stamped with the harness's monotonic
+//! clock, the policy of every registered resource and the quotas the run set (so a saved
+//! history can be checked again without the cluster), and what the cluster recorded itself:
+//! every resource's history read after the run, and every watch session (`events`). Written as
+//! JSON lines, one [`Record`] a line; read back by the checker and the report.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -39,6 +39,13 @@ pub enum Outcome {
     Fail {
         reason: String,
     },
+    /// Refused because the caller's principal is at its `quota` (`resource_exhausted`, the
+    /// quota's name and limit in the error): definitely did not take effect, and legal only
+    /// while the principal really holds `limit` of what that quota counts.
+    QuotaExceeded {
+        quota: String,
+        limit: u64,
+    },
     /// May or may not have taken effect (timeout, unavailable, transport error).
     Unknown {
         error: String,
@@ -56,6 +63,25 @@ pub struct Op {
     /// When the answer arrived; for `Unknown`, when the client gave up.
     pub complete_ns: Nanos,
     pub outcome: Outcome,
+}
+
+/// The per-principal quotas a run set for the principal its clients call as (`--secure`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaSettings {
+    pub principal: String,
+    /// Limit by quota name (`leases`, `waiters`, …).
+    pub limits: BTreeMap<String, u64>,
+}
+
+impl QuotaSettings {
+    /// `leases 6, waiters 2`.
+    pub fn describe(&self) -> String {
+        self.limits
+            .iter()
+            .map(|(quota, limit)| format!("{quota} {limit}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +120,8 @@ pub enum Record {
         name: String,
         policy: ResourcePolicy,
     },
+    /// The quotas the run set for its clients' principal before they started.
+    Quotas(QuotaSettings),
     /// A resource's history (ascending, every page, linearizable) read after the run.
     Events {
         resource: String,
@@ -122,6 +150,8 @@ pub struct History {
     pub leaders: Vec<(Nanos, u64, u64)>,
     /// Registered resources and their policies.
     pub resources: BTreeMap<String, ResourcePolicy>,
+    /// The quotas the clients ran under (None: the clients were admins, or an older history).
+    pub quotas: Option<QuotaSettings>,
     /// Every resource's history as the cluster recorded it, read after the run.
     pub events: BTreeMap<String, Vec<Event>>,
     /// Resources whose history could not be read after the run, with the error.
@@ -147,6 +177,7 @@ impl History {
                     policy: policy.clone(),
                 }),
         );
+        records.extend(self.quotas.iter().cloned().map(Record::Quotas));
         records.extend(self.ops.iter().cloned().map(Record::Op));
         records.extend(self.nemesis.iter().cloned().map(Record::Nemesis));
         records.extend(
@@ -191,6 +222,7 @@ impl History {
             Record::Resource { name, policy } => {
                 self.resources.insert(name, policy);
             }
+            Record::Quotas(settings) => self.quotas = Some(settings),
             Record::Events { resource, events } => {
                 self.events.insert(resource, events);
             }
@@ -265,7 +297,42 @@ mod tests {
                         lease_id: "lse_5_0".into(),
                     },
                 },
-            }],
+            }]
+            .into_iter()
+            .chain([
+                Op {
+                    id: 1,
+                    process: 2,
+                    call: Call::Acquire {
+                        resource: "r".into(),
+                        holder: "g".into(),
+                        ttl_ms: 3000,
+                        mode: Mode::Exclusive,
+                        units: 0,
+                        wait_ms: 0,
+                    },
+                    invoke_ns: 11,
+                    complete_ns: 21,
+                    outcome: Outcome::QuotaExceeded {
+                        quota: "leases".into(),
+                        limit: 6,
+                    },
+                },
+                Op {
+                    id: 2,
+                    process: 2,
+                    call: Call::Read {
+                        resource: "r".into(),
+                        node: 1,
+                    },
+                    invoke_ns: 22,
+                    complete_ns: 23,
+                    outcome: Outcome::Ok {
+                        value: Value::read_at(vec![], 9),
+                    },
+                },
+            ])
+            .collect(),
             nemesis: vec![NemesisEvent {
                 kind: "kill".into(),
                 detail: "n1".into(),
@@ -284,6 +351,12 @@ mod tests {
             )]
             .into_iter()
             .collect(),
+            quotas: Some(QuotaSettings {
+                principal: "jepsen-client".into(),
+                limits: [("leases".to_string(), 6), ("waiters".to_string(), 2)]
+                    .into_iter()
+                    .collect(),
+            }),
             events: [("r".to_string(), vec![event.clone()])]
                 .into_iter()
                 .collect(),
@@ -339,6 +412,7 @@ mod compat_tests {
             holder,
             token,
             leases,
+            ..
         } = &read
         else {
             panic!("not a read")

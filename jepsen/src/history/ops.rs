@@ -350,12 +350,15 @@ pub enum Value {
         reason: String,
     },
     /// What a linearizable read saw: `holder`/`token` of the first live lease, `leases` every
-    /// live lease (histories before shared modes lack it).
+    /// live lease (histories before shared modes lack it), and the applied log index it was
+    /// read at (`revision`; 0 in histories before quotas).
     Read {
         holder: Option<String>,
         token: Option<u64>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         leases: Vec<Held>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        revision: u64,
     },
     /// `ListLeases`: the holder's live leases on the call's resource.
     Leases {
@@ -377,10 +380,16 @@ pub enum Value {
 impl Value {
     /// A read's answer from the leases it saw.
     pub fn read(leases: Vec<Held>) -> Value {
+        Value::read_at(leases, 0)
+    }
+
+    /// A read's answer from the leases it saw at the applied log index `revision`.
+    pub fn read_at(leases: Vec<Held>, revision: u64) -> Value {
         Value::Read {
             holder: leases.first().map(|l| l.holder.clone()),
             token: leases.first().map(|l| l.token),
             leases,
+            revision,
         }
     }
 
@@ -431,6 +440,7 @@ impl Value {
                 holder,
                 token,
                 leases,
+                ..
             } => {
                 let all = Value::read_leases(holder, token, leases);
                 match (all.is_empty(), holder) {

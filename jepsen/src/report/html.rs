@@ -223,6 +223,7 @@ pub(super) fn describe(op: &Op, span: Span) -> String {
     let outcome = match &op.outcome {
         Outcome::Ok { value } => format!("ok, {}", value.describe()),
         Outcome::Fail { reason } => format!("fail: {reason}"),
+        Outcome::QuotaExceeded { quota, limit } => format!("refused: quota {quota} ({limit})"),
         Outcome::Unknown { error } => format!("unknown: {error}"),
     };
     format!(
@@ -477,7 +478,7 @@ fn scatter(
                 out,
                 r#"<circle class="k-{kind}" cx="{x:.1}" cy="{y:.1}" r="2"/>"#
             ),
-            Outcome::Fail { .. } => w!(
+            Outcome::Fail { .. } | Outcome::QuotaExceeded { .. } => w!(
                 out,
                 r#"<rect class="k-{kind}" x="{:.1}" y="{:.1}" width="4" height="4"/>"#,
                 x - 2.0,

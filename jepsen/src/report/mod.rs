@@ -15,8 +15,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::checker::{CheckReport, WaitStats, WatchStats};
-use crate::history::{Call, History, Nanos, Outcome, ResourcePolicy, Value};
+use crate::checker::{CheckReport, QuotaStats, WaitStats, WatchStats};
+use crate::history::{Call, History, Nanos, Outcome, QuotaSettings, ResourcePolicy, Value};
 
 /// `write!` into a `String`, which cannot fail.
 macro_rules! w {
@@ -68,6 +68,8 @@ pub struct Latency {
 pub struct CallStats {
     pub ok: usize,
     pub fail: usize,
+    /// Refused for a quota (not counted in `fail`).
+    pub quota_exceeded: usize,
     pub unknown: usize,
     /// Over `Ok` ops only; `None` when there were none.
     pub latency: Option<Latency>,
@@ -75,7 +77,7 @@ pub struct CallStats {
 
 impl CallStats {
     pub fn total(&self) -> usize {
-        self.ok + self.fail + self.unknown
+        self.ok + self.fail + self.quota_exceeded + self.unknown
     }
 }
 
@@ -147,6 +149,8 @@ pub struct Summary {
     pub ops: usize,
     pub ok: usize,
     pub fail: usize,
+    /// Refused for a quota (not counted in `fail`).
+    pub quota_exceeded: usize,
     pub unknown: usize,
     /// Ops (of any outcome) per second.
     pub throughput_ops_per_s: f64,
@@ -159,6 +163,10 @@ pub struct Summary {
     pub grants_by_kind: GrantsByKind,
     /// Registered resources and their policies (others are ad hoc).
     pub resources: BTreeMap<String, ResourcePolicy>,
+    /// The quotas the clients ran under (None: they called as an admin).
+    pub quotas: Option<QuotaSettings>,
+    /// The refusals for a quota, by quota, and how many were checked.
+    pub quota: QuotaStats,
     /// Grants never released successfully: their tenure ended by expiry (reclaims are not
     /// observed directly), including any still live when the run stopped.
     pub tenures_ended_by_expiry: usize,
@@ -358,7 +366,7 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
     let span = Span::of(history);
     let mut calls = Calls::default();
     let mut micros: HashMap<&str, Vec<u64>> = HashMap::new();
-    let (mut ok, mut fail, mut unknown) = (0, 0, 0);
+    let (mut ok, mut fail, mut quota_exceeded, mut unknown) = (0, 0, 0, 0);
     for op in &history.ops {
         let kind = kind_of(&op.call);
         let stats = calls.get_mut(kind);
@@ -374,6 +382,10 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
             Outcome::Fail { .. } => {
                 fail += 1;
                 stats.fail += 1;
+            }
+            Outcome::QuotaExceeded { .. } => {
+                quota_exceeded += 1;
+                stats.quota_exceeded += 1;
             }
             Outcome::Unknown { .. } => {
                 unknown += 1;
@@ -418,6 +430,7 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         ops: history.ops.len(),
         ok,
         fail,
+        quota_exceeded,
         unknown,
         throughput_ops_per_s: per_s(history.ops.len()),
         ok_per_s: per_s(ok),
@@ -425,6 +438,8 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         grants: grants.len(),
         grants_by_kind,
         resources: history.resources.clone(),
+        quotas: history.quotas.clone(),
+        quota: check.quota.clone(),
         tenures_ended_by_expiry: expired,
         leader_changes: distinct_leaders(history).len().saturating_sub(1),
         nemesis_events,

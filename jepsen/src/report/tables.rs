@@ -31,6 +31,13 @@ pub(super) fn summary_tables(out: &mut String, s: &Summary) {
         ),
         ("nemesis events", counts(&s.nemesis_events)),
         ("leader changes", s.leader_changes.to_string()),
+        (
+            "quotas",
+            match &s.quotas {
+                Some(q) => format!("{}: {}", q.principal, q.describe()),
+                None => "none (admin clients)".to_string(),
+            },
+        ),
     ];
     for (k, v) in rows {
         w!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
@@ -40,6 +47,7 @@ pub(super) fn summary_tables(out: &mut String, s: &Summary) {
         ("ops", s.ops.to_string()),
         ("ok", s.ok.to_string()),
         ("fail", s.fail.to_string()),
+        ("quota exceeded", s.quota_exceeded.to_string()),
         ("unknown", s.unknown.to_string()),
         ("grants", s.grants.to_string()),
         ("  exclusive", s.grants_by_kind.exclusive.to_string()),
@@ -132,13 +140,14 @@ fn waits_and_watches(out: &mut String, s: &Summary) {
         return;
     }
     out.push_str("<table><tr><th colspan=2>Waits and watches</th></tr>");
-    let rows: [(&str, usize); 12] = [
+    let rows: [(&str, usize); 13] = [
         ("WAIT acquires", w.waits),
         ("  granted at once", w.granted_at_once),
         ("  admitted", w.admitted),
         ("  timed out", w.timed_out),
         ("  cancelled", w.cancelled),
         ("  unknown", w.unknown),
+        ("  quota exceeded", w.quota_exceeded),
         ("admitted events", w.admitted_events),
         ("watchers", v.watchers),
         ("watch sessions", v.sessions),

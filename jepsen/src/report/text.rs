@@ -44,9 +44,16 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
     } else {
         s.nemeses.join(",")
     };
+    let quota = |n: usize| {
+        if s.quota_exceeded > 0 {
+            format!(", quota {n}")
+        } else {
+            String::new()
+        }
+    };
     w!(
         out,
-        "seed {} | {} nodes | nemeses {} | {:.1}s | {} ops ({:.1}/s): ok {}, fail {}, unknown {}\n",
+        "seed {} | {} nodes | nemeses {} | {:.1}s | {} ops ({:.1}/s): ok {}, fail {}{}, unknown {}\n",
         s.seed,
         s.nodes,
         nemeses,
@@ -55,6 +62,7 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
         s.throughput_ops_per_s,
         s.ok,
         s.fail,
+        quota(s.quota_exceeded),
         s.unknown
     );
     w!(
@@ -72,13 +80,14 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
         let (w, v) = (&s.waits, &s.watch);
         w!(
             out,
-            "waits {}: granted at once {}, admitted {}, timed out {}, cancelled {}, unknown {} | watch: {} watchers, {} sessions ({} compacted), {} events sent, {} checked, {} unverifiable\n",
+            "waits {}: granted at once {}, admitted {}, timed out {}, cancelled {}, unknown {}{} | watch: {} watchers, {} sessions ({} compacted), {} events sent, {} checked, {} unverifiable\n",
             w.waits,
             w.granted_at_once,
             w.admitted,
             w.timed_out,
             w.cancelled,
             w.unknown,
+            quota(w.quota_exceeded),
             v.watchers,
             v.sessions,
             v.compacted,
@@ -87,17 +96,32 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
             v.unverifiable
         );
     }
+    if s.quotas.is_some() || s.quota_exceeded > 0 {
+        let set = match &s.quotas {
+            Some(q) => format!("quotas of {}: {}", q.principal, q.describe()),
+            None => "no quotas set".to_owned(),
+        };
+        w!(
+            out,
+            "{set} | refused for a quota: {} ({} checked against what could be held)\n",
+            counts(&s.quota.refusals),
+            s.quota.checked
+        );
+    }
     for (kind, stats) in s.calls.iter() {
         if stats.total() == 0 {
             continue;
         }
         w!(
             out,
-            "  {kind:<8} ok {:>7}  fail {:>6}  unknown {:>6}",
+            "  {kind:<8} ok {:>7}  fail {:>6}",
             stats.ok,
-            stats.fail,
-            stats.unknown
+            stats.fail
         );
+        if s.quota_exceeded > 0 {
+            w!(out, "  quota {:>6}", stats.quota_exceeded);
+        }
+        w!(out, "  unknown {:>6}", stats.unknown);
         if let Some(l) = &stats.latency {
             w!(
                 out,

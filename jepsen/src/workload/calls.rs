@@ -115,11 +115,15 @@ pub struct Wait {
     pub give_up_after: Option<Duration>,
 }
 
-/// What every client shares.
+/// What every client shares. The clients call as the run's client principal (`--secure`:
+/// held to the quotas the run set); the watchers as an admin, since watching every resource
+/// needs an admin (or a quota that allows it).
 pub struct Env {
     pub client: Client,
     /// One client per node, for reads through a chosen node.
     pub per_node: Vec<Client>,
+    /// One admin client per node, for the watchers.
+    pub watch_per_node: Vec<Client>,
     pub recorder: std::sync::Arc<Recorder>,
     pub store: FencedStore,
     pub config: WorkloadConfig,
@@ -127,8 +131,30 @@ pub struct Env {
     pub inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
 }
 
+/// The quota and limit of a refusal for a quota: `resource_exhausted` with the message
+/// "principal P is at its QUOTA quota (LIMIT)" (the node's `Rejection::QuotaExceeded`; the
+/// client keeps the reason and the message, not the error details that carry them too).
+fn quota_refusal(error: &Error) -> Option<(String, u64)> {
+    let Error::Status {
+        reason, message, ..
+    } = error
+    else {
+        return None;
+    };
+    if reason != "resource_exhausted" {
+        return None;
+    }
+    let (_, rest) = message.rsplit_once(" is at its ")?;
+    let (quota, limit) = rest.split_once(" quota (")?;
+    let limit = limit.strip_suffix(')')?.parse().ok()?;
+    let named = !quota.is_empty() && quota.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    named.then(|| (quota.to_owned(), limit))
+}
+
 fn classify(error: &Error) -> Outcome {
-    if DEFINITE_FAILURES.contains(&error.reason()) {
+    if let Some((quota, limit)) = quota_refusal(error) {
+        Outcome::QuotaExceeded { quota, limit }
+    } else if DEFINITE_FAILURES.contains(&error.reason()) {
         Outcome::Fail {
             reason: error.reason().to_string(),
         }
@@ -414,7 +440,7 @@ impl Env {
                     }
                 } else {
                     Outcome::Ok {
-                        value: Value::read(leases.iter().map(held).collect()),
+                        value: Value::read_at(leases.iter().map(held).collect(), r.read_revision),
                     }
                 }
             }
@@ -475,5 +501,60 @@ impl Env {
             },
         );
         value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(reason: &str, message: &str) -> Error {
+        Error::Status {
+            code: tonic::Code::ResourceExhausted,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_refusal_for_a_quota_is_its_own_outcome_with_the_quota_and_its_limit() {
+        let refused = status(
+            "resource_exhausted",
+            "principal jepsen-client is at its leases quota (6)",
+        );
+        assert_eq!(
+            classify(&refused),
+            Outcome::QuotaExceeded {
+                quota: "leases".into(),
+                limit: 6
+            }
+        );
+        let waiters = status(
+            "resource_exhausted",
+            "principal jepsen-client is at its waiters quota (2)",
+        );
+        assert_eq!(quota_refusal(&waiters), Some(("waiters".into(), 2)));
+    }
+
+    #[test]
+    fn other_refusals_keep_their_reason() {
+        let bookings = status("resource_exhausted", "the resource already has 3 bookings");
+        assert_eq!(
+            classify(&bookings),
+            Outcome::Fail {
+                reason: "resource_exhausted".into()
+            }
+        );
+        let busy = status(
+            "too_many_requests",
+            "principal p is at its leases quota (6)",
+        );
+        assert!(matches!(classify(&busy), Outcome::Unknown { .. }));
+        assert_eq!(
+            classify(&Error::Local("gave up".into())),
+            Outcome::Unknown {
+                error: "gave up".into()
+            }
+        );
     }
 }

@@ -99,7 +99,7 @@ async fn session(
         start_revision,
         ..Default::default()
     };
-    let client = &env.per_node[(node - 1) as usize];
+    let client = &env.watch_per_node[(node - 1) as usize];
     let stay = Duration::from_millis(rng.random_range(STAY_MS));
     let end = tokio::select! {
         end = stream(client, request, &mut session) => end,

@@ -121,6 +121,7 @@ fn accepted_tokens(op: &Op) -> Vec<u64> {
                 holder,
                 token,
                 leases,
+                ..
             },
         ) => Value::read_leases(holder, token, leases)
             .iter()

@@ -193,6 +193,9 @@ pub(crate) fn compile(
                     required: true,
                 },
                 Outcome::Fail { .. } => Compiled::Ignored,
+                // Refused for a quota: nothing happened to the resource, a legal no-op at any
+                // point of the call (whether the quota was full is the quota checker's).
+                Outcome::QuotaExceeded { .. } => Compiled::Ignored,
                 Outcome::Unknown { .. } => Compiled::Model {
                     op: MOp::AcquireUnknown {
                         holder,
@@ -298,6 +301,7 @@ pub(crate) fn compile(
                         holder,
                         token,
                         leases,
+                        ..
                     },
             } => {
                 let all = Value::read_leases(holder, token, leases);
@@ -362,7 +366,8 @@ pub(crate) fn compile(
 }
 
 /// A renew, release or transfer: it took effect (`answered`), proved the lease not live (a
-/// not-live failure), constrains nothing (other failures), or may have taken effect (unknown).
+/// not-live failure), constrains nothing (other failures, a quota refusal), or may have taken
+/// effect (unknown).
 fn lease_call(
     effect: MOp,
     holder: HolderId,
@@ -383,7 +388,7 @@ fn lease_call(
                 required: true,
             }
         }
-        Outcome::Fail { .. } => Compiled::Ignored,
+        Outcome::Fail { .. } | Outcome::QuotaExceeded { .. } => Compiled::Ignored,
         Outcome::Unknown { .. } => Compiled::Model {
             op: effect,
             required: false,

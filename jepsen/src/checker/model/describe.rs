@@ -17,6 +17,9 @@ pub(crate) fn describe_op(op: &Op, t0: Nanos) -> String {
     let outcome = match &op.outcome {
         Outcome::Ok { value } => value.describe(),
         Outcome::Fail { reason } => format!("failed {reason}"),
+        Outcome::QuotaExceeded { quota, limit } => {
+            format!("refused: quota {quota} ({limit}) exceeded")
+        }
         Outcome::Unknown { error } => format!("unknown ({error})"),
     };
     let end = match op.outcome {

@@ -24,6 +24,8 @@
 //!   the answer lists are exactly the live leases. Other refusals constrain nothing.
 //! * acquire → `already_held`: the holder has a live lease in another mode or with other units.
 //! * acquire, outcome unknown: if it would grant, a new lease with an unseen token (or nothing).
+//! * any call refused for a quota (`quota_exceeded`): nothing happened to the resource; it is
+//!   not part of the search (`checker::quota` judges whether the quota was full).
 //! * an acquire with `WAIT` follows the same rules: its admission is a grant somewhere inside
 //!   the call (in the entry that freed the resource, whose index is the token); a wait that
 //!   ended `wait_timeout` / `wait_cancelled` changed no lease (the waiting checker judges the

@@ -7,10 +7,12 @@
 //! * `pool`: a ground-truth simulation of a shared, transferable resource with a grace;
 //! * `reference`: the pruned search against a plain one, on small doctored histories;
 //! * `waiting`: the waiting room, on the cluster's recorded events and the clients' answers;
-//! * `watch`: watch sessions against the recorded events.
+//! * `watch`: watch sessions against the recorded events;
+//! * `quota`: quota refusals against what the principal could hold, and the model's no-op.
 
 mod exclusive;
 mod pool;
+mod quota;
 mod reference;
 mod shared;
 mod synthetic;

@@ -173,6 +173,7 @@ fn sample() -> (History, CheckReport, u64) {
             holder: Some("h3".into()),
             token: Some(1),
             leases: vec![],
+            revision: 0,
         }),
     );
     b.op(
@@ -205,6 +206,7 @@ fn sample() -> (History, CheckReport, u64) {
             holder: Some("h2".into()),
             token: Some(2),
             leases: vec![],
+            revision: 0,
         }),
     );
     let history = History {
@@ -257,6 +259,7 @@ fn sample() -> (History, CheckReport, u64) {
         search_exhausted: Vec::new(),
         waits: Default::default(),
         watch: Default::default(),
+        quota: Default::default(),
     };
     (history, check, stale)
 }
@@ -339,6 +342,44 @@ fn waits_and_watches_are_summarized_when_the_run_had_them() {
         "{t}"
     );
     assert!(html(&history, &check, &s).contains("Waits and watches"));
+}
+
+#[test]
+fn the_quotas_and_the_refusals_for_them_are_summarized_when_the_run_had_them() {
+    let (mut history, check, _) = sample();
+    let quiet = text(&summarize(&history, &check), &check);
+    assert!(!quiet.contains("quota"), "{quiet}");
+    history.quotas = Some(QuotaSettings {
+        principal: "jepsen-client".into(),
+        limits: [("leases".to_string(), 12), ("waiters".to_string(), 3)]
+            .into_iter()
+            .collect(),
+    });
+    let refused = history
+        .ops
+        .iter_mut()
+        .find(|op| matches!(op.call, Call::Acquire { .. }))
+        .expect("an acquire");
+    refused.outcome = Outcome::QuotaExceeded {
+        quota: "leases".into(),
+        limit: 12,
+    };
+    let check = CheckReport {
+        quota: QuotaStats {
+            refusals: [("leases".to_string(), 1)].into_iter().collect(),
+            checked: 1,
+        },
+        ..check
+    };
+    let s = summarize(&history, &check);
+    assert_eq!((s.quota_exceeded, s.calls.acquire.quota_exceeded), (1, 1));
+    let t = text(&s, &check);
+    assert!(
+        t.contains("quotas of jepsen-client: leases 12, waiters 3 | refused for a quota: leases x1 (1 checked"),
+        "{t}"
+    );
+    assert!(t.contains(", quota 1, unknown"), "{t}");
+    assert!(html(&history, &check, &s).contains("jepsen-client: leases 12, waiters 3"));
 }
 
 #[test]
@@ -506,6 +547,7 @@ fn a_long_run_stays_a_sane_size() {
         search_exhausted: Vec::new(),
         waits: Default::default(),
         watch: Default::default(),
+        quota: Default::default(),
     };
     let s = summarize(&history, &check);
     assert_eq!(s.grants, 12_000);
