@@ -6,9 +6,11 @@
 #   jepsen/soak.sh [DURATION] [CLIENTS] [WORKLOAD]      (defaults: 15m 16 renew)
 #
 # The load is `tenure-jepsen bench` (its cluster, on loopback). `renew` keeps one lease per
-# client alive, so the lease state is constant and what grows is what the design keeps for
-# a while: the exactly-once records (10 minutes of request ids, SPEC §5). Prints one line per
-# sample (seconds, then per node RSS MiB and data MiB) and writes them to OUT/soak.tsv.
+# client alive: the lease state is constant, and renews are not exactly-once, so nothing
+# should grow. `lock` runs acquire + release cycles on fresh names: what grows is the
+# history (bounded by events and bytes) and the exactly-once records (10 minutes of request
+# ids, SPEC §5). Prints one line per sample (seconds; per node RSS MiB and data MiB; the
+# exactly-once MiB node 1 counts) and writes them to OUT/soak.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-15m}
@@ -17,7 +19,7 @@ workload=${3:-renew}
 out=${OUT:-bench-runs/soak-$(date +%s)}
 every=${EVERY:-30}
 
-cargo build --release --bin tenured --bin tenure-jepsen
+cargo build --release --bin tenured --bin tenure-jepsen --bin tenure
 mkdir -p "$out"
 target/release/tenure-jepsen bench --systems tenure --workloads "$workload" --clients "$clients" \
   --warmup 1s --duration "$duration" --out "$out" >"$out/bench.log" 2>&1 &
@@ -25,7 +27,23 @@ bench=$!
 trap 'kill $bench 2>/dev/null || true' INT TERM
 
 data="$out/data/tenure"
-printf 't_s\tn1_rss_mib\tn2_rss_mib\tn3_rss_mib\tn1_disk_mib\tn2_disk_mib\tn3_disk_mib\n' | tee "$out/soak.tsv"
+printf 't_s\tn1_rss_mib\tn2_rss_mib\tn3_rss_mib\tn1_disk_mib\tn2_disk_mib\tn3_disk_mib\tn1_exactly_once_mib\n' | tee "$out/soak.tsv"
+# The exactly-once bytes node 1 counts (every bench client is the admin `anonymous`, so its
+# usage is the whole table), from `tenure cluster status` at the node's own address.
+exactly_once() {
+  local addr
+  addr=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | sed -n 's/.*--listen \([^ ]*\).*/\1/p')
+  [ -n "$addr" ] || { echo 0; return; }
+  target/release/tenure --endpoints "$addr" --output json cluster status 2>/dev/null | python3 -c '
+import json, sys
+used = 0
+for line in sys.stdin:
+    for top in json.loads(line).get("top_principals", []):
+        for q in top["quotas"]:
+            if q["quota"] == "exactly_once_bytes":
+                used += q["used"]
+print(used // 1048576)' 2>/dev/null || echo 0
+}
 start=$(date +%s)
 while kill -0 "$bench" 2>/dev/null; do
   row="$(( $(date +%s) - start ))"
@@ -37,7 +55,9 @@ while kill -0 "$bench" 2>/dev/null; do
     rss+=$'\t'"$(( ${kib:-0} / 1024 ))"
     disk+=$'\t'"$(( ${bytes:-0} / 1048576 ))"
   done
-  printf '%s%s%s\n' "$row" "$rss" "$disk" | tee -a "$out/soak.tsv"
+  n1=$(pgrep -f -- "--data-dir $data/n1( |$)" | head -1 || true)
+  eo=$( [ -n "$n1" ] && exactly_once "$n1" || echo 0)
+  printf '%s%s%s\t%s\n' "$row" "$rss" "$disk" "$eo" | tee -a "$out/soak.tsv"
   sleep "$every"
 done
 wait "$bench" || { echo "the load failed: $out/bench.log" >&2; exit 1; }

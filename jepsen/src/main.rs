@@ -81,7 +81,9 @@ enum Command {
         #[arg(long, env = "TENURED_BIN")]
         bin: Option<PathBuf>,
         /// Auth and TLS on, as in production: a token file, a cluster CA and node
-        /// certificates made for the run; clients use TLS and an admin token.
+        /// certificates made for the run; the workload's clients use TLS and a client
+        /// token whose principal has small quotas (leases, waiters), and the checker judges
+        /// every quota refusal; setup, nemeses and watchers use an admin token.
         #[arg(long)]
         secure: bool,
     },
@@ -136,7 +138,10 @@ enum Command {
         /// Comma-separated: tenure, etcd (etcd needs the `etcd` feature; see jepsen/bench.sh).
         #[arg(long, default_value = "tenure,etcd")]
         systems: String,
-        /// Comma-separated: acquire, lock, contended, renew, read, failover.
+        /// Comma-separated: acquire, lock, contended, renew, read, failover; and `noisy` (Tenure
+        /// only, not in the default): 16 honest principals running lock cycles beside one
+        /// noisy neighbour that attacks within its quotas, in turn, each attack `--duration`
+        /// long between quiet phases (see docs/benchmarks.md).
         #[arg(long, default_value = "acquire,lock,contended,renew,read,failover")]
         workloads: String,
         /// Comma-separated client counts for every workload but `acquire` (1 client).
@@ -221,12 +226,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let stamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
+            let mut workloads = list(&workloads);
+            let noisy = workloads.iter().any(|w| w == "noisy");
+            workloads.retain(|w| w != "noisy");
             let options = BenchOptions {
                 systems: list(&systems)
                     .iter()
                     .map(|s| System::parse(s))
                     .collect::<Result<_, _>>()?,
-                workloads: list(&workloads)
+                workloads: workloads
                     .iter()
                     .map(|w| Workload::parse(w))
                     .collect::<Result<_, _>>()?,
@@ -244,9 +252,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 tenured_args,
             };
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(bench::run(&options))?;
-            let table = std::fs::read_to_string(options.out_dir.join("results.md"))?;
-            println!("{table}");
+            if !options.workloads.is_empty() {
+                runtime.block_on(bench::run(&options))?;
+                let table = std::fs::read_to_string(options.out_dir.join("results.md"))?;
+                println!("{table}");
+            }
+            if noisy {
+                let noisy = tenure_jepsen::abuse::AbuseOptions {
+                    tenured: options.tenured.clone(),
+                    out_dir: options.out_dir.join("noisy"),
+                    phase: options.duration,
+                    honest: 16,
+                    reset_connections: 0,
+                    idle_streams: 0,
+                    slow_watchers: 0,
+                    attacks: tenure_jepsen::abuse::quota::ATTACKS
+                        .map(String::from)
+                        .to_vec(),
+                    tenured_args: options.tenured_args.clone(),
+                };
+                let phases = runtime.block_on(tenure_jepsen::abuse::run(&noisy))?;
+                let (table, met) = tenure_jepsen::abuse::table(&phases);
+                std::fs::write(noisy.out_dir.join("noisy.md"), &table)?;
+                println!("Noisy neighbour:\n\n{table}");
+                println!("targets {}", if met { "met" } else { "MISSED" });
+            }
             println!("results in {}", options.out_dir.display());
             Ok(ExitCode::SUCCESS)
         }

@@ -49,6 +49,8 @@ pub struct Node {
     pub in_flight: crate::limits::Gauge,
     /// Client requests in flight by principal (`--max-in-flight-per-principal`).
     pub in_flight_per_principal: crate::limits::PerPrincipal,
+    /// Each principal's reads, paced (`--read-rate-per-principal`).
+    pub read_pacer: crate::limits::ReadPacer,
     /// Watch, Serve and waiting Acquire calls open, node-wide (`--max-open-streams`).
     pub streams: crate::limits::Gauge,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
@@ -195,6 +197,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         in_flight_per_principal: crate::limits::PerPrincipal::new(
             config.limits.max_in_flight_per_principal,
         ),
+        read_pacer: crate::limits::ReadPacer::new(config.limits.read_rate_per_principal),
         streams: crate::limits::Gauge::new(
             crate::limits::Cap::Streams,
             config.limits.max_open_streams,

@@ -5,12 +5,14 @@
 //! calls past a node-wide cap get `resource_exhausted` with a reason that names the cap.
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
+use crate::lease::query::MAX_PAGE_SIZE as MAX_PAGE;
 
 /// The limit settings (flags, environment or the `--config` file).
 #[derive(Clone, Debug, clap::Args)]
@@ -51,6 +53,18 @@ pub struct Limits {
         default_value_t = 1024
     )]
     pub max_in_flight_per_principal: usize,
+
+    /// Items (leases, resources, history events) one principal may read from this node per
+    /// second: a listing costs its page size, any other read one. Past it, the principal's
+    /// reads wait their turn, so that one client listing as fast as it can takes a bounded
+    /// share of the node's time from everyone else. Admins (and every caller with auth off)
+    /// are not paced. At least 1000, the largest page. Default: 50000.
+    #[arg(
+        long,
+        env = "TENURED_READ_RATE_PER_PRINCIPAL",
+        default_value_t = 50_000
+    )]
+    pub read_rate_per_principal: u32,
 
     /// Long-lived calls (Watch, Serve, an Acquire that waits) open on this node, all clients
     /// together; more are refused with `resource_exhausted` (`too_many_streams`).
@@ -139,6 +153,10 @@ impl Limits {
         for (flag, value) in counts {
             anyhow::ensure!(value > 0, "{flag} must be at least 1");
         }
+        anyhow::ensure!(
+            self.read_rate_per_principal >= MAX_PAGE,
+            "--read-rate-per-principal must be at least {MAX_PAGE} (the largest page)"
+        );
         for (flag, value) in [
             ("--http2-keepalive", self.http2_keepalive),
             ("--http2-keepalive-timeout", self.http2_keepalive_timeout),
@@ -347,9 +365,70 @@ impl Gauge {
     }
 }
 
+/// Each principal's reads on this node, paced to `--read-rate-per-principal` items per
+/// second, with a burst of one second's worth (GCRA, `governor`).
+pub struct ReadPacer {
+    limiter: governor::DefaultKeyedRateLimiter<String>,
+    clock: governor::clock::DefaultClock,
+    /// Reads that had to wait (`tenure_reads_paced_total`).
+    pub paced: prometheus_client::metrics::counter::Counter,
+}
+
+impl std::fmt::Debug for ReadPacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadPacer").finish_non_exhaustive()
+    }
+}
+
+impl ReadPacer {
+    pub fn new(per_second: u32) -> ReadPacer {
+        let rate = NonZeroU32::new(per_second.max(MAX_PAGE)).unwrap_or(NonZeroU32::MIN);
+        ReadPacer {
+            limiter: governor::RateLimiter::keyed(governor::Quota::per_second(rate)),
+            clock: governor::clock::DefaultClock::default(),
+            paced: Default::default(),
+        }
+    }
+
+    /// `None` when `principal` may read `items` more now (and they are counted); else how
+    /// long to wait before asking again.
+    fn wait(&self, principal: &str, items: u32) -> Option<Duration> {
+        use governor::clock::Clock;
+        let items = NonZeroU32::new(items.clamp(1, MAX_PAGE)).unwrap_or(NonZeroU32::MIN);
+        match self.limiter.check_key_n(&principal.to_string(), items) {
+            Ok(Ok(())) | Err(_) => None,
+            Ok(Err(not_until)) => Some(not_until.wait_time_from(self.clock.now())),
+        }
+    }
+
+    /// Waits until `principal` may read `items` more (at most the burst).
+    pub async fn admit(&self, principal: &str, items: u32) {
+        let mut waited = false;
+        while let Some(wait) = self.wait(principal, items) {
+            if !waited {
+                self.paced.inc();
+                waited = true;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A principal that read its second's worth waits for the next; another does not.
+    #[test]
+    fn a_principal_past_its_read_rate_waits_and_others_do_not() {
+        let pacer = ReadPacer::new(1000);
+        assert_eq!(pacer.wait("lister", 1000), None);
+        let wait = pacer.wait("lister", 1000).expect("paced");
+        assert!(wait > Duration::from_millis(500), "{wait:?}");
+        assert_eq!(pacer.wait("other", 1000), None);
+        // A page larger than the burst is charged as the largest page, never refused.
+        assert_eq!(pacer.wait("big", u32::MAX), None);
+    }
 
     #[test]
     fn a_gauge_refuses_past_its_limit_and_frees_a_place_when_a_permit_drops() {

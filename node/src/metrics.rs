@@ -461,6 +461,11 @@ pub fn registry(node: &Arc<Node>) -> Registry {
         "Calls refused, by cause: unauthenticated, permission, limit",
         node.refusals.0.clone(),
     );
+    registry.register(
+        "tenure_reads_paced",
+        "Reads that waited for their principal's read rate (--read-rate-per-principal)",
+        node.read_pacer.paced.clone(),
+    );
     registry.register_collector(Box::new(NodeCollector {
         node: Arc::downgrade(node),
     }));

@@ -17,13 +17,18 @@ const BOB: &str = "t98-bob-secret-0123456789abcdef01";
 const PEER: &str = "t98-peer-secret-0123456789abcdef0";
 
 async fn cluster() -> (InProcessCluster, tempfile::TempDir) {
+    cluster_with(&[]).await
+}
+
+async fn cluster_with(more: &[&str]) -> (InProcessCluster, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("tokens");
     tenure_tests::write_secret(
         &path,
         &format!("{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
     );
-    let flags = ["--token-file".to_string(), path.display().to_string()];
+    let mut flags = vec!["--token-file".to_string(), path.display().to_string()];
+    flags.extend(more.iter().map(|flag| flag.to_string()));
     let extra = tenure_tests::same_flags(3, &flags);
     let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
     cluster.leader(ELECTION).await.expect("a leader");
@@ -278,4 +283,37 @@ async fn a_lease_goes_only_to_a_principal_of_the_token_file() {
     );
     let moved = alice.transfer(to("bob")).await.expect("to bob");
     assert_eq!(moved.lease.expect("the new lease").principal, "bob");
+}
+
+/// A principal that lists faster than `--read-rate-per-principal` waits for its turn (the
+/// node counts it in `tenure_reads_paced_total`) and still gets its answer; another principal
+/// and an admin are not held back by it.
+#[tokio::test]
+async fn a_principal_listing_past_its_read_rate_waits_and_others_do_not() {
+    let (cluster, _dir) = cluster_with(&["--read-rate-per-principal=1000"]).await;
+    let node = cluster.node(1).clone();
+    let admin = as_(&cluster.client_of(1), ADMIN);
+    let alice = as_(&cluster.client_of(1), ALICE);
+    let bob = as_(&cluster.client_of(1), BOB);
+    granted(&alice, "r1", "a", TTL).await;
+    let page = |principal: &str| pb::ListLeasesRequest {
+        principal: principal.into(),
+        page_size: 1000,
+        consistency: pb::Consistency::Stale as i32,
+        ..Default::default()
+    };
+    let paced = || node.read_pacer.paced.get();
+    // A full page is alice's second's worth: the first is not paced, the second (sent right
+    // after) waits for her pace, then answers in full.
+    let listed = alice.list_leases(page("alice")).await.expect("first page");
+    assert_eq!(listed.leases.len(), 1);
+    assert_eq!(paced(), 0);
+    let listed = alice.list_leases(page("alice")).await.expect("second page");
+    assert_eq!(listed.leases.len(), 1);
+    assert_eq!(paced(), 1);
+    // Bob and the admin read as much at once: bob has a pace of his own, the admin none.
+    bob.list_leases(page("bob")).await.expect("bob");
+    admin.list_leases(page("alice")).await.expect("admin");
+    admin.list_leases(page("alice")).await.expect("admin again");
+    assert_eq!(paced(), 1);
 }

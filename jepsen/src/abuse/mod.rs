@@ -9,13 +9,21 @@
 //! - `idle-streams`: a principal with a valid client token opens 10,000 calls and never sends
 //!   their bodies;
 //! - `slow-watch`: a principal with a valid client token opens Watch streams over every
-//!   resource from revision 0 and never reads them.
+//!   resource from revision 0 and never reads them;
+//! - the noisy neighbour ([`quota`], `tenure-jepsen bench --workloads noisy`): a principal
+//!   with the default quotas floods refused acquires with 16 KiB of metadata, acquires fresh
+//!   names, queues 10,000 waiters, watches every resource without reading, and floods
+//!   `ListLeases`.
 //!
 //! The attack comes from 127.0.0.2, an address that is not a member's, and runs on a thread
 //! of its own at nice 19, standing in for a machine of its own:
 //! on a 2-core box it would otherwise take CPU from the nodes by being there, whatever the
-//! nodes do. The targets: honest throughput at least 80 % of the quiet baseline, and no node's
-//! memory past twice its quiet size.
+//! nodes do. The honest clients are 16 principals of their own. The targets: honest
+//! throughput at least 80 % of the quiet baseline, honest p99 at most twice the baseline's,
+//! and no node's memory past twice its quiet size (a quota attack: past its quiet size plus
+//! [`QUOTA_RSS_ALLOWANCE`], what the default quotas let one principal keep).
+
+pub mod quota;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -61,11 +69,22 @@ pub struct Phase {
     pub rss_max: Vec<u64>,
     /// What the attack did.
     pub attack: String,
+    /// The most the noisy principal held of each quota during the phase (`used/limit`),
+    /// as the leader's state counts it; only what it used.
+    pub noisy_peak: String,
 }
 
 const TTL: Duration = Duration::from_secs(30);
-/// Every attack, in the order a run makes them.
+/// How long a phase goes on after its attack stops, for the nodes to settle.
+const SETTLE: Duration = Duration::from_secs(5);
+/// The HTTP/2 attacks, in the order a run makes them (the default).
 pub const ATTACKS: [&str; 3] = ["rapid-reset", "idle-streams", "slow-watch"];
+
+/// What a node may hold past its quiet size while one principal attacks within the default
+/// quotas: its metadata (64 MiB) and exactly-once records (64 MiB) at their quotas, 100,000
+/// leases with their resources and histories (≈ 1 KiB each), and what the allocator keeps
+/// of the churn.
+pub const QUOTA_RSS_ALLOWANCE: u64 = 384 << 20;
 
 fn token(tag: &str) -> String {
     use rand::Rng;
@@ -76,8 +95,10 @@ fn token(tag: &str) -> String {
 
 struct Tokens {
     admin: String,
-    honest: String,
+    /// One principal per honest client: `honest-0`, `honest-1`, …
+    honest: Vec<String>,
     mallory: String,
+    noisy: String,
 }
 
 /// The honest clients' latencies, by phase.
@@ -252,15 +273,20 @@ async fn idle_streams(
     drop(held);
 }
 
-/// Opens `count` Watch streams over every resource from revision 0 as `token`, and never
-/// reads them, until `stop`. Counts the streams the node took.
-async fn slow_watch(
-    endpoints: Vec<String>,
-    count: usize,
-    token: String,
-    stop: Arc<AtomicBool>,
-    opened: Arc<AtomicU64>,
-) {
+/// Watch streams over every resource from revision 0, never read: held until dropped.
+pub(crate) struct Unread {
+    pub opened: u64,
+    pub refused: u64,
+    _held: Vec<(
+        h2::client::SendRequest<Bytes>,
+        http::Response<h2::RecvStream>,
+    )>,
+}
+
+/// Opens `count` Watch streams over every resource from revision 0 as `token`, spread over
+/// the nodes, and reads none of them. A stream the node refused at once (its head carries a
+/// gRPC status) counts as refused.
+pub(crate) async fn unread_watches(endpoints: &[String], count: usize, token: &str) -> Unread {
     let body = {
         let message = pb::WatchRequest {
             prefix: String::new(),
@@ -272,7 +298,11 @@ async fn slow_watch(
         framed.extend_from_slice(&message);
         Bytes::from(framed)
     };
-    let mut held = Vec::new();
+    let mut unread = Unread {
+        opened: 0,
+        refused: 0,
+        _held: Vec::new(),
+    };
     for i in 0..count {
         let endpoint = &endpoints[i % endpoints.len()];
         let Ok(client) = connect(endpoint).await else {
@@ -281,8 +311,8 @@ async fn slow_watch(
         let Ok(mut client) = client.ready().await else {
             continue;
         };
-        let Ok(request) = head(endpoint, "Watch", Some(&token)) else {
-            return;
+        let Ok(request) = head(endpoint, "Watch", Some(token)) else {
+            return unread;
         };
         let Ok((response, mut send)) = client.send_request(request, false) else {
             continue;
@@ -292,14 +322,32 @@ async fn slow_watch(
         }
         // The response's head, then its body is never read: its window fills and stays full.
         if let Ok(Ok(response)) = tokio::time::timeout(Duration::from_secs(5), response).await {
-            opened.fetch_add(1, Ordering::Relaxed);
-            held.push((client, response));
+            if response.headers().contains_key("grpc-status") {
+                unread.refused += 1;
+            } else {
+                unread.opened += 1;
+                unread._held.push((client, response));
+            }
         }
     }
+    unread
+}
+
+/// Opens `count` Watch streams over every resource from revision 0 as `token`, and never
+/// reads them, until `stop`. Counts the streams the node took.
+async fn slow_watch(
+    endpoints: Vec<String>,
+    count: usize,
+    token: String,
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicU64>,
+) {
+    let unread = unread_watches(&endpoints, count, &token).await;
+    opened.fetch_add(unread.opened, Ordering::Relaxed);
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    drop(held);
+    drop(unread);
 }
 
 /// Runs `attack` on a thread of its own at nice 19 until `stop`; its description when done.
@@ -307,7 +355,7 @@ fn spawn_attack(
     attack: &'static str,
     options: &AbuseOptions,
     endpoints: Vec<String>,
-    mallory: String,
+    tokens: &Tokens,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<String> {
     let (connections, idle, watchers) = (
@@ -315,6 +363,7 @@ fn spawn_attack(
         options.idle_streams,
         options.slow_watchers,
     );
+    let (mallory, noisy) = (tokens.mallory.clone(), tokens.noisy.clone());
     std::thread::spawn(move || {
         let _ = rustix::process::setpriority_process(None, 19);
         let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -355,13 +404,14 @@ fn spawn_attack(
                         b.load(Ordering::Relaxed)
                     )
                 }
-                _ => {
+                "slow-watch" => {
                     slow_watch(endpoints, watchers, mallory, stop, a.clone()).await;
                     format!(
                         "{} Watch streams over every resource from revision 0, never read",
                         a.load(Ordering::Relaxed)
                     )
                 }
+                quota_attack => quota::run(quota_attack, endpoints, noisy, stop).await,
             }
         })
     })
@@ -370,18 +420,35 @@ fn spawn_attack(
 fn write_tokens(dir: &Path, tokens: &Tokens) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join("tokens");
-    std::fs::write(
-        &path,
-        format!(
-            "{} ops admin\n{} honest client\n{} mallory client\n{} nodes peer\n",
-            tokens.admin,
-            tokens.honest,
-            tokens.mallory,
-            token("peer")
-        ),
-    )?;
+    let mut lines = format!(
+        "{} ops admin\n{} mallory client\n{} {} client\n{} nodes peer\n",
+        tokens.admin,
+        tokens.mallory,
+        tokens.noisy,
+        quota::PRINCIPAL,
+        token("peer")
+    );
+    for (i, honest) in tokens.honest.iter().enumerate() {
+        lines.push_str(&format!("{honest} honest-{i} client\n"));
+    }
+    std::fs::write(&path, lines)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     Ok(path)
+}
+
+/// Adds what the noisy principal holds now to `peak` (quota → the most used, its limit).
+async fn noisy_usage(admin: &Client, peak: &mut std::collections::BTreeMap<String, (u64, u64)>) {
+    let Ok(view) = admin
+        .with_timeout(Duration::from_secs(1))
+        .get_quota(quota::PRINCIPAL)
+        .await
+    else {
+        return;
+    };
+    for line in view.quotas.into_iter().filter(|line| line.used > 0) {
+        let entry = peak.entry(line.quota).or_default();
+        *entry = (entry.0.max(line.used), line.limit);
+    }
 }
 
 /// Runs the phases; the figures of each.
@@ -389,8 +456,9 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     std::fs::create_dir_all(&options.out_dir)?;
     let tokens = Tokens {
         admin: token("admin"),
-        honest: token("honest"),
+        honest: (0..options.honest).map(|_| token("honest")).collect(),
         mallory: token("mallory"),
+        noisy: token("noisy"),
     };
     let token_file = write_tokens(&options.out_dir, &tokens)?;
     let cluster = LocalCluster::start(
@@ -429,6 +497,18 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
             request_id: String::new(),
         })
         .await?;
+    // The noisy neighbour keeps the default quotas, but for a few watches over everything.
+    admin
+        .set_quota(tenure_client::pb::SetQuotaRequest {
+            principal: quota::PRINCIPAL.into(),
+            changes: vec![tenure_client::pb::QuotaChange {
+                quota: "all_resource_watches".into(),
+                limit: quota::ALL_RESOURCE_WATCHES,
+                reset: false,
+            }],
+            request_id: String::new(),
+        })
+        .await?;
 
     // Quiet phases stand between the attacks: the honest clients' own state keeps growing
     // (exactly-once records live 10 minutes), so each attack is measured against the quiet
@@ -443,9 +523,14 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
             .map(|attack| {
                 ATTACKS
                     .into_iter()
+                    .chain(quota::ATTACKS)
                     .find(|known| known == attack)
                     .ok_or_else(|| {
-                        anyhow::anyhow!("unknown attack `{attack}` ({})", ATTACKS.join(", "))
+                        anyhow::anyhow!(
+                            "unknown attack `{attack}` ({}, {})",
+                            ATTACKS.join(", "),
+                            quota::ATTACKS.join(", ")
+                        )
                     })
             })
             .collect::<Result<_>>()?
@@ -456,8 +541,8 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     let recorder = Arc::new(Recorder::new(names.len()));
     let stop_honest = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
-    for id in 0..options.honest {
-        let client = Client::new(&endpoints)?.with_token(&tokens.honest)?;
+    for (id, token) in tokens.honest.iter().enumerate() {
+        let client = Client::new(&endpoints)?.with_token(token)?;
         workers.push(tokio::spawn(honest(
             client,
             id,
@@ -474,31 +559,47 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     for (index, name) in names.iter().enumerate() {
         recorder.phase.store(index, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
-        let attack = (*name != "quiet").then(|| {
-            spawn_attack(
-                name,
-                options,
-                endpoints.clone(),
-                tokens.mallory.clone(),
-                stop.clone(),
-            )
-        });
+        let attack = (*name != "quiet")
+            .then(|| spawn_attack(name, options, endpoints.clone(), &tokens, stop.clone()));
         let started = Instant::now();
+        let mut peak = std::collections::BTreeMap::<String, (u64, u64)>::new();
         let mut rss_max = vec![0u64; endpoints.len()];
-        while started.elapsed() < options.phase {
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        let sample = |rss_max: &mut Vec<u64>| {
             for (max, rss) in rss_max.iter_mut().zip(cluster.rss_bytes()) {
                 *max = (*max).max(rss);
             }
+        };
+        let mut ticks = 0u64;
+        while started.elapsed() < options.phase {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            sample(&mut rss_max);
+            ticks += 1;
+            if ticks.is_multiple_of(4) {
+                noisy_usage(&admin, &mut peak).await;
+            }
         }
-        let elapsed = started.elapsed();
         stop.store(true, Ordering::Relaxed);
         let attack = match attack {
-            Some(thread) => tokio::task::spawn_blocking(move || thread.join())
-                .await?
-                .unwrap_or_else(|_| "the attack panicked".into()),
+            Some(thread) => {
+                let mut joined = tokio::task::spawn_blocking(move || thread.join());
+                loop {
+                    tokio::select! {
+                        done = &mut joined => break done?.unwrap_or_else(|_| "the attack panicked".into()),
+                        () = tokio::time::sleep(Duration::from_millis(250)) => sample(&mut rss_max),
+                    }
+                }
+            }
             None => "none".into(),
         };
+        // What the attack leaves behind (connections closing, waits cancelled, leases
+        // expiring) is its own cost, not the next quiet phase's: the phase goes on until the
+        // nodes have settled.
+        let settled = Instant::now();
+        while settled.elapsed() < SETTLE {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            sample(&mut rss_max);
+        }
+        let elapsed = started.elapsed();
         let (count, p99) = {
             let latencies = recorder.latencies.lock().unwrap_or_else(|p| p.into_inner());
             let histogram = &latencies[index];
@@ -514,11 +615,14 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
             honest_errors: recorder.errors[index].load(Ordering::Relaxed),
             rss_max,
             attack,
+            noisy_peak: peak
+                .iter()
+                .map(|(quota, (used, limit))| format!("{quota} {used}/{limit}"))
+                .collect::<Vec<_>>()
+                .join(", "),
         };
         tracing::info!(?phase, "phase done");
         phases.push(phase);
-        // Let the nodes settle (closed connections, freed streams) before the next phase.
-        tokio::time::sleep(Duration::from_secs(2)).await;
     }
     stop_honest.store(true, Ordering::Relaxed);
     for worker in workers {
@@ -531,13 +635,20 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
 }
 
 /// The phases as a Markdown table, each attack against the quiet phases on either side of it
-/// (their mean: the honest clients' throughput and the nodes' memory as they would have been
-/// without the attack); and whether every attack met the targets.
+/// (their mean: the honest clients' throughput and p99 and the nodes' memory as they would
+/// have been without the attack); and whether every attack met the targets.
 pub fn table(phases: &[Phase]) -> (String, bool) {
-    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
+    let per_node = |values: &[f64]| {
+        values
+            .iter()
+            .map(|b| format!("{:.0}", mib(*b)))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
     let mut met = true;
     let mut text = String::from(
-        "| phase | honest ops/s | vs quiet | honest p99 ms | errors | max RSS per node (MiB) | vs quiet | target | attack |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| phase | honest ops/s | vs quiet | honest p99 ms | vs quiet | errors | max RSS per node (MiB) | bound (MiB) | target | attack |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (index, phase) in phases.iter().enumerate() {
         let around: Vec<&Phase> = [index.checked_sub(1), Some(index + 1)]
@@ -546,43 +657,48 @@ pub fn table(phases: &[Phase]) -> (String, bool) {
             .filter_map(|i| phases.get(i))
             .filter(|p| p.name == "quiet")
             .collect();
-        let verdict = if phase.name == "quiet" || around.is_empty() {
-            None
-        } else {
-            let n = around.len() as f64;
-            let ops = around.iter().map(|p| p.honest_ops_per_s).sum::<f64>() / n;
-            let throughput = phase.honest_ops_per_s / ops.max(f64::EPSILON);
-            let memory = (0..phase.rss_max.len())
+        let rss: Vec<f64> = phase.rss_max.iter().map(|b| *b as f64).collect();
+        let mut cells = [String::new(), String::new(), String::new(), String::new()];
+        if phase.name != "quiet" && !around.is_empty() {
+            let mean = |f: &dyn Fn(&Phase) -> f64| {
+                around.iter().map(|p| f(p)).sum::<f64>() / around.len() as f64
+            };
+            let throughput =
+                phase.honest_ops_per_s / mean(&|p| p.honest_ops_per_s).max(f64::EPSILON);
+            let p99 = phase.honest_p99_ms / mean(&|p| p.honest_p99_ms).max(f64::EPSILON);
+            let bounds: Vec<f64> = (0..rss.len())
                 .map(|node| {
-                    let quiet = around.iter().map(|p| p.rss_max[node] as f64).sum::<f64>() / n;
-                    phase.rss_max[node] as f64 / quiet.max(1.0)
+                    let quiet = mean(&|p| p.rss_max[node] as f64);
+                    if quota::ATTACKS.contains(&phase.name) {
+                        quiet + QUOTA_RSS_ALLOWANCE as f64
+                    } else {
+                        2.0 * quiet
+                    }
                 })
-                .fold(0.0, f64::max);
-            let ok = throughput >= 0.8 && memory <= 2.0;
+                .collect();
+            let memory = rss.iter().zip(&bounds).all(|(rss, bound)| rss <= bound);
+            let ok = throughput >= 0.8 && p99 <= 2.0 && memory;
             met &= ok;
-            Some((throughput, memory, ok))
-        };
-        let rss: Vec<String> = phase
-            .rss_max
-            .iter()
-            .map(|b| format!("{:.0}", mib(*b)))
-            .collect();
-        let (throughput, memory, target) = match verdict {
-            Some((t, m, ok)) => (
-                format!("{:.0} %", t * 100.0),
-                format!("{m:.2}×"),
-                if ok { "met" } else { "MISSED" },
-            ),
-            None => ("".into(), "".into(), ""),
-        };
+            cells = [
+                format!("{:.0} %", throughput * 100.0),
+                format!("{p99:.2}×"),
+                per_node(&bounds),
+                if ok { "met" } else { "MISSED" }.into(),
+            ];
+        }
+        let [throughput, p99, bound, target] = cells;
         text.push_str(&format!(
-            "| {} | {:.0} | {throughput} | {:.1} | {} | {} | {memory} | {target} | {} |\n",
+            "| {} | {:.0} | {throughput} | {:.1} | {p99} | {} | {} | {bound} | {target} | {} |\n",
             phase.name,
             phase.honest_ops_per_s,
             phase.honest_p99_ms,
             phase.honest_errors,
-            rss.join(" / "),
-            phase.attack
+            per_node(&rss),
+            if phase.noisy_peak.is_empty() || !quota::ATTACKS.contains(&phase.name) {
+                phase.attack.clone()
+            } else {
+                format!("{}; it held at most {}", phase.attack, phase.noisy_peak)
+            }
         ));
     }
     (text, met)

@@ -18,7 +18,7 @@ pub struct Session {
     held: Option<pb::Lease>,
 }
 
-fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::AcquireRequest {
+pub(crate) fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::AcquireRequest {
     pb::AcquireRequest {
         resource: resource.to_string(),
         holder: holder.to_string(),

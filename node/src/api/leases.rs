@@ -57,7 +57,13 @@ impl LeasesApi {
         (query, stale): (Query, bool),
     ) -> Result<(Answer, u64), ApiError> {
         super::record_request_id(None);
-        self.caller(request)?;
+        let caller = self.caller(request)?;
+        if !caller.admin {
+            self.node
+                .read_pacer
+                .admit(&caller.principal, query.items())
+                .await;
+        }
         match self.node.query(query, stale).await? {
             (Answer::Rejected(rejection), _) => Err(rejection.into()),
             answered => Ok(answered),

@@ -73,6 +73,22 @@ pub enum Answer {
     Rejected(Rejection),
 }
 
+impl Query {
+    /// What the query costs its principal's read pace (`limits::ReadPacer`): a listing its
+    /// page size, any other read one item.
+    pub fn items(&self) -> u32 {
+        match self {
+            Query::Resources { page_size, .. }
+            | Query::Leases { page_size, .. }
+            | Query::History { page_size, .. } => match *page_size {
+                0 => DEFAULT_PAGE_SIZE,
+                n => n.min(MAX_PAGE_SIZE),
+            },
+            _ => 1,
+        }
+    }
+}
+
 pub fn answer(state: &State, query: &Query) -> Answer {
     match query {
         Query::Resource { name } => Answer::Resource(state.resource_view(name)),
