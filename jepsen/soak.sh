@@ -37,8 +37,8 @@ exactly_once() {
   target/release/tenure --endpoints "$addr" --output json cluster status 2>/dev/null | python3 -c '
 import json, sys
 used = 0
-for line in sys.stdin:
-    for top in json.loads(line).get("top_principals", []):
+for node in json.load(sys.stdin):
+    for top in node.get("top_principals", []):
         for q in top["quotas"]:
             if q["quota"] == "exactly_once_bytes":
                 used += q["used"]

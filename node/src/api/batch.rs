@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
+use tokio::time::Instant;
 
 use super::forward::{NotServed, ProposeRequest, ProposeResult};
 use crate::lease::{Command, Proposal, Reply, Stamp};
@@ -40,6 +41,8 @@ pub const MAX_QUEUED: usize = 16_384;
 struct Pending {
     request: ProposeRequest,
     reply: oneshot::Sender<ProposeResult>,
+    /// When it joined the queue.
+    queued_at: Instant,
 }
 
 /// The queue in front of `client_write`. Cheap to clone.
@@ -74,7 +77,11 @@ impl Batcher {
             )));
         }
         let (reply, answer) = oneshot::channel();
-        if let Err(unsent) = self.queue.send(Pending { request, reply }) {
+        if let Err(unsent) = self.queue.send(Pending {
+            request,
+            reply,
+            queued_at: Instant::now(),
+        }) {
             drop(unsent);
             self.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(NotServed::Unavailable("this node is shutting down".into()));
@@ -156,6 +163,11 @@ const HORIZON: f64 = 64.0;
 /// A principal with commands waiting at this share of entries or more is contending for the
 /// log; one that writes now and then (a heartbeat a second) is not, and paces nobody.
 const CONTENDER: f64 = 0.02;
+/// The longest a command is held back for its principal's share: well within a call's
+/// deadline and the nodes' `--request-timeout`, so that holding back never makes a call time
+/// out and come back (a flood of 10,000 waits on one resource would then churn for minutes).
+const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A principal with this many commands waiting, on average, when an entry forms floods: it
 /// has more to send than the log takes. Only such a principal is ever held back; one client
 /// with a call in flight never has more than one waiting, and is never slowed for its luck.
@@ -258,6 +270,17 @@ struct Segment {
 }
 
 impl Segment {
+    /// Whether `principal`'s oldest waiting command (its first turn's) has waited
+    /// [`MAX_HOLD`] or more.
+    fn oldest_is_due(&self, principal: &str) -> bool {
+        self.turns
+            .get(principal)
+            .and_then(|turns| turns.front())
+            .and_then(|resource| self.by_resource.get(resource))
+            .and_then(|waiting| waiting.front())
+            .is_some_and(|head| head.queued_at.elapsed() >= MAX_HOLD)
+    }
+
     /// `resource`, whose oldest waiting command is now `principal`'s, takes its turn.
     fn enqueue(&mut self, principal: &str, resource: String) {
         let turns = self.turns.entry(principal.to_string()).or_default();
@@ -359,11 +382,14 @@ impl Queue {
         let Some(front) = self.segments.front_mut() else {
             return batch;
         };
-        let held = if hold_back {
+        let mut held = if hold_back {
             self.fairness.over_share(&front.principals)
         } else {
             Vec::new()
         };
+        // No command waits longer than MAX_HOLD for its principal's share: a held principal
+        // whose oldest command has waited that long takes its turn.
+        held.retain(|principal| !front.oldest_is_due(principal));
         let cap = front.caps();
         let caps: Vec<(String, usize)> = front
             .principals
@@ -573,10 +599,12 @@ mod tests {
         queue.push(Pending {
             request: gone,
             reply: oneshot::channel().0,
+            queued_at: Instant::now(),
         });
         queue.push(Pending {
             request: by("q", "a"),
             reply: kept(),
+            queued_at: Instant::now(),
         });
         let batch = queue.take_batch(false);
         assert_eq!(principals(&batch), ["q"]);
@@ -598,6 +626,7 @@ mod tests {
             queue.push(Pending {
                 request,
                 reply: kept(),
+                queued_at: Instant::now(),
             });
         }
         queue
@@ -690,6 +719,7 @@ mod tests {
             queue.push(Pending {
                 request: release("hot"),
                 reply: kept(),
+                queued_at: Instant::now(),
             });
             seen.push(keys(&queue.take_batch(false)));
         }
@@ -760,6 +790,7 @@ mod tests {
             queue.push(Pending {
                 request: by(principal, &resource),
                 reply: kept(),
+                queued_at: Instant::now(),
             })
         };
         let mut got: HashMap<String, usize> = HashMap::new();
@@ -815,6 +846,38 @@ mod tests {
         push(&mut queue, "honest-0", "last".into());
         let batch = principals(&queue.take_batch(false));
         assert!(batch.contains(&"noisy".to_string()), "{batch:?}");
+    }
+
+    /// A principal over its share waits, but no command of it longer than `MAX_HOLD`.
+    #[test]
+    fn a_held_principal_takes_its_turn_once_its_oldest_command_has_waited_max_hold() {
+        let trained = || {
+            let mut queue = Queue::default();
+            let shares = &mut queue.fairness.shares;
+            let share = |present, depth, taken| Share {
+                present,
+                depth,
+                taken,
+            };
+            shares.insert("noisy".into(), share(1.0, 16.0, 1.0));
+            shares.insert("honest".into(), share(0.5, 1.0, 0.1));
+            queue
+        };
+        let pending = |principal: &str, resource: &str, waited: std::time::Duration| Pending {
+            request: by(principal, resource),
+            reply: kept(),
+            queued_at: Instant::now() - waited,
+        };
+        let mut fresh = trained();
+        fresh.push(pending("noisy", "n1", std::time::Duration::ZERO));
+        fresh.push(pending("honest", "h1", std::time::Duration::ZERO));
+        assert_eq!(principals(&fresh.take_batch(true)), ["honest"]);
+        let mut due = trained();
+        due.push(pending("noisy", "n1", MAX_HOLD));
+        due.push(pending("honest", "h1", std::time::Duration::ZERO));
+        let mut batch = principals(&due.take_batch(true));
+        batch.sort();
+        assert_eq!(batch, ["honest", "noisy"]);
     }
 
     /// Commands of different principals on one resource keep their arrival order, one per
