@@ -7,7 +7,8 @@
 //! state and rebuilt when a snapshot loads. Watches and Serve inboxes live on one node, not in
 //! the state: their limits are replicated here, and each node counts its own.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -123,16 +124,6 @@ impl Overrides {
         self.0[quota.index()] = limit;
     }
 
-    fn over(&self, base: Limits) -> Limits {
-        let mut limits = base;
-        for (limit, set) in limits.0.iter_mut().zip(self.0) {
-            if let Some(set) = set {
-                *limit = set;
-            }
-        }
-        limits
-    }
-
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(Option::is_none)
     }
@@ -189,11 +180,19 @@ pub struct Quotas {
 impl Quotas {
     /// The limits that hold for `principal`.
     pub fn limits(&self, principal: &str) -> Limits {
-        let base = self.defaults.over(Limits::DEFAULT);
-        match self.overrides.get(principal) {
-            Some(own) => own.over(base),
-            None => base,
-        }
+        self.limits_over(self.overrides.get(principal))
+    }
+
+    /// The limits of the principal whose own settings are `own` (None: the defaults').
+    fn limits_over(&self, own: Option<&Overrides>) -> Limits {
+        Limits(ALL.map(|quota| self.limit(own, quota)))
+    }
+
+    /// One limit of the principal whose own settings are `own`.
+    fn limit(&self, own: Option<&Overrides>, quota: Quota) -> u64 {
+        own.and_then(|own| own.get(quota))
+            .or(self.defaults.get(quota))
+            .unwrap_or(Limits::DEFAULT.get(quota))
     }
 
     pub fn usage(&self, principal: &str) -> Usage {
@@ -233,10 +232,15 @@ impl Quotas {
     /// Refuses `more` of each quota beyond what `principal` holds now, reading its limits
     /// and usage once.
     pub fn admit_all(&self, principal: &str, wanted: &[(Quota, u64)]) -> Result<(), Rejection> {
-        let (limits, usage) = (self.limits(principal), self.usage(principal));
+        let own = self.overrides.get(principal);
+        let usage = self.usage.get(principal);
         for &(quota, more) in wanted {
-            let limit = limits.get(quota);
-            if more > 0 && usage.get(quota).saturating_add(more) > limit {
+            if more == 0 {
+                continue;
+            }
+            let held = usage.map_or(0, |usage| usage.get(quota));
+            let limit = self.limit(own, quota);
+            if held.saturating_add(more) > limit {
                 return Err(Rejection::QuotaExceeded {
                     quota: quota.name().to_string(),
                     limit,
@@ -306,7 +310,7 @@ impl Quotas {
             settings: self.settings(principal),
             limits: match principal {
                 Some(p) => self.limits(p),
-                None => self.defaults.over(Limits::DEFAULT),
+                None => self.limits_over(None),
             },
             usage: principal.map(|p| self.usage(p)).unwrap_or_default(),
         }
