@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_proto::contract::LEADER_HEADER;
 use tenure_proto::v1 as pb;
 use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::leases_client::LeasesClient;
@@ -15,7 +16,6 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use crate::error::Error;
 
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103";
-const LEADER_HEADER: &str = "tenure-leader";
 /// How long a `WAIT` acquire stays queued when the request leaves `wait_timeout` unset.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -1,5 +1,6 @@
 //! Client errors: a gRPC status with Tenure's reason, or a local problem.
 
+use tenure_proto::contract::{Reason, REASON_HEADER};
 use tonic::Code;
 use tonic_types::StatusExt;
 
@@ -44,13 +45,13 @@ impl From<tonic::Status> for Error {
             .or_else(|| {
                 status
                     .metadata()
-                    .get("tenure-reason")
+                    .get(REASON_HEADER)
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned)
             })
             // No reason from a node: the transport failed (connection lost, deadline, an h2
             // GOAWAY), and the call may or may not have taken effect.
-            .unwrap_or_else(|| "unavailable".into());
+            .unwrap_or_else(|| Reason::Unavailable.as_str().into());
         Error::Status {
             code: status.code(),
             reason,

@@ -141,7 +141,7 @@ impl Client {
 fn delivered_nothing(status: &tonic::Status) -> bool {
     status
         .metadata()
-        .get("tenure-reason")
+        .get(tenure_proto::contract::REASON_HEADER)
         .is_some_and(|reason| reason == "unavailable")
         || std::iter::successors(std::error::Error::source(status), |e| e.source())
             .any(|e| e.is::<tonic::ConnectError>())

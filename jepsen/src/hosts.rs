@@ -3,8 +3,10 @@
 //! `eth0` inside the host, `tv-<host>` inside `t-sw`, enslaved to `br0`. The subnet
 //! 10.77.0.0/24 exists only inside these namespaces: the root namespace gets no bridge, no
 //! veth and no address in it, so no packet of a test can reach the root namespace's
-//! transparent proxy (see `FAULTS.md`). Faults are nftables rules in one table per node
-//! (`table inet tenure`, chain `input`, priority −10); healing flushes that chain.
+//! transparent proxy, which accepts any TCP connect: a test that reached it would look healthy
+//! while talking to nothing (docs/fault-testing.md, "What runs"). Faults are nftables rules in
+//! one table per node (`table inet tenure`, chain `input`, priority −10); healing flushes that
+//! chain.
 
 use std::fs::File;
 use std::io::{Read, Write};

@@ -1,5 +1,6 @@
-//! The clocks a node stamps entries with (DESIGN §4): the system's monotonic clock since
-//! boot, so a restarted node's stamps stay comparable, and the wall clock for advisory times.
+//! The clocks a node stamps entries with (docs/design.md §4): the system's monotonic clock
+//! since boot, so a restarted node's stamps stay comparable, and the wall clock for advisory
+//! times.
 //!
 //! With the `fault-injection` feature, both clocks can be given an offset and a rate (ppm),
 //! at start or at run time, so the fault harness can skew a leader without touching the
@@ -62,8 +63,9 @@ pub struct NodeClock {
 }
 
 /// Which run of CLOCK_MONOTONIC this is: the kernel's boot id, so a node restarted on the same
-/// boot keeps comparable stamps and a rebooted one re-anchors (DESIGN §4). Fault-injection
-/// builds use a per-process epoch instead: a skew set at run time dies with the process.
+/// boot keeps comparable stamps and a rebooted one re-anchors (docs/design.md §4).
+/// Fault-injection builds use a per-process epoch instead: a skew set at run time dies with the
+/// process.
 fn clock_epoch() -> u64 {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let hex: String = boot

@@ -1,13 +1,13 @@
 //! The one table that maps every error a client can see to a gRPC status with the SPEC §3
 //! reason: in a `google.rpc.ErrorInfo` detail and in the `tenure-reason` trailer.
 
+use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::lease::Rejection;
+pub use tenure_proto::contract::{Reason, ERROR_DOMAIN, REASON_HEADER};
 
-pub const REASON_TRAILER: &str = "tenure-reason";
-pub const ERROR_DOMAIN: &str = "tenure.v1";
 /// How long a caller refused for a full leader queue should wait before retrying.
 pub const BUSY_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -71,7 +71,7 @@ impl ApiError {
     }
 
     /// The SPEC §3 reason and the gRPC code that fits it.
-    pub fn reason_and_code(&self) -> (&'static str, Code) {
+    pub fn reason_and_code(&self) -> (Reason, Code) {
         match self {
             ApiError::Rejected(rejection) => {
                 let code = match rejection {
@@ -101,16 +101,18 @@ impl ApiError {
                 };
                 (rejection.reason(), code)
             }
-            ApiError::Unauthenticated(_) => ("unauthenticated", Code::Unauthenticated),
-            ApiError::Unavailable(_) | ApiError::Busy(_) => ("unavailable", Code::Unavailable),
-            ApiError::Internal(_) => ("internal", Code::Internal),
-            ApiError::NoOwner(_) => ("no_owner", Code::FailedPrecondition),
-            ApiError::OwnerUnavailable(_) => ("owner_unavailable", Code::Unavailable),
-            ApiError::OwnerTimeout(_) => ("owner_timeout", Code::DeadlineExceeded),
-            ApiError::ReplyTooLarge { .. } => ("reply_too_large", Code::ResourceExhausted),
-            ApiError::MemberExists(_) => ("already_exists", Code::AlreadyExists),
+            ApiError::Unauthenticated(_) => (Reason::Unauthenticated, Code::Unauthenticated),
+            ApiError::Unavailable(_) | ApiError::Busy(_) => {
+                (Reason::Unavailable, Code::Unavailable)
+            }
+            ApiError::Internal(_) => (Reason::Internal, Code::Internal),
+            ApiError::NoOwner(_) => (Reason::NoOwner, Code::FailedPrecondition),
+            ApiError::OwnerUnavailable(_) => (Reason::OwnerUnavailable, Code::Unavailable),
+            ApiError::OwnerTimeout(_) => (Reason::OwnerTimeout, Code::DeadlineExceeded),
+            ApiError::ReplyTooLarge { .. } => (Reason::ReplyTooLarge, Code::ResourceExhausted),
+            ApiError::MemberExists(_) => (Reason::AlreadyExists, Code::AlreadyExists),
             ApiError::Limit { cap, .. } => (cap.reason(), Code::ResourceExhausted),
-            ApiError::ConfigMismatch { .. } => ("config_mismatch", Code::FailedPrecondition),
+            ApiError::ConfigMismatch { .. } => (Reason::ConfigMismatch, Code::FailedPrecondition),
         }
     }
 }
@@ -134,14 +136,14 @@ impl From<ApiError> for Status {
                 BUSY_RETRY_AFTER.as_millis().to_string(),
             );
         }
-        let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
+        let mut details = ErrorDetails::with_error_info(reason.as_str(), ERROR_DOMAIN, metadata);
         if let ApiError::Busy(_) = &error {
             details.set_retry_info(Some(BUSY_RETRY_AFTER));
         }
         let mut status = Status::with_error_details(code, error.to_string(), details);
-        if let Ok(value) = reason.parse() {
-            status.metadata_mut().insert(REASON_TRAILER, value);
-        }
+        status
+            .metadata_mut()
+            .insert(REASON_HEADER, MetadataValue::from_static(reason.as_str()));
         if let ApiError::ConfigMismatch { ours, .. } = &error {
             if let Ok(value) = ours.parse() {
                 status
@@ -158,9 +160,9 @@ mod tests {
     use super::*;
     use crate::lease::Mode;
 
-    #[test]
-    fn every_error_maps_to_its_spec_reason_and_code() {
-        let table: Vec<(ApiError, &str, Code)> = vec![
+    /// One error of each kind, with the reason and code it must map to.
+    fn samples() -> Vec<(ApiError, &'static str, Code)> {
+        vec![
             (
                 ApiError::MemberExists("node 2 is already a voter".into()),
                 "already_exists",
@@ -302,20 +304,169 @@ mod tests {
                 "too_many_streams",
                 Code::ResourceExhausted,
             ),
-        ];
-        for (error, reason, code) in table {
+            (
+                ApiError::Limit {
+                    cap: crate::limits::Cap::SlowWatcher,
+                    detail: "took nothing".into(),
+                },
+                "slow_watcher",
+                Code::ResourceExhausted,
+            ),
+            (
+                Rejection::WaitingRoomFull { max_waiters: 1 }.into(),
+                "waiting_room_full",
+                Code::ResourceExhausted,
+            ),
+            (
+                Rejection::ResourceBooked { start_wall_ms: 1 }.into(),
+                "resource_booked",
+                Code::FailedPrecondition,
+            ),
+            (
+                Rejection::BookingOverlaps {
+                    holder: "h".into(),
+                    start_wall_ms: 1,
+                }
+                .into(),
+                "resource_booked",
+                Code::FailedPrecondition,
+            ),
+            (
+                Rejection::HeldIntoWindow { holder: "h".into() }.into(),
+                "resource_unavailable",
+                Code::FailedPrecondition,
+            ),
+            (
+                Rejection::BookingsFull { max: 1 }.into(),
+                "resource_exhausted",
+                Code::ResourceExhausted,
+            ),
+            (
+                Rejection::QuotaExceeded {
+                    quota: "leases".into(),
+                    limit: 1,
+                    principal: "p".into(),
+                }
+                .into(),
+                "resource_exhausted",
+                Code::ResourceExhausted,
+            ),
+            (
+                Rejection::BookingNotFound.into(),
+                "booking_not_found",
+                Code::NotFound,
+            ),
+            (
+                Rejection::NotBookable("r".into()).into(),
+                "not_bookable",
+                Code::FailedPrecondition,
+            ),
+            (
+                ApiError::Busy("the leader's queue is full".into()),
+                "unavailable",
+                Code::Unavailable,
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_error_maps_to_its_spec_reason_and_code() {
+        for (error, reason, code) in samples() {
             let status = Status::from(error.clone());
             assert_eq!(status.code(), code, "{error:?}");
             assert_eq!(
                 status
                     .metadata()
-                    .get(REASON_TRAILER)
+                    .get(REASON_HEADER)
                     .and_then(|v| v.to_str().ok()),
                 Some(reason)
             );
             let info = status.get_details_error_info().expect("ErrorInfo detail");
             assert_eq!(info.reason, reason);
             assert_eq!(info.domain, ERROR_DOMAIN);
+        }
+    }
+
+    /// The rows of one reasons table of `docs/spec.md` (the section starting at `heading`):
+    /// reason → the second column.
+    fn spec_table(heading: &str) -> std::collections::BTreeMap<String, String> {
+        let spec = include_str!("../../docs/spec.md");
+        let section = spec
+            .split_once(heading)
+            .unwrap_or_else(|| panic!("docs/spec.md has no {heading}"))
+            .1;
+        let section = section.split("\n### ").next().unwrap_or(section);
+        section
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let reason = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                if !reason.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                    return None; // the header row
+                }
+                Some((reason.to_string(), cells.get(2)?.to_string()))
+            })
+            .collect()
+    }
+
+    /// `ResourceExhausted` → `RESOURCE_EXHAUSTED`, as the spec names codes.
+    fn code_name(code: Code) -> String {
+        let mut name = String::new();
+        for (i, c) in format!("{code:?}").chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                name.push('_');
+            }
+            name.push(c.to_ascii_uppercase());
+        }
+        name
+    }
+
+    #[test]
+    fn the_spec_lists_every_reason_there_is_and_no_other() {
+        let errors = spec_table("### 3.2 Reasons");
+        let answers = spec_table("### 3.4 Acquire outcomes that are not errors");
+        let listed: std::collections::BTreeSet<&str> = errors
+            .keys()
+            .chain(answers.keys())
+            .map(String::as_str)
+            .collect();
+        let known: std::collections::BTreeSet<&str> =
+            Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            listed, known,
+            "docs/spec.md §3.2 and §3.4 against Reason::ALL"
+        );
+        for refusal in [
+            crate::lease::Refusal::ResourceUnavailable,
+            crate::lease::Refusal::InsufficientUnits,
+            crate::lease::Refusal::LockDelay,
+            crate::lease::Refusal::ResourceBooked { start_wall_ms: 1 },
+            crate::lease::Refusal::WaitTimeout,
+            crate::lease::Refusal::WaitCancelled,
+        ] {
+            let reason = refusal.reason();
+            assert!(
+                answers.contains_key(reason.as_str()),
+                "{reason} not in §3.4"
+            );
+        }
+    }
+
+    #[test]
+    fn every_error_has_the_code_the_spec_gives_its_reason() {
+        let errors = spec_table("### 3.2 Reasons");
+        let samples = samples();
+        for (error, reason, code) in &samples {
+            let listed = errors
+                .get(*reason)
+                .unwrap_or_else(|| panic!("{reason} ({error:?}) is not in docs/spec.md §3.2"));
+            assert_eq!(listed, &code_name(*code), "the code of {reason}");
+        }
+        for reason in errors.keys() {
+            assert!(
+                samples.iter().any(|(_, r, _)| r == reason),
+                "no error of this table maps to {reason}"
+            );
         }
     }
 

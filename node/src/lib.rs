@@ -1,8 +1,8 @@
 //! Tenure's server: a Raft-replicated lease store with log-index fencing tokens.
 //!
-//! Layout (DESIGN §2): `lease` is the pure domain; `store` adapts it to openraft over sled;
-//! `network` carries Raft RPCs; `api` serves gRPC; `app` wires one node together; `timers`
-//! runs the leader's own proposals; `clock` is where a leader's stamps come from.
+//! Layout (docs/design.md §2): `lease` is the pure domain; `store` adapts it to openraft over
+//! sled; `network` carries Raft RPCs; `api` serves gRPC; `app` wires one node together;
+//! `timers` runs the leader's own proposals; `clock` is where a leader's stamps come from.
 
 pub mod agreement;
 pub mod api;

@@ -9,6 +9,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_proto::contract::Reason;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
@@ -188,11 +189,11 @@ pub enum Cap {
 }
 
 impl Cap {
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> Reason {
         match self {
-            Cap::InFlight | Cap::PrincipalInFlight => "too_many_requests",
-            Cap::Streams | Cap::PublicStreams => "too_many_streams",
-            Cap::SlowWatcher => "slow_watcher",
+            Cap::InFlight | Cap::PrincipalInFlight => Reason::TooManyRequests,
+            Cap::Streams | Cap::PublicStreams => Reason::TooManyStreams,
+            Cap::SlowWatcher => Reason::SlowWatcher,
         }
     }
 }

@@ -172,7 +172,7 @@ pub struct Refusals(pub Family<RefusalLabels, Counter>);
 impl Refusals {
     /// Counts the refusal a response carries, if any (the reason of a trailers-only error).
     pub fn count(&self, headers: &http::HeaderMap) {
-        let Some(reason) = headers.get(crate::error::REASON_TRAILER) else {
+        let Some(reason) = headers.get(crate::error::REASON_HEADER) else {
             return;
         };
         let cause = match reason.as_bytes() {

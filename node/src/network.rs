@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -67,8 +67,6 @@ pub type PeerClient = RaftClient<InterceptedService<Channel, PeerAuth>>;
 #[derive(Clone, Default)]
 pub struct Peers {
     channels: Arc<Mutex<HashMap<String, PeerClient>>>,
-    /// Peers that could not read the binary encoding (an earlier release), and when.
-    json_only: Arc<Mutex<HashMap<String, Instant>>>,
     auth: PeerAuth,
     /// Peers whose configuration digest differs from this node's, either way round.
     pub mismatches: Arc<crate::agreement::Mismatches>,
@@ -81,12 +79,8 @@ pub struct Peers {
 /// must not answer for that member, or the leader would see the member's log vanish.
 pub const TARGET_HEADER: &str = "tenure-raft-to";
 
-/// How the Raft service refuses a body it cannot decode (the same words in earlier releases).
+/// How the Raft service refuses a body it cannot decode.
 pub const UNDECODABLE: &str = "undecodable raft body";
-
-/// How long a peer that could not read the binary encoding is sent JSON before binary is
-/// tried again: it may have been upgraded meanwhile.
-const JSON_FOR: Duration = Duration::from_secs(60);
 
 /// Why a call to a peer got no answer body.
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +113,6 @@ impl Peers {
         };
         Ok(Peers {
             channels: Arc::default(),
-            json_only: Arc::default(),
             auth: PeerAuth(Arc::new(std::sync::RwLock::new(headers))),
             mismatches: Arc::default(),
             tls: Arc::new(Mutex::new(tls)),
@@ -133,18 +126,7 @@ impl Peers {
         headers.digest = digest.parse().ok();
     }
 
-    /// The encoding `addr` reads: binary, unless it lately refused a binary body.
-    fn wire(&self, addr: &str) -> Wire {
-        let json_only = self.json_only.lock().unwrap_or_else(|p| p.into_inner());
-        match json_only.get(addr) {
-            Some(since) if since.elapsed() < JSON_FOR => Wire::Json,
-            _ => Wire::Binary,
-        }
-    }
-
-    /// Sends `body` to `addr` through `send`, in the encoding `addr` reads. A peer of a release
-    /// before the binary encoding refuses a binary body as undecodable: the call goes again in
-    /// JSON, and `addr` gets JSON for a while. So nodes can be upgraded in any order.
+    /// Sends `body` to `addr` through `send`, in the binary encoding.
     pub async fn call<T, F, Fut>(
         &self,
         addr: &str,
@@ -156,28 +138,11 @@ impl Peers {
         F: Fn(PeerClient, RaftBytes) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<RaftBytes>, tonic::Status>>,
     {
-        let mut wire = self.wire(addr);
-        loop {
-            let reply = send(self.client(addr)?, encode_as(wire, body)?).await;
-            match reply {
-                Ok(reply) => return Ok(reply.into_inner()),
-                Err(status)
-                    if wire == Wire::Binary
-                        && status.code() == tonic::Code::InvalidArgument
-                        && status.message().starts_with(UNDECODABLE) =>
-                {
-                    tracing::info!(
-                        peer = addr,
-                        "peer reads only JSON (an earlier release): sending JSON"
-                    );
-                    let mut json_only = self.json_only.lock().unwrap_or_else(|p| p.into_inner());
-                    json_only.insert(addr.to_string(), Instant::now());
-                    wire = Wire::Json;
-                }
-                Err(status) => {
-                    self.note_refusal(addr, &status);
-                    return Err(status.into());
-                }
+        match send(self.client(addr)?, encode_as(Wire::Binary, body)?).await {
+            Ok(reply) => Ok(reply.into_inner()),
+            Err(status) => {
+                self.note_refusal(addr, &status);
+                Err(status.into())
             }
         }
     }
@@ -355,64 +320,31 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A peer of a release before the binary encoding: refuses binary bodies the way that
-    /// release's Raft service does, answers JSON ones in JSON. Counts the calls it gets.
-    fn old_peer(
-        calls: &AtomicUsize,
-    ) -> impl Fn(
-        PeerClient,
-        RaftBytes,
-    ) -> std::future::Ready<Result<tonic::Response<RaftBytes>, tonic::Status>>
-           + '_ {
-        move |_, body| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            std::future::ready(match codec::from_bytes::<String>(&body.data) {
-                Ok((_, Wire::Binary)) | Err(_) => Err(tonic::Status::invalid_argument(format!(
-                    "{UNDECODABLE}: expected value at line 1 column 1"
-                ))),
-                Ok((text, Wire::Json)) => Ok(tonic::Response::new(RaftBytes {
-                    data: serde_json::to_vec(&format!("{text} back")).expect("json"),
-                })),
-            })
+    #[tokio::test]
+    async fn a_refused_call_is_not_sent_again() {
+        for message in [
+            "request_id too long",
+            "undecodable raft body: expected value",
+        ] {
+            let peers = Peers::new(None, None).expect("peers");
+            let calls = AtomicUsize::new(0);
+            let refuse = |_: PeerClient, body: RaftBytes| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                assert!(
+                    matches!(
+                        codec::from_bytes::<String>(&body.data),
+                        Ok((_, Wire::Binary))
+                    ),
+                    "every call is binary"
+                );
+                std::future::ready(Err(tonic::Status::invalid_argument(message)))
+            };
+            let err = peers
+                .call("127.0.0.1:1", &"hello", refuse)
+                .await
+                .expect_err("refused");
+            assert!(matches!(err, PeerCallError::Status(s) if s.message() == message));
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "{message}");
         }
-    }
-
-    #[tokio::test]
-    async fn a_peer_that_reads_only_json_is_sent_json_again_and_from_then_on() {
-        let peers = Peers::new(None, None).expect("peers");
-        let calls = AtomicUsize::new(0);
-        let reply = peers
-            .call("127.0.0.1:1", &"hello", old_peer(&calls))
-            .await
-            .expect("answered");
-        assert_eq!(decode::<String>(&reply).expect("decode").0, "hello back");
-        assert_eq!(calls.swap(0, Ordering::SeqCst), 2, "binary, then JSON");
-        peers
-            .call("127.0.0.1:1", &"again", old_peer(&calls))
-            .await
-            .expect("answered");
-        assert_eq!(calls.swap(0, Ordering::SeqCst), 1, "straight to JSON");
-        assert_eq!(
-            peers.wire("127.0.0.1:2"),
-            Wire::Binary,
-            "other peers keep binary"
-        );
-    }
-
-    #[tokio::test]
-    async fn other_refusals_are_not_retried() {
-        let peers = Peers::new(None, None).expect("peers");
-        let calls = AtomicUsize::new(0);
-        let refuse = |_: PeerClient, _: RaftBytes| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            std::future::ready(Err(tonic::Status::invalid_argument("request_id too long")))
-        };
-        let err = peers
-            .call("127.0.0.1:1", &"hello", refuse)
-            .await
-            .expect_err("refused");
-        assert!(matches!(err, PeerCallError::Status(s) if s.message() == "request_id too long"));
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert_eq!(peers.wire("127.0.0.1:1"), Wire::Binary);
     }
 }

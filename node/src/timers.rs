@@ -1,6 +1,6 @@
-//! The leader's own proposals (DESIGN §4): a `Tick` on taking office and while anything is
-//! live, a `Reclaim` as soon as a lease is due. The plan is `lease::expiry::plan`; this task
-//! only runs it while this node leads.
+//! The leader's own proposals (docs/design.md §4): a `Tick` on taking office and while
+//! anything is live, a `Reclaim` as soon as a lease is due. The plan is `lease::expiry::plan`;
+//! this task only runs it while this node leads.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Tenure's wire types: the public `tenure.v1` API and the internal Raft service.
 //! `proto/*.proto` is the source of truth; this crate only compiles it.
 
+pub mod contract;
+
 pub mod v1 {
     tonic::include_proto!("tenure.v1");
 }

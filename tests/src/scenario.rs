@@ -26,7 +26,7 @@ pub trait Cluster {
 
 pub const ELECTION: Duration = Duration::from_secs(20);
 
-/// Issue 2, must-show 2: a lease acquired through a follower survives the crash of the
+/// SPEC §5.1 and §5.4: a lease acquired through a follower survives the crash of the
 /// leader; every survivor reports the same holder and token; another holder is refused while
 /// it lasts; it ends no earlier than its ttl; the next grant has a strictly higher token.
 pub async fn leader_crash_keeps_the_lease(cluster: &mut impl Cluster) {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tenure_client::pb;
-use tenure_node::error::{ERROR_DOMAIN, REASON_TRAILER};
+use tenure_node::error::{ERROR_DOMAIN, REASON_HEADER};
 use tenure_node::lease::{Lease, LeaseStatus, Policy};
 use tenure_proto::v1::leases_client::LeasesClient;
 use tenure_tests::in_process::InProcessCluster;
@@ -205,10 +205,10 @@ fn expect_refused<T: std::fmt::Debug>(
     assert_eq!(
         status
             .metadata()
-            .get(REASON_TRAILER)
+            .get(REASON_HEADER)
             .and_then(|v| v.to_str().ok()),
         Some(reason),
-        "{what}: {REASON_TRAILER} trailer: {status:?}"
+        "{what}: {REASON_HEADER} trailer: {status:?}"
     );
     let error = tenure_client::Error::from(status);
     assert_eq!(error.reason(), reason, "{what}: client error {error}");

@@ -1,6 +1,6 @@
 //! Bookings (SPEC §4.8) through the API: listed by GetResource, refusing leases of other
 //! holders that would reach into the window with `resource_booked` and its start; only of
-//! bookable resources (issue 18).
+//! bookable resources.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

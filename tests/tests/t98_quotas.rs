@@ -1,4 +1,4 @@
-//! Quotas per principal through the API (issue 18): an admin sets them with `SetQuota`, every
+//! Quotas per principal through the API (SPEC §4.17): an admin sets them with `SetQuota`, every
 //! node refuses past them with `resource_exhausted` naming the quota, retries of remembered
 //! requests still answer, watches count per node, and `Status` shows who is nearest a limit.
 

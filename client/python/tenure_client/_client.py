@@ -16,7 +16,7 @@ from ._pb.tenure.v1 import leases_pb2 as pb
 from ._pb.tenure.v1 import leases_pb2_grpc
 
 LEADER_HEADER = "tenure-leader"
-REASON_TRAILER = "tenure-reason"
+REASON_HEADER = "tenure-reason"
 
 M = TypeVar("M", bound=Message)
 Metadata = Sequence[tuple[str, Union[str, bytes]]]
@@ -42,7 +42,7 @@ class TenureError(Exception):
         message: str = _safe(error, "details") or ""
         # The node always sends the reason as a trailer; without one, the transport failed
         # (no connection, deadline) and the code is all there is.
-        reason = _header(_safe(error, "trailing_metadata"), REASON_TRAILER)
+        reason = _header(_safe(error, "trailing_metadata"), REASON_HEADER)
         return cls(reason or code.name.lower(), code, message)
 
 

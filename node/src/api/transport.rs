@@ -10,7 +10,8 @@ use http::HeaderMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-pub const LEADER_HEADER: &str = "tenure-leader";
+use tenure_proto::contract::Reason;
+pub use tenure_proto::contract::LEADER_HEADER;
 
 fn grpc_message(headers: &HeaderMap) -> String {
     headers
@@ -32,22 +33,22 @@ pub fn fix_transport_status(headers: &mut HeaderMap) {
     let message = grpc_message(headers);
     let rewrite = match code.as_str() {
         "11" if message.contains("message length too large") => {
-            Some(("8", Code::ResourceExhausted, "resource_exhausted"))
+            Some(("8", Code::ResourceExhausted, Reason::ResourceExhausted))
         }
         "13" if message.starts_with("failed to decode Protobuf message") => {
-            Some(("3", Code::InvalidArgument, "invalid_argument"))
+            Some(("3", Code::InvalidArgument, Reason::InvalidArgument))
         }
         _ => None,
     };
     if let Some((code_value, code, reason)) = rewrite {
         headers.insert("grpc-status", HeaderValue::from_static(code_value));
         headers.insert(
-            crate::error::REASON_TRAILER,
-            HeaderValue::from_static(reason),
+            crate::error::REASON_HEADER,
+            HeaderValue::from_static(reason.as_str()),
         );
         // The ErrorInfo detail, encoded by tonic itself; grpc-message stays as tonic wrote it.
         let details = ErrorDetails::with_error_info(
-            reason,
+            reason.as_str(),
             crate::error::ERROR_DOMAIN,
             std::collections::HashMap::new(),
         );

@@ -624,7 +624,9 @@ mod tests {
     }
 
     fn reason(result: Result<AcquireOp, ApiError>) -> &'static str {
-        result.err().map_or("ok", |e| e.reason_and_code().0)
+        result
+            .err()
+            .map_or("ok", |e| e.reason_and_code().0.as_str())
     }
 
     #[test]
@@ -727,7 +729,7 @@ mod tests {
             "",
         );
         assert_eq!(
-            explicit.err().map(|e| e.reason_and_code().0),
+            explicit.err().map(|e| e.reason_and_code().0.as_str()),
             Some("invalid_argument"),
             "a default_ttl the caps forbid is refused, not clamped"
         );
@@ -741,7 +743,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            renew(&renew_req).err().map(|e| e.reason_and_code().0),
+            renew(&renew_req)
+                .err()
+                .map(|e| e.reason_and_code().0.as_str()),
             Some("invalid_argument")
         );
     }

@@ -29,10 +29,10 @@ pub struct Booking {
     pub duration_ms: u64,
     /// The index of the entry that booked it.
     pub revision: u64,
-    /// Made by the rules before issue 18: it denies renewals of every other holder's lease
-    /// into its window, also of leases granted before it. A booking made since denies only
-    /// grants made after it (and renewals of those). (A format-2 snapshot's JSON, from
-    /// before, has no such field.)
+    /// Made by the old rule (before SPEC §4.8 kept bookings from being used against a
+    /// holder): it denies renewals of every other holder's lease into its window, also of
+    /// leases granted before it. A booking made since denies only grants made after it (and
+    /// renewals of those). (A format-2 snapshot's JSON, from before, has no such field.)
     #[serde(default = "made_before_the_rule")]
     pub denies_earlier_leases: bool,
 }
@@ -41,7 +41,8 @@ fn made_before_the_rule() -> bool {
     true
 }
 
-/// A booking as snapshots before issue 18 hold it.
+/// A booking as snapshots of format 3 and 4 hold it (before the rule of SPEC §4.8 that a
+/// booking never denies renewals of a lease granted before it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BookingV1 {
     pub holder: Name,
@@ -107,8 +108,8 @@ impl Booking {
 impl ResourceState {
     /// The first booking of another holder that a claim on the resource over the wall-clock
     /// span `[from, until)` would extend into. `granted_at`: the claim renews a lease granted
-    /// by that entry, which a booking made after it does not deny (unless made by the rules
-    /// before issue 18).
+    /// by that entry, which a booking made after it does not deny (unless made by the old
+    /// rule, `denies_earlier_leases`).
     pub(super) fn booked_against(
         &self,
         holder: &str,
@@ -149,8 +150,9 @@ impl State {
 
     /// Books a window: argument checks → whether the resource may be booked → a lease of
     /// another holder that reaches into it → an overlapping booking → the principal's quota.
-    /// `legacy`: an entry from before issue 18 (`Op::BookV1`), applied by the rules of then:
-    /// every resource bookable, and the booking denies renewals of earlier leases.
+    /// `legacy`: an entry from before bookings needed a bookable resource (`Op::BookV1`),
+    /// applied by the rules of then: every resource bookable, and the booking denies renewals
+    /// of earlier leases.
     pub(super) fn book(
         &mut self,
         ctx: &Ctx<'_>,

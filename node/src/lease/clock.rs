@@ -1,4 +1,4 @@
-//! The lease clock: time as the log tells it (DESIGN §4).
+//! The lease clock: time as the log tells it (docs/design.md §4).
 //!
 //! Each entry carries its leader's monotonic stamp. Under one leader, `lease_now` advances by
 //! the stamp difference (never backwards, no interval counted twice); across a change of

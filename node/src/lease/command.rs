@@ -53,9 +53,9 @@ pub struct Proposal {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
-    /// A registration as logs before issue 18 hold it (its policy without `bookable` and
-    /// `max_holders`); new ones are [`Op::CreateResource`]. Variants keep their numbers in the
-    /// encoding, so a new variant goes last and an old one stays readable.
+    /// A registration as logs written before policies had `bookable` and `max_holders` hold it
+    /// (its policy a `PolicyV1`); new ones are [`Op::CreateResource`]. Variants keep their
+    /// numbers in the encoding, so a new variant goes last and an old one stays readable.
     #[serde(rename = "CreateResource")]
     CreateResourceV1(CreateOpV1),
     Acquire(AcquireOp),
@@ -63,8 +63,9 @@ pub enum Op {
     Release(ReleaseOp),
     Transfer(TransferOp),
     CancelWait(CancelWaitOp),
-    /// A booking as logs before issue 18 hold it: applied by the rules of then (any
-    /// resource bookable, a booking denies renewals of leases granted before it).
+    /// A booking as logs written before bookings needed a bookable resource hold it: applied
+    /// by the rules of then (any resource bookable, a booking denies renewals of leases
+    /// granted before it). New ones are [`Op::Book`].
     #[serde(rename = "Book")]
     BookV1(BookOpV1),
     CancelBooking(CancelBookingOp),

@@ -1,8 +1,8 @@
-//! What the leader proposes on its own, and when (DESIGN §4): a `Tick` right after taking
-//! office and whenever the committed clock is older than `tick_interval` while anything is
-//! live (a lease or a waiter); a `Reclaim` as soon as a lease is due, and a `Tick` as soon as
-//! a wait times out or a lock delay with waiters behind it ends. Pure: the caller supplies the clock reading
-//! and runs the timer.
+//! What the leader proposes on its own, and when (docs/design.md §4): a `Tick` right after
+//! taking office and whenever the committed clock is older than `tick_interval` while anything
+//! is live (a lease or a waiter); a `Reclaim` as soon as a lease is due, and a `Tick` as soon
+//! as a wait times out or a lock delay with waiters behind it ends. Pure: the caller supplies
+//! the clock reading and runs the timer.
 
 use super::clock::LeaderKey;
 use super::command::{Op, Stamp};

@@ -238,8 +238,8 @@ impl<'de> Deserialize<'de> for ResourceState {
     }
 }
 
-/// A resource as snapshot formats 3 and 4 hold it (policies and bookings from before issue
-/// 18), read into the current form.
+/// A resource as snapshot formats 3 and 4 hold it (policies without `bookable` and
+/// `max_holders`, bookings that deny earlier leases), read into the current form.
 pub(super) struct ResourceStateV4(pub(super) ResourceState);
 
 impl<'de> Deserialize<'de> for ResourceStateV4 {

@@ -33,8 +33,9 @@ fn bookable_before_the_rule() -> bool {
     true
 }
 
-/// A policy as logs and snapshots before issue 18 hold it (postcard has no optional
-/// fields): without `bookable` (every resource was) and `max_holders`.
+/// A policy as old logs (`Op::CreateResourceV1`) and snapshots of format 3 and 4 hold it
+/// (postcard has no optional fields): without `bookable` (every resource was) and
+/// `max_holders`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyV1 {
     pub default_ttl_ms: u64,
@@ -106,7 +107,7 @@ pub struct FsmRequirement {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
-    /// Whether holders may book windows of the resource (SPEC §4.8 as amended by issue 18).
+    /// Whether holders may book windows of the resource (SPEC §4.8, bookable resources only).
     /// A policy from before the field had no such rule: it reads as bookable.
     #[serde(default = "bookable_before_the_rule")]
     pub bookable: bool,

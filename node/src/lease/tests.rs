@@ -461,7 +461,8 @@ fn answer_of(reply: &Reply) -> Answer {
             reason: outcome
                 .refusal
                 .expect("a refused acquire carries its refusal")
-                .reason(),
+                .reason()
+                .as_str(),
             holders: outcome
                 .holders
                 .iter()
@@ -470,7 +471,7 @@ fn answer_of(reply: &Reply) -> Answer {
         },
         Reply::Lease(view) => Answer::Lease(shown(view)),
         Reply::Rejected(rejection) => Answer::Rejected {
-            reason: rejection.reason(),
+            reason: rejection.reason().as_str(),
             stale: match rejection {
                 Rejection::StaleFencingToken { expected, got } => Some((*expected, *got)),
                 _ => None,

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use tenure_proto::contract::Reason;
 
 /// A name the state keeps many of: resource names, holders, principals, lease ids. Up to 24
 /// bytes are stored inline, so most take no allocation of their own; at a million leases that
@@ -124,14 +125,14 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> Reason {
         match self {
-            Refusal::ResourceUnavailable => "resource_unavailable",
-            Refusal::InsufficientUnits => "insufficient_units",
-            Refusal::LockDelay => "lock_delay",
-            Refusal::ResourceBooked { .. } => "resource_booked",
-            Refusal::WaitTimeout => "wait_timeout",
-            Refusal::WaitCancelled => "wait_cancelled",
+            Refusal::ResourceUnavailable => Reason::ResourceUnavailable,
+            Refusal::InsufficientUnits => Reason::InsufficientUnits,
+            Refusal::LockDelay => Reason::LockDelay,
+            Refusal::ResourceBooked { .. } => Reason::ResourceBooked,
+            Refusal::WaitTimeout => Reason::WaitTimeout,
+            Refusal::WaitCancelled => Reason::WaitCancelled,
         }
     }
 }
@@ -230,31 +231,31 @@ impl Rejection {
         }
     }
 
-    /// The SPEC §3 reason string.
-    pub fn reason(&self) -> &'static str {
+    /// The SPEC §3 reason.
+    pub fn reason(&self) -> Reason {
         match self {
-            Rejection::InvalidArgument { .. } => "invalid_argument",
-            Rejection::InvalidMode { .. } => "invalid_mode",
-            Rejection::TtlOutOfRange { .. } => "ttl_out_of_range",
-            Rejection::LifetimeExceeded { .. } => "lifetime_exceeded",
-            Rejection::InsufficientPermissions(_) => "insufficient_permissions",
-            Rejection::LeaseNotFound(_) => "lease_not_found",
-            Rejection::StaleFencingToken { .. } => "stale_fencing_token",
-            Rejection::LeaseExpired => "lease_expired",
-            Rejection::AlreadyHeld { .. } => "already_held",
-            Rejection::ResourceNotFound(_) => "resource_not_found",
-            Rejection::AlreadyExists(_) => "already_exists",
-            Rejection::NotTransferable(_) => "not_transferable",
-            Rejection::Compacted { .. } => "compacted",
-            Rejection::WaitingRoomFull { .. } => "waiting_room_full",
-            Rejection::ResourceBooked { .. } => "resource_booked",
-            Rejection::BookingOverlaps { .. } => "resource_booked",
-            Rejection::BookingNotFound => "booking_not_found",
-            Rejection::NotBookable(_) => "not_bookable",
+            Rejection::InvalidArgument { .. } => Reason::InvalidArgument,
+            Rejection::InvalidMode { .. } => Reason::InvalidMode,
+            Rejection::TtlOutOfRange { .. } => Reason::TtlOutOfRange,
+            Rejection::LifetimeExceeded { .. } => Reason::LifetimeExceeded,
+            Rejection::InsufficientPermissions(_) => Reason::InsufficientPermissions,
+            Rejection::LeaseNotFound(_) => Reason::LeaseNotFound,
+            Rejection::StaleFencingToken { .. } => Reason::StaleFencingToken,
+            Rejection::LeaseExpired => Reason::LeaseExpired,
+            Rejection::AlreadyHeld { .. } => Reason::AlreadyHeld,
+            Rejection::ResourceNotFound(_) => Reason::ResourceNotFound,
+            Rejection::AlreadyExists(_) => Reason::AlreadyExists,
+            Rejection::NotTransferable(_) => Reason::NotTransferable,
+            Rejection::Compacted { .. } => Reason::Compacted,
+            Rejection::WaitingRoomFull { .. } => Reason::WaitingRoomFull,
+            Rejection::ResourceBooked { .. } => Reason::ResourceBooked,
+            Rejection::BookingOverlaps { .. } => Reason::ResourceBooked,
+            Rejection::BookingNotFound => Reason::BookingNotFound,
+            Rejection::NotBookable(_) => Reason::NotBookable,
             Rejection::BookingsFull { .. } | Rejection::QuotaExceeded { .. } => {
-                "resource_exhausted"
+                Reason::ResourceExhausted
             }
-            Rejection::HeldIntoWindow { .. } => "resource_unavailable",
+            Rejection::HeldIntoWindow { .. } => Reason::ResourceUnavailable,
         }
     }
 }

@@ -20,10 +20,11 @@ use crate::lease::State;
 
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 
-/// 2: resources hold several leases, their registration and their history (issue 4), JSON.
-/// 3: postcard's binary encoding; exactly-once records hold digests (issue 6).
-/// 4: format 3, the file followed by its SHA-256 (issue 17).
-/// 5: exactly-once records keep their principal and a slim reply; quotas (issue 18).
+/// 2: resources hold several leases, their registration and their history, JSON.
+/// 3: postcard's binary encoding; exactly-once records hold digests.
+/// 4: format 3, the file followed by its SHA-256.
+/// 5: exactly-once records keep their principal and a slim reply; quotas; policies with
+/// `bookable` and `max_holders`, bookings that need not deny earlier leases.
 /// Formats 2 to 4 are still read (2 and 3 without a checksum to check), so a node upgrades in
 /// place.
 const FORMAT_VERSION: u32 = 5;

@@ -203,7 +203,7 @@ mod tests {
     }
 
     fn reason<T: std::fmt::Debug>(result: Result<T, ApiError>) -> &'static str {
-        result.expect_err("refused").reason_and_code().0
+        result.expect_err("refused").reason_and_code().0.as_str()
     }
 
     #[test]

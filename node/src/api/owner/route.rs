@@ -17,7 +17,7 @@ use super::check::{self, ForwardCall};
 use super::inbox::{Outcome, Parcel, Tenure};
 use super::{MAX_ATTEMPTS, MAX_PAYLOAD_BYTES};
 use crate::app::Node;
-use crate::error::{ApiError, REASON_TRAILER};
+use crate::error::{ApiError, REASON_HEADER};
 use crate::lease::{Answer, Query, ResourceView};
 use crate::store::NodeId;
 
@@ -230,7 +230,7 @@ async fn deliver_to(node: &Node, addr: &str, parcel: Parcel, deadline: Instant) 
 /// Whether a failed call surely never reached an inbox: the peer refused it with a reason of
 /// its own (it answers every delivery it accepted), or the connection was never made.
 fn never_sent(status: &tonic::Status) -> bool {
-    status.metadata().contains_key(REASON_TRAILER)
+    status.metadata().contains_key(REASON_HEADER)
         || std::iter::successors(std::error::Error::source(status), |e| e.source())
             .any(|e| e.is::<tonic::ConnectError>())
 }

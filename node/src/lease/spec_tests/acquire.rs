@@ -1,5 +1,6 @@
 //! SPEC §4.1 (compatibility, shared modes, units) and §4.2 (idempotent acquire).
-//! No barging and `WAIT` belong to the waiting room (issue 5) and are not tested here.
+//! No barging and `WAIT` belong to the waiting room (SPEC §4.7, `waiting.rs`) and are not
+//! tested here.
 
 use super::*;
 use crate::lease::history::EventKind;

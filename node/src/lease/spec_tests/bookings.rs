@@ -175,7 +175,7 @@ fn s4_8_a_transfer_cannot_carry_a_lease_into_another_holders_window() {
     );
 }
 
-/// Issue 18: only a bookable resource may be booked — a registered one by its policy, an
+/// SPEC §4.8: only a bookable resource may be booked — a registered one by its policy, an
 /// ad-hoc one only on a cluster started with `--ad-hoc-bookable` (carried in the entry).
 #[test]
 fn s4_8_only_a_bookable_resource_may_be_booked() {
@@ -211,9 +211,9 @@ fn s4_8_only_a_bookable_resource_may_be_booked() {
     assert_eq!(Rejection::NotBookable("x".into()).reason(), "not_bookable");
 }
 
-/// Issue 18 (SPEC §4.8 as amended): a booking cannot be used against a holder — it never
-/// denies renewals of a lease granted before it. A booking made by an entry from before the
-/// rule (`Op::BookV1`, replayed from an old log) still does, as it did then.
+/// SPEC §4.8: a booking cannot be used against a holder — it never denies renewals of a
+/// lease granted before it. A booking made by an entry from before the rule (`Op::BookV1`,
+/// replayed from an old log) still does, as it did then.
 #[test]
 fn s4_8_a_booking_never_denies_renewals_of_a_lease_granted_before_it() {
     for legacy in [false, true] {

@@ -268,7 +268,7 @@ fn s4_11_history_push_keeps_the_newest_per_resource_events() {
     assert_eq!(bytes, history::bytes_of(&events));
 }
 
-/// Issue 18: history is bounded by what it costs too, per resource and in all: large
+/// SPEC §4.11: history is bounded by what it costs too, per resource and in all: large
 /// events (metadata) are dropped oldest first long before their count would be, and a
 /// resource's newest event is always kept.
 #[test]

@@ -335,7 +335,7 @@ fn s2_replies_listing_many_holders_stay_under_the_transport_limit() {
     assert!(holders.len() <= 100 && holders.len() == view.leases.len().min(100));
 }
 
-/// Issue 18: metadata holds at most 64 entries and no control characters, checked by apply
+/// SPEC §4.16: metadata holds at most 64 entries and no control characters, checked by apply
 /// too (an entry is judged the same on every node, whatever its proposer checked).
 #[test]
 fn s4_13_metadata_with_too_many_entries_or_control_characters_is_refused() {
@@ -363,7 +363,7 @@ fn s4_13_metadata_with_too_many_entries_or_control_characters_is_refused() {
     granted(&log.acquire(ALICE, with("d", &[("emoji", "🙂 ok")])));
 }
 
-/// Issue 18: `max_holders` caps the live leases of a shared resource without a unit pool;
+/// SPEC §4.15: `max_holders` caps the live leases of a shared resource without a unit pool;
 /// past it an acquire is refused `resource_unavailable` (or waits), and room made by a
 /// release admits the next waiter.
 #[test]
@@ -392,5 +392,8 @@ fn s4_13_max_holders_caps_a_shared_resource_without_a_pool() {
         max_holders: crate::lease::policy::MAX_HOLDERS_CEILING + 1,
         ..Policy::registered()
     };
-    assert_eq!(bad.check().map_err(|r| r.reason()), Err("invalid_argument"));
+    assert_eq!(
+        bad.check().map_err(|r| r.reason().as_str()),
+        Err("invalid_argument")
+    );
 }

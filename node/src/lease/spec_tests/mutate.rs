@@ -317,9 +317,9 @@ fn s4_5_a_released_lease_cannot_be_released_again() {
     );
 }
 
-/// SPEC §4.4 (issue 18): leases that fall due together are reclaimed by the next entries, at
-/// most `RECLAIMS_PER_ENTRY` each, each with its own `reclaimed` event; a command on a resource
-/// first reclaims whatever of it is due, so it never sees a lease past its grace.
+/// SPEC §4.4: leases that fall due together are reclaimed by the next entries, at most
+/// `RECLAIMS_PER_ENTRY` each, each with its own `reclaimed` event; a command on a resource first
+/// reclaims whatever of it is due, so it never sees a lease past its grace.
 #[test]
 fn s4_4_many_leases_due_together_are_reclaimed_in_chunks_and_first_where_a_command_looks() {
     let mut log = Log::new();

@@ -1,6 +1,7 @@
-//! SPEC §3's order of checks when several fail: argument validation → (authentication, at the
-//! API) → resource/lease existence → holder and permission → fencing token → lease state →
-//! policy. And `require_registration`'s `resource_not_found`.
+//! SPEC §3.5's order of checks when several fail, as the state machine applies it: argument
+//! validation → resource/lease existence → holder and permission → fencing token → lease state
+//! → policy (authentication comes first, at the API, before the body is read). And
+//! `require_registration`'s `resource_not_found`.
 
 use super::*;
 

@@ -1,6 +1,6 @@
-//! Issue 18's bounds per principal: every quota refuses past its limit with
+//! Quotas per principal (SPEC §4.17): every quota refuses past its limit with
 //! `resource_exhausted` and the quota's name, counts only what the principal really holds,
-//! and frees as things end; the exactly-once table is slim and bounded.
+//! and frees as things end; the exactly-once table is slim and bounded (SPEC §4.18).
 
 use super::*;
 use crate::lease::command::{BookOp, SetQuotaOp};
