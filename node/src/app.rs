@@ -286,16 +286,9 @@ async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(report_health(node.clone(), health));
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(tenure_proto::FILE_DESCRIPTOR_SET)
-        .build_v1();
-
-    let reflection = reflection.and_then(|full| {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(gate::public_descriptors())
-            .build_v1()
-            .map(|public| gate::Reflection { public, full })
-    });
+    // Reflection in both versions tools speak: v1, and v1alpha (grpcurl and older tools).
+    let reflection = gate::Reflection::build(|b| b.build_v1())
+        .and_then(|v1| Ok((v1, gate::Reflection::build(|b| b.build_v1alpha())?)));
     let layer = tower::util::MapResponseLayer::new(
         move |mut response: http::Response<tonic::body::Body>| {
             transport::fix_transport_status(response.headers_mut());
@@ -336,7 +329,7 @@ async fn serve(
         )
         .add_service(health_service);
     match reflection {
-        Ok(reflection) => router = router.add_service(reflection),
+        Ok((v1, v1alpha)) => router = router.add_service(v1).add_service(v1alpha),
         Err(e) => tracing::warn!("gRPC reflection unavailable: {e}"),
     }
     // Small RPCs must not wait for Nagle + delayed ACK (a 40 ms stall per forwarded call).

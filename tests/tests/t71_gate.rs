@@ -37,6 +37,20 @@ fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
     request
 }
 
+/// One node started with `flags`, once it leads, and a channel to it.
+async fn one_node(flags: Vec<String>) -> (InProcessCluster, Channel) {
+    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
+        .await
+        .expect("a node");
+    cluster.leader(ELECTION).await.expect("a leader");
+    let channel = Channel::from_shared(format!("http://{}", cluster.addrs[&1]))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    (cluster, channel)
+}
+
 /// Writes a token file of `lines` (`TOKEN PRINCIPAL ROLE`) under `dir`; the flags naming it.
 fn token_file(dir: &std::path::Path, lines: &[(&str, &str, &str)]) -> Vec<String> {
     let path = dir.join("tokens");
@@ -418,15 +432,7 @@ async fn streams_open_to_callers_without_a_token_have_a_cap_of_their_own() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut flags = auth_flags(dir.path());
     flags.extend(["--max-public-streams".to_string(), "2".to_string()]);
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
-    let channel = Channel::from_shared(format!("http://{}", cluster.addrs[&1]))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
+    let (cluster, channel) = one_node(flags).await;
     let mut health = HealthClient::new(channel);
     let first = health
         .watch(HealthCheckRequest::default())
@@ -702,5 +708,74 @@ async fn a_connection_out_of_strikes_is_closed_and_its_address_kept_out_for_a_wh
         .acquire(bearer(acquire_request("t71/strikes", "h", TTL), ADMIN))
         .await
         .expect("the members' address is never kept out");
+    cluster.shutdown().await;
+}
+
+/// The services `ListServices` names through reflection in the version of `$pb`, asked with
+/// `token` (or none).
+macro_rules! reflected_services {
+    ($pb:ident, $channel:expr, $token:expr) => {{
+        use tonic_reflection::pb::$pb::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::$pb::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::$pb::server_reflection_response::MessageResponse;
+        use tonic_reflection::pb::$pb::ServerReflectionRequest;
+        let ask = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let stream = futures::stream::iter([ask]);
+        let request = match $token {
+            Some(token) => bearer(stream, token),
+            None => tonic::Request::new(stream),
+        };
+        let mut replies = ServerReflectionClient::new($channel)
+            .server_reflection_info(request)
+            .await
+            .expect("reflection answers")
+            .into_inner();
+        let reply = replies
+            .message()
+            .await
+            .expect("a reply")
+            .expect("one message");
+        match reply.message_response {
+            Some(MessageResponse::ListServicesResponse(list)) => {
+                // Each version names itself; the rest must be the same in both.
+                let mut names: Vec<String> = list
+                    .service
+                    .into_iter()
+                    .map(|s| s.name)
+                    .filter(|name| !name.starts_with("grpc.reflection."))
+                    .collect();
+                names.sort();
+                names
+            }
+            other => panic!("not a list of services: {other:?}"),
+        }
+    }};
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_answers_in_v1_and_v1alpha_and_shows_the_internal_service_only_to_callers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cluster, channel) = one_node(auth_flags(dir.path())).await;
+    let stranger_v1 = reflected_services!(v1, channel.clone(), None::<&str>);
+    let stranger_v1alpha = reflected_services!(v1alpha, channel.clone(), None::<&str>);
+    assert_eq!(stranger_v1, stranger_v1alpha);
+    assert!(
+        stranger_v1.contains(&"tenure.v1.Leases".to_string()),
+        "{stranger_v1:?}"
+    );
+    assert!(
+        !stranger_v1.iter().any(|s| s.starts_with("tenure.raft")),
+        "{stranger_v1:?}"
+    );
+    let caller_v1 = reflected_services!(v1, channel.clone(), Some(ADMIN));
+    let caller_v1alpha = reflected_services!(v1alpha, channel, Some(ADMIN));
+    assert_eq!(caller_v1, caller_v1alpha);
+    assert!(
+        caller_v1.contains(&"tenure.raft.v1.Raft".to_string()),
+        "{caller_v1:?}"
+    );
     cluster.shutdown().await;
 }

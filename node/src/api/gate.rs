@@ -32,7 +32,7 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use crate::app::Node;
 use crate::auth::{Caller, PeerCall};
-use crate::error::ApiError;
+use crate::error::{ApiError, Reason};
 use crate::guard::{Connection, GuardInfo};
 use crate::lease::Rejection;
 
@@ -274,7 +274,7 @@ where
             Err(refused) => {
                 let credentials = matches!(
                     refused.reason_and_code().0,
-                    "unauthenticated" | "insufficient_permissions"
+                    Reason::Unauthenticated | Reason::InsufficientPermissions
                 );
                 if let (true, Some(connection)) = (credentials, &connection) {
                     strike(&node, connection, "calls refused for their credentials");
@@ -341,6 +341,26 @@ pub struct Reflection<S> {
     pub full: S,
 }
 
+impl<S> Reflection<S> {
+    /// The two reflection servers `build` makes: of every service, and of the public ones.
+    pub fn build(
+        build: impl Fn(
+            tonic_reflection::server::Builder<'static>,
+        ) -> Result<S, tonic_reflection::server::Error>,
+    ) -> Result<Self, tonic_reflection::server::Error> {
+        let with = |files: &'static [u8]| {
+            build(
+                tonic_reflection::server::Builder::configure()
+                    .register_encoded_file_descriptor_set(files),
+            )
+        };
+        Ok(Reflection {
+            full: with(tenure_proto::FILE_DESCRIPTOR_SET)?,
+            public: with(public_descriptors())?,
+        })
+    }
+}
+
 impl<S> NamedService for Reflection<S>
 where
     S: NamedService,
@@ -401,6 +421,10 @@ mod tests {
         assert_eq!(door("/grpc.health.v1.Health/Check"), Door::Health);
         assert_eq!(
             door("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            Door::Reflection
+        );
+        assert_eq!(
+            door("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"),
             Door::Reflection
         );
     }
