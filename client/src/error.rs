@@ -6,8 +6,9 @@ use tonic_types::StatusExt;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The cluster answered with an error; `reason` is the SPEC §3 reason.
-    #[error("{reason}: {message}")]
+    /// The cluster answered with an error; `reason` is the SPEC §3 reason. Shown as
+    /// `reason: message`, the reason once (a node's message may begin with it already).
+    #[error("{reason}: {}", message.strip_prefix(reason.as_str()).and_then(|m| m.strip_prefix(": ")).unwrap_or(message))]
     Status {
         code: Code,
         reason: String,
@@ -85,5 +86,24 @@ mod tests {
         let error = Error::from(status);
         assert_eq!(error.reason(), "stale_fencing_token");
         assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn the_reason_is_shown_once() {
+        let mut status = tonic::Status::unauthenticated("unauthenticated: no token");
+        status.metadata_mut().insert(
+            REASON_HEADER,
+            Reason::Unauthenticated.as_str().parse().expect("ascii"),
+        );
+        assert_eq!(Error::from(status).to_string(), "unauthenticated: no token");
+        let mut status = tonic::Status::failed_precondition("lease expired");
+        status.metadata_mut().insert(
+            REASON_HEADER,
+            Reason::LeaseExpired.as_str().parse().expect("ascii"),
+        );
+        assert_eq!(
+            Error::from(status).to_string(),
+            "lease_expired: lease expired"
+        );
     }
 }

@@ -396,3 +396,55 @@ async fn a_refused_call_exits_2_with_its_reason() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_status_lists_the_members_and_names_an_endpoint_that_does_not_answer() {
+    let (cluster, tenure) = Tenure::start().await;
+    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let (code, rows) = tenure.json(&["cluster", "status"]).await;
+    assert_eq!(code, Some(0), "{rows}");
+    let rows = rows.as_array().expect("one row per endpoint");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for row in rows {
+        let members = row["members"].as_array().expect("members");
+        assert_eq!(members.len(), 3, "{row}");
+        let from_leader = row["id"] == leader;
+        for member in members {
+            // Only the leader tracks replication: a follower shows no zeros that look like
+            // a fault.
+            assert_eq!(member.get("matched_index").is_some(), from_leader, "{row}");
+            assert_eq!(member["healthy"].is_boolean(), from_leader, "{row}");
+        }
+    }
+    let text = tenure.run(&["cluster", "status"]).await;
+    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    assert_eq!(
+        text.stdout.matches("\n    member ").count(),
+        9,
+        "{}",
+        text.stdout
+    );
+
+    // An endpoint where nothing listens is named as unreachable, the others still answer.
+    let with_a_dead_one = Tenure {
+        endpoints: format!("{},127.0.0.1:1", tenure.endpoints),
+    };
+    let (code, rows) = with_a_dead_one
+        .json(&["--timeout", "2s", "cluster", "status"])
+        .await;
+    assert_eq!(code, Some(0), "{rows}");
+    let dead = rows
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["endpoint"] == "127.0.0.1:1"))
+        .unwrap_or_else(|| panic!("a row for the dead endpoint: {rows}"));
+    assert_eq!(dead["reachable"], false, "{dead}");
+    let text = with_a_dead_one
+        .run(&["--timeout", "2s", "cluster", "status"])
+        .await;
+    assert!(
+        text.stdout.contains("127.0.0.1:1  unreachable"),
+        "{}",
+        text.stdout
+    );
+    cluster.shutdown().await;
+}

@@ -455,3 +455,36 @@ async fn cluster_status_is_for_admins() {
     assert!(status.leader_id > 0, "{status:?}");
     cluster.shutdown().await;
 }
+
+/// The CLI tells a node that refused the caller from one that did not answer: without a token
+/// every node answered `unauthenticated`, and the CLI says so and says how to give one.
+#[tokio::test]
+async fn the_cli_says_a_node_that_refused_a_caller_answered() {
+    tenure_tests::init_tracing();
+    let (cluster, _dir, _leader) = cluster().await;
+    let endpoints = cluster.addrs.values().cloned().collect::<Vec<_>>();
+    let run = |output: &'static str| {
+        tokio::process::Command::new(tenure_tests::process::tenure_bin())
+            .args(["--output", output, "cluster", "status"])
+            .env("TENURE_ENDPOINTS", endpoints.join(","))
+            .env_remove("TENURE_TOKEN")
+            .kill_on_drop(true)
+            .output()
+    };
+    let text = run("text").await.expect("run tenure");
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    for endpoint in &endpoints {
+        assert!(
+            stdout.contains(&format!("{endpoint}  answered: unauthenticated")),
+            "{stdout}"
+        );
+    }
+    assert!(!stdout.contains("unreachable"), "{stdout}");
+    assert!(stdout.contains("TENURE_TOKEN or --auth-token"), "{stdout}");
+    let json = run("json").await.expect("run tenure");
+    let rows: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON value");
+    let rows = rows.as_array().expect("one row per endpoint");
+    assert_eq!(rows.len(), endpoints.len(), "{rows:?}");
+    assert!(rows.iter().all(|row| row["reachable"] == true), "{rows:?}");
+    cluster.shutdown().await;
+}

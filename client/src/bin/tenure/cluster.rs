@@ -28,7 +28,7 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                         "lease_now_ms": s.lease_now_ms,
                         "config_digest": s.config_digest, "config_mismatches": s.config_mismatches,
                         "top_principals": s.top_principals.iter().map(quota_json).collect::<Vec<_>>(),
-                        "members": s.members.iter().map(|m| json!({"id": m.id, "addr": m.addr, "voter": m.voter, "matched_index": m.matched_index, "healthy": m.healthy})).collect::<Vec<_>>(),
+                        "members": status_members_json(&s),
                         "storage": {"log_appends": storage.log_appends, "log_entries": storage.log_entries,
                             "log_fsyncs": storage.log_fsyncs, "log_sync_micros": storage.log_sync_micros,
                             "snapshots_built": storage.snapshots_built, "last_snapshot_index": storage.last_snapshot_index,
@@ -41,18 +41,17 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                         s.id, s.state, s.term, s.leader_id, s.last_log_index, s.commit_index, s.applied_index,
                         s.active_leases, storage.log_fsyncs, storage.log_appends, storage.log_entries,
                         s.config_digest,
-                        s.config_mismatches
-                            .iter()
-                            .map(|m| format!("\n    refused (configuration differs) {m}"))
+                        status_members_text(&s)
+                            .into_iter()
+                            .chain(s.config_mismatches
+                                .iter()
+                                .map(|m| format!("\n    refused (configuration differs) {m}")))
                             .chain(s.top_principals.iter().map(top_text))
                             .collect::<String>()
                     ),
                 ));
             }
-            Err(e) => nodes.push((
-                json!({"endpoint": endpoint, "error": e.to_string()}),
-                format!("{endpoint}  unreachable: {e}"),
-            )),
+            Err(e) => nodes.push(refused_row(endpoint, &e)),
         }
     }
     print_rows(out, &nodes);
@@ -61,6 +60,62 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(2)
     })
+}
+
+/// The row of an endpoint that did not give its status: it did not answer (`unreachable`), or
+/// it answered with an error (no token, a token it does not know, …), which is said as such.
+fn refused_row(endpoint: &str, error: &Error) -> (Value, String) {
+    let answered = !matches!(error, Error::Status { .. } if error.is_retryable());
+    let text = if answered {
+        let hint = match error.reason() {
+            "unauthenticated" => " (give a token: TENURE_TOKEN or --auth-token)",
+            "insufficient_permissions" => " (this call needs an admin's token)",
+            _ => "",
+        };
+        format!("{endpoint}  answered: {error}{hint}")
+    } else {
+        format!("{endpoint}  unreachable: {error}")
+    };
+    let value = json!({"endpoint": endpoint, "reachable": answered, "error": error.to_string()});
+    (value, text)
+}
+
+/// The members a node knows. Only a leader tracks how far each has replicated: a follower's
+/// answer has no `matched_index` and no `healthy`, rather than zeros that look like a fault.
+fn status_members_json(s: &pb::StatusResponse) -> Value {
+    let leader = s.state == "Leader";
+    s.members
+        .iter()
+        .map(|m| {
+            let mut member = json!({"id": m.id, "addr": m.addr, "voter": m.voter});
+            if leader {
+                member["matched_index"] = json!(m.matched_index);
+                member["healthy"] = json!(m.healthy);
+            }
+            member
+        })
+        .collect()
+}
+
+/// One line per member, under the node's line.
+fn status_members_text(s: &pb::StatusResponse) -> Vec<String> {
+    let leader = s.state == "Leader";
+    s.members
+        .iter()
+        .map(|m| {
+            let role = if m.voter { "voter" } else { "learner" };
+            let progress = match (leader, m.id == s.id) {
+                (false, _) => String::new(),
+                (true, true) => ", the leader".to_string(),
+                (true, false) => format!(
+                    ", log to {}, {}",
+                    m.matched_index,
+                    if m.healthy { "healthy" } else { "NOT healthy" }
+                ),
+            };
+            format!("\n    member {} {} {role}{progress}", m.id, m.addr)
+        })
+        .collect()
 }
 
 fn members_json(members: &[pb::Member]) -> Value {
@@ -207,11 +262,10 @@ pub async fn health(out: Output, client: &Client) -> Result<ExitCode, Error> {
                 format!("{endpoint}  NOT_SERVING (no leader known)"),
                 1,
             ),
-            Err(e) => (
-                json!({"endpoint": endpoint, "error": e.to_string()}),
-                format!("{endpoint}  unreachable: {e}"),
-                2,
-            ),
+            Err(e) => {
+                let (value, text) = refused_row(endpoint, &e);
+                (value, text, 2)
+            }
         };
         worst = worst.max(code);
         rows.push((value, text));
