@@ -478,4 +478,48 @@ mod tests {
         }));
         assert_eq!(status.message(), "stale fencing token (expected 8, got 7)");
     }
+
+    /// Times in messages are in the units people write: spans as `1day`, instants as the
+    /// RFC 3339 that `cancel-booking --start` takes; a ttl names the bound it missed.
+    #[test]
+    fn messages_give_times_in_human_units() {
+        let message = |rejection: Rejection| {
+            Status::from(ApiError::from(rejection))
+                .message()
+                .to_string()
+        };
+        let out_of_range = |ttl_ms, max_ms| {
+            message(Rejection::TtlOutOfRange {
+                ttl_ms,
+                min_ms: 1_000,
+                max_ms,
+            })
+        };
+        const DAY: u64 = 86_400_000;
+        assert_eq!(
+            out_of_range(10, DAY),
+            "ttl 10ms is shorter than the minimum ttl, 1s"
+        );
+        assert_eq!(
+            out_of_range(2 * DAY, DAY),
+            "ttl 2days is longer than this resource allows, 1day (its policy's max_ttl, or max_lifetime if shorter)"
+        );
+        assert_eq!(
+            out_of_range(100 * DAY, 90 * DAY),
+            "ttl 100days is longer than any policy allows, 90days"
+        );
+        assert_eq!(
+            message(Rejection::BookingOverlaps {
+                holder: "alice".into(),
+                start_wall_ms: 1_796_000_000_123,
+            }),
+            "booking overlaps the booking of alice starting at 2026-11-30T00:53:20.123Z"
+        );
+        assert_eq!(
+            message(Rejection::LifetimeExceeded {
+                max_lifetime_ms: 5_400_000
+            }),
+            "renewal would pass the lease's max_lifetime (1h 30m from acquisition)"
+        );
+    }
 }

@@ -175,13 +175,13 @@ pub enum Rejection {
     InvalidArgument { field: String, problem: String },
     #[error("mode {mode:?} is not allowed by the resource's policy")]
     InvalidMode { mode: Mode },
-    #[error("ttl {ttl_ms} ms is out of range [{min_ms}, {max_ms}] ms")]
+    #[error("{}", ttl_out_of_range(*ttl_ms, *min_ms, *max_ms))]
     TtlOutOfRange {
         ttl_ms: u64,
         min_ms: u64,
         max_ms: u64,
     },
-    #[error("renewal would pass the lease's max_lifetime ({max_lifetime_ms} ms from acquisition)")]
+    #[error("renewal would pass the lease's max_lifetime ({} from acquisition)", span(*max_lifetime_ms))]
     LifetimeExceeded { max_lifetime_ms: u64 },
     #[error("{0}")]
     InsufficientPermissions(String),
@@ -203,9 +203,9 @@ pub enum Rejection {
     Compacted { oldest: u64 },
     #[error("the waiting room is full ({max_waiters} waiters)")]
     WaitingRoomFull { max_waiters: u32 },
-    #[error("the lease would extend into another holder's booking starting at {start_wall_ms} ms (Unix)")]
+    #[error("the lease would extend into another holder's booking starting at {}", wall(*start_wall_ms))]
     ResourceBooked { start_wall_ms: u64 },
-    #[error("booking overlaps the booking of {holder} starting at {start_wall_ms} ms (Unix)")]
+    #[error("booking overlaps the booking of {holder} starting at {}", wall(*start_wall_ms))]
     BookingOverlaps { holder: String, start_wall_ms: u64 },
     #[error("holder {holder} holds the resource into the window")]
     HeldIntoWindow { holder: String },
@@ -221,6 +221,46 @@ pub enum Rejection {
         limit: u64,
         principal: String,
     },
+}
+
+/// A span of lease time for people: `1h 30m`, `2days`; from 30 days on in days (`90days`),
+/// where humantime would count months of 30.44 days.
+fn span(ms: u64) -> String {
+    const DAY_MS: u64 = 86_400_000;
+    let human = |ms| humantime::format_duration(std::time::Duration::from_millis(ms));
+    match (ms / DAY_MS, ms % DAY_MS) {
+        (days @ 30.., 0) => format!("{days}days"),
+        (days @ 30.., rest) => format!("{days}days {}", human(rest)),
+        _ => human(ms).to_string(),
+    }
+}
+
+/// A wall-clock instant as `cancel-booking --start` takes it: RFC 3339, UTC, milliseconds.
+fn wall(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+/// Which bound a ttl missed, in the units a person wrote it in: the minimum, or the most
+/// this resource's policy allows (never more than the ceiling of every policy).
+fn ttl_out_of_range(ttl_ms: u64, min_ms: u64, max_ms: u64) -> String {
+    let ttl = span(ttl_ms);
+    if ttl_ms < min_ms {
+        format!(
+            "ttl {ttl} is shorter than the minimum ttl, {}",
+            span(min_ms)
+        )
+    } else if max_ms >= super::policy::MAX_TTL_CEILING_MS {
+        format!(
+            "ttl {ttl} is longer than any policy allows, {}",
+            span(max_ms)
+        )
+    } else {
+        format!(
+            "ttl {ttl} is longer than this resource allows, {} (its policy's max_ttl, or max_lifetime if shorter)",
+            span(max_ms)
+        )
+    }
 }
 
 impl Rejection {
