@@ -2,6 +2,8 @@
 //! `proto/*.proto` is the source of truth; this crate only compiles it.
 
 pub mod contract;
+#[cfg(test)]
+mod spec_coverage;
 
 pub mod v1 {
     tonic::include_proto!("tenure.v1");
