@@ -16,8 +16,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use crate::error::Error;
 
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103";
-/// How long a `WAIT` acquire stays queued when the request leaves `wait_timeout` unset.
-pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+pub use tenure_proto::contract::DEFAULT_WAIT_TIMEOUT;
 
 /// One `Leases` RPC with retries and the leader hint, until `deadline`.
 macro_rules! leases_call {

@@ -17,10 +17,7 @@ use crate::client::Client;
 use crate::error::Error;
 use crate::lease::{from_prost_duration, prost_duration};
 
-/// The largest payload a forward carries, and the largest reply an owner may give.
-pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
-/// How long a node waits for the owner when a forward does not say.
-pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+pub use tenure_proto::contract::{DEFAULT_FORWARD_TIMEOUT, MAX_PAYLOAD_BYTES};
 /// Replies buffered towards the node before answering waits.
 const REPLY_BUFFER: usize = 64;
 /// How long a dropped inbox may take to close cleanly in the background.

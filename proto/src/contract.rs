@@ -1,9 +1,36 @@
-//! What the wire says besides the messages: the reasons of SPEC §3 and the names of the
-//! headers that carry them. Defined once here, for the node, the clients and the fault
-//! harness; `docs/spec.md` lists the same reasons, and a test of the node holds the two alike.
+//! What the wire says besides the messages: the reasons of SPEC §3, the names of the headers
+//! that carry them, the name rule and the limits both ends of a call must agree on. Defined
+//! once here, for the node, the clients and the fault harness; `docs/spec.md` lists the same
+//! reasons, and a test of the node holds the two alike.
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
+
+/// Resource, holder and principal names: at most this many bytes (spec §4.13).
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// The name rule as an `invalid_argument` states it.
+pub const NAME_RULE: &str = "1-128 bytes of [A-Za-z0-9_.:/-]";
+
+/// Whether `name` is a valid resource, holder or principal name (spec §1, §4.13): 1–128 bytes
+/// of `[A-Za-z0-9_.:/-]`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'))
+}
+
+/// How long a waiting acquire stays queued when the call does not say (spec §2.3, `Acquire`).
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The largest payload a forward carries, and the largest reply an owner may give (spec §4.9).
+pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+
+/// How long a forward waits for the owner's reply when the call does not say (spec §4.9).
+pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `google.rpc.ErrorInfo` domain of every error a node sends.
 pub const ERROR_DOMAIN: &str = "tenure.v1";
@@ -160,6 +187,18 @@ impl PartialEq<Reason> for &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_follow_the_spec_charset_and_length() {
+        assert!(valid_name("world/eu-1:shard_7.a"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("has space"));
+        assert!(!valid_name("ünïcode"));
+        assert!(valid_name(&"a".repeat(MAX_NAME_BYTES)));
+        assert!(!valid_name(&"a".repeat(MAX_NAME_BYTES + 1)));
+        assert_eq!(MAX_NAME_BYTES, 128);
+        assert!(NAME_RULE.starts_with(&format!("1-{MAX_NAME_BYTES} bytes")));
+    }
 
     #[test]
     fn every_reason_reads_back_from_its_name_and_names_are_distinct() {

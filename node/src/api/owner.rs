@@ -39,10 +39,7 @@ use inbox::{Outcome, Parcel};
 use crate::app::Node;
 use crate::error::ApiError;
 
-/// The largest payload a forward carries, and the largest reply an owner may give.
-pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
-/// How long a forward waits for the owner's reply when the call does not say.
-pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+pub use tenure_proto::contract::{DEFAULT_FORWARD_TIMEOUT, MAX_PAYLOAD_BYTES};
 /// The longest wait a forward may ask for.
 pub const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Deliveries of one forward at most (SPEC §4.9).

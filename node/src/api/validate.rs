@@ -18,14 +18,8 @@ use crate::lease::{
 pub const MAX_KEY_BYTES: usize = 128;
 
 pub(crate) fn name(field: &str, value: &str) -> Result<String, ApiError> {
-    if policy::valid_name(value) {
-        Ok(value.to_string())
-    } else {
-        Err(ApiError::invalid(
-            field,
-            "must be 1-128 bytes of [A-Za-z0-9_.:/-]",
-        ))
-    }
+    crate::lease::check_name(field, value)?;
+    Ok(value.to_string())
 }
 
 pub(crate) fn key(field: &str, value: &str) -> Result<Option<String>, ApiError> {
@@ -190,7 +184,8 @@ pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {
 }
 
 /// How long a `WAIT` acquire stays queued when the request leaves `wait_timeout` unset.
-pub const DEFAULT_WAIT_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_WAIT_TIMEOUT_MS: u64 =
+    tenure_proto::contract::DEFAULT_WAIT_TIMEOUT.as_millis() as u64;
 
 pub fn cancel_wait(req: &pb::CancelWaitRequest) -> Result<CancelWaitOp, ApiError> {
     Ok(CancelWaitOp {
@@ -451,7 +446,7 @@ pub fn list_resources(req: &pb::ListResourcesRequest) -> Result<(Query, bool), A
     if !req.prefix.is_empty() && !policy::valid_name(&req.prefix) {
         return Err(ApiError::invalid(
             "prefix",
-            "must be empty or 1-128 bytes of [A-Za-z0-9_.:/-]",
+            format!("must be empty or {}", policy::NAME_RULE),
         ));
     }
     let after = match req.page_token.as_str() {

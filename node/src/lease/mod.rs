@@ -22,9 +22,9 @@ pub mod waiting;
 pub mod watch;
 
 #[cfg(test)]
-mod spec_tests;
+mod model;
 #[cfg(test)]
-mod tests;
+mod spec_tests;
 
 pub use bookings::Booking;
 pub use clock::{LeaderKey, LeaseClock};
@@ -33,7 +33,7 @@ pub use command::{
     RenewOp, Reply, Stamp, TransferOp,
 };
 pub use history::{Event, EventKind};
-pub use machine::{apply, Effects, EntryMeta, State};
+pub use machine::{apply, check_name, Effects, EntryMeta, State};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
 pub use types::{

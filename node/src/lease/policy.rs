@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use super::types::{Mode, Rejection};
 
+/// The name rule is the contract's, shared with the API's request checks.
+pub use tenure_proto::contract::{valid_name, MAX_NAME_BYTES, NAME_RULE};
+
 pub const SECOND_MS: u64 = 1_000;
 pub const MINUTE_MS: u64 = 60 * SECOND_MS;
 pub const HOUR_MS: u64 = 60 * MINUTE_MS;
@@ -13,8 +16,6 @@ pub const DAY_MS: u64 = 24 * HOUR_MS;
 pub const MIN_TTL_MS: u64 = SECOND_MS;
 /// The absolute ceiling of any ttl or lifetime, whatever a policy says.
 pub const MAX_TTL_CEILING_MS: u64 = 90 * DAY_MS;
-/// Resource and holder names: 1–128 bytes.
-pub const MAX_NAME_BYTES: usize = 128;
 /// Metadata: keys plus values, in bytes.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 /// How long a `request_id` is remembered, in lease-clock time.
@@ -267,15 +268,6 @@ impl Policy {
     }
 }
 
-/// Whether `name` is a valid resource or holder name: 1–128 bytes of `[A-Za-z0-9_.:/-]`.
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'))
-}
-
 /// A free-text label: at most 256 bytes, no control characters; empty only if allowed.
 pub fn valid_label(value: &str, may_be_empty: bool) -> bool {
     (may_be_empty || !value.is_empty())
@@ -319,19 +311,4 @@ pub fn check_metadata(
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_the_spec_charset_and_length() {
-        assert!(valid_name("world/eu-1:shard_7.a"));
-        assert!(!valid_name(""));
-        assert!(!valid_name("has space"));
-        assert!(!valid_name("ünïcode"));
-        assert!(valid_name(&"a".repeat(128)));
-        assert!(!valid_name(&"a".repeat(129)));
-    }
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::lease::history::EventKind;
+use crate::lease::types::LeaseStatus;
 
 #[test]
 fn s4_1_two_read_leases_coexist_and_exclusive_is_refused() {
@@ -250,4 +251,64 @@ fn s4_2_idempotency_key_of_another_holder_is_invalid_argument() {
         },
     );
     assert_eq!(invalid_field(&reply), "idempotency_key");
+}
+
+/// The fencing token of a grant is the index of the entry that granted it, whatever other
+/// entries (blank, membership) used up indexes in between; renewals keep it.
+#[test]
+fn s4_1_the_fencing_token_is_the_granting_entrys_index() {
+    let mut log = Log::new();
+    log.index = 41;
+    let first = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000)));
+    assert_eq!(first.lease.fencing_token, 42);
+    assert_eq!(first.lease.lease_id, "lse_42_0");
+
+    // Blank and membership entries use up indexes too; renewals keep the token.
+    log.index += 3;
+    log.elapse(1_000);
+    let renewed = lease(&log.renew(ALICE, renew_by_token("world", "alice", 42, None)));
+    assert_eq!(renewed.lease.fencing_token, 42);
+    assert_eq!(
+        lease(&log.release(ALICE, release_by_token("world", "alice", 42))).status,
+        LeaseStatus::Released
+    );
+
+    let second = granted(&log.acquire(BOB, acq_ttl("world", "bob", 5_000)));
+    assert_eq!(log.index, 48);
+    assert_eq!(second.lease.fencing_token, 48);
+    assert_eq!(second.lease.lease_id, "lse_48_0");
+}
+
+#[test]
+fn s4_1_acquire_grants_a_free_resource_for_the_ttl() {
+    let mut log = Log::new();
+    log.tick();
+    log.elapse(2_500);
+    let view = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 7_000)));
+    assert_eq!(view.status, LeaseStatus::Active);
+    assert_eq!(view.lease.holder, "alice");
+    assert_eq!(view.lease.principal, "alice");
+    assert_eq!(view.lease.acquired_at_ms, 2_500);
+    assert_eq!(view.lease.expires_at_ms, 9_500);
+    assert_eq!(view.lease.ttl_ms, 7_000);
+    assert_eq!(view.remaining_ms, 7_000);
+
+    let default_ttl = granted(&log.acquire(ALICE, acq("seat", "alice")));
+    assert_eq!(default_ttl.lease.ttl_ms, 60_000);
+    assert_eq!(default_ttl.lease.expires_at_ms, 62_500);
+}
+
+#[test]
+fn s4_1_acquire_of_a_held_resource_is_refused_with_the_current_holder() {
+    let mut log = Log::new();
+    let alice = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000)));
+    log.elapse(1_000);
+    let reply = log.acquire(BOB, acq_ttl("world", "bob", 5_000));
+    assert_eq!(refused(&reply).0, Refusal::ResourceUnavailable);
+    let Reply::Acquire(outcome) = &reply else {
+        unreachable!()
+    };
+    assert_eq!(outcome.holders.len(), 1);
+    assert_eq!(outcome.holders[0].lease, alice.lease);
+    assert_eq!(outcome.holders[0].remaining_ms, 4_000);
 }

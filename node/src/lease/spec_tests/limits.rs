@@ -397,3 +397,31 @@ fn s4_13_max_holders_caps_a_shared_resource_without_a_pool() {
         Err("invalid_argument")
     );
 }
+
+#[test]
+fn s4_13_an_acquire_ttl_outside_one_second_to_max_ttl_is_out_of_range() {
+    let mut log = Log::new();
+    for ttl_ms in [0, 500, 999, DAY_MS + 1, u64::MAX] {
+        assert_eq!(
+            rejection(&log.acquire(ALICE, acq_ttl("world", "alice", ttl_ms))),
+            Rejection::TtlOutOfRange {
+                ttl_ms,
+                min_ms: 1_000,
+                max_ms: DAY_MS
+            }
+        );
+    }
+    assert!(log.state.resource_view("world").leases.is_empty());
+    assert_eq!(
+        granted(&log.acquire(ALICE, acq_ttl("a", "alice", 1_000)))
+            .lease
+            .ttl_ms,
+        1_000
+    );
+    assert_eq!(
+        granted(&log.acquire(ALICE, acq_ttl("b", "alice", DAY_MS)))
+            .lease
+            .ttl_ms,
+        DAY_MS
+    );
+}

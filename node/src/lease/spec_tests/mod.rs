@@ -1,14 +1,17 @@
-//! One test per rule of SPEC §4.1–4.6, 4.10, 4.11, 4.13 and the order of checks of §3, each
-//! named after its rule, driving [`apply`] directly; and a property test of the whole pipeline
-//! (request validation → command → apply, and reads) under random requests (`pipeline`).
+//! The lease domain's one test harness: one test per rule of SPEC §4.1–4.8, 4.10–4.13, 4.17,
+//! 4.18, §5.3 and the order of checks of §3, each named after its rule and kept in the file of
+//! its section, driving [`apply`] directly; and a property test of the whole pipeline (request
+//! validation → command → apply, and reads) under random requests (`pipeline`). The reference
+//! model and its property test are in `lease::model`.
 //!
 //! The harness is one leader writing entries into one state: every proposal is the next log
 //! index, stamped with the leader's monotonic clock, so the lease clock is exactly the sum of
-//! the `elapse` calls since the first entry.
+//! the `elapse` calls since the first entry (and `elect` changes the writing leader, §5.3).
 
 mod acquire;
 mod batch;
 mod bookings;
+mod exactly_once;
 mod history;
 mod limits;
 mod listing;
@@ -16,6 +19,7 @@ mod mutate;
 mod order;
 mod pipeline;
 mod quotas;
+mod time;
 mod transfer;
 mod validate;
 mod waiting;
@@ -31,12 +35,21 @@ use super::policy::Policy;
 use super::query::{self, Answer, Query, Validation};
 use super::types::{LeaseView, Mode, Refusal, Rejection};
 
-const LEADER: LeaderKey = LeaderKey {
+pub(super) const LEADER: LeaderKey = LeaderKey {
     term: 1,
     node_id: 1,
 };
 /// The wall clock of the stamps: this plus the monotonic reading.
 const WALL_BASE_MS: u64 = 1_700_000_000_000;
+
+/// The leader's stamp when its monotonic clock reads `mono_ms` (what the leader's plans read).
+pub(super) fn stamp_at(mono_ms: u64) -> Stamp {
+    Stamp {
+        mono_ms,
+        wall_ms: WALL_BASE_MS + mono_ms,
+        clock_epoch: 0,
+    }
+}
 
 /// Who proposes an entry.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +76,8 @@ pub(super) struct Log {
     pub state: State,
     /// The index of the last entry.
     pub index: u64,
+    /// The leader writing the entries.
+    leader: LeaderKey,
     mono_ms: u64,
     pub require_registration: bool,
 }
@@ -70,12 +85,24 @@ pub(super) struct Log {
 impl Log {
     /// A fresh state under the ad-hoc default policy.
     pub fn new() -> Self {
+        Self::with_default_policy(Policy::ad_hoc())
+    }
+
+    /// A fresh state whose unregistered resources run under `default_policy`.
+    pub fn with_default_policy(default_policy: Policy) -> Self {
         Log {
-            state: State::default(),
+            state: State::with_default_policy(default_policy),
             index: 0,
+            leader: LEADER,
             mono_ms: 5_000,
             require_registration: false,
         }
+    }
+
+    /// Another leader takes over; its monotonic clock reads `mono_ms` (SPEC §5.3).
+    pub fn elect(&mut self, leader: LeaderKey, mono_ms: u64) {
+        self.leader = leader;
+        self.mono_ms = mono_ms;
     }
 
     /// The leader's clock moves on; the next entry carries it into the lease clock.
@@ -103,7 +130,7 @@ impl Log {
         let proposal = self.proposal(caller, request_id, op);
         let meta = EntryMeta {
             index: self.index,
-            leader: LEADER,
+            leader: self.leader,
         };
         apply(&mut self.state, meta, &Command::V1(proposal))
     }
@@ -117,7 +144,7 @@ impl Log {
             .collect();
         let meta = EntryMeta {
             index: self.index,
-            leader: LEADER,
+            leader: self.leader,
         };
         match apply(&mut self.state, meta, &Command::Batch(batch)) {
             Reply::Batch(replies) => replies,
@@ -127,11 +154,7 @@ impl Log {
 
     fn proposal(&self, caller: Caller, request_id: Option<String>, op: Op) -> Proposal {
         Proposal {
-            stamp: Stamp {
-                mono_ms: self.mono_ms,
-                wall_ms: WALL_BASE_MS + self.mono_ms,
-                clock_epoch: 0,
-            },
+            stamp: stamp_at(self.mono_ms),
             principal: caller.principal.to_string(),
             admin: caller.admin,
             request_id,
@@ -254,6 +277,31 @@ pub(super) fn renew_of(view: &LeaseView, ttl_ms: Option<u64>) -> RenewOp {
         holder: view.lease.holder.clone().to_string(),
         fencing_token: view.lease.fencing_token,
         ttl_ms,
+    }
+}
+
+/// Names a lease by holder and token only, without its id (`lease_id` is optional, SPEC §2.3).
+pub(super) fn renew_by_token(
+    resource: &str,
+    holder: &str,
+    fencing_token: u64,
+    ttl_ms: Option<u64>,
+) -> RenewOp {
+    RenewOp {
+        resource: resource.to_string(),
+        lease_id: String::new(),
+        holder: holder.to_string(),
+        fencing_token,
+        ttl_ms,
+    }
+}
+
+pub(super) fn release_by_token(resource: &str, holder: &str, fencing_token: u64) -> ReleaseOp {
+    ReleaseOp {
+        resource: resource.to_string(),
+        lease_id: String::new(),
+        holder: holder.to_string(),
+        fencing_token,
     }
 }
 

@@ -5,6 +5,7 @@ use crate::lease::history::{EventKind, SYSTEM_ACTOR};
 use crate::lease::machine::RECLAIMS_PER_ENTRY;
 use crate::lease::policy::SECOND_MS;
 use crate::lease::types::LeaseStatus;
+use crate::store::snapshot::{decode_state, encode_state};
 
 fn with_grace(renewal_grace_ms: u64) -> Policy {
     Policy {
@@ -26,6 +27,11 @@ fn s4_3_renew_sets_expiry_to_now_plus_ttl_replacing_not_appending() {
         "renewals keep the token"
     );
     assert_eq!(renewed.lease.lease_id, a.lease.lease_id);
+    assert_eq!(
+        renewed.lease.acquired_at_ms, 0,
+        "a renew keeps the acquisition time"
+    );
+    assert_eq!(renewed.remaining_ms, 10_000);
     assert_eq!(renewed.status, LeaseStatus::Active);
 }
 
@@ -273,6 +279,7 @@ fn s4_5_release_ends_the_lease_at_once_and_frees_the_resource() {
     let released = lease(&log.release(ALICE, release_of(&a)));
     assert_eq!(released.status, LeaseStatus::Released);
     assert_eq!(released.remaining_ms, 0);
+    assert_eq!(released.lease.fencing_token, a.lease.fencing_token);
     assert!(log.holders("r").is_empty());
     assert_eq!(log.state.live_leases(), 0);
     let b = granted(&log.acquire(BOB, acq("r", "b")));
@@ -386,4 +393,180 @@ fn s4_4_a_mass_expiry_over_many_resources_is_reclaimed_over_several_entries() {
             2_500 - 2 * RECLAIMS_PER_ENTRY
         ]
     );
+}
+
+#[test]
+fn s4_3_renew_and_release_require_the_current_fencing_token() {
+    let mut log = Log::new();
+    let old = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000)))
+        .lease
+        .fencing_token;
+    lease(&log.release(ALICE, release_by_token("world", "alice", old)));
+    let current = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000)))
+        .lease
+        .fencing_token;
+    assert_eq!((old, current), (1, 3));
+
+    let stale = rejection(&log.renew(ALICE, renew_by_token("world", "alice", old, Some(5_000))));
+    assert_eq!(
+        stale,
+        Rejection::StaleFencingToken {
+            expected: 3,
+            got: 1
+        }
+    );
+    assert_eq!(stale.reason(), "stale_fencing_token");
+    assert_eq!(stale.to_string(), "stale fencing token (expected 3, got 1)");
+    assert_eq!(
+        rejection(&log.renew(ALICE, renew_by_token("world", "alice", 0, None))).reason(),
+        "stale_fencing_token"
+    );
+    assert_eq!(
+        rejection(&log.release(ALICE, release_by_token("world", "alice", 7))),
+        Rejection::StaleFencingToken {
+            expected: 3,
+            got: 7
+        }
+    );
+    assert_eq!(
+        lease(&log.renew(ALICE, renew_by_token("world", "alice", current, None)))
+            .lease
+            .fencing_token,
+        3
+    );
+}
+
+#[test]
+fn s4_3_renew_by_another_holder_is_refused_and_without_a_lease_id_names_its_own_lease() {
+    let mut log = Log::new();
+    let alice = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000))).lease;
+    let by_id = RenewOp {
+        resource: "world".into(),
+        lease_id: alice.lease_id.clone().to_string(),
+        holder: "bob".into(),
+        fencing_token: alice.fencing_token,
+        ttl_ms: None,
+    };
+    assert_eq!(
+        rejection(&log.renew(BOB, by_id)).reason(),
+        "insufficient_permissions"
+    );
+    // CHOICE: with no lease_id, the request names bob's own lease, and bob has none.
+    let by_token = renew_by_token("world", "bob", alice.fencing_token, None);
+    assert_eq!(
+        rejection(&log.renew(BOB, by_token)).reason(),
+        "lease_not_found"
+    );
+}
+
+#[test]
+fn s4_3_renew_without_a_ttl_reuses_the_last_ttl() {
+    let mut log = Log::new();
+    let token = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 4_000)))
+        .lease
+        .fencing_token;
+    log.elapse(1_000);
+    assert_eq!(
+        lease(&log.renew(ALICE, renew_by_token("world", "alice", token, Some(2_000))))
+            .lease
+            .expires_at_ms,
+        3_000
+    );
+    log.elapse(1_000);
+    let renewed = lease(&log.renew(ALICE, renew_by_token("world", "alice", token, None)));
+    assert_eq!(renewed.lease.expires_at_ms, 4_000);
+    assert_eq!(renewed.lease.ttl_ms, 2_000);
+}
+
+#[test]
+fn s4_4_a_lease_in_renewal_grace_keeps_the_resource_for_its_holder() {
+    let mut log = Log::with_default_policy(Policy {
+        renewal_grace_ms: 2_000,
+        ..Policy::ad_hoc()
+    });
+    let alice = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 3_000))).lease;
+    log.elapse(3_000);
+    log.tick();
+
+    // Past expiry, inside grace: others are refused, Validate says expired, the holder's
+    // acquire returns the same lease (CHOICE: shown as GRACE), and the holder may renew.
+    let reply = log.acquire(BOB, acq_ttl("world", "bob", 3_000));
+    assert_eq!(refused(&reply).0, Refusal::ResourceUnavailable);
+    let Reply::Acquire(outcome) = &reply else {
+        unreachable!()
+    };
+    assert_eq!(outcome.holders[0].status, LeaseStatus::Grace);
+    assert_eq!(outcome.holders[0].remaining_ms, 0);
+    let verdict = log.validate("world", &alice.lease_id, alice.fencing_token);
+    assert!(!verdict.valid);
+    assert_eq!(verdict.reason, "lease expired");
+    let again = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 3_000)));
+    assert_eq!(again.lease, alice);
+    assert_eq!(again.status, LeaseStatus::Grace);
+
+    log.elapse(1_999);
+    let renewed = lease(&log.renew(
+        ALICE,
+        renew_by_token("world", "alice", alice.fencing_token, None),
+    ));
+    assert_eq!(renewed.status, LeaseStatus::Active);
+    assert_eq!(renewed.lease.expires_at_ms, 4_999 + 3_000);
+    assert!(
+        log.validate("world", &alice.lease_id, alice.fencing_token)
+            .valid
+    );
+}
+
+/// A reclaimed lease answers `lease_expired` to its holder's renew and release; a released one
+/// no longer exists (`lease_not_found`), nor does a lease never held.
+#[test]
+fn s4_4_a_reclaimed_lease_is_lease_expired_and_a_released_one_lease_not_found() {
+    let mut log = Log::new();
+    let reclaimed_token = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 1_000)))
+        .lease
+        .fencing_token;
+    let released_token = granted(&log.acquire(ALICE, acq_ttl("seat", "alice", 9_000)))
+        .lease
+        .fencing_token;
+    lease(&log.release(ALICE, release_by_token("seat", "alice", released_token)));
+    log.elapse(1_000);
+
+    let renew = |resource, token| renew_by_token(resource, "alice", token, None);
+    let release = |resource, token| release_by_token(resource, "alice", token);
+    assert_eq!(
+        rejection(&log.renew(ALICE, renew("world", reclaimed_token))),
+        Rejection::LeaseExpired
+    );
+    assert_eq!(
+        rejection(&log.release(ALICE, release("world", reclaimed_token))).reason(),
+        "lease_expired"
+    );
+    assert_eq!(
+        rejection(&log.renew(ALICE, renew("seat", released_token))).reason(),
+        "lease_not_found"
+    );
+    assert_eq!(
+        rejection(&log.release(ALICE, release("seat", released_token))).reason(),
+        "lease_not_found"
+    );
+    assert_eq!(
+        rejection(&log.renew(ALICE, renew("never-held", 1))).reason(),
+        "lease_not_found"
+    );
+}
+
+/// The reclaim index is derived: a snapshot does not hold it, loading rebuilds it.
+#[test]
+fn s4_4_a_restored_snapshot_rebuilds_the_reclaim_index() {
+    let mut log = Log::with_default_policy(Policy {
+        renewal_grace_ms: 1_000,
+        ..Policy::ad_hoc()
+    });
+    granted(&log.acquire(ALICE, acq_ttl("world", "alice", 3_000)));
+    granted(&log.acquire(BOB, acq_ttl("seat", "bob", 2_000)));
+    let bytes = encode_state(&log.state).expect("state serializes");
+    let restored = decode_state(&bytes).expect("state deserializes");
+    assert_eq!(restored.live_leases(), 2);
+    assert_eq!(restored.next_due_ms(), Some(3_000));
+    assert_eq!(restored, log.state);
 }

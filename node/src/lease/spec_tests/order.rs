@@ -4,6 +4,7 @@
 //! `require_registration`'s `resource_not_found`.
 
 use super::*;
+use crate::lease::policy::DAY_MS;
 
 #[test]
 fn s3_a_bad_name_with_an_unknown_lease_is_invalid_argument() {
@@ -140,4 +141,27 @@ fn s3_require_registration_makes_an_unregistered_name_resource_not_found() {
     );
     log.register("known", Policy::registered());
     granted(&log.acquire(ALICE, acq("known", "a")));
+}
+
+/// A ttl out of range, for the policy too, answers before existence, holder and token checks.
+#[test]
+fn s3_a_renew_ttl_out_of_range_answers_before_existence_holder_and_token() {
+    let mut log = Log::new();
+    let token = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000)))
+        .lease
+        .fencing_token;
+    for ttl_ms in [500, DAY_MS + 1] {
+        let expected = Rejection::TtlOutOfRange {
+            ttl_ms,
+            min_ms: 1_000,
+            max_ms: DAY_MS,
+        };
+        let renew = |token| renew_by_token("world", "alice", token, Some(ttl_ms));
+        assert_eq!(rejection(&log.renew(ALICE, renew(token))), expected);
+        assert_eq!(rejection(&log.renew(ALICE, renew(99))), expected);
+        let elsewhere = renew_by_token("nowhere", "bob", 1, Some(ttl_ms));
+        assert_eq!(rejection(&log.renew(BOB, elsewhere)), expected);
+    }
+    let view = log.state.resource_view("world");
+    assert_eq!(view.leases[0].lease.expires_at_ms, 5_000, "unchanged");
 }

@@ -165,11 +165,7 @@ fn s4_7_the_leader_plans_a_tick_when_a_wait_times_out_even_with_no_lease_due() {
     let mut log = Log::new();
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 600_000)));
     queued(&log.acquire(BOB, wait("r", "b", 2_000)));
-    let at = |mono_ms| Stamp {
-        mono_ms,
-        wall_ms: WALL_BASE_MS + mono_ms,
-        clock_epoch: 0,
-    };
+    let at = stamp_at;
     let now = log.mono_ms();
     assert_eq!(
         plan(&log.state, LEADER, at(now + 100), 500_000),

@@ -1,0 +1,123 @@
+//! The dispatch: an entry's proposals, each settling what time has decided, then the
+//! exactly-once check, then the rule its operation names.
+
+use super::super::command::{BookOp, Command, CreateOp, Op, Proposal, Reply};
+use super::super::dedup::Seen;
+use super::super::quota::Quota;
+use super::super::types::{LeaseView, Rejection};
+use super::{Ctx, Effects, EntryMeta, State};
+
+/// Applies one command entry. Never panics on any input: bad input is a `Rejected` reply.
+pub fn apply(state: &mut State, meta: EntryMeta, command: &Command) -> Reply {
+    // Effects belong to the entry: lease ids `lse_<index>_<k>` number on across a batch.
+    state.effects = Effects::default();
+    match command {
+        Command::V1(proposal) => apply_proposal(state, meta, proposal),
+        Command::Batch(proposals) => Reply::Batch(
+            proposals
+                .iter()
+                .map(|proposal| apply_proposal(state, meta, proposal))
+                .collect(),
+        ),
+    }
+}
+
+fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Reply {
+    state.clock.observe(meta.leader, &proposal.stamp);
+    let now_ms = state.clock.now_ms();
+    let quotas = &mut state.quotas;
+    state
+        .dedup
+        .prune(now_ms, |(p, n)| quotas.add(p, Quota::ExactlyOnceBytes, n));
+    // Time first: reclaims, wait timeouts, lock delays and bookings that ended by now, and
+    // the waiters that lets in, all before the command sees the resource.
+    let reclaimed = state.settle_due(meta.index);
+    state.settle_waits(meta.index);
+    state.settle_bookings();
+    if let Some(name) = proposal.op.resource_key() {
+        state.settle_resource(meta.index, name);
+    }
+    state.admit_touched(meta.index);
+    let ctx = Ctx {
+        index: meta.index,
+        principal: &proposal.principal,
+        admin: proposal.admin,
+        require_registration: proposal.require_registration,
+        request_id: proposal.request_id.as_deref(),
+    };
+
+    let reply = match ctx.request_id.filter(|_| proposal.op.exactly_once()) {
+        None => state.execute(&ctx, proposal, reclaimed),
+        Some(request_id) => match state
+            .dedup
+            .check(&proposal.principal, request_id, &proposal.op)
+        {
+            Seen::Retry(kept) => state.rebuild(kept, &proposal.op),
+            Seen::Conflict => Reply::Rejected(Rejection::invalid(
+                "request_id",
+                "already used with a different request",
+            )),
+            Seen::New(ticket) => {
+                // Past its budget (or the table's), a principal's new request ids are refused:
+                // nothing is done, nothing is remembered.
+                // An admin is held to the table's bound only (see `admit_holding`).
+                let room = state.dedup.room().and_then(|()| match ctx.admin {
+                    true => Ok(()),
+                    false => state
+                        .quotas
+                        .admit(ctx.principal, Quota::ExactlyOnceBytes, 1),
+                });
+                match room {
+                    Err(refused) => Reply::Rejected(refused),
+                    Ok(()) => {
+                        let reply = state.execute(&ctx, proposal, reclaimed);
+                        let cost = state.dedup.remember(ctx.principal, ticket, &reply, now_ms);
+                        state
+                            .quotas
+                            .add(ctx.principal, Quota::ExactlyOnceBytes, cost);
+                        reply
+                    }
+                }
+            }
+        },
+    };
+    // Capacity the command freed goes to the waiting room in this same entry (SPEC §4.5, §4.7).
+    state.admit_touched(meta.index);
+    reply
+}
+
+impl State {
+    fn execute(&mut self, ctx: &Ctx<'_>, proposal: &Proposal, reclaimed: Vec<LeaseView>) -> Reply {
+        let result = match &proposal.op {
+            Op::CreateResource(op) => self.create_resource(ctx, op),
+            Op::CreateResourceV1(op) => self.create_resource(
+                ctx,
+                &CreateOp {
+                    name: op.name.clone(),
+                    policy: op.policy.clone().into(),
+                },
+            ),
+            Op::Acquire(op) => self.acquire(ctx, op),
+            Op::Renew(op) => self.renew(ctx, op),
+            Op::Release(op) => self.release(ctx, op),
+            Op::Transfer(op) => self.transfer(ctx, op),
+            Op::CancelWait(op) => self.cancel_wait(ctx, op),
+            Op::Book(op) => self.book(ctx, op, false),
+            Op::BookV1(op) => self.book(
+                ctx,
+                &BookOp {
+                    resource: op.resource.clone(),
+                    holder: op.holder.clone(),
+                    start_wall_ms: op.start_wall_ms,
+                    duration_ms: op.duration_ms,
+                    ad_hoc_bookable: true,
+                },
+                true,
+            ),
+            Op::CancelBooking(op) => self.cancel_booking(ctx, op),
+            Op::SetQuota(op) => self.set_quota(ctx, op),
+            Op::Reclaim { .. } | Op::Tick => Ok(Reply::Reclaimed(reclaimed)),
+        };
+        result.unwrap_or_else(Reply::Rejected)
+    }
+}

@@ -1,0 +1,179 @@
+//! The state as snapshots hold it: the O(1) copy a snapshot encodes, the readers of older
+//! formats, and the derived indexes rebuilt on load.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::super::clock::LeaseClock;
+use super::super::history::Retention;
+use super::super::policy::{Policy, PolicyV1};
+use super::super::types::Name;
+use super::super::waiting::wait_due_key;
+use super::resource::ResourceStateV4;
+use super::{due_key, LeaseIndex, State};
+
+impl State {
+    /// What a snapshot holds: the replicated fields, without the derived indexes (loading
+    /// rebuilds them). O(1): the resources and the exactly-once records are persistent
+    /// maps, shared with this state until apply changes them.
+    pub fn snapshot_copy(&self) -> State {
+        State {
+            clock: self.clock.clone(),
+            resources: self.resources.clone(),
+            dedup: self.dedup.clone(),
+            dropped_through: self.dropped_through,
+            quotas: self.quotas.replicated(),
+            dropped_last: self.dropped_last.clone(),
+            history_total: self.history_total,
+            history_total_bytes: self.history_total_bytes,
+            ..State::with_default_policy(self.default_policy.clone())
+        }
+    }
+
+    /// A state as snapshot formats 3 and 4 hold it: exactly-once records with whole replies
+    /// and no principal, no quotas.
+    pub fn from_format_4(body: &[u8]) -> postcard::Result<State> {
+        #[derive(Deserialize)]
+        struct Format4 {
+            clock: LeaseClock,
+            default_policy: PolicyV1,
+            resources: Vec<(Name, ResourceStateV4)>,
+            dedup: super::super::dedup::Format4,
+            dropped_through: Option<(u64, u32)>,
+        }
+        let old: Format4 = postcard::from_bytes(body)?;
+        let resources = old
+            .resources
+            .into_iter()
+            .map(|(name, rs)| (name, Arc::new(rs.0)))
+            .collect();
+        // Ad-hoc resources are not bookable unless a booking says which node allows it.
+        let default_policy = Policy {
+            bookable: false,
+            ..old.default_policy.into()
+        };
+        Ok(State {
+            clock: old.clock,
+            resources,
+            dedup: old.dedup.into(),
+            dropped_through: old.dropped_through,
+            ..State::with_default_policy(default_policy)
+        })
+    }
+
+    /// The body of a format-3 or 4 snapshot of this state, with `dedup` as those formats
+    /// held it (tests of the reader).
+    #[cfg(test)]
+    pub(crate) fn format_4_body(&self, version: u32, dedup: &impl serde::Serialize) -> Vec<u8> {
+        use std::collections::VecDeque;
+
+        use serde::Serialize;
+
+        use super::super::bookings::BookingV1;
+        use super::super::history::Event;
+        use super::super::types::Lease;
+        use super::super::waiting::Waiter;
+        use super::resource::StoredResource;
+        use super::Ended;
+
+        type Old<'a> = StoredResource<
+            &'a Vec<Lease>,
+            &'a Vec<Ended>,
+            &'a VecDeque<Event>,
+            PolicyV1,
+            &'a VecDeque<Waiter>,
+            Vec<BookingV1>,
+        >;
+        #[derive(Serialize)]
+        struct Format4<'a, D> {
+            clock: &'a LeaseClock,
+            default_policy: PolicyV1,
+            resources: Vec<(&'a Name, Old<'a>)>,
+            dedup: &'a D,
+            dropped_through: Option<(u64, u32)>,
+        }
+        let resources = self
+            .resources
+            .iter()
+            .map(|(name, rs)| {
+                let rare = rs.rare();
+                let old = Old {
+                    registration: rare.registration.as_deref().map(PolicyV1::from),
+                    leases: &rs.leases,
+                    ended: &rs.ended,
+                    revision: rs.revision,
+                    closed_until_ms: rare.closed_until_ms,
+                    history: &rs.history,
+                    trimmed_through: rs.trimmed_through(),
+                    waiters: &rare.waiters,
+                    bookings: rare.bookings.iter().map(BookingV1::from).collect(),
+                };
+                (name, old)
+            })
+            .collect();
+        let old = Format4 {
+            clock: &self.clock,
+            default_policy: PolicyV1::from(&self.default_policy),
+            resources,
+            dedup,
+            dropped_through: self.dropped_through,
+        };
+        postcard::to_allocvec(&(version, old)).expect("plain data encodes")
+    }
+
+    /// Rebuilds the derived indexes after deserializing a snapshot.
+    pub fn restored(mut self) -> Self {
+        let mut due = BTreeSet::new();
+        let mut wait_due = BTreeSet::new();
+        let mut reopen = BTreeSet::new();
+        let mut booking_ends = BTreeSet::new();
+        let mut by_holder = LeaseIndex::default();
+        let mut by_principal = LeaseIndex::default();
+        for (name, rs) in &self.resources {
+            let grace_ms = self.policy_of(name).renewal_grace_ms;
+            for l in &rs.leases {
+                due.insert(due_key(l, grace_ms));
+                by_holder.insert(&l.holder, l);
+                by_principal.insert(&l.principal, l);
+            }
+            for w in &rs.rare().waiters {
+                wait_due.insert(wait_due_key(name, w));
+            }
+            for b in &rs.rare().bookings {
+                booking_ends.insert((b.end_wall_ms(), name.clone()));
+            }
+            if rs.rare().closed_until_ms > self.clock.now_ms() {
+                reopen.insert((rs.rare().closed_until_ms, name.clone()));
+            }
+        }
+        self.recount_usage();
+        self.due = due;
+        self.wait_due = wait_due;
+        self.reopen = reopen;
+        self.booking_ends = booking_ends;
+        self.by_holder = by_holder;
+        self.by_principal = by_principal;
+        self.retention = Retention::rebuild(self.resources.iter().map(|(n, rs)| (n, &rs.history)));
+        if self.dropped_last.is_none() {
+            // A format before the position was kept: every resource of that revision counts
+            // as dropped (`~` sorts after every name), so a watch is told `compacted` rather
+            // than miss an event.
+            self.dropped_last = self
+                .dropped_through
+                .map(|(revision, seq)| (revision, Name::from("~"), seq));
+        }
+        // A trim newer than the global watermark is the per-resource bound's.
+        self.trims = self
+            .resources
+            .iter()
+            .filter_map(|(name, rs)| {
+                let (revision, seq) = rs.trimmed_through()?;
+                let position = (revision, name.clone(), seq);
+                (Some(&position) > self.dropped_last.as_ref()).then_some(position)
+            })
+            .collect();
+        self
+    }
+}
