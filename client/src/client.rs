@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_proto::contract::LEADER_HEADER;
+use backon::Retryable;
+use tenure_proto::contract::{Reason, LEADER_HEADER};
 use tenure_proto::v1 as pb;
 use tenure_proto::v1::cluster_client::ClusterClient;
 use tenure_proto::v1::leases_client::LeasesClient;
@@ -14,7 +15,10 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::Error;
+use crate::retry;
 
+/// The endpoints of `deploy/local-cluster.sh`'s three nodes, as a comma-separated list for
+/// [`Client::from_list`]: the CLI's and the examples' default.
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103";
 pub use tenure_proto::contract::DEFAULT_WAIT_TIMEOUT;
 
@@ -212,59 +216,70 @@ impl Client {
         }
     }
 
+    /// The deadline of each call, all its retries included (10 s unless
+    /// [`Client::with_timeout`] changed it).
     pub fn timeout(&self) -> Duration {
         self.inner.timeout
     }
 
-    /// Runs `call` against the preferred endpoint, then the others, until it is answered or
-    /// the deadline passes. Only `unavailable` answers and transport failures are retried.
+    /// Runs `call` against the preferred endpoint, then the others in turn, until it is
+    /// answered or the deadline passes. Only `unavailable` answers and transport failures are
+    /// retried (same request, so same `request_id`), after a delay of [`retry::CALL`] that
+    /// would not end past the deadline.
     async fn call<T, F, Fut>(&self, deadline: Instant, mut call: F) -> Result<T, Error>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let inner = &self.inner;
-        let mut index = inner.preferred.load(Ordering::Relaxed) % inner.channels.len();
-        let mut backoff = Duration::from_millis(10);
-        loop {
+        let first = inner.preferred.load(Ordering::Relaxed);
+        let attempts = AtomicUsize::new(0);
+        let endpoint = |attempt: usize| (first + attempt) % inner.channels.len();
+        let attempt = || {
+            let index = endpoint(attempts.fetch_add(1, Ordering::Relaxed));
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Status {
-                    code: tonic::Code::DeadlineExceeded,
-                    reason: "unavailable".into(),
-                    message: "deadline passed before any node answered; the outcome is unknown"
-                        .into(),
+            let answer = (!left.is_zero()).then(|| call(inner.channels[index].clone(), left));
+            async move {
+                let Some(answer) = answer else {
+                    return Err(Error::Status {
+                        code: tonic::Code::DeadlineExceeded,
+                        reason: Reason::Unavailable.as_str().into(),
+                        message: "deadline passed before any node answered; the outcome is unknown"
+                            .into(),
+                    });
+                };
+                let result = answer.await;
+                self.follow_leader_hint(match &result {
+                    Ok(response) => response.metadata(),
+                    Err(status) => status.metadata(),
                 });
+                result.map(tonic::Response::into_inner).map_err(Error::from)
             }
-            let result = call(inner.channels[index].clone(), left).await;
-            let header = match &result {
-                Ok(response) => response.metadata().get(LEADER_HEADER).cloned(),
-                Err(status) => status.metadata().get(LEADER_HEADER).cloned(),
-            };
-            if let Some(leader) = header.and_then(|h| h.to_str().ok().map(str::to_owned)) {
-                if let Some(pos) = leader
-                    .split_once('=')
-                    .and_then(|(_, addr)| inner.endpoints.iter().position(|e| e == addr))
-                {
-                    inner.preferred.store(pos, Ordering::Relaxed);
-                }
-            }
-            match result {
-                Ok(response) => return Ok(response.into_inner()),
-                Err(status) => {
-                    let error = Error::from(status);
-                    if !error.is_retryable() {
-                        return Err(error);
-                    }
-                    if Instant::now() + backoff >= deadline {
-                        return Err(error);
-                    }
-                    tracing::debug!(endpoint = %inner.endpoints[index], %error, "retrying elsewhere");
-                    index = (index + 1) % inner.channels.len();
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(200));
-                }
-            }
+        };
+        attempt
+            .retry(retry::CALL)
+            .when(Error::is_retryable)
+            .adjust(|_, delay| delay.filter(|delay| Instant::now() + *delay < deadline))
+            .notify(|error, _| {
+                let endpoint = &inner.endpoints[endpoint(attempts.load(Ordering::Relaxed) - 1)];
+                tracing::debug!(%endpoint, %error, "retrying elsewhere");
+            })
+            .await
+    }
+
+    /// The leader hint, which is ours and not the retry schedule's: a reply, granted or
+    /// refused, whose `tenure-leader` header (SPEC §3.3) names one of our endpoints makes it the
+    /// endpoint every later call tries first, since the leader answers without forwarding.
+    fn follow_leader_hint(&self, metadata: &tonic::metadata::MetadataMap) {
+        let inner = &self.inner;
+        let Some(leader) = metadata.get(LEADER_HEADER).and_then(|h| h.to_str().ok()) else {
+            return;
+        };
+        if let Some(pos) = leader
+            .split_once('=')
+            .and_then(|(_, addr)| inner.endpoints.iter().position(|e| e == addr))
+        {
+            inner.preferred.store(pos, Ordering::Relaxed);
         }
     }
 
@@ -404,6 +419,8 @@ impl Client {
         leases_call!(self, self.deadline(), request, release)
     }
 
+    /// `Validate`: whether a fencing token (or lease id) is the resource's live tenure
+    /// (SPEC §4.10). A well-formed request is always answered: branch on `valid`.
     pub async fn validate(
         &self,
         request: pb::ValidateRequest,
@@ -411,6 +428,8 @@ impl Client {
         leases_call!(self, self.deadline(), request, validate)
     }
 
+    /// `GetResource`: a resource's policy and live leases, as of `read_revision`. A name the
+    /// cluster does not know answers with the ad-hoc policy and `ad_hoc = true`.
     pub async fn get_resource(
         &self,
         request: pb::GetResourceRequest,
@@ -427,6 +446,8 @@ impl Client {
         leases_call!(self, self.deadline(), request, create_resource)
     }
 
+    /// `ListResources`: one page of resources in name order; ask again with
+    /// `next_page_token` until it comes back empty.
     pub async fn list_resources(
         &self,
         request: pb::ListResourcesRequest,
@@ -443,6 +464,8 @@ impl Client {
         leases_call!(self, self.deadline(), request, transfer)
     }
 
+    /// `ListLeases`: one page of the live leases of a holder and/or a principal (how a
+    /// restarted process finds what it holds); page on with `next_page_token`.
     pub async fn list_leases(
         &self,
         request: pb::ListLeasesRequest,
@@ -450,6 +473,8 @@ impl Client {
         leases_call!(self, self.deadline(), request, list_leases)
     }
 
+    /// `History`: one page of a resource's events, newest first unless `order` says
+    /// otherwise. Paging ascending past what retention dropped is `compacted`.
     pub async fn history(&self, request: pb::HistoryRequest) -> Result<pb::HistoryResponse, Error> {
         leases_call!(self, self.deadline(), request, history)
     }
@@ -556,6 +581,8 @@ impl Client {
             .ok_or_else(|| Error::Local("no such endpoint".into()))
     }
 
+    /// The endpoints as `HOST:PORT`, without scheme; [`Client::node_status`] and the other
+    /// per-node calls take an index into this list.
     pub fn endpoints(&self) -> &[String] {
         &self.inner.endpoints
     }

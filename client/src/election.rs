@@ -17,15 +17,18 @@
 
 use std::time::Duration;
 
+use backon::Retryable;
+use tenure_proto::contract::Reason;
+
 use crate::client::Client;
 use crate::error::Error;
 use crate::lease::{Acquired, Lease, Lost};
+use crate::retry;
 
 /// How long one queued acquire of a campaign waits before it is re-queued. A candidate whose
 /// process and node both died stays queued at most this long (and, if admitted meanwhile,
 /// holds the key for one ttl).
 const CAMPAIGN_WAIT: Duration = Duration::from_secs(300);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// This candidate leads while the handle's lease lives. Dropping it stops renewing: the key
 /// passes on when the ttl runs out; `resign` passes it on at once.
@@ -45,35 +48,41 @@ impl Client {
         candidate_id: &str,
         ttl: Duration,
     ) -> Result<Leadership, Error> {
-        let mut backoff = Duration::from_millis(20);
-        loop {
-            let attempt = self.lock(key, candidate_id).ttl(ttl).wait(CAMPAIGN_WAIT);
-            match attempt.await {
-                Ok(Acquired::Granted(lease)) => {
-                    return Ok(Leadership {
-                        key: key.to_string(),
-                        lease: *lease,
-                    })
+        // Queues until granted; a wait that ran out, or a grant lost before it arrived, queues
+        // again at once. The errors left are a failure to reach the cluster, retried after a
+        // delay, or a refusal for good.
+        let queue = || async {
+            loop {
+                let attempt = self.lock(key, candidate_id).ttl(ttl).wait(CAMPAIGN_WAIT);
+                match attempt.await {
+                    Ok(Acquired::Granted(lease)) => return Ok(*lease),
+                    Ok(Acquired::Refused { reason, .. })
+                        if Reason::WaitTimeout == reason.as_str() => {}
+                    Ok(Acquired::Refused { reason, .. }) => {
+                        return Err(Error::NotGranted { reason })
+                    }
+                    // Admitted, but the lease ended before the handle could renew it.
+                    Err(error) if lost_on_arrival(&error) => {}
+                    Err(error) => return Err(error),
                 }
-                Ok(Acquired::Refused { reason, .. }) if reason == "wait_timeout" => {}
-                Ok(Acquired::Refused { reason, .. }) => return Err(Error::NotGranted { reason }),
-                // Admitted, but the lease ended before the handle could renew it: queue again.
-                Err(error) if lost_on_arrival(&error) => {}
-                Err(error) if error.is_retryable() => {
-                    tracing::debug!(%error, key, "campaign: no answer; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                Err(error) => return Err(error),
             }
-        }
+        };
+        let lease = queue
+            .retry(retry::RECONNECT)
+            .when(Error::is_retryable)
+            .notify(|error, _| tracing::debug!(%error, key, "campaign: no answer; retrying"))
+            .await?;
+        Ok(Leadership {
+            key: key.to_string(),
+            lease,
+        })
     }
 }
 
 fn lost_on_arrival(error: &Error) -> bool {
     matches!(
         error.reason(),
-        "lease_expired" | "lease_not_found" | "stale_fencing_token"
+        Some(Reason::LeaseExpired | Reason::LeaseNotFound | Reason::StaleFencingToken)
     )
 }
 
@@ -83,10 +92,12 @@ impl Leadership {
         self.lease.fencing_token()
     }
 
+    /// The election key.
     pub fn key(&self) -> &str {
         &self.key
     }
 
+    /// This candidate's id: the holder of the key's lease.
     pub fn candidate_id(&self) -> &str {
         &self.lease.info().holder
     }

@@ -26,11 +26,14 @@ pub struct Fence {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("stale fencing token (highest seen {highest}, got {got})")]
 pub struct Stale {
+    /// The highest token the fence has seen.
     pub highest: u64,
+    /// The token of the refused write.
     pub got: u64,
 }
 
 impl Fence {
+    /// A fence that has seen no token yet.
     pub fn new() -> Self {
         Self::default()
     }

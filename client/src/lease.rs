@@ -17,7 +17,8 @@ use crate::error::Error;
 /// Why a lease was lost.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lost {
-    /// The cluster refused a renewal for good (`stale_fencing_token`, `lease_expired`, …).
+    /// The cluster refused a renewal for good: the reason as sent (`stale_fencing_token`,
+    /// `lease_expired`, …; `.parse::<Reason>()` types it).
     Refused(String),
     /// No renewal succeeded before the local deadline.
     DeadlinePassed,
@@ -37,11 +38,14 @@ impl std::fmt::Display for Lost {
 
 /// The answer of [`Client::lease`] and of [`Client::lock`]'s `try_acquire` and `wait`.
 pub enum Acquired {
+    /// Granted: the lease, renewing itself from now on.
     Granted(Box<Lease>),
-    /// Not granted: the reason (`resource_unavailable`, `wait_timeout`, …) and the current
-    /// holders.
+    /// Answered, not granted (SPEC §3.4): retrying at once will not change it.
     Refused {
+        /// The reason as sent (`resource_unavailable`, `insufficient_units`, `lock_delay`,
+        /// `wait_timeout`, `wait_cancelled`; `.parse::<Reason>()` types it).
         reason: String,
+        /// The current holders, as many as the node lists.
         holders: Vec<pb::Lease>,
         /// After a wait: the place it had in the waiting room (1 = the head); else 0.
         queue_position: u32,
@@ -58,7 +62,8 @@ pub struct Lease {
     renewer: JoinHandle<()>,
 }
 
-/// max(100 ms, 1 % of ttl).
+/// How long before the cluster's expiry the holder gives a lease up: max(100 ms, 1 % of ttl),
+/// for clock drift and the time a renewal's answer takes to arrive (SPEC §5.3).
 pub fn safety_margin(ttl: Duration) -> Duration {
     (ttl / 100).max(Duration::from_millis(100))
 }
@@ -96,7 +101,7 @@ pub fn renew_request(lease: &pb::Lease, ttl: Duration) -> pb::RenewRequest {
     }
 }
 
-/// The `Release` of `lease` (the client sets the `request_id`).
+/// The `Release` of `lease` ([`Client::release`] sets the `request_id`).
 pub fn release_request(lease: &pb::Lease) -> pb::ReleaseRequest {
     pb::ReleaseRequest {
         resource: lease.resource.clone(),
@@ -135,7 +140,7 @@ async fn renew_loop(
                 next = sent + ttl / 3;
             }
             Err(error) if definitive(&error) => {
-                lost.send_replace(Some(Lost::Refused(error.reason().to_string())));
+                lost.send_replace(Some(Lost::Refused(error.reason_str().to_string())));
                 return;
             }
             Err(error) => {
@@ -195,6 +200,7 @@ impl Lease {
         self.lease.fencing_token
     }
 
+    /// The lease's id, unique in the cluster.
     pub fn lease_id(&self) -> &str {
         &self.lease.lease_id
     }
@@ -204,6 +210,7 @@ impl Lease {
         &self.lease
     }
 
+    /// The ttl every renewal asks for.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
@@ -242,23 +249,44 @@ impl Drop for Lease {
     }
 }
 
+/// `d` as a protobuf `Duration`, by prost-types' conversion. A duration past `i64::MAX`
+/// seconds, which that conversion refuses, goes out negative: the node refuses it as
+/// `invalid_argument`, as it always has, rather than as a ttl out of range the caller never
+/// asked for.
 pub fn prost_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
+    prost_types::Duration::try_from(d).unwrap_or(prost_types::Duration {
+        seconds: -1,
+        nanos: 0,
+    })
 }
 
+/// `d` as a `std` duration, by prost-types' conversion; a negative one is zero.
 pub fn from_prost_duration(d: &prost_types::Duration) -> Duration {
-    Duration::new(
-        d.seconds.max(0) as u64,
-        d.nanos.clamp(0, 999_999_999) as u32,
-    )
+    Duration::try_from(*d).unwrap_or(Duration::ZERO)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_convert_both_ways_a_negative_one_is_zero_and_an_unsendable_one_negative() {
+        let ttl = Duration::new(30, 250_000_000);
+        assert_eq!(
+            prost_duration(ttl),
+            prost_types::Duration {
+                seconds: 30,
+                nanos: 250_000_000
+            }
+        );
+        assert_eq!(from_prost_duration(&prost_duration(ttl)), ttl);
+        let negative = prost_types::Duration {
+            seconds: -5,
+            nanos: 0,
+        };
+        assert_eq!(from_prost_duration(&negative), Duration::ZERO);
+        assert!(prost_duration(Duration::MAX).seconds < 0);
+    }
 
     #[test]
     fn safety_margin_is_at_least_100ms_and_1_percent() {

@@ -3,23 +3,25 @@
 //! when the history it needs was `compacted`. Candidates and bystanders alike can follow it.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use tenure_proto::contract::Reason;
 use tenure_proto::v1 as pb;
 
 use crate::client::Client;
 use crate::error::Error;
+use crate::retry::Reconnects;
 use crate::watch::WatchMessages;
-
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A leader of a key: the holder of its exclusive lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leader {
+    /// The leading candidate's id.
     pub holder: String,
+    /// The leadership's fencing token: stamp every write made as leader with it.
     pub fencing_token: u64,
+    /// The id of the lease behind the leadership.
     pub lease_id: String,
 }
 
@@ -45,7 +47,7 @@ struct Observer {
     leader: Option<Leader>,
     events: Option<WatchMessages>,
     pending: VecDeque<Option<Leader>>,
-    backoff: Duration,
+    reconnects: Reconnects,
     ended: bool,
 }
 
@@ -60,7 +62,7 @@ impl Client {
             leader: None,
             events: None,
             pending: VecDeque::new(),
-            backoff: Duration::from_millis(20),
+            reconnects: Reconnects::new(),
             ended: false,
         };
         Box::pin(futures::stream::unfold(
@@ -97,7 +99,7 @@ impl Observer {
                 },
             };
             self.events = None;
-            if error.reason() == "compacted" {
+            if error.reason() == Some(Reason::Compacted) {
                 // The events since the last revision are gone: read the key afresh.
                 continue;
             }
@@ -105,8 +107,7 @@ impl Observer {
                 self.ended = true;
                 return Some(Err(error));
             }
-            tokio::time::sleep(self.backoff).await;
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            self.reconnects.wait().await;
         }
     }
 
@@ -119,7 +120,7 @@ impl Observer {
                 consistency: pb::Consistency::Linearizable as i32,
             })
             .await?;
-        self.backoff = Duration::from_millis(20);
+        self.reconnects.reset();
         self.leader = response.resource.and_then(|resource| {
             resource
                 .leases
@@ -225,7 +226,7 @@ mod tests {
             leader: None,
             events: None,
             pending: VecDeque::new(),
-            backoff: Duration::ZERO,
+            reconnects: Reconnects::new(),
             ended: false,
         }
     }

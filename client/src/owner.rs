@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use tenure_proto::contract::{Reason, REASON_HEADER};
 use tenure_proto::v1 as pb;
 use tenure_proto::v1::leases_client::LeasesClient;
 use tokio::sync::mpsc;
@@ -138,8 +139,8 @@ impl Client {
 fn delivered_nothing(status: &tonic::Status) -> bool {
     status
         .metadata()
-        .get(tenure_proto::contract::REASON_HEADER)
-        .is_some_and(|reason| reason == "unavailable")
+        .get(REASON_HEADER)
+        .is_some_and(|reason| reason == Reason::Unavailable.as_str())
         || std::iter::successors(std::error::Error::source(status), |e| e.source())
             .any(|e| e.is::<tonic::ConnectError>())
 }
@@ -251,6 +252,7 @@ async fn send(
 }
 
 impl Forwarded {
+    /// The forwarder's request, as it sent it.
     pub fn payload(&self) -> &[u8] {
         &self.message.payload
     }
@@ -335,12 +337,12 @@ mod tests {
         let mut unavailable = tonic::Status::unavailable("no leader");
         unavailable
             .metadata_mut()
-            .insert("tenure-reason", "unavailable".parse().expect("ascii"));
+            .insert(REASON_HEADER, "unavailable".parse().expect("ascii"));
         assert!(delivered_nothing(&unavailable));
         let mut owner = tonic::Status::unavailable("no inbox");
         owner
             .metadata_mut()
-            .insert("tenure-reason", "owner_unavailable".parse().expect("ascii"));
+            .insert(REASON_HEADER, "owner_unavailable".parse().expect("ascii"));
         assert!(!delivered_nothing(&owner));
         // A transport failure mid-call: the node may have delivered it.
         assert!(!delivered_nothing(&tonic::Status::unavailable(

@@ -2,16 +2,13 @@
 //! connection drops), it opens a new one on the next endpoint from the last revision it
 //! delivered, so the events it yields have no gap and no duplicate (SPEC §4.12).
 
-use std::time::Duration;
-
 use futures::stream::BoxStream;
+use tenure_proto::contract::Reason;
 use tenure_proto::v1 as pb;
 
 use crate::client::Client;
 use crate::error::Error;
-
-const FIRST_BACKOFF: Duration = Duration::from_millis(20);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+use crate::retry::Reconnects;
 
 /// The messages of a resuming watch; it ends after the first error it cannot retry.
 pub type WatchMessages = BoxStream<'static, Result<pb::WatchResponse, Error>>;
@@ -21,21 +18,21 @@ struct Resuming {
     /// The next request: `start_revision` follows the revision of every message delivered.
     request: pb::WatchRequest,
     stream: Option<tonic::Streaming<pb::WatchResponse>>,
-    backoff: Duration,
+    reconnects: Reconnects,
     ended: bool,
 }
 
 impl Client {
-    /// `Watch` that reconnects (to any endpoint, backing off up to 1 s, for as long as it
-    /// takes) after a transport failure, `unavailable`, or `slow_watcher` (the node cut off
-    /// a reader that fell behind), resuming after the last revision received. Any other
-    /// error, `compacted` included, is yielded once and ends the stream.
+    /// `Watch` that reconnects (to any endpoint, backing off from 20 ms to about 1 s, for as
+    /// long as it takes) after a transport failure, `unavailable`, or `slow_watcher` (the node
+    /// cut off a reader that fell behind), resuming after the last revision received. Any
+    /// other error, `compacted` included, is yielded once and ends the stream.
     pub fn watch_resuming(&self, request: pb::WatchRequest) -> WatchMessages {
         let state = Resuming {
             client: self.clone(),
             request,
             stream: None,
-            backoff: FIRST_BACKOFF,
+            reconnects: Reconnects::new(),
             ended: false,
         };
         Box::pin(futures::stream::unfold(state, |mut state| async move {
@@ -58,7 +55,7 @@ impl Resuming {
                 },
                 Some(stream) => match stream.message().await {
                     Ok(Some(message)) => {
-                        self.backoff = FIRST_BACKOFF;
+                        self.reconnects.reset();
                         if message.revision > self.request.start_revision {
                             self.request.start_revision = message.revision;
                             self.request.live_only = false;
@@ -72,14 +69,13 @@ impl Resuming {
             };
             self.stream = None;
             if let Some(error) = error {
-                if !error.is_retryable() && error.reason() != "slow_watcher" {
+                if !error.is_retryable() && error.reason() != Some(Reason::SlowWatcher) {
                     self.ended = true;
                     return Some(Err(error));
                 }
                 tracing::debug!(%error, revision = self.request.start_revision, "watch broke; resuming");
             }
-            tokio::time::sleep(self.backoff).await;
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            self.reconnects.wait().await;
         }
         None
     }

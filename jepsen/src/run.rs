@@ -240,7 +240,7 @@ async fn register(client: &Client, name: &str, policy: &ResourcePolicy) -> anyho
     loop {
         match client.create_resource(request.clone()).await {
             Ok(_) => return Ok(()),
-            Err(e) if e.reason() == "already_exists" => return Ok(()),
+            Err(e) if e.reason() == Some(tenure_client::Reason::AlreadyExists) => return Ok(()),
             Err(e) if Instant::now() < deadline => {
                 tracing::debug!(%name, %e, "registering again");
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -18,7 +18,7 @@ pub fn tenured_bin() -> PathBuf {
 }
 
 /// The `tenure` CLI next to this test executable (cargo builds it for `cargo test
-/// --workspace`: the client crate's `tests/cli.rs` needs it), or `$TENURE_BIN`.
+/// --workspace`: the CLI crate's `tests/cli.rs` needs it), or `$TENURE_BIN`.
 pub fn tenure_bin() -> PathBuf {
     target_bin("tenure", "TENURE_BIN")
 }

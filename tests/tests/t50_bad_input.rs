@@ -211,7 +211,7 @@ fn expect_refused<T: std::fmt::Debug>(
         "{what}: {REASON_HEADER} trailer: {status:?}"
     );
     let error = tenure_client::Error::from(status);
-    assert_eq!(error.reason(), reason, "{what}: client error {error}");
+    assert_eq!(error.reason_str(), reason, "{what}: client error {error}");
 }
 
 /// Every bad request, each wrong in one way only. Renew and release aim at the held lease with

@@ -179,7 +179,11 @@ async fn a_watch_names_either_a_resource_or_a_prefix() {
             .map_err(tenure_client::Error::from)
             .expect_err("refused"),
     };
-    assert_eq!(refused.reason(), "invalid_argument", "{refused:?}");
+    assert_eq!(
+        refused.reason(),
+        Some(tenure_client::Reason::InvalidArgument),
+        "{refused:?}"
+    );
     cluster.shutdown().await;
 }
 

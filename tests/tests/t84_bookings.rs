@@ -53,7 +53,10 @@ async fn a_booking_is_listed_and_keeps_other_holders_out_of_its_window() {
         })
         .await
         .expect_err("overlaps");
-    assert_eq!(overlapping.reason(), "resource_booked");
+    assert_eq!(
+        overlapping.reason(),
+        Some(tenure_client::Reason::ResourceBooked)
+    );
 
     let view = client
         .get_resource(pb::GetResourceRequest {
@@ -129,7 +132,7 @@ async fn only_bookable_resources_may_be_booked() {
         ..Default::default()
     };
     let refused = client.book(book("adhoc/1")).await.expect_err("ad hoc");
-    assert_eq!(refused.reason(), "not_bookable");
+    assert_eq!(refused.reason(), Some(tenure_client::Reason::NotBookable));
     for (name, bookable) in [("plain/1", false), ("room/2", true)] {
         client
             .create_resource(pb::CreateResourceRequest {
@@ -147,7 +150,7 @@ async fn only_bookable_resources_may_be_booked() {
         .book(book("plain/1"))
         .await
         .expect_err("not bookable");
-    assert_eq!(refused.reason(), "not_bookable");
+    assert_eq!(refused.reason(), Some(tenure_client::Reason::NotBookable));
     client.book(book("room/2")).await.expect("bookable");
     cluster.shutdown().await;
 }

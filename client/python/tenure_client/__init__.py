@@ -19,5 +19,6 @@ except ImportError as error:  # pragma: no cover - a checkout without generated 
     ) from error
 
 from ._client import Client, TenureError
+from .contract import LEADER_HEADER, REASON_HEADER, Reason
 
-__all__ = ["Client", "TenureError", "pb", "cluster_pb"]
+__all__ = ["Client", "TenureError", "Reason", "REASON_HEADER", "LEADER_HEADER", "pb", "cluster_pb"]

@@ -14,16 +14,15 @@ from google.protobuf.message import Message
 from ._pb.tenure.v1 import cluster_pb2, cluster_pb2_grpc
 from ._pb.tenure.v1 import leases_pb2 as pb
 from ._pb.tenure.v1 import leases_pb2_grpc
-
-LEADER_HEADER = "tenure-leader"
-REASON_HEADER = "tenure-reason"
+from .contract import LEADER_HEADER, REASON_HEADER, Reason
 
 M = TypeVar("M", bound=Message)
 Metadata = Sequence[tuple[str, Union[str, bytes]]]
 
 
 class TenureError(Exception):
-    """A call that failed: `reason` is the SPEC §3 reason (`stale_fencing_token`, …)."""
+    """A call that failed: `reason` is the SPEC §3 reason (`stale_fencing_token`, …), as sent;
+    it equals the `Reason` member of that name."""
 
     def __init__(self, reason: str, code: grpc.StatusCode, message: str) -> None:
         super().__init__(f"{reason}: {message}")
@@ -34,7 +33,7 @@ class TenureError(Exception):
     @property
     def retryable(self) -> bool:
         """Whether the same request (same `request_id`) may be retried on another node."""
-        return self.code == grpc.StatusCode.UNAVAILABLE or self.reason == "unavailable"
+        return self.code == grpc.StatusCode.UNAVAILABLE or self.reason == Reason.UNAVAILABLE
 
     @classmethod
     def from_rpc(cls, error: grpc.RpcError) -> TenureError:

@@ -63,7 +63,7 @@ impl Tally {
         match answer {
             Ok(response) if response.granted => self.add("granted"),
             Ok(response) => self.add(format!("refused {}", response.reason)),
-            Err(e) => self.add(format!("error {}", e.reason())),
+            Err(e) => self.add(format!("error {}", e.reason_str())),
         }
     }
 
@@ -331,7 +331,7 @@ async fn list_flood(
                         page_token = page.next_page_token;
                     }
                     Err(e) => {
-                        tally.add(format!("error {}", e.reason()));
+                        tally.add(format!("error {}", e.reason_str()));
                         break;
                     }
                 }

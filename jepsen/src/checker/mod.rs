@@ -36,12 +36,27 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
+use tenure_proto::contract::Reason;
 
 use crate::history::{History, Nanos, Op};
 use model::{at, compile, describe_op, describe_state, Compiled, Holders, Rules};
 pub use quota::QuotaStats;
 pub use waiting::WaitStats;
 pub use watch::WatchStats;
+
+/// Reasons that prove the lease a call named is not the live one (SPEC §3.2).
+const NOT_LIVE_REASONS: [Reason; 3] = [
+    Reason::StaleFencingToken,
+    Reason::LeaseExpired,
+    Reason::LeaseNotFound,
+];
+
+/// Whether a recorded refusal proves that the lease its call named is not live.
+fn proves_not_live(reason: &str) -> bool {
+    reason
+        .parse()
+        .is_ok_and(|reason| NOT_LIVE_REASONS.contains(&reason))
+}
 
 /// Knobs of [`check`].
 #[derive(Clone, Debug)]

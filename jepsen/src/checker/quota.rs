@@ -37,11 +37,8 @@ use serde::Serialize;
 
 use super::model::{at, describe_op};
 use super::retention::Retention;
-use super::Anomaly;
+use super::{proves_not_live, Anomaly};
 use crate::history::{Call, EventKind, History, Nanos, Op, Outcome, Value};
-
-/// Reasons that prove the named lease is not live.
-const NOT_LIVE_REASONS: [&str; 3] = ["stale_fencing_token", "lease_expired", "lease_not_found"];
 
 /// Holdings listed in an anomaly's message, at most.
 const LISTED: usize = 12;
@@ -290,7 +287,7 @@ fn ended(op: &Op) -> Option<(&str, u64)> {
         (Call::Transfer { .. }, Outcome::Ok { value }) => {
             matches!(value, Value::Transferred { .. })
         }
-        (_, Outcome::Fail { reason }) => NOT_LIVE_REASONS.contains(&reason.as_str()),
+        (_, Outcome::Fail { reason }) => proves_not_live(reason),
         _ => false,
     };
     gone.then_some((holder, token))

@@ -1,6 +1,8 @@
 //! Simulated histories of a correct cluster, and the pieces recorded histories are made of:
 //! the checker's tests use them, and so does its criterion benchmark (`benches/checker.rs`).
 
+use tenure_proto::contract::Reason;
+
 use crate::history::{Call, History, Mode, Op, Outcome, Value};
 
 /// Nanoseconds per millisecond.
@@ -41,7 +43,7 @@ pub fn granted(token: u64) -> Outcome {
 /// A refusal as histories before shared modes recorded it: the first holder only.
 pub fn refused(holder: Option<&str>, token: Option<u64>) -> Outcome {
     ok(Value::Refused {
-        reason: "resource_unavailable".into(),
+        reason: Reason::ResourceUnavailable.to_string(),
         holder: holder.map(Into::into),
         token,
         holders: vec![],
@@ -59,9 +61,10 @@ pub fn read_held(holder: &str, token: u64) -> Outcome {
 pub fn read_free() -> Outcome {
     ok(Value::read(vec![]))
 }
-pub fn fail(reason: &str) -> Outcome {
+/// A refusal for `reason`: a [`Reason`], or its name as a history records it.
+pub fn fail(reason: impl std::fmt::Display) -> Outcome {
     Outcome::Fail {
-        reason: reason.into(),
+        reason: reason.to_string(),
     }
 }
 pub fn unknown() -> Outcome {
@@ -146,8 +149,8 @@ pub fn correct_history(
                             }
                             ok(Value::Renewed { token })
                         }
-                        Some((h, _, _)) if h == c => fail("stale_fencing_token"),
-                        _ => fail("lease_not_found"),
+                        Some((h, _, _)) if h == c => fail(Reason::StaleFencingToken),
+                        _ => fail(Reason::LeaseNotFound),
                     };
                     (call, outcome)
                 }
@@ -166,8 +169,8 @@ pub fn correct_history(
                             }
                             ok(Value::Released { token })
                         }
-                        Some((h, _, _)) if h == c => fail("stale_fencing_token"),
-                        _ => fail("lease_expired"),
+                        Some((h, _, _)) if h == c => fail(Reason::StaleFencingToken),
+                        _ => fail(Reason::LeaseExpired),
                     };
                     (call, outcome)
                 }

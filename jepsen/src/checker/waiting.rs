@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
+use tenure_proto::contract::Reason;
 
 use super::model::{at, describe_op};
 use super::retention::Retention;
@@ -336,7 +337,7 @@ fn answers(
             match &op.outcome {
                 Outcome::Ok {
                     value: Value::Refused { reason, .. },
-                } if reason == "wait_timeout" => stats.timed_out += 1,
+                } if Reason::WaitTimeout == reason.as_str() => stats.timed_out += 1,
                 Outcome::Ok {
                     value: Value::Refused { .. },
                 } => stats.cancelled += 1,
@@ -420,16 +421,19 @@ fn answers(
             .get(resource)
             .map_or(0, |e| retention.floor(e));
         let record = records.get(&(resource, holder)).unwrap_or(&empty);
-        let recorded = match reason {
-            "wait_timeout" => &record.timed_out,
-            _ => &record.cancelled,
+        let timed_out = Reason::WaitTimeout == reason;
+        let recorded = if timed_out {
+            &record.timed_out
+        } else {
+            &record.cancelled
         };
         if floor > 0 || ops.len() <= recorded.len() {
             continue;
         }
-        let event = match reason {
-            "wait_timeout" => EventKind::WaitTimedOut,
-            _ => EventKind::WaitCancelled,
+        let event = if timed_out {
+            EventKind::WaitTimedOut
+        } else {
+            EventKind::WaitCancelled
         };
         out.push(anomaly(
             "wait_end_unrecorded",

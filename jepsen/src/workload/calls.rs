@@ -6,26 +6,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tenure_client::{pb, prost_duration, Client, Error};
+use tenure_client::{pb, prost_duration, Client, Error, Reason};
 use tokio::sync::mpsc;
 
 use super::{Handoff, WorkloadConfig};
 use crate::history::{now_ns, Call, Held, Mode, Op, Outcome, Value};
 
 /// Reasons that prove a call did not take effect.
-const DEFINITE_FAILURES: &[&str] = &[
-    "invalid_argument",
-    "invalid_mode",
-    "ttl_out_of_range",
-    "lifetime_exceeded",
-    "insufficient_permissions",
-    "lease_not_found",
-    "stale_fencing_token",
-    "lease_expired",
-    "already_held",
-    "not_transferable",
-    "resource_exhausted",
-    "waiting_room_full",
+const DEFINITE_FAILURES: &[Reason] = &[
+    Reason::InvalidArgument,
+    Reason::InvalidMode,
+    Reason::TtlOutOfRange,
+    Reason::LifetimeExceeded,
+    Reason::InsufficientPermissions,
+    Reason::LeaseNotFound,
+    Reason::StaleFencingToken,
+    Reason::LeaseExpired,
+    Reason::AlreadyHeld,
+    Reason::NotTransferable,
+    Reason::ResourceExhausted,
+    Reason::WaitingRoomFull,
 ];
 
 /// Collects the history's ops.
@@ -141,7 +141,7 @@ fn quota_refusal(error: &Error) -> Option<(String, u64)> {
     else {
         return None;
     };
-    if reason != "resource_exhausted" {
+    if Reason::ResourceExhausted != reason.as_str() {
         return None;
     }
     let (_, rest) = message.rsplit_once(" is at its ")?;
@@ -154,9 +154,12 @@ fn quota_refusal(error: &Error) -> Option<(String, u64)> {
 fn classify(error: &Error) -> Outcome {
     if let Some((quota, limit)) = quota_refusal(error) {
         Outcome::QuotaExceeded { quota, limit }
-    } else if DEFINITE_FAILURES.contains(&error.reason()) {
+    } else if error
+        .reason()
+        .is_some_and(|reason| DEFINITE_FAILURES.contains(&reason))
+    {
         Outcome::Fail {
-            reason: error.reason().to_string(),
+            reason: error.reason_str().to_string(),
         }
     } else {
         Outcome::Unknown {

@@ -143,7 +143,7 @@ async fn stream(
 /// A stream's error: `compacted` with the oldest revision still retained, or another error.
 fn ended(status: &tonic::Status) -> SessionEnd {
     let error = Error::from(status.clone());
-    if error.reason() != "compacted" {
+    if error.reason() != Some(tenure_client::Reason::Compacted) {
         return SessionEnd::Error {
             error: error.to_string(),
         };

@@ -2,7 +2,10 @@
 
 use std::collections::HashMap;
 
+use tenure_proto::contract::Reason;
+
 use super::{HolderId, MOp, Refusal, Seen};
+use crate::checker::proves_not_live;
 use crate::history::{Call, Held, Op, Outcome, ResourcePolicy, Value};
 
 /// Holder names of one resource.
@@ -52,10 +55,10 @@ pub(crate) enum Compiled {
 const HOLDERS_SHOWN: usize = 100;
 
 /// How a wait ends without a grant (SPEC §4.7); it leaves the leases as they were.
-const WAIT_ENDS: [&str; 2] = ["wait_timeout", "wait_cancelled"];
+const WAIT_ENDS: [Reason; 2] = [Reason::WaitTimeout, Reason::WaitCancelled];
 
-/// Reasons that prove the named lease is not the live one.
-const NOT_LIVE_REASONS: [&str; 3] = ["stale_fencing_token", "lease_expired", "lease_not_found"];
+/// An acquire or transfer to a holder that holds the resource already: nothing changed.
+const ALREADY_HELD: &str = Reason::AlreadyHeld.as_str();
 
 /// `d·(1−ε)` in nanoseconds, for a duration `d` in milliseconds.
 pub(crate) fn ttl_floor_ns(ttl_ms: u64, eps: f64) -> u64 {
@@ -121,7 +124,7 @@ pub(crate) fn compile(
             {
                 // A `WAIT` acquire queues whatever the conflict: it ends granted or with its
                 // wait's end; only it ends so.
-                let wait_ended = WAIT_ENDS.contains(&reason.as_str());
+                let wait_ended = WAIT_ENDS.iter().any(|end| *end == reason.as_str());
                 if wait_ended != (*wait_ms > 0) {
                     return unexpected(value);
                 }
@@ -152,9 +155,9 @@ pub(crate) fn compile(
                             holders: all,
                         },
                 } => {
-                    let why = match reason.as_str() {
-                        "resource_unavailable" => Refusal::Unavailable,
-                        "insufficient_units" => Refusal::Units,
+                    let why = match reason.parse() {
+                        Ok(Reason::ResourceUnavailable) => Refusal::Unavailable,
+                        Ok(Reason::InsufficientUnits) => Refusal::Units,
                         _ => return Compiled::Ignored,
                     };
                     let (listed, exact): (Vec<Seen>, bool) = if all.is_empty() {
@@ -184,7 +187,7 @@ pub(crate) fn compile(
                     }
                 }
                 Outcome::Ok { value } => unexpected(value),
-                Outcome::Fail { reason } if reason == "already_held" => Compiled::Model {
+                Outcome::Fail { reason } if reason == ALREADY_HELD => Compiled::Model {
                     op: MOp::AlreadyHeld {
                         holder,
                         mode,
@@ -263,7 +266,7 @@ pub(crate) fn compile(
                     op: transfer(Some(*t)),
                     required: true,
                 },
-                Outcome::Fail { reason } if reason == "already_held" => Compiled::Model {
+                Outcome::Fail { reason } if reason == ALREADY_HELD => Compiled::Model {
                     op: MOp::TransferToHolder {
                         holder,
                         token: *token,
@@ -382,12 +385,10 @@ fn lease_call(
             required: true,
         },
         Outcome::Ok { value } => unexpected(value),
-        Outcome::Fail { reason } if NOT_LIVE_REASONS.contains(&reason.as_str()) => {
-            Compiled::Model {
-                op: MOp::NotLive { holder, token },
-                required: true,
-            }
-        }
+        Outcome::Fail { reason } if proves_not_live(reason) => Compiled::Model {
+            op: MOp::NotLive { holder, token },
+            required: true,
+        },
         Outcome::Fail { .. } | Outcome::QuotaExceeded { .. } => Compiled::Ignored,
         Outcome::Unknown { .. } => Compiled::Model {
             op: effect,

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use tenure_client::{pb, Client, Error};
+use tenure_client::{pb, Client, Error, Reason};
 
 use crate::output::{self, Output};
 
@@ -68,8 +68,8 @@ fn refused_row(endpoint: &str, error: &Error) -> (Value, String) {
     let answered = !matches!(error, Error::Status { .. } if error.is_retryable());
     let text = if answered {
         let hint = match error.reason() {
-            "unauthenticated" => " (give a token: TENURE_TOKEN or --auth-token)",
-            "insufficient_permissions" => " (this call needs an admin's token)",
+            Some(Reason::Unauthenticated) => " (give a token: TENURE_TOKEN or --auth-token)",
+            Some(Reason::InsufficientPermissions) => " (this call needs an admin's token)",
             _ => "",
         };
         format!("{endpoint}  answered: {error}{hint}")

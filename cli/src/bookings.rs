@@ -71,12 +71,9 @@ fn parse_start(text: &str) -> Result<SystemTime, String> {
     })
 }
 
+/// `at` as a protobuf `Timestamp` (prost-types' conversion); a time before 1970 is 1970.
 fn timestamp(at: SystemTime) -> prost_types::Timestamp {
-    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp {
-        seconds: since.as_secs() as i64,
-        nanos: since.subsec_nanos() as i32,
-    }
+    prost_types::Timestamp::from(at.max(UNIX_EPOCH))
 }
 
 pub async fn book(out: Output, client: &Client, args: &BookArgs) -> Result<ExitCode, Error> {

@@ -32,7 +32,7 @@ pub fn fail(output: Output, error: &Error) -> ExitCode {
     match output {
         Output::Json => println!(
             "{}",
-            json!({"ok": false, "reason": error.reason(), "error": error.to_string()})
+            json!({"ok": false, "reason": error.reason_str(), "error": error.to_string()})
         ),
         Output::Text => eprintln!("error: {error}"),
     }
