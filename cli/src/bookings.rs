@@ -19,7 +19,7 @@ pub struct BookArgs {
     #[arg(long, value_parser = parse_start)]
     start: SystemTime,
     /// Length of the window, e.g. 1h.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     duration: Duration,
     /// Reuse to retry a call exactly once (default: a fresh one).
     #[arg(long, default_value = "")]

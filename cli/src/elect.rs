@@ -19,7 +19,7 @@ pub struct ElectArgs {
     holder: Option<String>,
     /// Ttl of the leadership lease, renewed every ttl/3: how long a leader that dies
     /// silently keeps the key.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", allow_hyphen_values = true, value_parser = crate::duration)]
     ttl: Duration,
     /// The command to run while leading, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]

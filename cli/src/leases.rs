@@ -17,7 +17,7 @@ pub struct AcquireArgs {
     #[arg(long)]
     holder: String,
     /// Lease ttl, e.g. 30s or 2h (default: the resource policy's).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     ttl: Option<Duration>,
     /// Exclusive (default), or a shared mode the policy lists.
     #[arg(long, value_enum)]
@@ -32,8 +32,8 @@ pub struct AcquireArgs {
     idempotency_key: String,
     /// Queue for the resource when it is taken and block until granted or this long has
     /// passed (e.g. 10s); exit 1 with the place in the queue if the wait ends first.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    wait: Option<Duration>,
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
+    pub wait: Option<Duration>,
     /// Reuse to retry a call exactly once (default: a fresh one).
     #[arg(long, default_value = "")]
     request_id: String,
@@ -71,7 +71,7 @@ pub struct RenewArgs {
     #[command(flatten)]
     lease: LeaseRef,
     /// New ttl from now (default: the lease's last ttl).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     ttl: Option<Duration>,
 }
 

@@ -46,7 +46,7 @@ struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
     output: Output,
     /// Deadline of each call, retries included.
-    #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, global = true, default_value = "10s", allow_hyphen_values = true, value_parser = crate::duration)]
     timeout: Duration,
     #[command(subcommand)]
     command: Command,
@@ -185,6 +185,18 @@ impl Mode {
     }
 }
 
+/// A duration argument (`30s`, `1m 30s`, `2h`, `1day`). Such arguments take values that begin
+/// with `-`, so `--ttl -5s` is answered by this rule rather than taken for an unknown flag.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    if let Some(rest) = text.trim().strip_prefix('-') {
+        return Err(format!(
+            "a duration cannot be negative: write it as {rest} (units: ms, s, m, h, day)"
+        ));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}: write a duration such as 500ms, 30s, 1m 30s, 2h or 1day"))
+}
+
 /// `--stale` → the read's consistency.
 pub fn consistency(stale: bool) -> pb::Consistency {
     if stale {
@@ -194,14 +206,50 @@ pub fn consistency(stale: bool) -> pb::Consistency {
     }
 }
 
+impl Command {
+    /// A call that answers at once when a node is up: no waiting room, stream, election,
+    /// catch-up or benchmark. Only such a call says so when no node answers for a while.
+    fn answers_at_once(&self) -> bool {
+        match self {
+            Command::Acquire(args) => args.wait.is_none_or(|wait| wait.is_zero()),
+            Command::Watch(_) | Command::Elect(_) | Command::Bench(_) => false,
+            Command::Cluster { command } => matches!(command, ClusterCommand::Status),
+            _ => true,
+        }
+    }
+}
+
+/// How long a call that answers at once goes unanswered before the CLI says it is still trying.
+const STILL_TRYING_AFTER: Duration = Duration::from_secs(2);
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match connect(&cli) {
-        Ok(client) => match run(&cli, &client).await {
-            Ok(code) => code,
-            Err(e) => output::fail(cli.output, &e),
-        },
+    let client = match connect(&cli) {
+        Ok(client) => client,
+        Err(e) => return output::fail(cli.output, &e),
+    };
+    let ran = run(&cli, &client);
+    tokio::pin!(ran);
+    let answered = if cli.command.answers_at_once() && cli.timeout > STILL_TRYING_AFTER {
+        tokio::select! {
+            answered = &mut ran => answered,
+            () = tokio::time::sleep(STILL_TRYING_AFTER) => {
+                // On stderr: scripts reading stdout see only the answer.
+                eprintln!(
+                    "tenure: no node has answered for {}s; trying {} until --timeout {}",
+                    STILL_TRYING_AFTER.as_secs(),
+                    cli.endpoints,
+                    humantime::format_duration(cli.timeout),
+                );
+                ran.await
+            }
+        }
+    } else {
+        ran.await
+    };
+    match answered {
+        Ok(code) => code,
         Err(e) => output::fail(cli.output, &e),
     }
 }
@@ -286,6 +334,26 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_negative_or_malformed_duration_says_how_to_write_one() {
+        for flag in ["--ttl -5s", "--ttl=-5s"] {
+            let args = ["tenure", "acquire", "r", "--holder", "h"]
+                .into_iter()
+                .chain(flag.split(' '));
+            let error = Cli::try_parse_from(args)
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(
+                error.contains("cannot be negative: write it as 5s"),
+                "{flag}: {error}"
+            );
+        }
+        let error = duration("5 parsecs").expect_err("not a duration");
+        assert!(error.contains("such as 500ms, 30s"), "{error}");
+        assert_eq!(duration("1m 30s"), Ok(Duration::from_secs(90)));
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

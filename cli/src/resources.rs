@@ -45,18 +45,18 @@ pub struct CreateArgs {
     #[arg(long, default_value = "")]
     display_name: String,
     /// Ttl of an acquire that names none, e.g. 1h.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     default_ttl: Option<Duration>,
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     max_ttl: Option<Duration>,
     /// Cap from acquisition, renewals included (0s: none).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     max_lifetime: Option<Duration>,
     /// How long past expiry the holder may still renew.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     renewal_grace: Option<Duration>,
     /// After a reclaim (not a release) the resource stays closed this long.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     lock_delay: Option<Duration>,
     /// Leases may be handed to another holder (`tenure transfer`).
     #[arg(long)]

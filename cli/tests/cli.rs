@@ -68,4 +68,20 @@ fn an_unreachable_cluster_exits_2_with_the_reason_unavailable() {
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
     assert_eq!(answer["ok"], false);
     assert_eq!(answer["reason"], "unavailable", "{answer}");
+    // The endpoint that did not answer is named, with what it did.
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(error.contains("(127.0.0.1:1: "), "{answer}");
+}
+
+#[test]
+fn a_negative_duration_is_explained_not_taken_for_a_flag() {
+    for flag in ["--ttl", "--wait"] {
+        let out = tenure(&["acquire", "r", "--holder", "h", flag, "-5s"]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cannot be negative: write it as 5s"),
+            "{flag}: {stderr}"
+        );
+    }
 }

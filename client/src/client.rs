@@ -234,6 +234,9 @@ impl Client {
         let inner = &self.inner;
         let first = inner.preferred.load(Ordering::Relaxed);
         let attempts = AtomicUsize::new(0);
+        // What each endpoint last answered, to name them when none answered in time.
+        let seen_errors = std::sync::Mutex::new(vec![None::<String>; inner.channels.len()]);
+        let last_errors = &seen_errors;
         let endpoint = |attempt: usize| (first + attempt) % inner.channels.len();
         let attempt = || {
             let index = endpoint(attempts.fetch_add(1, Ordering::Relaxed));
@@ -249,6 +252,10 @@ impl Client {
                     });
                 };
                 let result = answer.await;
+                if let Err(status) = &result {
+                    last_errors.lock().unwrap_or_else(|e| e.into_inner())[index] =
+                        Some(describe(status));
+                }
                 self.follow_leader_hint(match &result {
                     Ok(response) => response.metadata(),
                     Err(status) => status.metadata(),
@@ -265,6 +272,10 @@ impl Client {
                 tracing::debug!(%endpoint, %error, "retrying elsewhere");
             })
             .await
+            .map_err(|error| {
+                let seen = seen_errors.into_inner().unwrap_or_else(|e| e.into_inner());
+                name_the_endpoints(error, &inner.endpoints, &seen)
+            })
     }
 
     /// The leader hint, which is ours and not the retry schedule's: a reply, granted or
@@ -594,6 +605,66 @@ fn ensure_request_id(request_id: &mut String) {
     }
 }
 
+/// A call that gave up with no node answering says which endpoints it tried and what each
+/// last did, so an address that is wrong or down is named, not only "unavailable".
+fn name_the_endpoints(error: Error, endpoints: &[String], seen: &[Option<String>]) -> Error {
+    let Error::Status {
+        code,
+        reason,
+        message,
+    } = error
+    else {
+        return error;
+    };
+    if Reason::Unavailable != reason.as_str() {
+        return Error::Status {
+            code,
+            reason,
+            message,
+        };
+    }
+    if seen.iter().all(Option::is_none) {
+        return Error::Status {
+            code,
+            reason,
+            message,
+        };
+    }
+    let tried: Vec<String> = endpoints
+        .iter()
+        .zip(seen)
+        .map(|(endpoint, seen)| match seen {
+            Some(error) => format!("{endpoint}: {error}"),
+            None => format!("{endpoint}: not tried"),
+        })
+        .collect();
+    Error::Status {
+        code,
+        reason,
+        message: format!(
+            "no node answered in time; the outcome is unknown ({})",
+            tried.join("; ")
+        ),
+    }
+}
+
+/// A failed call in a few words: its message, and the cause under it when the transport
+/// failed (`tcp connect error: Connection refused (os error 111)`).
+fn describe(status: &tonic::Status) -> String {
+    let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(status);
+    let mut root = None;
+    while let Some(error) = cause {
+        root = Some(error);
+        cause = error.source();
+    }
+    match root.map(ToString::to_string) {
+        Some(root) if !status.message().contains(&root) => {
+            format!("{}: {root}", status.message())
+        }
+        _ => status.message().to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -613,5 +684,28 @@ mod tests {
             .expect("client")
             .with_token(&token)
             .expect("loopback");
+    }
+
+    /// Nothing listens on port 1: the call gives up at its deadline naming the endpoint and
+    /// what it answered, still as `unavailable`.
+    #[tokio::test]
+    async fn a_call_no_node_answered_names_each_endpoint_and_its_error() {
+        let client = Client::new(["127.0.0.1:1"])
+            .expect("client")
+            .with_timeout(Duration::from_millis(300));
+        let error = client
+            .validate(pb::ValidateRequest {
+                resource: "r".into(),
+                fencing_token: 1,
+                ..Default::default()
+            })
+            .await
+            .expect_err("nothing listens");
+        assert_eq!(error.reason(), Some(Reason::Unavailable), "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("no node answered in time; the outcome is unknown (127.0.0.1:1: "),
+            "{text}"
+        );
     }
 }

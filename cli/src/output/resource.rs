@@ -80,6 +80,8 @@ pub fn resource_json(resource: &pb::Resource) -> Value {
         "revision": resource.revision,
         "ad_hoc": resource.ad_hoc,
         "waiting": resource.waiting,
+        "lease_count": resource.lease_count,
+        "units_in_use": resource.units_in_use,
         "policy": resource.policy.as_ref().map(policy_json),
         "leases": resource.leases.iter().map(lease_json).collect::<Vec<_>>(),
         "waiters": resource.waiters.iter().map(waiter_json).collect::<Vec<_>>(),
@@ -145,12 +147,20 @@ pub fn resource_line(resource: &pb::Resource) -> String {
     if !resource.display_name.is_empty() {
         line.push_str(&format!("  \"{}\"", resource.display_name));
     }
-    let held = match resource.leases.len() {
+    // The count, not the list: with very many shared holders the list is cut short.
+    let held = match resource.lease_count.max(resource.leases.len() as u64) {
         0 => "free".to_string(),
         1 => "1 lease".to_string(),
         n => format!("{n} leases"),
     };
     line.push_str(&format!("  {held}"));
+    let pool = resource.policy.as_ref().map_or(0, |p| p.total_units);
+    if pool > 0 {
+        line.push_str(&format!(
+            "  {} of {pool} units in use",
+            resource.units_in_use
+        ));
+    }
     if resource.waiting > 0 {
         line.push_str(&format!("  {} waiting", resource.waiting));
     }
