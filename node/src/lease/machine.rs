@@ -14,10 +14,10 @@ use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 
 use super::bookings::{Booking, BookingV1};
-use super::clock::{LeaderKey, LeaseClock};
 use super::command::{BookOp, Command, CreateOp, Op, Proposal, Reply};
 use super::dedup::{Dedup, Seen};
 use super::history::{self, Event, EventKind, Retention};
+use super::lease_clock::{LeaderKey, LeaseClock};
 use super::policy::{self, Policy, PolicyV1};
 use super::quota::{Quota, Quotas};
 use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Name, Rejection};

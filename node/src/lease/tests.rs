@@ -8,9 +8,9 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use super::clock::LeaderKey;
 use super::command::{AcquireOp, Command, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp};
 use super::expiry::{plan, Plan};
+use super::lease_clock::LeaderKey;
 use super::machine::{apply, EntryMeta, State};
 use super::policy::{Policy, DAY_MS, DEDUP_WINDOW_MS, HOUR_MS, SECOND_MS};
 use super::types::{LeaseStatus, LeaseView, Mode, Refusal, Rejection};
