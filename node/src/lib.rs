@@ -1,22 +1,22 @@
 //! Tenure's server: a Raft-replicated lease store with log-index fencing tokens.
 //!
 //! Layout (docs/design.md §2): `lease` is the pure domain; `store` adapts it to openraft over
-//! sled; `network` carries Raft RPCs; `api` serves gRPC; `app` wires one node together;
-//! `timers` runs the leader's own proposals; `clock` is where a leader's stamps come from.
+//! sled; `network` carries Raft RPCs; `coord` is the node's coordination (the [`coord::Node`],
+//! proposing through the leader, batching, reads, membership, succession, timers); `grpc` holds
+//! the gRPC adapters (services, request parsing, replies); `metrics` serves Prometheus; `app`
+//! wires one node together.
 
 pub mod agreement;
-pub mod api;
 pub mod app;
 pub mod auth;
-pub mod clock;
 pub mod config;
+pub mod coord;
 pub mod error;
+pub mod grpc;
 pub mod guard;
 pub mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod network;
 pub mod store;
-pub mod succession;
-pub mod timers;
 pub mod tls;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tenure_node::clock::ClockSkew;
+use tenure_node::coord::stamp_clock::ClockSkew;
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::{acquire_request, get_resource};
 use tokio::time::Instant;

@@ -4,8 +4,8 @@
 //! as a wait times out or a lock delay with waiters behind it ends. Pure: the caller supplies
 //! the clock reading and runs the timer.
 
-use super::clock::LeaderKey;
 use super::command::{Op, Stamp};
+use super::lease_clock::LeaderKey;
 use super::machine::State;
 
 /// How many leases one `Reclaim` entry names. Applying an entry reclaims what is due (up to

@@ -2,16 +2,16 @@
 //!
 //! Nothing here knows about Raft, gRPC or disks. [`machine::apply`] is a pure function of
 //! (state, entry): no clock, no randomness, no I/O. Time enters only through the leader's
-//! [`command::Stamp`] in each entry and the lease clock of [`clock`]; the entry's log index
+//! [`command::Stamp`] in each entry and the lease clock of [`lease_clock`]; the entry's log index
 //! is the fencing token of whatever it grants.
 
 pub mod bookings;
-pub mod clock;
 pub mod command;
 pub mod dedup;
 pub mod expiry;
 mod grant;
 pub mod history;
+pub mod lease_clock;
 pub mod machine;
 mod mutate;
 pub mod policy;
@@ -27,12 +27,12 @@ mod model;
 mod spec_tests;
 
 pub use bookings::Booking;
-pub use clock::{LeaderKey, LeaseClock};
 pub use command::{
     AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, Command, CreateOp, Op, Proposal, ReleaseOp,
     RenewOp, Reply, Stamp, TransferOp,
 };
 pub use history::{Event, EventKind};
+pub use lease_clock::{LeaderKey, LeaseClock};
 pub use machine::{apply, check_name, Effects, EntryMeta, State};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};

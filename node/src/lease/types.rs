@@ -68,7 +68,7 @@ pub enum LeaseStatus {
     Transferred,
 }
 
-/// One holder's time-bound claim. Times are lease-clock milliseconds (see `clock`).
+/// One holder's time-bound claim. Times are lease-clock milliseconds (see `lease_clock`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     pub lease_id: Name,

@@ -1,6 +1,6 @@
 //! How log entries and peer messages are encoded: postcard's binary encoding behind a tag
 //! byte. Releases before it wrote JSON, which is still read, so a node upgrades in place over
-//! its old log, and a node answers a peer in the encoding the peer used (see `api::raft`).
+//! its old log, and a node answers a peer in the encoding the peer used (see `grpc::raft`).
 //!
 //! JSON was 2–3× larger and was encoded or decoded five times per entry on its way through
 //! the cluster (leader log, wire, follower decode, follower log, apply reads). A smaller log

@@ -23,9 +23,9 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 
-use super::clock::{LeaderKey, LeaseClock};
 use super::dedup::Dedup;
 use super::history::{self, Event, Retention};
+use super::lease_clock::{LeaderKey, LeaseClock};
 use super::policy::Policy;
 use super::quota::Quotas;
 use super::types::{Lease, LeaseStatus, LeaseView, Name};

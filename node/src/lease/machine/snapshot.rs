@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::super::clock::LeaseClock;
 use super::super::history::Retention;
+use super::super::lease_clock::LeaseClock;
 use super::super::policy::{Policy, PolicyV1};
 use super::super::types::Name;
 use super::super::waiting::wait_due_key;

@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use crate::lease::clock::LeaderKey;
+use crate::lease::lease_clock::LeaderKey;
 use crate::lease::policy::{DAY_MS, SECOND_MS};
 
 pub(super) const RESOURCES: [&str; 3] = ["world/eu-1", "seat:7", "shard_2.a"];

@@ -182,6 +182,13 @@ impl State {
         }
     }
 
+    /// When a resource closed by its lock delay opens again, on the wall clock; `None` when it
+    /// is not closed (spec §4.4).
+    pub fn closed_until_wall_ms(&self, name: &str) -> Option<u64> {
+        let closed_until_ms = self.resources.get(name)?.rare().closed_until_ms;
+        (self.clock.now_ms() < closed_until_ms).then(|| self.clock.wall_of(closed_until_ms))
+    }
+
     /// The first of `live` (at most `limit`, about [`LEASES_SHOWN_BYTES`]) as replies show them.
     pub(super) fn leases_shown(&self, live: &[Lease], limit: usize) -> Vec<LeaseView> {
         bounded(live.iter(), limit, LEASES_SHOWN_BYTES, |l| lease_bytes(l))

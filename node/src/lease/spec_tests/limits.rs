@@ -1,7 +1,7 @@
 //! SPEC §4.13's limits and defaults, and `CreateResource` (SPEC §2).
 
 use super::*;
-use crate::api::validate as request;
+use crate::grpc::validate as request;
 use crate::lease::policy::{
     DAY_MS, DEFAULT_MAX_WAITERS, HOUR_MS, MAX_METADATA_BYTES, MAX_TTL_CEILING_MS, MINUTE_MS,
     MIN_TTL_MS, SECOND_MS,

@@ -25,11 +25,11 @@ mod validate;
 mod waiting;
 mod watch;
 
-use super::clock::LeaderKey;
 use super::command::{
     AcquireOp, Command, CreateOp, Op, Proposal, ReleaseOp, RenewOp, Reply, Stamp, TransferOp,
 };
 use super::history::Event;
+use super::lease_clock::LeaderKey;
 use super::machine::{apply, EntryMeta, State};
 use super::policy::Policy;
 use super::query::{self, Answer, Query, Validation};
@@ -135,7 +135,7 @@ impl Log {
         apply(&mut self.state, meta, &Command::V1(proposal))
     }
 
-    /// The next entry, carrying several proposals (the leader's batching, `api::batch`).
+    /// The next entry, carrying several proposals (the leader's batching, `coord::batch`).
     pub fn propose_batch(&mut self, proposals: Vec<(Caller, Op)>) -> Vec<Reply> {
         self.index += 1;
         let batch = proposals

@@ -7,8 +7,8 @@ use tenure_proto::v1 as pb;
 
 use super::gen::{label, Read, HOLDERS, RESOURCES};
 use super::Run;
-use crate::api::{convert, validate as request};
 use crate::error::ApiError;
+use crate::grpc::{convert, validate as request};
 use crate::lease::command::{Op, Reply};
 use crate::lease::query::Answer;
 use crate::lease::types::Mode;

@@ -1,6 +1,6 @@
 //! A property test of the whole write and read path below gRPC: random protobuf requests of
 //! every kind, from a few principals and holders over a few resource names (some malformed),
-//! go through `api::validate` (request → command or query) and then [`apply`] or
+//! go through `grpc::validate` (request → command or query) and then [`apply`] or
 //! [`query::answer`]. For every step: no panic, never `internal`, the reply has the shape the
 //! handler expects, and the invariants of SPEC §1 and §4 hold after every entry.
 
@@ -16,7 +16,7 @@ use tenure_proto::v1 as pb;
 use self::check::client_error;
 use self::gen::{label, policy, sent, Sent, Step, Target, CALLERS, HOLDERS, RESOURCES};
 use super::*;
-use crate::api::validate as request;
+use crate::grpc::validate as request;
 
 /// The run: the log, every lease any reply showed, and what the invariants remember.
 struct Run {

@@ -1,0 +1,354 @@
+//! The auth gate: a tower layer in front of every service that knows the caller from the
+//! request headers alone, before a byte of the body is read.
+//!
+//! - The internal `tenure.raft.v1.Raft` service takes only peers: the peer token when auth
+//!   is on (no token or an unknown one: `unauthenticated`; a client's or admin's token:
+//!   `permission_denied`), with TLS on a certificate the cluster CA signed, and the same
+//!   configuration digest as this node's (`crate::agreement`; else `config_mismatch`).
+//! - The client API (`Leases`, `Cluster`) takes a known bearer token; the caller goes into the
+//!   request's extensions for the handlers ([`crate::auth::caller_of`]). Then the node-wide
+//!   cap on client requests in flight applies (`too_many_requests`). Argument validation
+//!   and every check that needs the body come after, in SPEC §3's order.
+//! - Health answers anyone (load balancers and Kubernetes probes carry no token).
+//!   Reflection answers anyone, but describes the internal service only to a caller with a
+//!   known token ([`Reflection`](super::reflection::Reflection)). Their streams (Health Watch, reflection) have a node-wide
+//!   cap of their own, held as long as the stream's body (`--max-public-streams`).
+//!
+//! Only a caller that passed the gate learns the leader from the `tenure-leader` header.
+//! Every refusal, the gate's and the handlers', is counted by cause
+//! (`tenure_refusals_total`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use tonic::body::Body;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+
+use crate::auth::PeerCall;
+use crate::coord::Node;
+use crate::error::{ApiError, Reason};
+use crate::guard::{Connection, GuardInfo};
+use crate::lease::Rejection;
+
+/// What a path asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Door {
+    Peer,
+    Client,
+    Health,
+    Reflection,
+}
+
+fn door(path: &str) -> Door {
+    if path.starts_with("/tenure.raft.") {
+        Door::Peer
+    } else if path.starts_with("/grpc.health.") {
+        Door::Health
+    } else if path.starts_with("/grpc.reflection.") {
+        Door::Reflection
+    } else {
+        Door::Client
+    }
+}
+
+/// What tonic knows of a TLS connection the node guards.
+type TlsInfo = TlsConnectInfo<GuardInfo<TcpConnectInfo>>;
+
+/// Whether the connection presented a client certificate (the TLS handshake verified it
+/// against the cluster CA).
+fn has_peer_certificate<B>(request: &http::Request<B>) -> bool {
+    request
+        .extensions()
+        .get::<TlsInfo>()
+        .and_then(|info| info.peer_certs())
+        .is_some_and(|certs| !certs.is_empty())
+}
+
+/// The connection `request` came on, to strike (`crate::guard`).
+fn connection<B>(request: &http::Request<B>) -> Option<Arc<Connection>> {
+    let extensions = request.extensions();
+    extensions
+        .get::<GuardInfo<TcpConnectInfo>>()
+        .map(|info| info.connection.clone())
+        .or_else(|| {
+            extensions
+                .get::<TlsInfo>()
+                .map(|info| info.get_ref().connection.clone())
+        })
+}
+
+/// Calls cancelled sooner than this after they were sent are a strike (rapid reset): an
+/// honest client cancels when its deadline passes.
+const QUICK_CANCEL: Duration = Duration::from_millis(10);
+
+/// Strikes the connection of a call dropped (cancelled by its client) before it was answered,
+/// when that came at once.
+struct CancelWatch {
+    gate: Option<(Arc<Node>, Arc<Connection>)>,
+    started: Instant,
+    answered: bool,
+}
+
+impl Drop for CancelWatch {
+    fn drop(&mut self) {
+        if let Some((node, connection)) = &self.gate {
+            if !self.answered && self.started.elapsed() < QUICK_CANCEL {
+                strike(
+                    node,
+                    connection,
+                    "calls cancelled as soon as they were sent",
+                );
+            }
+        }
+    }
+}
+
+/// Spends a strike of `connection`; one out of strikes is cut, and its address kept out.
+fn strike(node: &Node, connection: &Connection, why: &str) {
+    let limits = &node.config.limits;
+    if connection.is_over() || !connection.strike(limits.connection_strikes) {
+        return;
+    }
+    if !connection.cut() {
+        return;
+    }
+    node.connections_cut
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // A member's address is never kept out (on loopback, every member and client shares
+    // one): its calls to this node must go on.
+    let kept_out = connection
+        .remote()
+        .map(|remote| remote.ip().to_canonical())
+        .filter(|ip| !limits.abuse_cooldown.is_zero() && !node.member_ips().contains(ip));
+    if let Some(ip) = kept_out {
+        node.cooldown.start(ip, limits.abuse_cooldown);
+    }
+    tracing::warn!(
+        remote = ?connection.remote(),
+        cooldown = ?limits.abuse_cooldown,
+        "closed a connection for abuse ({why}); its address may not connect for the cooldown"
+    );
+}
+
+#[derive(Clone)]
+pub struct GateLayer {
+    node: Arc<Node>,
+    tls: bool,
+}
+
+impl GateLayer {
+    pub fn new(node: Arc<Node>, tls: bool) -> Self {
+        GateLayer { node, tls }
+    }
+}
+
+impl<S> tower::Layer<S> for GateLayer {
+    type Service = Gate<S>;
+
+    fn layer(&self, inner: S) -> Gate<S> {
+        Gate {
+            inner,
+            node: self.node.clone(),
+            tls: self.tls,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Gate<S> {
+    inner: S,
+    node: Arc<Node>,
+    tls: bool,
+}
+
+/// Held while an admitted call runs.
+enum Admitted {
+    Open,
+    /// A stream open to callers without a token: its place is held as long as its body.
+    Public(crate::limits::Permit),
+    Peer,
+    Client(crate::limits::InFlight),
+}
+
+impl<S> Gate<S> {
+    /// Refuses a peer whose configuration digest differs from this node's (one of an earlier
+    /// release sends none and is taken).
+    fn same_configuration(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+        let Some(theirs) = headers.get(crate::agreement::DIGEST_HEADER) else {
+            return Ok(());
+        };
+        let ours = self.node.config_digest();
+        if theirs.as_bytes() == ours.as_bytes() {
+            return Ok(());
+        }
+        let theirs = String::from_utf8_lossy(theirs.as_bytes());
+        let peer = match headers.get(crate::agreement::FROM_HEADER) {
+            Some(id) => format!("node {}", String::from_utf8_lossy(id.as_bytes())),
+            None => "a peer".to_string(),
+        };
+        if self.node.peers.mismatches.record(&peer, &theirs) {
+            tracing::error!(
+                %peer, their_digest = %theirs, our_digest = %ours,
+                "refusing a peer whose configuration differs (token file or --require-registration): give every node the same"
+            );
+        }
+        Err(ApiError::ConfigMismatch {
+            detail: format!(
+                "node {} refuses {peer}: configuration digest {theirs} differs from its own {ours} \
+                 (the token file or --require-registration): every node needs the same",
+                self.node.id
+            ),
+            ours,
+        })
+    }
+
+    /// Checks `request`'s headers and marks it with who is calling.
+    fn admit(&self, request: &mut http::Request<Body>) -> Result<Admitted, ApiError> {
+        let auth = self.node.auth();
+        let path = request.uri().path();
+        match door(path) {
+            Door::Health if !path.ends_with("/Watch") => Ok(Admitted::Open),
+            Door::Health => Ok(Admitted::Public(self.node.public_streams.enter()?)),
+            Door::Reflection => {
+                if let Ok(caller) = auth.caller(request.headers()) {
+                    request.extensions_mut().insert(caller);
+                }
+                Ok(Admitted::Public(self.node.public_streams.enter()?))
+            }
+            Door::Peer => {
+                auth.check_peer(request.headers())?;
+                if self.tls && !has_peer_certificate(request) {
+                    return Err(Rejection::InsufficientPermissions(
+                        "the internal Raft service takes only cluster members (a certificate signed by the cluster CA)".into(),
+                    )
+                    .into());
+                }
+                self.same_configuration(request.headers())?;
+                request.extensions_mut().insert(PeerCall);
+                Ok(Admitted::Peer)
+            }
+            Door::Client => {
+                let (caller, credential) = auth.client(request.headers())?;
+                let principal = match auth.is_on() {
+                    true => Some(self.node.in_flight_per_principal.enter(&caller.principal)?),
+                    false => None,
+                };
+                let in_flight =
+                    crate::limits::InFlight::new(principal, self.node.in_flight.enter()?);
+                request.extensions_mut().insert(in_flight.clone());
+                request.extensions_mut().insert(caller);
+                if let Some(credential) = credential {
+                    request.extensions_mut().insert(credential);
+                }
+                Ok(Admitted::Client(in_flight))
+            }
+        }
+    }
+}
+
+impl<S> tower::Service<http::Request<Body>> for Gate<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        let node = self.node.clone();
+        let connection = connection(&request);
+        let peer = door(request.uri().path()) == Door::Peer;
+        match self.admit(&mut request) {
+            Err(refused) => {
+                let credentials = matches!(
+                    refused.reason_and_code().0,
+                    Reason::Unauthenticated | Reason::InsufficientPermissions
+                );
+                if let (true, Some(connection)) = (credentials, &connection) {
+                    strike(&node, connection, "calls refused for their credentials");
+                }
+                let response = tonic::Status::from(refused).into_http::<Body>();
+                node.refusals.count(response.headers());
+                // The body is never read: the transport resets the stream, so a client still
+                // sending stops at its flow-control window.
+                drop(request);
+                Box::pin(std::future::ready(Ok(response)))
+            }
+            Ok(admitted) => {
+                let response = self.inner.call(request);
+                // Peers are known by their token and certificate: their calls are not watched.
+                let watch = CancelWatch {
+                    gate: connection.filter(|_| !peer).map(|c| (node.clone(), c)),
+                    started: Instant::now(),
+                    answered: false,
+                };
+                Box::pin(async move {
+                    // The whole watch lives in the call's future: dropping it unanswered is a
+                    // cancellation.
+                    let mut watch = watch;
+                    let response = response.await;
+                    watch.answered = true;
+                    let mut response = response?;
+                    node.refusals.count(response.headers());
+                    let tell_leader = match admitted {
+                        Admitted::Open => false,
+                        Admitted::Public(permit) => {
+                            // The place goes when the stream's body does.
+                            return Ok(response.map(|body| {
+                                Body::new(body.map_frame(move |frame| {
+                                    let _held = &permit;
+                                    frame
+                                }))
+                            }));
+                        }
+                        Admitted::Peer => true,
+                        Admitted::Client(in_flight) => {
+                            in_flight.release();
+                            true
+                        }
+                    };
+                    if tell_leader {
+                        if let Some(value) = super::transport::leader_header(node.leader()) {
+                            response
+                                .headers_mut()
+                                .insert(super::transport::LEADER_HEADER, value);
+                        }
+                    }
+                    Ok(response)
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_sorted_to_their_doors() {
+        assert_eq!(door("/tenure.raft.v1.Raft/AppendEntries"), Door::Peer);
+        assert_eq!(door("/tenure.v1.Leases/Acquire"), Door::Client);
+        assert_eq!(door("/tenure.v1.Cluster/Status"), Door::Client);
+        assert_eq!(door("/made.up/Path"), Door::Client);
+        assert_eq!(door("/grpc.health.v1.Health/Check"), Door::Health);
+        assert_eq!(
+            door("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            Door::Reflection
+        );
+        assert_eq!(
+            door("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"),
+            Door::Reflection
+        );
+    }
+}

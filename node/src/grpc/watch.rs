@@ -1,0 +1,262 @@
+//! `Watch` (SPEC §4.12): the retained events of a resource or prefix after `start_revision`,
+//! then live ones, in one order, without gap or duplicate, from this node's applied state.
+//!
+//! The stream subscribes to applied events *before* it reads the state, so every event is
+//! either in what it read or in a later message; a cursor drops what it has already sent. A
+//! watcher that falls behind the live backlog (or sees a snapshot replace the state) goes
+//! back to reading the state from its cursor, which answers `compacted` if retention dropped
+//! anything it has not seen: never a silent gap.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tenure_proto::v1 as pb;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::Stream;
+use tonic::Status;
+use tracing::Instrument;
+
+use super::convert;
+use super::validate::WatchSpec;
+use crate::auth::Credential;
+use crate::coord::Node;
+use crate::error::ApiError;
+use crate::lease::{Cursor, Event, Name};
+use crate::store::notify::Published;
+
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+/// Events read from the state per lock hold (and per message at most), and about how many
+/// bytes of them: a page of large events is a few messages, never a large hold of the lock.
+const PAGE: usize = 1000;
+const PAGE_BYTES: usize = 256 * 1024;
+/// The most one message carries (a page of large events goes in several): what a watcher
+/// that does not read can make the node hold is a few of these.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Messages ready for a watcher beyond the one being written.
+const QUEUED_MESSAGES: usize = 1;
+
+/// How often an idle watch reports progress (the applied revision it has covered).
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Runs the watch in a task of its own, which holds `open_stream` until the watch ends; it
+/// ends with `unauthenticated` when a reload revokes `credential`, the caller's token.
+pub fn start(
+    node: Arc<Node>,
+    spec: WatchSpec,
+    (open_stream, credential): (crate::limits::Permit, Option<Credential>),
+) -> WatchStream {
+    let (tx, rx) = mpsc::channel(QUEUED_MESSAGES);
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Status>();
+    // In the call's span: what the stream logs later names its call.
+    tokio::spawn(
+        async move {
+            let _open_stream = open_stream;
+            let mut sink = Sink {
+                tx,
+                queued: spec.after,
+                patience: node.config.limits.slow_watcher,
+            };
+            let ended = tokio::select! {
+                ended = run(&node, &spec, &mut sink) => ended,
+                () = node.revoked(credential) => Err(ApiError::revoked().into()),
+            };
+            // The end comes after the messages already queued; the task (and its place)
+            // goes now, whether or not the client ever reads them.
+            if let Err(status) = ended {
+                let _ = ended_tx.send(status);
+            }
+        }
+        .in_current_span(),
+    );
+    let ended =
+        futures::stream::once(ended_rx).filter_map(|ended| async move { ended.ok().map(Err) });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx).chain(ended))
+}
+
+/// Where a watch's messages go, and the revision the last one queued covers.
+struct Sink {
+    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    queued: u64,
+    /// A watcher that takes no message for this long is cut off (`--slow-watcher`).
+    patience: Duration,
+}
+
+/// Ends with Ok when the client went away.
+async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status> {
+    let mut live = node.sm.notify.subscribe();
+    if node.sm.notify.is_shut_down() {
+        return Err(shutting_down(&Cursor::after_revision(spec.after)));
+    }
+    let mut cursor = {
+        let applied = node.sm.read();
+        if spec.live_only {
+            Cursor::after_revision(applied.last_applied.map_or(0, |id| id.index))
+        } else if spec.after == 0 {
+            applied.state.watch_origin(&spec.scope)
+        } else {
+            Cursor::after_revision(spec.after)
+        }
+    };
+    loop {
+        // Catch up from the state.
+        loop {
+            let (events, applied_index) = {
+                let applied = node.sm.read();
+                let page = applied
+                    .state
+                    .watch_page(&spec.scope, &cursor, &spec.kinds, PAGE, PAGE_BYTES)
+                    .map_err(|r| Status::from(ApiError::from(r)))?;
+                (page, applied.last_applied.map_or(0, |id| id.index))
+            };
+            let (mut events, full) = events;
+            // A full page's last revision may go on in the next page. A message claims every
+            // event of the revisions it holds, so that revision waits for the next page —
+            // unless it is the whole page (a revision larger than a page goes in parts, each
+            // claiming the revision before it).
+            let mut claim = None;
+            if full {
+                let last = events.last().map(|(_, e)| e.revision);
+                let first_of_last = events.iter().position(|(_, e)| Some(e.revision) == last);
+                if let Some(at) = first_of_last.filter(|at| *at > 0) {
+                    events.truncate(at);
+                    claim = events.last().map(|(_, e)| e.revision);
+                }
+            }
+            if let Some((name, last)) = events.last() {
+                cursor = Cursor::at(name, last);
+            }
+            if let Some(revision) = claim {
+                cursor = Cursor::after_revision(revision);
+                if !send(tx, &events, revision).await? {
+                    return Ok(());
+                }
+                continue;
+            }
+            if !full {
+                // Everything up to the applied index is covered.
+                cursor = cursor.max(Cursor::after_revision(applied_index));
+                if !send(tx, &events, applied_index).await? {
+                    return Ok(());
+                }
+                break;
+            }
+            if !send(tx, &events, cursor.revision.saturating_sub(1)).await? {
+                return Ok(());
+            }
+        }
+        // Then live.
+        let mut last_progress = tokio::time::Instant::now();
+        let mut progress = tokio::time::interval(PROGRESS_EVERY);
+        loop {
+            tokio::select! {
+                message = live.recv() => match message {
+                    Ok(published) => match published.as_ref() {
+                        Published::Events(events) => {
+                            let fresh: Vec<(Name, Event)> = events
+                                .iter()
+                                .filter(|(name, e)| {
+                                    spec.scope.covers(name)
+                                        && cursor.before(name, e)
+                                        && (spec.kinds.is_empty() || spec.kinds.contains(&e.kind))
+                                })
+                                .cloned()
+                                .collect();
+                            let Some(newest) = events.last().map(|(_, e)| e.revision) else {
+                                continue;
+                            };
+                            cursor = cursor.max(Cursor::after_revision(newest));
+                            if !fresh.is_empty() {
+                                if !send(tx, &fresh, newest).await? {
+                                    return Ok(());
+                                }
+                                last_progress = tokio::time::Instant::now();
+                            }
+                        }
+                        Published::Reset => break,
+                        Published::ShuttingDown => return Err(shutting_down(&cursor)),
+                    },
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return Err(ApiError::Unavailable("the node is shutting down".into()).into())
+                    }
+                },
+                _ = progress.tick() => {
+                    if last_progress.elapsed() >= PROGRESS_EVERY {
+                        let applied_index = node.sm.read().last_applied.map_or(0, |id| id.index);
+                        // Progress only up to what the cursor covers: events of later entries
+                        // may still be on their way through the live channel.
+                        let covered = cursor.revision.min(applied_index);
+                        if !send(tx, &[], covered).await? {
+                            return Ok(());
+                        }
+                        last_progress = tokio::time::Instant::now();
+                    }
+                }
+                _ = tx.tx.closed() => return Ok(()),
+            }
+        }
+        // Fell behind or the state was replaced: re-read from the cursor.
+        live = node.sm.notify.subscribe();
+    }
+}
+
+fn shutting_down(cursor: &Cursor) -> Status {
+    ApiError::Unavailable(format!(
+        "this node is shutting down; watch another node from start_revision {}",
+        cursor
+            .revision
+            .saturating_sub(u64::from(cursor.within.is_some()))
+    ))
+    .into()
+}
+
+/// Sends `events` (those of every revision up to `revision`, in order) in messages of about
+/// [`MAX_MESSAGE_BYTES`] at most, cut only between revisions (one revision's events stay in
+/// one message); false when the client is gone. A message before the last claims its last
+/// event's revision; the last claims `revision`. A watcher that takes no message for
+/// `--slow-watcher` is cut off.
+async fn send(tx: &mut Sink, events: &[(Name, Event)], revision: u64) -> Result<bool, Status> {
+    let mut message = pb::WatchResponse::default();
+    let mut bytes = 0;
+    for (name, event) in events {
+        let entry = convert::history_entry(name, event);
+        let size = prost::Message::encoded_len(&entry);
+        // Cut only between revisions: a message claims every event of the revisions it holds,
+        // so a resume from its revision neither skips nor repeats one.
+        let last = message.events.last().map(|e| e.revision);
+        if bytes + size > MAX_MESSAGE_BYTES && last.is_some_and(|r| r != event.revision) {
+            message.revision = last.unwrap_or_default();
+            if !deliver(tx, std::mem::take(&mut message)).await? {
+                return Ok(false);
+            }
+            bytes = 0;
+        }
+        bytes += size;
+        message.events.push(entry);
+    }
+    message.revision = revision;
+    deliver(tx, message).await
+}
+
+/// Queues one message for the client; false when it is gone.
+async fn deliver(tx: &mut Sink, message: pb::WatchResponse) -> Result<bool, Status> {
+    let revision = message.revision;
+    match tokio::time::timeout(tx.patience, tx.tx.send(Ok(message))).await {
+        Ok(Ok(())) => {
+            tx.queued = revision;
+            Ok(true)
+        }
+        Ok(Err(_)) => Ok(false),
+        Err(_) => Err(ApiError::Limit {
+            cap: crate::limits::Cap::SlowWatcher,
+            detail: format!(
+                "this watcher took no message for {:?}: cut off; watch again from start_revision {}",
+                tx.patience, tx.queued
+            ),
+        }
+        .into()),
+    }
+}
