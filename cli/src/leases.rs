@@ -134,6 +134,7 @@ pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result
         "holders": response.holders.iter().map(output::lease_json).collect::<Vec<_>>(),
         "queue_position": response.queue_position,
         "booked_from": output::instant(&response.booked_from),
+        "closed_until": output::instant(&response.closed_until),
     });
     output::print(out, &value, || match &response.lease {
         Some(lease) if response.granted => format!("granted\n{}", output::lease_text(lease)),
@@ -144,6 +145,9 @@ pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result
             }
             if let Some(start) = output::instant(&response.booked_from) {
                 why.push_str(&format!(" (booked from {start})"));
+            }
+            if let Some(until) = output::instant(&response.closed_until) {
+                why.push_str(&format!(" (closed until {until})"));
             }
             let lines = std::iter::once(format!("not granted: {why}"))
                 .chain(response.holders.iter().map(output::lease_text));

@@ -129,6 +129,7 @@ impl Leases for LeasesApi {
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
         let waits = op.wait_ms.is_some();
+        let resource = op.resource.clone();
         // A wait holds a place among the open streams instead of one in flight.
         let _open_stream = if waits {
             let open_stream = self.node.streams.enter()?;
@@ -160,6 +161,19 @@ impl Leases for LeasesApi {
                     Some(Refusal::ResourceBooked { start_wall_ms }) => {
                         Some(convert::timestamp(start_wall_ms))
                     }
+                    _ => None,
+                },
+                // Read here, not kept in the reply: replies travel between nodes and sit in
+                // exactly-once records in a fixed encoding. This node's applied state has the
+                // reclaim that closed the resource unless it lags behind it.
+                closed_until: match outcome.refusal {
+                    Some(Refusal::LockDelay) => self
+                        .node
+                        .sm
+                        .read()
+                        .state
+                        .closed_until_wall_ms(&resource)
+                        .map(convert::timestamp),
                     _ => None,
                 },
             })),
