@@ -254,7 +254,7 @@ impl Client {
                 let result = answer.await;
                 if let Err(status) = &result {
                     last_errors.lock().unwrap_or_else(|e| e.into_inner())[index] =
-                        Some(describe(status));
+                        Some(tenure_proto::describe(status));
                 }
                 self.follow_leader_hint(match &result {
                     Ok(response) => response.metadata(),
@@ -645,23 +645,6 @@ fn name_the_endpoints(error: Error, endpoints: &[String], seen: &[Option<String>
             "no node answered in time; the outcome is unknown ({})",
             tried.join("; ")
         ),
-    }
-}
-
-/// A failed call in a few words: its message, and the cause under it when the transport
-/// failed (`tcp connect error: Connection refused (os error 111)`).
-fn describe(status: &tonic::Status) -> String {
-    let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(status);
-    let mut root = None;
-    while let Some(error) = cause {
-        root = Some(error);
-        cause = error.source();
-    }
-    match root.map(ToString::to_string) {
-        Some(root) if !status.message().contains(&root) => {
-            format!("{}: {root}", status.message())
-        }
-        _ => status.message().to_string(),
     }
 }
 

@@ -9,6 +9,12 @@ use tenure_node::config::Config;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// What a node logs unless `RUST_LOG` says otherwise. openraft logs every failed Raft call
+/// (ten a second for a peer that is down); the node's network layer reports a peer that does
+/// not answer once, then every 30 s, naming it, so those per-call lines are off.
+const DEFAULT_LOG: &str = "info,openraft=warn,openraft::replication=off,\
+     openraft::engine::handler::replication_handler=off,sled=warn";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Logs go to stderr, in colour only on a terminal (not in journald or `docker logs`).
@@ -18,7 +24,7 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(terminal)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
+                .unwrap_or_else(|_| DEFAULT_LOG.into()),
         )
         .init();
     if std::env::args_os()

@@ -18,6 +18,24 @@ pub mod raft {
 /// The encoded file descriptor set, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("tenure_descriptor");
 
+/// A failed call in a few words: its message, and the cause under it when the transport
+/// failed (`tcp connect error: Connection refused (os error 111)`), where the status's own
+/// `Display` prints every field and the whole chain of sources.
+pub fn describe(status: &tonic::Status) -> String {
+    let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(status);
+    let mut root = None;
+    while let Some(error) = cause {
+        root = Some(error);
+        cause = error.source();
+    }
+    match root.map(ToString::to_string) {
+        Some(root) if !status.message().contains(&root) => {
+            format!("{}: {root}", status.message())
+        }
+        _ => status.message().to_string(),
+    }
+}
+
 /// Whether `addr` (`HOST:PORT`, `[V6]:PORT`, a bare host, or any of these behind `http://` or
 /// `https://`) names this machine only: `localhost`, 127.0.0.0/8 or ::1. Anything else,
 /// `0.0.0.0` and host names included, may be reached from a network. The node refuses to

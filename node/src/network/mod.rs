@@ -22,6 +22,10 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+mod peer_health;
+
+use peer_health::PeerHealth;
+
 use crate::store::codec::{self, CodecError, Wire};
 use crate::store::{NodeId, TypeConfig};
 
@@ -72,6 +76,8 @@ pub struct Peers {
     pub mismatches: Arc<crate::agreement::Mismatches>,
     /// Mutual TLS to peers (None: plain HTTP/2); a reload replaces it ([`Peers::set_tls`]).
     tls: Arc<Mutex<Option<tonic::transport::ClientTlsConfig>>>,
+    /// Which peers do not answer Raft calls, for a log line per change, not per call.
+    health: Arc<PeerHealth>,
 }
 
 /// The id of the node a Raft RPC is meant for. A node refuses RPCs meant for another id: a
@@ -116,6 +122,7 @@ impl Peers {
             auth: PeerAuth(Arc::new(std::sync::RwLock::new(headers))),
             mismatches: Arc::default(),
             tls: Arc::new(Mutex::new(tls)),
+            health: Arc::default(),
         })
     }
 
@@ -265,17 +272,26 @@ impl PeerConnection {
                 }
             }
         };
-        let reply = self
-            .peers
-            .call(&self.addr, req, send)
-            .await
-            .map_err(|e| match e {
-                PeerCallError::Status(status) if status.code() != tonic::Code::Unavailable => {
-                    RPCError::Network(NetworkError::new(&status))
-                }
-                PeerCallError::Encode(e) => RPCError::Network(NetworkError::new(&e)),
-                unreachable => RPCError::Unreachable(Unreachable::new(&unreachable)),
-            })?;
+        let reply = self.peers.call(&self.addr, req, send).await;
+        let health = &self.peers.health;
+        let report = match &reply {
+            Ok(_) => health.answered(self.target, tokio::time::Instant::now()),
+            Err(_) => health.failed(self.target, tokio::time::Instant::now()),
+        };
+        if let Some(report) = report {
+            let error = reply.as_ref().err().map(|e| match e {
+                PeerCallError::Status(status) => tenure_proto::describe(status),
+                other => other.to_string(),
+            });
+            PeerHealth::log(self.target, &self.addr, report, error.as_deref());
+        }
+        let reply = reply.map_err(|e| match e {
+            PeerCallError::Status(status) if status.code() != tonic::Code::Unavailable => {
+                RPCError::Network(NetworkError::new(&status))
+            }
+            PeerCallError::Encode(e) => RPCError::Network(NetworkError::new(&e)),
+            unreachable => RPCError::Unreachable(Unreachable::new(&unreachable)),
+        })?;
         let (result, _): (Result<Resp, RaftError<NodeId, E>>, _) =
             decode(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
