@@ -137,10 +137,12 @@ impl Refusals {
         let Some(reason) = headers.get(crate::error::REASON_HEADER) else {
             return;
         };
-        let cause = match reason.as_bytes() {
-            b"unauthenticated" => "unauthenticated",
-            b"insufficient_permissions" => "permission",
-            b"too_many_requests" | b"too_many_streams" | b"slow_watcher" => "limit",
+        use tenure_proto::contract::Reason;
+        let reason = reason.to_str().ok().and_then(|r| r.parse::<Reason>().ok());
+        let cause = match reason {
+            Some(Reason::Unauthenticated) => "unauthenticated",
+            Some(Reason::InsufficientPermissions) => "permission",
+            Some(Reason::TooManyRequests | Reason::TooManyStreams | Reason::SlowWatcher) => "limit",
             _ => return,
         };
         self.0.get_or_create(&RefusalLabels { cause }).inc();
