@@ -18,6 +18,8 @@ pub struct InProcessCluster {
     pub addrs: BTreeMap<u64, String>,
     running: BTreeMap<u64, Running>,
     extra: BTreeMap<u64, Vec<String>>,
+    /// Files the nodes read (a token file), removed with the cluster.
+    kept: Vec<tempfile::TempDir>,
 }
 
 impl InProcessCluster {
@@ -75,6 +77,7 @@ impl InProcessCluster {
             addrs,
             running: BTreeMap::new(),
             extra,
+            kept: Vec::new(),
         };
         for id in cluster.addrs.keys() {
             prepare(*id, &cluster).await?;
@@ -100,6 +103,11 @@ impl InProcessCluster {
         ];
         args.extend(self.extra.get(&id).cloned().unwrap_or_default());
         Ok(Config::try_parse_from(args)?)
+    }
+
+    /// Keeps `dir` (files the nodes read) until the cluster is dropped.
+    pub fn keep(&mut self, dir: tempfile::TempDir) {
+        self.kept.push(dir);
     }
 
     /// Node `id`'s data directory.

@@ -1,10 +1,16 @@
 //! Cluster harnesses for Tenure's integration tests: an in-process cluster (every node a
 //! task in the test's runtime, on port 0, data in a temp dir) and a process-level cluster
-//! of real `tenured` binaries that can be killed with SIGKILL. Both clean up on drop.
+//! of real `tenured` binaries that can be killed with SIGKILL. Both clean up on drop. On top
+//! of them, the fixtures most tests start from ([`started`], [`secure`]) and [`cli::Cli`], the
+//! one runner of the `tenure` binary.
 
+pub mod cli;
 pub mod in_process;
 pub mod process;
 pub mod scenario;
+mod started;
+
+pub use started::{secure, started, started_with, ADMIN, ALICE, BOB, ELECTION, PEER};
 
 use std::time::Duration;
 

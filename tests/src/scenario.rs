@@ -6,7 +6,7 @@ use std::time::Duration;
 use tenure_client::Client;
 use tokio::time::Instant;
 
-use crate::{acquire_request, get_resource};
+use crate::{acquire_request, get_resource, ELECTION};
 
 /// What a scenario needs from a cluster runner.
 #[allow(async_fn_in_trait)] // used generically in tests only, never as `dyn`
@@ -23,8 +23,6 @@ pub trait Cluster {
     /// Diagnostics for a failed assertion.
     fn describe(&self, id: u64) -> String;
 }
-
-pub const ELECTION: Duration = Duration::from_secs(20);
 
 /// SPEC §5.1 and §5.4: a lease acquired through a follower survives the crash of the
 /// leader; every survivor reports the same holder and token; another holder is refused while

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::process::tenure_bin;
-use tenure_tests::scenario::ELECTION;
+use tenure_tests::ELECTION;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tenure_client::pb;
 use tenure_tests::process::ProcessCluster;
-use tenure_tests::scenario::{self, ELECTION};
-use tenure_tests::{acquire_request, get_resource};
+use tenure_tests::scenario;
+use tenure_tests::{acquire_request, get_resource, ELECTION};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_leader_loses_no_lease_and_expiry_waits_for_the_ttl() {

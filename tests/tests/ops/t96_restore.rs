@@ -11,9 +11,8 @@ use tenure_client::{pb, renew_request};
 use tenure_node::store::restore::{Restore, DEFAULT_BUMP, TERM_BUMP};
 use tenure_node::store::snapshot;
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{get_resource, granted};
+use tenure_tests::{get_resource, granted, started, ELECTION};
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(120);
 
 /// A backup of a cluster that went on after it, then was lost.
@@ -38,10 +37,7 @@ impl Backup {
 }
 
 async fn backup() -> Backup {
-    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    let first = cluster.leader(ELECTION).await.expect("a leader");
+    let (mut cluster, first) = started(3).await;
     // A leader in a later term than the first, so that the backup's term is not where a new
     // cluster's Raft starts.
     cluster.kill(first).await;

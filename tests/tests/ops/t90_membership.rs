@@ -3,27 +3,19 @@
 //! demand, and clear refusals of bad changes. Throughout, a lease held from the start stays
 //! held with its token, and no grant's fencing token is ever below an earlier one.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_client::{renew_request, Client};
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{get_resource, granted, refused, release_request};
+use tenure_tests::{
+    get_resource, granted, refused, release_request, started, started_with, ELECTION,
+};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(120);
-
-async fn three() -> InProcessCluster {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("a leader");
-    cluster
-}
 
 /// What the background load saw.
 struct Load {
@@ -122,7 +114,7 @@ async fn replicated(cluster: &InProcessCluster, leader: u64, id: u64, resource: 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn grow_to_five_and_shrink_back_to_three_under_load() {
-    let mut cluster = three().await;
+    let (mut cluster, _) = started(3).await;
     let client = cluster.client();
     let held = granted(&client, "held/grow", "keeper", TTL).await;
     let load = load(client.clone(), held.clone());
@@ -182,7 +174,7 @@ async fn grow_to_five_and_shrink_back_to_three_under_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn removing_the_leader_elects_another_and_keeps_the_leases() {
-    let mut cluster = three().await;
+    let (mut cluster, _) = started(3).await;
     let client = cluster.client();
     let held = granted(&client, "held/leader", "keeper", TTL).await;
     let load = load(client.clone(), held.clone());
@@ -222,7 +214,7 @@ async fn removing_the_leader_elects_another_and_keeps_the_leases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_wiped_node_rejoins_under_a_new_id() {
-    let mut cluster = three().await;
+    let (mut cluster, _) = started(3).await;
     let client = cluster.client();
     let held = granted(&client, "held/wipe", "keeper", TTL).await;
     let leader = cluster.leader(ELECTION).await.expect("a leader");
@@ -268,7 +260,7 @@ async fn a_wiped_node_rejoins_under_a_new_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leadership_moves_to_the_voter_asked_for() {
-    let cluster = three().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let held = granted(&client, "held/transfer", "keeper", TTL).await;
     let load = load(client.clone(), held.clone());
@@ -305,7 +297,7 @@ async fn leadership_moves_to_the_voter_asked_for() {
 /// its lease and elect one after it is gone. Leases and tokens are unaffected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_stopped_gracefully_hands_leadership_over_first() {
-    let mut cluster = three().await;
+    let (mut cluster, _) = started(3).await;
     let client = cluster.client();
     let held = granted(&client, "held", "holder", TTL).await;
     let old = cluster.leader(ELECTION).await.expect("a leader");
@@ -343,7 +335,7 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_transfer_to_a_stopped_voter_is_declined_and_the_leader_stays() {
-    let mut cluster = three().await;
+    let (mut cluster, _) = started(3).await;
     let leader = cluster.leader(ELECTION).await.expect("a leader");
     let down = cluster.follower_of(leader);
     cluster.kill(down).await;
@@ -364,7 +356,7 @@ async fn a_transfer_to_a_stopped_voter_is_declined_and_the_leader_stays() {
 
 #[tokio::test]
 async fn raft_messages_for_another_node_id_are_refused() {
-    let cluster = three().await;
+    let (cluster, _) = started(3).await;
     let mut raft = tenure_proto::raft::v1::raft_client::RaftClient::connect(format!(
         "http://{}",
         cluster.addrs[&2]
@@ -386,7 +378,7 @@ async fn raft_messages_for_another_node_id_are_refused() {
 
 #[tokio::test]
 async fn a_snapshot_on_demand_covers_what_was_applied() {
-    let cluster = three().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     granted(&client, "held/snapshot", "keeper", TTL).await;
     let leader = cluster.leader(ELECTION).await.expect("a leader");
@@ -404,7 +396,7 @@ async fn a_snapshot_on_demand_covers_what_was_applied() {
 
 #[tokio::test]
 async fn bad_membership_changes_are_refused_with_the_reason() {
-    let cluster = three().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let invalid = |what| (what, Code::InvalidArgument, "invalid_argument");
     for (what, result) in [
@@ -473,8 +465,7 @@ async fn a_learner_behind_the_purged_log_catches_up_from_a_snapshot() {
     // log from the start, only the leader's snapshot.
     let flags = ["--snapshot-every", "20", "--snapshot-keep-logs", "0"];
     let extra = tenure_tests::same_flags(3, &flags);
-    let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let (mut cluster, leader) = started_with(3, extra).await;
     let client = cluster.client();
     let held = granted(&client, "held/snapshot", "keeper", TTL).await;
     for i in 0..40 {

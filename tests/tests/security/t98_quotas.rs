@@ -5,35 +5,10 @@
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
-use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{acquire_request, granted, ids, refused};
+use tenure_tests::{acquire_request, granted, ids, refused, secure, ADMIN, ALICE, BOB};
 use tonic::Code;
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
-const ADMIN: &str = "t98-admin-secret-0123456789abcdef";
-const ALICE: &str = "t98-alice-secret-0123456789abcdef";
-const BOB: &str = "t98-bob-secret-0123456789abcdef01";
-const PEER: &str = "t98-peer-secret-0123456789abcdef0";
-
-async fn cluster() -> (InProcessCluster, tempfile::TempDir) {
-    cluster_with(&[]).await
-}
-
-async fn cluster_with(more: &[&str]) -> (InProcessCluster, tempfile::TempDir) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tokens");
-    tenure_tests::write_secret(
-        &path,
-        &format!("{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
-    );
-    let mut flags = vec!["--token-file".to_string(), path.display().to_string()];
-    flags.extend(more.iter().map(|flag| flag.to_string()));
-    let extra = tenure_tests::same_flags(3, &flags);
-    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
-    cluster.leader(ELECTION).await.expect("a leader");
-    (cluster, dir)
-}
 
 fn as_(client: &Client, token: &str) -> Client {
     client.with_token(token).expect("an ASCII token")
@@ -82,7 +57,7 @@ fn over_quota<T: std::fmt::Debug>(
 
 #[tokio::test]
 async fn an_admin_sets_a_lease_quota_every_node_enforces_it_and_retries_still_answer() {
-    let (cluster, _dir) = cluster().await;
+    let (cluster, _) = secure(3, &[]).await;
     let admin = as_(&cluster.client(), ADMIN);
     let alice = as_(&cluster.client(), ALICE);
 
@@ -161,7 +136,7 @@ async fn an_admin_sets_a_lease_quota_every_node_enforces_it_and_retries_still_an
 
 #[tokio::test]
 async fn watches_count_per_principal_on_each_node() {
-    let (cluster, _dir) = cluster().await;
+    let (cluster, _) = secure(3, &[]).await;
     let admin = as_(&cluster.client(), ADMIN);
     admin
         .set_quota(set("alice", "watches", 1))
@@ -213,7 +188,7 @@ async fn watches_count_per_principal_on_each_node() {
 
 #[tokio::test]
 async fn a_watch_of_every_resource_needs_an_admin_or_a_quota_of_its_own() {
-    let (cluster, _dir) = cluster().await;
+    let (cluster, _) = secure(3, &[]).await;
     let node = ids(3)[0];
     let everything = pb::WatchRequest::default();
     let bob = as_(&cluster.client_of(node), BOB);
@@ -251,7 +226,7 @@ async fn a_watch_of_every_resource_needs_an_admin_or_a_quota_of_its_own() {
 /// can call as would count against no one's quota.
 #[tokio::test]
 async fn a_lease_goes_only_to_a_principal_of_the_token_file() {
-    let (cluster, _dir) = cluster().await;
+    let (cluster, _) = secure(3, &[]).await;
     let admin = as_(&cluster.client(), ADMIN);
     admin
         .create_resource(pb::CreateResourceRequest {
@@ -290,7 +265,7 @@ async fn a_lease_goes_only_to_a_principal_of_the_token_file() {
 /// and an admin are not held back by it.
 #[tokio::test]
 async fn a_principal_listing_past_its_read_rate_waits_and_others_do_not() {
-    let (cluster, _dir) = cluster_with(&["--read-rate-per-principal=1000"]).await;
+    let (cluster, _) = secure(3, &["--read-rate-per-principal=1000"]).await;
     let node = cluster.node(1).clone();
     let admin = as_(&cluster.client_of(1), ADMIN);
     let alice = as_(&cluster.client_of(1), ALICE);

@@ -13,11 +13,10 @@ use tenure_proto::v1 as pb;
 use tenure_proto::v1::leases_client::LeasesClient;
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::process::{tenured_bin, ProcessCluster};
-use tenure_tests::{acquire_request, granted, write_secret};
+use tenure_tests::{acquire_request, granted, started, started_with, write_secret, ELECTION};
 use tonic::transport::Channel;
 use tonic::Code;
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
 const ADMIN: &str = "t71-admin-token-0123456789abcdef0123";
 const PEER: &str = "t71-peer-token-0123456789abcdef01234";
@@ -39,10 +38,7 @@ fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
 
 /// One node started with `flags`, once it leads, and a channel to it.
 async fn one_node(flags: Vec<String>) -> (InProcessCluster, Channel) {
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, flags)])).await;
     let channel = Channel::from_shared(format!("http://{}", cluster.addrs[&1]))
         .expect("endpoint")
         .connect()
@@ -180,10 +176,7 @@ async fn the_raft_service_refuses_an_unauthenticated_200_mib_body_without_readin
 async fn a_client_token_on_the_raft_service_is_permission_denied() {
     let dir = tempfile::tempdir().expect("temp dir");
     let flags = auth_flags(dir.path());
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, flags)])).await;
     let addr = &cluster.addrs[&1];
     let mut raft = RaftClient::connect(format!("http://{addr}"))
         .await
@@ -261,10 +254,7 @@ fn watch(resource: &str) -> pb::WatchRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_open_stream_cap_a_watch_is_refused_until_one_closes() {
-    let cluster = InProcessCluster::start(1, limits(&["--max-open-streams", "2"]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, limits(&["--max-open-streams", "2"])).await;
     let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
         .await
         .expect("connect");
@@ -293,10 +283,7 @@ async fn past_the_open_stream_cap_a_watch_is_refused_until_one_closes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_in_flight_cap_a_call_is_refused_and_waits_do_not_count() {
-    let cluster = InProcessCluster::start(1, limits(&["--max-in-flight", "1"]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, limits(&["--max-in-flight", "1"])).await;
     let client = cluster.client();
     let node = cluster.node(1).clone();
     granted(&client, "t71/f", "holder", TTL).await;
@@ -339,10 +326,7 @@ async fn past_the_in_flight_cap_a_call_is_refused_and_waits_do_not_count() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_streams_on_one_connection_stop_at_its_limit_and_others_are_served() {
     const LIMIT: usize = 1024;
-    let cluster = InProcessCluster::start(1, BTreeMap::new())
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started(1).await;
     let addr = cluster.addrs[&1].clone();
     let greedy = Channel::from_shared(format!("http://{addr}"))
         .expect("endpoint")
@@ -481,10 +465,7 @@ async fn streams_open_to_callers_without_a_token_have_a_cap_of_their_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_off_this_machine_is_not_added_to_a_cluster_that_sends_its_peer_token_in_clear() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, auth_flags(dir.path()))]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, auth_flags(dir.path()))])).await;
     let admin = cluster.client().with_token(ADMIN).expect("token");
     let refused = admin
         .add_learner(4, "10.0.0.4:7101", false)
@@ -571,10 +552,7 @@ async fn one_principal_past_its_share_in_flight_is_refused_while_another_is_serv
         ],
     );
     flags.extend(["--max-in-flight-per-principal".to_string(), "1".to_string()]);
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, flags)])).await;
     let mut leases = LeasesClient::connect(format!("http://{}", cluster.addrs[&1]))
         .await
         .expect("connect");
@@ -609,10 +587,7 @@ async fn one_principal_past_its_share_in_flight_is_refused_while_another_is_serv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renew_is_not_queued_behind_its_own_connections_waits() {
     const WAITS: usize = 300;
-    let cluster = InProcessCluster::start(1, BTreeMap::new())
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started(1).await;
     let held = granted(&cluster.client(), "t71/busy", "holder", TTL).await;
     // One connection carries many waits for the busy resource, and then the holder's renew.
     let channel = Channel::from_shared(format!("http://{}", cluster.addrs[&1]))
@@ -657,10 +632,7 @@ async fn a_connection_out_of_strikes_is_closed_and_its_address_kept_out_for_a_wh
     let dir = tempfile::tempdir().expect("temp dir");
     let mut flags = auth_flags(dir.path());
     flags.extend(["--connection-strikes", "5", "--abuse-cooldown", "60s"].map(String::from));
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, flags)])).await;
     let addr = cluster.addrs[&1].clone();
     let node = cluster.node(1).clone();
     // 127.0.0.2 is on loopback but is no member's address.

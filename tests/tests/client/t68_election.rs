@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenure_client::{pb, Acquired, Client, Fence, Leader, Leadership, Lost, Stale};
-use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::process::ProcessCluster;
-use tenure_tests::scenario::ELECTION;
+use tenure_tests::{started, ELECTION};
 use tokio::sync::mpsc;
 
 const GUARD: Duration = Duration::from_secs(60);
@@ -21,14 +20,6 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(GUARD, future)
         .await
         .unwrap_or_else(|_| panic!("{what}: nothing after {GUARD:?}"))
-}
-
-async fn cluster() -> InProcessCluster {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("leader");
-    cluster
 }
 
 /// Resolves when `resource` has had `n` events of `kind` since its history began.
@@ -87,7 +78,7 @@ fn leader_of(leadership: &Leadership) -> Option<Leader> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_of_three_candidates_leads_and_each_successor_has_a_higher_token() {
-    let cluster = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let key = "election/scheduler";
     let mut observed = client.observe(key);
@@ -193,7 +184,7 @@ async fn one_of_three_candidates_leads_and_each_successor_has_a_higher_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_that_stops_renewing_is_replaced_once_its_lease_is_reclaimed() {
-    let cluster = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let key = "election/frozen";
     let (elected_tx, mut elected) = mpsc::unbounded_channel();
@@ -235,7 +226,7 @@ async fn a_leader_that_stops_renewing_is_replaced_once_its_lease_is_reclaimed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lock_wait_ends_with_wait_timeout_and_a_dropped_wait_leaves_the_queue() {
-    let cluster = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let resource = "lock/busy";
     let Acquired::Granted(holder) = client

@@ -13,11 +13,10 @@ use tenure_client::{Client, Error};
 use tenure_proto::raft::v1::raft_client::RaftClient;
 use tenure_proto::raft::v1::RaftBytes;
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{granted, refused};
+use tenure_tests::{granted, refused, started_with, ELECTION};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef012345";
 const CLIENT_TOKEN: &str = "client-token-0123456789abcdef01234";
@@ -246,8 +245,7 @@ async fn certificates_reloaded_on_sighup_serve_new_connections_and_the_peers_kee
     let first = pki("first");
     let node_flags = flags(dir.path(), &first);
     let extra: BTreeMap<u64, Vec<String>> = (1..=3).map(|id| (id, node_flags.clone())).collect();
-    let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (mut cluster, _) = started_with(3, extra).await;
     acquire_trusting(&cluster, &first.ca_pem, "reload/a")
         .await
         .expect("served under the first CA");
@@ -304,10 +302,7 @@ async fn with_tls_on_metrics_are_served_over_tls_to_scrapers_with_a_cluster_cert
     let cluster_pki = pki("cluster");
     let mut node_flags = flags(dir.path(), &cluster_pki);
     node_flags.extend(["--metrics-listen".to_string(), "127.0.0.1:0".to_string()]);
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, node_flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, node_flags)])).await;
     let addr = cluster.metrics_addr(1).expect("metrics bound");
 
     let mut roots = rustls::RootCertStore::empty();

@@ -10,8 +10,8 @@ use tenure_node::store::restore::Restore;
 use tenure_node::store::{snapshot, StorageStats};
 use tenure_tests::granted;
 use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::{started, started_with, ELECTION};
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
 
 /// The newest snapshot file of node `id`.
@@ -51,8 +51,7 @@ async fn a_damaged_snapshot_from_the_leader_is_refused_and_the_next_good_one_ins
     // the leader's snapshot file.
     let flags = ["--snapshot-every", "1000000", "--snapshot-keep-logs", "0"];
     let extra = tenure_tests::same_flags(3, &flags);
-    let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let (mut cluster, leader) = started_with(3, extra).await;
     let client = cluster.client();
     let held = granted(&client, "damaged/held", "keeper", TTL).await;
     let at_leader = cluster.client_of(leader);
@@ -96,10 +95,7 @@ async fn a_damaged_snapshot_from_the_leader_is_refused_and_the_next_good_one_ins
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_damaged_snapshot_is_refused_at_start_and_by_restore() {
-    let mut cluster = InProcessCluster::start(1, BTreeMap::new())
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (mut cluster, _) = started(1).await;
     granted(&cluster.client(), "damaged/one", "h", TTL).await;
     cluster.client().node_snapshot(0).await.expect("a snapshot");
     let file = newest(&cluster, 1);

@@ -1,14 +1,10 @@
 //! The waiting room (SPEC §4.7) over a real three-node cluster: blocked calls on any node,
 //! FIFO admission in the entry that frees the resource, and removal when a call goes away.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
-use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{granted, release_request};
-
-const ELECTION: Duration = Duration::from_secs(15);
+use tenure_tests::{granted, release_request, started};
 
 fn waiting(resource: &str, holder: &str, wait: Duration) -> pb::AcquireRequest {
     pb::AcquireRequest {
@@ -52,10 +48,7 @@ async fn next_event(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_waiters_on_every_node_are_admitted_first_in_first_out_by_each_release() {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("leader");
+    let (cluster, _) = started(3).await;
     let resource = "wait/fifo";
     let client = cluster.client();
     let first = granted(&client, resource, "h0", Duration::from_secs(30)).await;
@@ -118,10 +111,7 @@ async fn twenty_waiters_on_every_node_are_admitted_first_in_first_out_by_each_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_call_that_goes_away_is_removed_from_the_waiting_room_by_an_entry() {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let (cluster, leader) = started(3).await;
     let resource = "wait/gone";
     let client = cluster.client();
     granted(&client, resource, "owner", Duration::from_secs(600)).await;
@@ -156,10 +146,7 @@ async fn a_blocked_call_that_goes_away_is_removed_from_the_waiting_room_by_an_en
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_timeout_and_cancel_wait_answer_the_blocked_call_with_their_reason() {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("leader");
+    let (cluster, _) = started(3).await;
     let resource = "wait/ends";
     let client = cluster.client();
     granted(&client, resource, "owner", Duration::from_secs(600)).await;

@@ -8,33 +8,20 @@
 //! delivery of an earlier forward, a test forwards `STOP` last: an inbox yields deliveries in
 //! order, so once the owner sees `STOP` nothing earlier is still on its way.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Client, Error, Inbox, MAX_PAYLOAD_BYTES};
 use tenure_proto::v1::leases_client::LeasesClient;
-use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{granted, ids, refused, release_request};
+use tenure_tests::{granted, ids, refused, release_request, secure, started, ALICE, BOB};
 use tokio::task::JoinHandle;
 use tonic::Code;
 use tonic_types::StatusExt;
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(120);
 /// Bounds every wait for an owner, so a lost delivery fails the test instead of stalling it.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP: &[u8] = b"stop";
-
-async fn cluster() -> (InProcessCluster, u64) {
-    cluster_with(BTreeMap::new()).await
-}
-
-async fn cluster_with(extra: BTreeMap<u64, Vec<String>>) -> (InProcessCluster, u64) {
-    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("a leader");
-    (cluster, leader)
-}
 
 /// What an owner does with a request.
 #[derive(Clone)]
@@ -117,7 +104,7 @@ async fn stop(client: &Client, resource: &str, owner: JoinHandle<Vec<Seen>>) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_delivers_the_payload_with_the_owners_token_and_returns_its_reply() {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let lease = granted(&client, "t75/basic", "owner", TTL).await;
     let inbox = client.serve(&lease).await.expect("serve");
@@ -151,7 +138,7 @@ async fn forward_delivers_the_payload_with_the_owners_token_and_returns_its_repl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_without_an_exclusive_holder_is_no_owner() {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     refused(
         "never held",
@@ -175,7 +162,7 @@ async fn forward_without_an_exclusive_holder_is_no_owner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_to_an_owner_without_an_inbox_is_owner_unavailable() {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     granted(&client, "t75/no-inbox", "owner", TTL).await;
     refused(
@@ -192,7 +179,7 @@ async fn forward_to_an_owner_without_an_inbox_is_owner_unavailable() {
 /// rejects the request. The forwarder (through node 3) re-reads the owner and the new one
 /// answers, on the second delivery.
 async fn handover(new_inbox_on: u64) {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     client
         .create_resource(pb::CreateResourceRequest {
@@ -266,7 +253,7 @@ async fn a_rejected_forward_is_re_sent_to_a_new_owner_that_replaced_the_old_inbo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_is_delivered_at_most_three_times() {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let lease = granted(&client, "t75/refuser", "owner", TTL).await;
     let owner = serve_until_stop(client.serve(&lease).await.expect("serve"), |_| {
@@ -288,7 +275,7 @@ async fn a_forward_is_delivered_at_most_three_times() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_never_answers_is_owner_timeout_and_sees_the_request_once() {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let lease = granted(&client, "t75/silent", "owner", TTL).await;
     let owner = serve_until_stop(client.serve(&lease).await.expect("serve"), |_| Act::Hold);
@@ -308,7 +295,7 @@ async fn an_owner_that_never_answers_is_owner_timeout_and_sees_the_request_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_over_one_mib_is_reply_too_large_and_the_inbox_stays_open() {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client();
     let lease = granted(&client, "t75/chatty", "owner", TTL).await;
     let owner = serve_until_stop(
@@ -339,7 +326,7 @@ async fn a_reply_over_one_mib_is_reply_too_large_and_the_inbox_stays_open() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_through_a_follower_reaches_an_inbox_on_another_node() {
-    let (cluster, leader) = cluster().await;
+    let (cluster, leader) = started(3).await;
     let followers: Vec<u64> = ids(3).into_iter().filter(|id| *id != leader).collect();
     let lease = granted(&cluster.client(), "t75/elsewhere", "owner", TTL).await;
     let inbox = cluster
@@ -366,7 +353,7 @@ async fn forward_through_a_follower_reaches_an_inbox_on_another_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_is_only_for_the_live_exclusive_lease_and_a_newer_tenure_ends_an_older_inbox() {
-    let (cluster, _) = cluster().await;
+    let (cluster, _) = started(3).await;
     let client = cluster.client_of(2);
     let lease = granted(&client, "t75/serve", "owner", TTL).await;
     let variants = [
@@ -439,7 +426,7 @@ async fn serve_is_only_for_the_live_exclusive_lease_and_a_newer_tenure_ends_an_o
 /// Raw calls to one node, so no client-library check or retry hides the node's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_forward_and_serve_input_is_invalid_argument() {
-    let (cluster, leader) = cluster().await;
+    let (cluster, leader) = started(3).await;
     let addr = &cluster.addrs[&leader];
     let mut raw = LeasesClient::connect(format!("http://{addr}"))
         .await
@@ -511,23 +498,12 @@ async fn bad_forward_and_serve_input_is_invalid_argument() {
     cluster.shutdown().await;
 }
 
-const ALICE: &str = "t75-alice-secret-0123456789abcdef";
-const BOB: &str = "t75-bob-secret-0123456789abcdef01";
-const PEER: &str = "t75-peer-secret-0123456789abcdef0";
-
 /// With auth on: only the lease's principal serves it, any client forwards (the owner sees
 /// who), a call without a token is refused, and the internal inbox RPCs take only the peer
 /// token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_auth_the_principal_serves_any_client_forwards_and_peers_deliver() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tokens");
-    tenure_tests::write_secret(
-        &path,
-        &format!("{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"),
-    );
-    let flags = ["--token-file".to_string(), path.display().to_string()];
-    let (cluster, leader) = cluster_with(tenure_tests::same_flags(3, &flags)).await;
+    let (cluster, leader) = secure(3, &[]).await;
     let alice = cluster.client().with_token(ALICE).expect("token");
     let bob = cluster.client().with_token(BOB).expect("token");
     let lease = granted(&alice, "t75/auth", "alices-worker", TTL).await;

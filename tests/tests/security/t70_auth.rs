@@ -6,34 +6,13 @@
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
-use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{acquire_request, granted, ids, refused, release_request};
+use tenure_tests::cli::Cli;
+use tenure_tests::{
+    acquire_request, granted, ids, refused, release_request, secure, ADMIN, ALICE, BOB, PEER,
+};
 use tonic::Code;
 
-const ELECTION: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_secs(60);
-const ADMIN: &str = "t70-admin-secret-0123456789abcdef";
-const ALICE: &str = "t70-alice-secret-0123456789abcdef";
-const BOB: &str = "t70-bob-secret-0123456789abcdef01";
-const PEER: &str = "t70-peer-secret-0123456789abcdef0";
-
-/// A 3-node cluster whose nodes all read one token file: `root` (admin), `alice` and `bob`
-/// (clients). The temp dir holding the file lives as long as the cluster.
-async fn cluster() -> (InProcessCluster, tempfile::TempDir, u64) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("tokens");
-    tenure_tests::write_secret(
-        &path,
-        &format!(
-            "# t70\n{ADMIN} root admin\n{ALICE} alice client\n{BOB} bob client\n{PEER} nodes peer\n"
-        ),
-    );
-    let flags = ["--token-file".to_string(), path.display().to_string()];
-    let extra = tenure_tests::same_flags(3, &flags);
-    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("a leader");
-    (cluster, dir, leader)
-}
 
 fn as_(client: &Client, token: &str) -> Client {
     client.with_token(token).expect("an ASCII token")
@@ -87,7 +66,7 @@ async fn leases_on(client: &Client, resource: &str) -> Vec<pb::Lease> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_or_unknown_tokens_are_unauthenticated_before_the_body_is_read() {
-    let (cluster, _dir, _) = cluster().await;
+    let (cluster, _) = secure(3, &[]).await;
     let anonymous = cluster.client();
     let stranger = as_(&anonymous, "not-a-known-token");
     let admin = as_(&anonymous, ADMIN);
@@ -194,7 +173,7 @@ async fn missing_or_unknown_tokens_are_unauthenticated_before_the_body_is_read()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_lease() {
-    let (cluster, _dir, _) = cluster().await;
+    let (cluster, _) = secure(3, &[]).await;
     let client = cluster.client();
     let (admin, alice, bob) = (as_(&client, ADMIN), as_(&client, ALICE), as_(&client, BOB));
     const DENIED: (Code, &str) = (Code::PermissionDenied, "insufficient_permissions");
@@ -296,7 +275,7 @@ async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_le
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_through_a_follower_keeps_the_callers_principal() {
-    let (cluster, _dir, leader) = cluster().await;
+    let (cluster, leader) = secure(3, &[]).await;
     let follower = ids(3)
         .into_iter()
         .find(|id| *id != leader)
@@ -388,7 +367,7 @@ async fn a_call_through_a_follower_keeps_the_callers_principal() {
 #[tokio::test]
 async fn the_internal_raft_service_takes_only_the_peer_token() {
     tenure_tests::init_tracing();
-    let (cluster, _dir, leader) = cluster().await;
+    let (cluster, leader) = secure(3, &[]).await;
     let addr = cluster.node(leader).addr.clone();
     let mut raft =
         tenure_proto::raft::v1::raft_client::RaftClient::connect(format!("http://{addr}"))
@@ -434,7 +413,7 @@ async fn the_internal_raft_service_takes_only_the_peer_token() {
 #[tokio::test]
 async fn cluster_status_is_for_admins() {
     tenure_tests::init_tracing();
-    let (cluster, _dir, _leader) = cluster().await;
+    let (cluster, _leader) = secure(3, &[]).await;
     let client = cluster.client();
     refused(
         "status without a token",
@@ -461,18 +440,11 @@ async fn cluster_status_is_for_admins() {
 #[tokio::test]
 async fn the_cli_says_a_node_that_refused_a_caller_answered() {
     tenure_tests::init_tracing();
-    let (cluster, _dir, _leader) = cluster().await;
+    let (cluster, _leader) = secure(3, &[]).await;
     let endpoints = cluster.addrs.values().cloned().collect::<Vec<_>>();
-    let run = |output: &'static str| {
-        tokio::process::Command::new(tenure_tests::process::tenure_bin())
-            .args(["--output", output, "cluster", "status"])
-            .env("TENURE_ENDPOINTS", endpoints.join(","))
-            .env_remove("TENURE_TOKEN")
-            .kill_on_drop(true)
-            .output()
-    };
-    let text = run("text").await.expect("run tenure");
-    let stdout = String::from_utf8_lossy(&text.stdout);
+    let cli = Cli::of(&endpoints);
+    let text = cli.run("--output text cluster status").await;
+    let stdout = text.stdout;
     for endpoint in &endpoints {
         assert!(
             stdout.contains(&format!("{endpoint}  answered: unauthenticated")),
@@ -481,8 +453,7 @@ async fn the_cli_says_a_node_that_refused_a_caller_answered() {
     }
     assert!(!stdout.contains("unreachable"), "{stdout}");
     assert!(stdout.contains("TENURE_TOKEN or --auth-token"), "{stdout}");
-    let json = run("json").await.expect("run tenure");
-    let rows: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON value");
+    let (_, rows) = cli.json("cluster status").await;
     let rows = rows.as_array().expect("one row per endpoint");
     assert_eq!(rows.len(), endpoints.len(), "{rows:?}");
     assert!(rows.iter().all(|row| row["reachable"] == true), "{rows:?}");

@@ -3,83 +3,23 @@
 //! it, its text). Needs `target/debug/tenure`: `cargo test --workspace` builds it, or
 //! `cargo build --bin tenure` (or point `$TENURE_BIN` at one).
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use serde_json::Value;
+use tenure_tests::cli::{token_of, Cli};
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::process::tenure_bin;
+use tenure_tests::started;
 
-const ELECTION: Duration = Duration::from_secs(15);
-
-/// The CLI pointed at one cluster.
-struct Tenure {
-    endpoints: String,
-}
-
-/// One run of the binary.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Tenure {
-    async fn start() -> (InProcessCluster, Tenure) {
-        let cluster = InProcessCluster::start(3, BTreeMap::new())
-            .await
-            .expect("cluster");
-        cluster.leader(ELECTION).await.expect("leader");
-        let endpoints = cluster
-            .addrs
-            .values()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(",");
-        (cluster, Tenure { endpoints })
-    }
-
-    /// Runs `tenure ARGS` with the cluster's endpoints in `TENURE_ENDPOINTS`.
-    async fn run(&self, args: &[&str]) -> Ran {
-        let out = tokio::process::Command::new(tenure_bin())
-            .args(args)
-            .env("TENURE_ENDPOINTS", &self.endpoints)
-            .env_remove("TENURE_TOKEN")
-            .kill_on_drop(true)
-            .output()
-            .await
-            .expect("run tenure");
-        Ran {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// Runs `tenure --output json ARGS`: the exit code and the one JSON line it printed.
-    async fn json(&self, args: &[&str]) -> (Option<i32>, Value) {
-        let ran = self.run(&[&["--output", "json"], args].concat()).await;
-        let value = serde_json::from_str(ran.stdout.trim()).unwrap_or_else(|e| {
-            panic!(
-                "tenure {args:?}: {e}\nstdout: {}\nstderr: {}",
-                ran.stdout, ran.stderr
-            )
-        });
-        (ran.code, value)
-    }
-}
-
-fn token_of(answer: &Value) -> u64 {
-    answer["lease"]["fencing_token"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no fencing token in {answer}"))
+/// A started three-node cluster and the CLI pointed at it.
+async fn start() -> (InProcessCluster, Cli) {
+    let (cluster, _) = started(3).await;
+    let cli = Cli::of(cluster.addrs.values());
+    (cluster, cli)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_create_registers_a_policy_that_get_and_list_show() {
-    let (cluster, tenure) = Tenure::start().await;
+    let (cluster, tenure) = start().await;
     let (code, created) = tenure
-        .json(&[
+        .json_args(&[
             "resources",
             "create",
             "cli/pool",
@@ -106,7 +46,7 @@ async fn resources_create_registers_a_policy_that_get_and_list_show() {
     assert_eq!(created["ok"], true);
     assert_eq!(created["resource"]["name"], "cli/pool");
 
-    let (code, got) = tenure.json(&["resources", "get", "cli/pool"]).await;
+    let (code, got) = tenure.json_args(&["resources", "get", "cli/pool"]).await;
     assert_eq!(code, Some(0), "{got}");
     let policy = &got["policy"];
     assert_eq!(got["ad_hoc"], false, "{got}");
@@ -123,7 +63,7 @@ async fn resources_create_registers_a_policy_that_get_and_list_show() {
     assert_eq!(policy["fsm_requirements"][0]["machine"], "deploy");
     assert_eq!(policy["fsm_requirements"][0]["transition"], "promote");
 
-    let text = tenure.run(&["resources", "get", "cli/pool"]).await;
+    let text = tenure.run_args(&["resources", "get", "cli/pool"]).await;
     assert_eq!(text.code, Some(0), "{}", text.stderr);
     for part in [
         "default ttl 1m",
@@ -140,13 +80,15 @@ async fn resources_create_registers_a_policy_that_get_and_list_show() {
         );
     }
 
-    let again = tenure.run(&["resources", "create", "cli/pool"]).await;
+    let again = tenure.run_args(&["resources", "create", "cli/pool"]).await;
     assert_eq!(again.code, Some(2));
     assert!(again.stderr.contains("already_exists"), "{}", again.stderr);
 
-    let (code, _) = tenure.json(&["resources", "create", "cli/plain"]).await;
+    let (code, _) = tenure
+        .json_args(&["resources", "create", "cli/plain"])
+        .await;
     assert_eq!(code, Some(0));
-    let (code, generated) = tenure.json(&["resources", "create"]).await;
+    let (code, generated) = tenure.json_args(&["resources", "create"]).await;
     assert_eq!(code, Some(0), "{generated}");
     assert!(
         generated["resource"]["name"]
@@ -164,13 +106,13 @@ async fn resources_create_registers_a_policy_that_get_and_list_show() {
             .collect()
     };
     let (code, first) = tenure
-        .json(&["resources", "list", "--prefix", "cli/", "--page-size", "1"])
+        .json_args(&["resources", "list", "--prefix", "cli/", "--page-size", "1"])
         .await;
     assert_eq!(code, Some(0), "{first}");
     assert_eq!(names(&first), ["cli/plain"]);
     assert_ne!(first["next_page_token"], "", "{first}");
     let (code, all) = tenure
-        .json(&[
+        .json_args(&[
             "resources",
             "list",
             "--prefix",
@@ -188,7 +130,7 @@ async fn resources_create_registers_a_policy_that_get_and_list_show() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_units_a_transfer_and_the_history_through_the_cli() {
-    let (cluster, tenure) = Tenure::start().await;
+    let (cluster, tenure) = start().await;
     let create = [
         "resources",
         "create",
@@ -199,7 +141,7 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
         "--total-units",
         "4",
     ];
-    assert_eq!(tenure.json(&create).await.0, Some(0));
+    assert_eq!(tenure.json_args(&create).await.0, Some(0));
     let acquire = |holder: &'static str, units: &'static str| {
         [
             "acquire",
@@ -217,7 +159,7 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
         ]
     };
 
-    let (code, a) = tenure.json(&acquire("a", "3")).await;
+    let (code, a) = tenure.json_args(&acquire("a", "3")).await;
     assert_eq!(code, Some(0), "{a}");
     assert_eq!(a["granted"], true);
     assert_eq!(a["lease"]["mode"], "LEASE_MODE_READ");
@@ -226,13 +168,13 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
     assert_eq!(a["lease"]["metadata"]["zone"], "eu");
     let a_token = token_of(&a);
 
-    let (code, b) = tenure.json(&acquire("b", "2")).await;
+    let (code, b) = tenure.json_args(&acquire("b", "2")).await;
     assert_eq!(code, Some(1), "{b}");
     assert_eq!(b["granted"], false);
     assert_eq!(b["reason"], "insufficient_units");
     assert_eq!(b["holders"][0]["holder"], "a", "{b}");
 
-    let c = tenure.run(&acquire("c", "1")).await;
+    let c = tenure.run_args(&acquire("c", "1")).await;
     assert_eq!(c.code, Some(0), "{}{}", c.stdout, c.stderr);
     assert!(c.stdout.starts_with("granted"), "{}", c.stdout);
     assert!(c.stdout.contains("mode READ (1 unit)"), "{}", c.stdout);
@@ -240,7 +182,7 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
 
     let a_token_arg = a_token.to_string();
     let (code, moved) = tenure
-        .json(&[
+        .json_args(&[
             "transfer",
             "cli/seats",
             "--holder",
@@ -261,18 +203,18 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
     );
 
     let old = tenure
-        .run(&["validate", "cli/seats", "--token", &a_token_arg])
+        .run_args(&["validate", "cli/seats", "--token", &a_token_arg])
         .await;
     assert_eq!(old.code, Some(1), "{}{}", old.stdout, old.stderr);
     assert!(old.stdout.starts_with("not valid"), "{}", old.stdout);
     let (code, new) = tenure
-        .json(&["validate", "cli/seats", "--token", &d_token.to_string()])
+        .json_args(&["validate", "cli/seats", "--token", &d_token.to_string()])
         .await;
     assert_eq!(code, Some(0), "{new}");
     assert_eq!(new["valid"], true);
 
     let (code, history) = tenure
-        .json(&["history", "cli/seats", "--order", "asc"])
+        .json_args(&["history", "cli/seats", "--order", "asc"])
         .await;
     assert_eq!(code, Some(0), "{history}");
     let entries = history["entries"].as_array().expect("entries");
@@ -305,7 +247,7 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
 
     // Paged one event at a time, newest first, all pages: the same events reversed.
     let (code, paged) = tenure
-        .json(&["history", "cli/seats", "--page-size", "1", "--all"])
+        .json_args(&["history", "cli/seats", "--page-size", "1", "--all"])
         .await;
     assert_eq!(code, Some(0), "{paged}");
     let newest_first: Vec<&Value> = paged["entries"]
@@ -317,7 +259,7 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
     assert_eq!(newest_first[0]["event"], "EVENT_TYPE_TRANSFERRED");
 
     let text = tenure
-        .run(&["history", "cli/seats", "--events", "transferred"])
+        .run_args(&["history", "cli/seats", "--events", "transferred"])
         .await;
     assert_eq!(text.code, Some(0), "{}", text.stderr);
     let lines: Vec<&str> = text.stdout.lines().collect();
@@ -331,13 +273,13 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
         assert!(lines[0].contains(&part), "no {part:?} in {}", lines[0]);
     }
 
-    let (code, held) = tenure.json(&["leases", "--holder", "d"]).await;
+    let (code, held) = tenure.json_args(&["leases", "--holder", "d"]).await;
     assert_eq!(code, Some(0), "{held}");
     let leases = held["leases"].as_array().expect("leases");
     assert_eq!(leases.len(), 1, "{held}");
     assert_eq!(leases[0]["resource"], "cli/seats");
     assert_eq!(leases[0]["fencing_token"], d_token);
-    let (code, none) = tenure.json(&["leases", "--holder", "a"]).await;
+    let (code, none) = tenure.json_args(&["leases", "--holder", "a"]).await;
     assert_eq!(code, Some(0), "{none}");
     assert_eq!(none["leases"], serde_json::json!([]));
     cluster.shutdown().await;
@@ -345,9 +287,9 @@ async fn shared_units_a_transfer_and_the_history_through_the_cli() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_call_exits_2_with_its_reason() {
-    let (cluster, tenure) = Tenure::start().await;
+    let (cluster, tenure) = start().await;
     let bad_name = tenure
-        .run(&["acquire", "no spaces!", "--holder", "h"])
+        .run_args(&["acquire", "no spaces!", "--holder", "h"])
         .await;
     assert_eq!(bad_name.code, Some(2));
     assert!(
@@ -356,7 +298,7 @@ async fn a_refused_call_exits_2_with_its_reason() {
         bad_name.stderr
     );
     let (code, bad_page) = tenure
-        .json(&["history", "cli/x", "--page-size", "5000"])
+        .json_args(&["history", "cli/x", "--page-size", "5000"])
         .await;
     assert_eq!(code, Some(2));
     assert_eq!(bad_page["ok"], false);
@@ -364,12 +306,12 @@ async fn a_refused_call_exits_2_with_its_reason() {
 
     // An ad-hoc resource is not transferable, and a renew needs the current token.
     let (code, granted) = tenure
-        .json(&["acquire", "cli/adhoc", "--holder", "h", "--ttl", "30s"])
+        .json_args(&["acquire", "cli/adhoc", "--holder", "h", "--ttl", "30s"])
         .await;
     assert_eq!(code, Some(0), "{granted}");
     let token = token_of(&granted).to_string();
     let (code, refused) = tenure
-        .json(&[
+        .json_args(&[
             "transfer",
             "cli/adhoc",
             "--holder",
@@ -386,7 +328,7 @@ async fn a_refused_call_exits_2_with_its_reason() {
         "{refused}"
     );
     let stale = tenure
-        .run(&["renew", "cli/adhoc", "--holder", "h", "--token", "1"])
+        .run_args(&["renew", "cli/adhoc", "--holder", "h", "--token", "1"])
         .await;
     assert_eq!(stale.code, Some(2));
     assert!(
@@ -399,9 +341,9 @@ async fn a_refused_call_exits_2_with_its_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_status_lists_the_members_and_names_an_endpoint_that_does_not_answer() {
-    let (cluster, tenure) = Tenure::start().await;
-    let leader = cluster.leader(ELECTION).await.expect("leader");
-    let (code, rows) = tenure.json(&["cluster", "status"]).await;
+    let (cluster, leader) = started(3).await;
+    let tenure = Cli::of(cluster.addrs.values());
+    let (code, rows) = tenure.json_args(&["cluster", "status"]).await;
     assert_eq!(code, Some(0), "{rows}");
     let rows = rows.as_array().expect("one row per endpoint");
     assert_eq!(rows.len(), 3, "{rows:?}");
@@ -416,7 +358,7 @@ async fn cluster_status_lists_the_members_and_names_an_endpoint_that_does_not_an
             assert_eq!(member["healthy"].is_boolean(), from_leader, "{row}");
         }
     }
-    let text = tenure.run(&["cluster", "status"]).await;
+    let text = tenure.run_args(&["cluster", "status"]).await;
     assert_eq!(text.code, Some(0), "{}", text.stderr);
     assert_eq!(
         text.stdout.matches("\n    member ").count(),
@@ -426,11 +368,15 @@ async fn cluster_status_lists_the_members_and_names_an_endpoint_that_does_not_an
     );
 
     // An endpoint where nothing listens is named as unreachable, the others still answer.
-    let with_a_dead_one = Tenure {
-        endpoints: format!("{},127.0.0.1:1", tenure.endpoints),
-    };
+    let with_a_dead_one = Cli::of(
+        cluster
+            .addrs
+            .values()
+            .map(String::as_str)
+            .chain(["127.0.0.1:1"]),
+    );
     let (code, rows) = with_a_dead_one
-        .json(&["--timeout", "2s", "cluster", "status"])
+        .json_args(&["--timeout", "2s", "cluster", "status"])
         .await;
     assert_eq!(code, Some(0), "{rows}");
     let dead = rows
@@ -439,7 +385,7 @@ async fn cluster_status_lists_the_members_and_names_an_endpoint_that_does_not_an
         .unwrap_or_else(|| panic!("a row for the dead endpoint: {rows}"));
     assert_eq!(dead["reachable"], false, "{dead}");
     let text = with_a_dead_one
-        .run(&["--timeout", "2s", "cluster", "status"])
+        .run_args(&["--timeout", "2s", "cluster", "status"])
         .await;
     assert!(
         text.stdout.contains("127.0.0.1:1  unreachable"),

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tenure_node::store::StorageStats;
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::scenario::{self, ELECTION};
-use tenure_tests::{acquire_request, get_resource};
+use tenure_tests::scenario;
+use tenure_tests::{acquire_request, get_resource, started_with, ELECTION};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_acquired_on_a_follower_survives_the_leader_and_expires_only_after_its_ttl() {
@@ -39,8 +39,7 @@ async fn lease_acquired_on_a_follower_survives_the_leader_and_expires_only_after
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_loads_the_snapshot_and_replays_only_the_tail() {
-    let mut cluster = snapshotting_cluster().await;
-    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let (mut cluster, leader) = snapshotting_cluster().await;
     let client = cluster.client();
     let mut tokens = acquire_seats(&client, 45).await;
     let restarted = cluster
@@ -97,8 +96,7 @@ async fn restart_loads_the_snapshot_and_replays_only_the_tail() {
 /// snapshot file, sent in chunks and installed from disk, then from the log after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_behind_a_purged_log_catches_up_from_a_sent_snapshot() {
-    let mut cluster = snapshotting_cluster().await;
-    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let (mut cluster, leader) = snapshotting_cluster().await;
     let behind = cluster
         .live_ids()
         .into_iter()
@@ -143,11 +141,11 @@ async fn a_follower_behind_a_purged_log_catches_up_from_a_sent_snapshot() {
     cluster.shutdown().await;
 }
 
-/// Three nodes that snapshot every 20 entries and keep no log behind a snapshot.
-async fn snapshotting_cluster() -> InProcessCluster {
+/// Three nodes that snapshot every 20 entries and keep no log behind a snapshot, and their
+/// leader.
+async fn snapshotting_cluster() -> (InProcessCluster, u64) {
     let flags = ["--snapshot-every", "20", "--snapshot-keep-logs", "0"];
-    let extra = tenure_tests::same_flags(3, &flags);
-    InProcessCluster::start(3, extra).await.expect("cluster")
+    started_with(3, tenure_tests::same_flags(3, &flags)).await
 }
 
 /// Acquires `seat/0` .. `seat/{n-1}` for `holder`; their fencing tokens by name.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tenure_proto::v1::leases_client::LeasesClient;
 use tenure_proto::v1::{Consistency, GetResourceRequest};
 use tenure_tests::process::ProcessCluster;
-use tenure_tests::scenario::ELECTION;
+use tenure_tests::ELECTION;
 use tonic::transport::Endpoint;
 
 fn stale_read(deadline: Duration) -> tonic::Request<GetResourceRequest> {

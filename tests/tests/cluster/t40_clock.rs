@@ -1,22 +1,15 @@
 //! The lease clock under clock faults (feature `fault-injection`): time counts only as the
 //! log's leaders measured it, never across a leader change, so no skew shortens a lease.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_node::coord::stamp_clock::ClockSkew;
-use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{acquire_request, get_resource};
+use tenure_tests::{acquire_request, get_resource, started, started_with, ELECTION};
 use tokio::time::Instant;
-
-const ELECTION: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_leader_whose_clocks_run_an_hour_ahead_shortens_no_lease() {
-    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    let old_leader = cluster.leader(ELECTION).await.expect("leader");
+    let (mut cluster, old_leader) = started(3).await;
     let ttl = Duration::from_secs(5);
     let sent = Instant::now();
     let granted = cluster
@@ -81,10 +74,7 @@ async fn a_new_leader_whose_clocks_run_an_hour_ahead_shortens_no_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_clock_runs_one_percent_fast_shortens_a_lease_by_at_most_one_percent() {
     let fast = vec!["--fi-clock-rate-ppm".to_string(), "10000".into()];
-    let cluster = InProcessCluster::start(3, (1..=3).map(|id| (id, fast.clone())).collect())
-        .await
-        .expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let (cluster, leader) = started_with(3, (1..=3).map(|id| (id, fast.clone())).collect()).await;
     let ttl = Duration::from_secs(10);
     let sent = Instant::now();
     let granted = cluster
@@ -105,10 +95,7 @@ async fn a_leader_whose_clock_runs_one_percent_fast_shortens_a_lease_by_at_most_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_idle_minute_and_a_leader_change_a_lease_outlives_its_ttl_by_at_most_a_tick_and_the_election(
 ) {
-    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let (mut cluster, leader) = started(3).await;
     let tick = cluster.node(leader).config.tick_interval;
     let ttl = Duration::from_secs(63);
     let sent = Instant::now();

@@ -1,14 +1,11 @@
 //! Observability (SPEC §6): Prometheus metrics over HTTP with Raft's state, the leases and
 //! latency histograms; gRPC health that follows whether the node knows a leader.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_tests::granted;
-use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::{started, started_with};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const ELECTION: Duration = Duration::from_secs(15);
 
 /// `GET /metrics` over plain HTTP/1.1; the response body.
 async fn scrape(addr: std::net::SocketAddr) -> String {
@@ -43,8 +40,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn metrics_show_raft_leases_and_latencies() {
     let extra = tenure_tests::same_flags(3, &["--metrics-listen", "127.0.0.1:0"]);
-    let cluster = InProcessCluster::start(3, extra).await.expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, leader) = started_with(3, extra).await;
     let client = cluster.client_of(leader);
     for i in 0..3 {
         granted(
@@ -109,10 +105,7 @@ async fn health_is_serving_only_while_the_node_knows_a_leader() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
 
-    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("a leader");
+    let (mut cluster, leader) = started(3).await;
     let survivor = cluster.follower_of(leader);
     let channel =
         tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addrs[&survivor]))

@@ -2,21 +2,16 @@
 //! holders that would reach into the window with `resource_booked` and its start; only of
 //! bookable resources.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tenure_client::{pb, prost_duration};
-use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::{started, started_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_booking_is_listed_and_keeps_other_holders_out_of_its_window() {
     // Ad-hoc resources are bookable on a cluster started so.
     let flags = tenure_tests::same_flags(3, &["--ad-hoc-bookable"]);
-    let cluster = InProcessCluster::start(3, flags).await.expect("cluster");
-    cluster
-        .leader(Duration::from_secs(15))
-        .await
-        .expect("leader");
+    let (cluster, _) = started_with(3, flags).await;
     let client = cluster.client();
     let now_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -109,13 +104,7 @@ async fn a_booking_is_listed_and_keeps_other_holders_out_of_its_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_bookable_resources_may_be_booked() {
-    let cluster = InProcessCluster::start(1, BTreeMap::new())
-        .await
-        .expect("a node");
-    cluster
-        .leader(Duration::from_secs(15))
-        .await
-        .expect("leader");
+    let (cluster, _) = started(1).await;
     let client = cluster.client();
     let now_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -5,155 +5,25 @@
 //! (`cargo build --bin tenure`, or `$TENURE_BIN`).
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::Value;
+use tenure_tests::cli::{token_of, Cli};
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::process::{tenure_bin, ProcessCluster};
-use tenure_tests::scenario::ELECTION;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
+use tenure_tests::process::ProcessCluster;
+use tenure_tests::{started, ELECTION};
 
-/// How long a step may take before the test fails instead of hanging.
-const GUARD: Duration = Duration::from_secs(60);
-
-/// The CLI pointed at one cluster's endpoints.
-struct Cli {
-    endpoints: String,
+/// A started three-node cluster and the CLI pointed at it.
+async fn in_process() -> (InProcessCluster, Cli) {
+    let (cluster, _) = started(3).await;
+    let cli = Cli::of(cluster.addrs.values());
+    (cluster, cli)
 }
 
-/// A finished run of the binary.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    /// Asserts the exit code, showing the output if it differs.
-    fn exits(self, code: i32) -> Ran {
-        assert_eq!(
-            self.code,
-            Some(code),
-            "stdout: {}\nstderr: {}",
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    /// The one JSON line it printed.
-    fn json(&self) -> Value {
-        serde_json::from_str(self.stdout.trim())
-            .unwrap_or_else(|e| panic!("{e}\nstdout: {}\nstderr: {}", self.stdout, self.stderr))
-    }
-}
-
-/// A run still going: its stdout read line by line, its stdin open until dropped.
-struct Running {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl Cli {
-    fn of(addrs: impl IntoIterator<Item = String>) -> Cli {
-        Cli {
-            endpoints: addrs.into_iter().collect::<Vec<_>>().join(","),
-        }
-    }
-
-    async fn in_process() -> (InProcessCluster, Cli) {
-        let cluster = InProcessCluster::start(3, BTreeMap::new())
-            .await
-            .expect("cluster");
-        cluster.leader(ELECTION).await.expect("leader");
-        let cli = Cli::of(cluster.addrs.values().cloned());
-        (cluster, cli)
-    }
-
-    /// `tenure LINE`, its words split at spaces.
-    fn spawn(&self, line: &str) -> Running {
-        self.spawn_args(&line.split_whitespace().collect::<Vec<_>>())
-    }
-
-    fn spawn_args(&self, args: &[&str]) -> Running {
-        let mut child = tokio::process::Command::new(tenure_bin())
-            .args(args)
-            .env("TENURE_ENDPOINTS", &self.endpoints)
-            .env_remove("TENURE_TOKEN")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("run tenure");
-        let stdout = child.stdout.take().expect("stdout");
-        Running {
-            child,
-            lines: BufReader::new(stdout).lines(),
-        }
-    }
-
-    async fn run(&self, line: &str) -> Ran {
-        let mut running = self.spawn(line);
-        drop(running.child.stdin.take());
-        running.finish().await
-    }
-
-    /// `tenure --output json LINE`: the exit code and the JSON line.
-    async fn json(&self, line: &str) -> (Option<i32>, Value) {
-        let ran = self.run(&format!("--output json {line}")).await;
-        (ran.code, ran.json())
-    }
-
-    /// Resolves once `resource` has had `n` `queued` events: the waits are in the log.
-    async fn queued(&self, resource: &str, n: usize) {
-        self.run(&format!("watch {resource} --events queued --count {n}"))
-            .await
-            .exits(0);
-    }
-}
-
-impl Running {
-    async fn line(&mut self) -> String {
-        tokio::time::timeout(GUARD, self.lines.next_line())
-            .await
-            .expect("a line in time")
-            .expect("read stdout")
-            .expect("a line before the end of stdout")
-    }
-
-    async fn finish(mut self) -> Ran {
-        let mut stdout = String::new();
-        while let Some(line) = tokio::time::timeout(GUARD, self.lines.next_line())
-            .await
-            .expect("the end of stdout in time")
-            .expect("read stdout")
-        {
-            stdout.push_str(&line);
-            stdout.push('\n');
-        }
-        let mut stderr = String::new();
-        if let Some(mut err) = self.child.stderr.take() {
-            let _ = err.read_to_string(&mut stderr).await;
-        }
-        let status = tokio::time::timeout(GUARD, self.child.wait())
-            .await
-            .expect("exit in time")
-            .expect("wait");
-        Ran {
-            code: status.code(),
-            stdout,
-            stderr,
-        }
-    }
-}
-
-fn token_of(answer: &Value) -> u64 {
-    answer["lease"]["fencing_token"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no fencing token in {answer}"))
+/// Resolves once `resource` has had `n` `queued` events: the waits are in the log.
+async fn queued(cli: &Cli, resource: &str, n: usize) {
+    cli.run(&format!("watch {resource} --events queued --count {n}"))
+        .await
+        .exits(0);
 }
 
 /// `leading N` → N.
@@ -165,11 +35,11 @@ fn leading_token(line: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_wait_blocks_until_the_release_whose_entry_is_its_token() {
-    let (cluster, cli) = Cli::in_process().await;
+    let (cluster, cli) = in_process().await;
     let (code, a) = cli.json("acquire cli/wait --holder a --ttl 30s").await;
     assert_eq!(code, Some(0), "{a}");
     let waiter = cli.spawn("--output json acquire cli/wait --holder b --ttl 30s --wait 30s");
-    cli.queued("cli/wait", 1).await;
+    queued(&cli, "cli/wait", 1).await;
     let (code, status) = cli.json("status cli/wait").await;
     assert_eq!(code, Some(0), "{status}");
     assert_eq!(status["waiting"], 1, "{status}");
@@ -192,7 +62,7 @@ async fn acquire_wait_blocks_until_the_release_whose_entry_is_its_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_wait_times_out_with_exit_1_and_its_queue_position() {
-    let (cluster, cli) = Cli::in_process().await;
+    let (cluster, cli) = in_process().await;
     cli.run("acquire cli/slow --holder a --ttl 30s")
         .await
         .exits(0);
@@ -213,12 +83,12 @@ async fn acquire_wait_times_out_with_exit_1_and_its_queue_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_wait_ends_a_blocked_acquire_with_wait_cancelled() {
-    let (cluster, cli) = Cli::in_process().await;
+    let (cluster, cli) = in_process().await;
     cli.run("acquire cli/cancel --holder a --ttl 30s")
         .await
         .exits(0);
     let waiter = cli.spawn("--output json acquire cli/cancel --holder b --wait 60s");
-    cli.queued("cli/cancel", 1).await;
+    queued(&cli, "cli/cancel", 1).await;
     let (code, cancelled) = cli.json("cancel-wait cli/cancel --holder b").await;
     assert_eq!(
         (code, &cancelled["cancelled"]),
@@ -239,7 +109,7 @@ async fn cancel_wait_ends_a_blocked_acquire_with_wait_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_booking_refuses_leases_that_would_extend_into_it_until_cancelled() {
-    let (cluster, cli) = Cli::in_process().await;
+    let (cluster, cli) = in_process().await;
     let (code, created) = cli.json("resources create cli/room --bookable").await;
     assert_eq!(code, Some(0), "{created}");
     assert_eq!(created["resource"]["policy"]["bookable"], true, "{created}");
@@ -347,7 +217,7 @@ async fn watch_prints_history_then_live_events_and_resumes_after_its_node_is_kil
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elect_runs_the_command_while_leading_and_the_next_candidate_after_it() {
-    let (cluster, cli) = Cli::in_process().await;
+    let (cluster, cli) = in_process().await;
     let leads = "echo leading $TENURE_FENCING_TOKEN; read done; exit 3";
     let mut first = cli.spawn_args(&[
         "elect", "cli/lead", "--holder", "e1", "--", "sh", "-c", leads,
@@ -357,7 +227,7 @@ async fn elect_runs_the_command_while_leading_and_the_next_candidate_after_it() 
     let mut second = cli.spawn_args(&[
         "elect", "cli/lead", "--holder", "e2", "--", "sh", "-c", then,
     ]);
-    cli.queued("cli/lead", 1).await;
+    queued(&cli, "cli/lead", 1).await;
     let (_, status) = cli.json("status cli/lead").await;
     assert_eq!(status["leases"][0]["holder"], "e1", "{status}");
     assert_eq!(status["leases"][0]["fencing_token"], first_token);
@@ -380,7 +250,7 @@ async fn elect_runs_the_command_while_leading_and_the_next_candidate_after_it() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elect_kills_the_command_when_leadership_is_lost() {
-    let (cluster, cli) = Cli::in_process().await;
+    let (cluster, cli) = in_process().await;
     let script = "echo $$ $TENURE_FENCING_TOKEN; exec sleep 600";
     let mut elect = cli.spawn_args(&[
         "elect", "cli/lost", "--holder", "e3", "--ttl", "3s", "--", "sh", "-c", script,
@@ -408,7 +278,7 @@ async fn elect_kills_the_command_when_leadership_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_handoff_prints_percentiles_and_leaves_no_lease_or_waiter() {
-    let (cluster, cli) = Cli::in_process().await;
+    let (cluster, cli) = in_process().await;
     let (code, report) = cli
         .json("bench --handoff --waiters 3 --count 20 --prefix t66")
         .await;
@@ -439,7 +309,7 @@ async fn bench_handoff_prints_percentiles_and_leaves_no_lease_or_waiter() {
 
 #[tokio::test]
 async fn help_lists_the_waiting_room_watch_booking_and_election_verbs() {
-    let cli = Cli::of(Vec::new());
+    let cli = Cli::offline();
     let help = cli.run("--help").await.exits(0);
     for verb in [
         "cancel-wait",

@@ -5,10 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
-use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::{granted, release_request};
-
-const ELECTION: Duration = Duration::from_secs(15);
+use tenure_tests::{granted, release_request, started, started_with, ELECTION};
 
 /// Acquires and releases `resource` as `holder`: two events.
 async fn cycle(client: &Client, resource: &str, holder: &str) {
@@ -97,10 +94,7 @@ async fn applied(client: &Client) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_delivers_every_event_once_in_order_and_resumes_exactly_after_a_revision() {
-    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let (mut cluster, leader) = started(3).await;
     let client = cluster.client();
     for k in 0..5 {
         cycle(&client, "w/a", &format!("h{k}")).await;
@@ -158,10 +152,7 @@ async fn a_watch_delivers_every_event_once_in_order_and_resumes_exactly_after_a_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_names_either_a_resource_or_a_prefix() {
-    let cluster = InProcessCluster::start(1, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("leader");
+    let (cluster, _) = started(1).await;
     let client = cluster.client();
     let both = client
         .watch(pb::WatchRequest {
@@ -200,10 +191,7 @@ async fn large_events(client: &Client, count: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_events_come_in_bounded_messages_that_never_claim_a_revision_early() {
-    let cluster = InProcessCluster::start(1, BTreeMap::new())
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started(1).await;
     let client = cluster.client();
     large_events(&client, 40).await;
     let mut stream = client
@@ -247,10 +235,7 @@ async fn large_events_come_in_bounded_messages_that_never_claim_a_revision_early
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_that_reads_nothing_is_cut_off_and_told_where_to_resume() {
     let flags = vec!["--slow-watcher".to_string(), "1s".to_string()];
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, flags)])).await;
     large_events(&cluster.client(), 40).await;
     // A client whose windows hold less than the history: the node's sends block.
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.addrs[&1]))
@@ -300,10 +285,7 @@ async fn a_watcher_that_reads_nothing_is_cut_off_and_told_where_to_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resuming_watch_cut_off_for_reading_slowly_resumes_without_a_gap() {
     let flags = vec!["--slow-watcher".to_string(), "1s".to_string()];
-    let cluster = InProcessCluster::start(1, BTreeMap::from([(1, flags)]))
-        .await
-        .expect("a node");
-    cluster.leader(ELECTION).await.expect("a leader");
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, flags)])).await;
     // More than the client's windows hold: a reader that stops makes the node wait.
     const COUNT: usize = 600;
     large_events(&cluster.client(), COUNT).await;

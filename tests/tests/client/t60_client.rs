@@ -1,14 +1,12 @@
 //! The Rust client's `Lease` handle: renews in the background, reports `lost()` when the
 //! cluster refuses a renewal or when its local deadline passes.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Acquired, Lost};
 use tenure_tests::in_process::InProcessCluster;
+use tenure_tests::started;
 use tokio::time::Instant;
-
-const ELECTION: Duration = Duration::from_secs(15);
 
 async fn hold(
     cluster: &InProcessCluster,
@@ -28,10 +26,7 @@ async fn hold(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_handle_keeps_its_lease_past_the_ttl_by_renewing() {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("leader");
+    let (cluster, _) = started(3).await;
     let ttl = Duration::from_secs(2);
     let lease = hold(&cluster, "client/renewed", ttl).await;
     tokio::select! {
@@ -59,10 +54,7 @@ async fn a_lease_handle_keeps_its_lease_past_the_ttl_by_renewing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_resolves_when_the_cluster_refuses_a_renewal() {
-    let cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("leader");
+    let (cluster, _) = started(3).await;
     let lease = hold(&cluster, "client/taken", Duration::from_secs(3)).await;
     // Someone else (an operator, a bug) ends the lease behind the handle's back.
     cluster
@@ -85,10 +77,7 @@ async fn lost_resolves_when_the_cluster_refuses_a_renewal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_resolves_at_the_local_deadline_when_no_node_answers() {
-    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
-        .await
-        .expect("cluster");
-    cluster.leader(ELECTION).await.expect("leader");
+    let (mut cluster, _) = started(3).await;
     let ttl = Duration::from_secs(2);
     let sent = Instant::now();
     let lease = hold(&cluster, "client/cut-off", ttl).await;
