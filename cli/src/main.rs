@@ -245,8 +245,17 @@ async fn main() -> ExitCode {
                 ran.await
             }
         }
-    } else {
+    } else if matches!(cli.command, Command::Elect(_)) {
+        // Passes SIGINT and SIGTERM on to the command it runs.
         ran.await
+    } else {
+        // Runs until Ctrl-C (a watch, a wait, a bench): stop at SIGINT even when started with
+        // it ignored (a background job of a script), dropping the call so that the node
+        // ends the wait or the stream at once.
+        tokio::select! {
+            answered = &mut ran => answered,
+            _ = tokio::signal::ctrl_c() => return ExitCode::from(130),
+        }
     };
     match answered {
         Ok(code) => code,
