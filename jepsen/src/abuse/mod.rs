@@ -23,20 +23,28 @@
 //! and no node's memory past twice its quiet size (a quota attack: past its quiet size plus
 //! [`QUOTA_RSS_ALLOWANCE`], what the default quotas let one principal keep).
 
+mod honest;
+mod idle_streams;
 pub mod quota;
+mod rapid_reset;
+mod slow_watch;
+mod table;
+mod wire;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
-use hdrhistogram::Histogram;
-use prost::Message;
-use tenure_client::{pb, prost_duration, release_request, Client};
+use tenure_client::Client;
 
 use crate::bench::cluster::{await_ready, LocalCluster, System};
+use honest::{honest, Recorder};
+use idle_streams::idle_streams;
+use rapid_reset::rapid_reset;
+use slow_watch::{slow_watch, unread_watches};
+pub use table::table;
 
 /// What a run does.
 pub struct AbuseOptions {
@@ -74,7 +82,6 @@ pub struct Phase {
     pub noisy_peak: String,
 }
 
-const TTL: Duration = Duration::from_secs(30);
 /// How long a phase goes on after its attack stops, for the nodes to settle.
 const SETTLE: Duration = Duration::from_secs(5);
 /// The HTTP/2 attacks, in the order a run makes them (the default).
@@ -99,255 +106,6 @@ struct Tokens {
     honest: Vec<String>,
     mallory: String,
     noisy: String,
-}
-
-/// The honest clients' latencies, by phase.
-struct Recorder {
-    phase: AtomicUsize,
-    latencies: Mutex<Vec<Histogram<u64>>>,
-    errors: Vec<AtomicU64>,
-}
-
-impl Recorder {
-    fn new(phases: usize) -> Self {
-        Recorder {
-            phase: AtomicUsize::new(0),
-            latencies: Mutex::new(
-                (0..phases)
-                    .map(|_| Histogram::new(3).expect("a histogram"))
-                    .collect(),
-            ),
-            errors: (0..phases).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    fn record(&self, took: Duration) {
-        let phase = self.phase.load(Ordering::Relaxed);
-        let mut latencies = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = latencies[phase].record(took.as_micros() as u64);
-    }
-
-    fn error(&self) {
-        self.errors[self.phase.load(Ordering::Relaxed)].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Lock cycles (acquire, release) on names of its own until `stop`.
-async fn honest(client: Client, id: usize, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let started = Instant::now();
-        let request = pb::AcquireRequest {
-            resource: format!("honest/{id}/{}", n % 64),
-            holder: format!("h{id}"),
-            ttl: Some(prost_duration(TTL)),
-            ..Default::default()
-        };
-        let cycle = async {
-            let response = client.acquire(request).await?;
-            let lease = response
-                .lease
-                .ok_or_else(|| anyhow::anyhow!("not granted: {}", response.reason))?;
-            client.release(release_request(&lease)).await?;
-            anyhow::Ok(())
-        };
-        match cycle.await {
-            Ok(()) => recorder.record(started.elapsed()),
-            Err(_) => recorder.error(),
-        }
-    }
-}
-
-/// A gRPC request's head for `method` of `tenure.v1.Leases`, with `token` if given.
-fn head(endpoint: &str, method: &str, token: Option<&str>) -> Result<http::Request<()>> {
-    let mut request = http::Request::post(format!("http://{endpoint}/tenure.v1.Leases/{method}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
-    if let Some(token) = token {
-        request = request.header("authorization", format!("Bearer {token}"));
-    }
-    Ok(request.body(())?)
-}
-
-/// The attacker's own address: loopback, but not the members' (127.0.0.1), as an attacker
-/// elsewhere on the network would not be.
-const ATTACKER_IP: &str = "127.0.0.2";
-
-/// An HTTP/2 connection from [`ATTACKER_IP`] to `endpoint` whose driver runs in the
-/// background.
-async fn connect(endpoint: &str) -> Result<h2::client::SendRequest<Bytes>> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind(std::net::SocketAddr::new(ATTACKER_IP.parse()?, 0))?;
-    let tcp = socket.connect(endpoint.parse()?).await?;
-    tcp.set_nodelay(true)?;
-    let (client, connection) = h2::client::handshake(tcp).await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(client)
-}
-
-/// Opens streams and cancels them at once, reconnecting when the node closes the
-/// connection, until `stop`. Counts the streams and the connections.
-async fn rapid_reset(
-    endpoint: String,
-    stop: Arc<AtomicBool>,
-    streams: Arc<AtomicU64>,
-    connections: Arc<AtomicU64>,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(mut client) = connect(&endpoint).await else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        connections.fetch_add(1, Ordering::Relaxed);
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(ready) = client.ready().await else {
-                break;
-            };
-            client = ready;
-            let Ok(request) = head(&endpoint, "Acquire", None) else {
-                return;
-            };
-            match client.send_request(request, false) {
-                Ok((_response, mut body)) => {
-                    body.send_reset(h2::Reason::CANCEL);
-                    streams.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(_) => break,
-            }
-            // Let the connection's driver write what was queued.
-            tokio::task::yield_now().await;
-        }
-    }
-}
-
-/// Opens `count` calls as `token`, 1,000 to a connection, and never sends their bodies;
-/// holds them until `stop`. Counts the calls the node answered (refused) meanwhile.
-async fn idle_streams(
-    endpoints: Vec<String>,
-    count: usize,
-    token: String,
-    stop: Arc<AtomicBool>,
-    opened: Arc<AtomicU64>,
-    answered: Arc<AtomicU64>,
-) {
-    let mut held = Vec::new();
-    let mut pending = futures::stream::FuturesUnordered::new();
-    for (i, chunk) in (0..count).collect::<Vec<_>>().chunks(1000).enumerate() {
-        let endpoint = &endpoints[i % endpoints.len()];
-        let Ok(mut client) = connect(endpoint).await else {
-            continue;
-        };
-        for _ in chunk {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let Ok(ready) = client.clone().ready().await else {
-                break;
-            };
-            client = ready;
-            let Ok(request) = head(endpoint, "Watch", Some(&token)) else {
-                return;
-            };
-            match client.send_request(request, false) {
-                Ok((response, body)) => {
-                    held.push(body);
-                    pending.push(response);
-                    opened.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(_) => break,
-            }
-        }
-    }
-    use futures::StreamExt;
-    while !stop.load(Ordering::Relaxed) {
-        tokio::select! {
-            Some(_) = pending.next() => {
-                answered.fetch_add(1, Ordering::Relaxed);
-            }
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-    }
-    drop(held);
-}
-
-/// Watch streams over every resource from revision 0, never read: held until dropped.
-pub(crate) struct Unread {
-    pub opened: u64,
-    pub refused: u64,
-    _held: Vec<(
-        h2::client::SendRequest<Bytes>,
-        http::Response<h2::RecvStream>,
-    )>,
-}
-
-/// Opens `count` Watch streams over every resource from revision 0 as `token`, spread over
-/// the nodes, and reads none of them. A stream the node refused at once (its head carries a
-/// gRPC status) counts as refused.
-pub(crate) async fn unread_watches(endpoints: &[String], count: usize, token: &str) -> Unread {
-    let body = {
-        let message = pb::WatchRequest {
-            prefix: String::new(),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let mut framed = vec![0u8];
-        framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&message);
-        Bytes::from(framed)
-    };
-    let mut unread = Unread {
-        opened: 0,
-        refused: 0,
-        _held: Vec::new(),
-    };
-    for i in 0..count {
-        let endpoint = &endpoints[i % endpoints.len()];
-        let Ok(client) = connect(endpoint).await else {
-            continue;
-        };
-        let Ok(mut client) = client.ready().await else {
-            continue;
-        };
-        let Ok(request) = head(endpoint, "Watch", Some(token)) else {
-            return unread;
-        };
-        let Ok((response, mut send)) = client.send_request(request, false) else {
-            continue;
-        };
-        if send.send_data(body.clone(), true).is_err() {
-            continue;
-        }
-        // The response's head, then its body is never read: its window fills and stays full.
-        if let Ok(Ok(response)) = tokio::time::timeout(Duration::from_secs(5), response).await {
-            if response.headers().contains_key("grpc-status") {
-                unread.refused += 1;
-            } else {
-                unread.opened += 1;
-                unread._held.push((client, response));
-            }
-        }
-    }
-    unread
-}
-
-/// Opens `count` Watch streams over every resource from revision 0 as `token`, and never
-/// reads them, until `stop`. Counts the streams the node took.
-async fn slow_watch(
-    endpoints: Vec<String>,
-    count: usize,
-    token: String,
-    stop: Arc<AtomicBool>,
-    opened: Arc<AtomicU64>,
-) {
-    let unread = unread_watches(&endpoints, count, &token).await;
-    opened.fetch_add(unread.opened, Ordering::Relaxed);
-    while !stop.load(Ordering::Relaxed) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    drop(unread);
 }
 
 /// Runs `attack` on a thread of its own at nice 19 until `stop`; its description when done.
@@ -632,74 +390,4 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     let json = serde_json::to_string_pretty(&phases)?;
     std::fs::write(options.out_dir.join("abuse.json"), json).context("writing abuse.json")?;
     Ok(phases)
-}
-
-/// The phases as a Markdown table, each attack against the quiet phases on either side of it
-/// (their mean: the honest clients' throughput and p99 and the nodes' memory as they would
-/// have been without the attack); and whether every attack met the targets.
-pub fn table(phases: &[Phase]) -> (String, bool) {
-    let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
-    let per_node = |values: &[f64]| {
-        values
-            .iter()
-            .map(|b| format!("{:.0}", mib(*b)))
-            .collect::<Vec<_>>()
-            .join(" / ")
-    };
-    let mut met = true;
-    let mut text = String::from(
-        "| phase | honest ops/s | vs quiet | honest p99 ms | vs quiet | errors | max RSS per node (MiB) | bound (MiB) | target | attack |\n|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for (index, phase) in phases.iter().enumerate() {
-        let around: Vec<&Phase> = [index.checked_sub(1), Some(index + 1)]
-            .into_iter()
-            .flatten()
-            .filter_map(|i| phases.get(i))
-            .filter(|p| p.name == "quiet")
-            .collect();
-        let rss: Vec<f64> = phase.rss_max.iter().map(|b| *b as f64).collect();
-        let mut cells = [String::new(), String::new(), String::new(), String::new()];
-        if phase.name != "quiet" && !around.is_empty() {
-            let mean = |f: &dyn Fn(&Phase) -> f64| {
-                around.iter().map(|p| f(p)).sum::<f64>() / around.len() as f64
-            };
-            let throughput =
-                phase.honest_ops_per_s / mean(&|p| p.honest_ops_per_s).max(f64::EPSILON);
-            let p99 = phase.honest_p99_ms / mean(&|p| p.honest_p99_ms).max(f64::EPSILON);
-            let bounds: Vec<f64> = (0..rss.len())
-                .map(|node| {
-                    let quiet = mean(&|p| p.rss_max[node] as f64);
-                    if quota::ATTACKS.contains(&phase.name) {
-                        quiet + QUOTA_RSS_ALLOWANCE as f64
-                    } else {
-                        2.0 * quiet
-                    }
-                })
-                .collect();
-            let memory = rss.iter().zip(&bounds).all(|(rss, bound)| rss <= bound);
-            let ok = throughput >= 0.8 && p99 <= 2.0 && memory;
-            met &= ok;
-            cells = [
-                format!("{:.0} %", throughput * 100.0),
-                format!("{p99:.2}×"),
-                per_node(&bounds),
-                if ok { "met" } else { "MISSED" }.into(),
-            ];
-        }
-        let [throughput, p99, bound, target] = cells;
-        text.push_str(&format!(
-            "| {} | {:.0} | {throughput} | {:.1} | {p99} | {} | {} | {bound} | {target} | {} |\n",
-            phase.name,
-            phase.honest_ops_per_s,
-            phase.honest_p99_ms,
-            phase.honest_errors,
-            per_node(&rss),
-            if phase.noisy_peak.is_empty() || !quota::ATTACKS.contains(&phase.name) {
-                phase.attack.clone()
-            } else {
-                format!("{}; it held at most {}", phase.attack, phase.noisy_peak)
-            }
-        ));
-    }
-    (text, met)
 }

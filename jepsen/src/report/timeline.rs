@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use super::html::{
-    anomaly_title, describe, draw_leaders, draw_time_axis, esc, nemesis_color, resource_id, Bands,
-    Scale, ANOMALY_RED, AXIS_H, LANE_H, LEFT, WIDTH,
+use super::chart::{
+    draw_leaders, draw_time_axis, nemesis_color, Bands, Scale, ANOMALY_RED, AXIS_H, LANE_H, LEFT,
+    WIDTH,
 };
+use super::html::{anomaly_title, describe, esc, resource_id};
 use super::op_list;
 pub(super) use super::tenures::tenures;
 use super::tenures::{End, Tenure};

@@ -30,12 +30,15 @@
 //!   acquire or transfer has just created is not tried (not applying that op permits more).
 //!   Without these, a pile of never-applied unknown acquires multiplies the search.
 //! * The search is an explicit stack: histories have thousands of ops per resource.
+//!
+//! [`step`]: super::model::step
 
 mod memo;
+mod moves;
 
 use std::collections::HashMap;
 
-use super::model::{step, HolderId, MOp, Rules, State};
+use super::model::{HolderId, MOp, Rules, State};
 use crate::history::Nanos;
 use memo::Memo;
 
@@ -142,71 +145,6 @@ struct Ctx<'a> {
     /// For an unknown op, its class; and each class's members, ascending.
     class_of: Vec<usize>,
     members: Vec<Vec<usize>>,
-}
-
-impl Ctx<'_> {
-    /// The next (move, resulting state) this frame can try, advancing its cursor: required
-    /// ops, then unknown ops, then expiry moves.
-    fn next_candidate(&self, frame: &mut Frame, lin: &[bool]) -> Option<(Move, State)> {
-        loop {
-            let list = match frame.pass {
-                0 => &self.req,
-                1 => &self.unk,
-                _ => return self.next_expiry(frame),
-            };
-            let i = match list.get(frame.cursor) {
-                // Sorted by invocation: once one is invoked too late, so are the rest.
-                Some(&i) if self.ops[i].invoke <= frame.min_return => i,
-                _ => {
-                    frame.pass += 1;
-                    frame.cursor = 0;
-                    continue;
-                }
-            };
-            frame.cursor += 1;
-            if lin[i] || (frame.pass == 1 && self.has_twin_before(i, lin, frame.min_return)) {
-                continue;
-            }
-            if let Some(next) = step(&self.rules, &frame.state, &self.ops[i].op) {
-                // The rules never let the leases exceed the policy (pool, exclusive alone).
-                debug_assert!(next.within(&self.rules), "{next:?} breaks {:?}", self.rules);
-                return Some((Move::Op(i), next));
-            }
-        }
-    }
-
-    /// The expiry moves open to this frame: in holder order after the one that made the frame,
-    /// and never the reclaim of a lease an unknown op has just created (not applying that op
-    /// leaves a state at least as permissive).
-    fn expiries(&self, frame: &Frame) -> Vec<(HolderId, State)> {
-        let after = match frame.via {
-            Some(Move::Expire(holder)) => Some(holder),
-            _ => None,
-        };
-        let fresh = match frame.via {
-            Some(Move::Op(v)) if !self.ops[v].required => self.ops[v].op.creates(),
-            _ => None,
-        };
-        frame
-            .state
-            .expiries(&self.rules, frame.min_return)
-            .into_iter()
-            .filter_map(|(index, reclaimed, next)| {
-                let holder = frame.state.leases()[index].holder;
-                let skip =
-                    after.is_some_and(|h| holder <= h) || (reclaimed && fresh == Some(holder));
-                (!skip).then_some((holder, next))
-            })
-            .collect()
-    }
-
-    /// The next expiry move of this frame, on its own.
-    fn next_expiry(&self, frame: &mut Frame) -> Option<(Move, State)> {
-        let moves = self.expiries(frame);
-        let (holder, next) = *moves.get(frame.cursor)?;
-        frame.cursor += 1;
-        Some((Move::Expire(holder), next))
-    }
 }
 
 /// Search for a linearization of `ops` (sorted by invocation) starting from [`State::initial`],

@@ -1,9 +1,10 @@
 //! The report's tests: a small hand-built run with a stale read, and a long busy one.
 
-use super::html::{ANOMALY_RED, MAX_POINTS};
+use super::chart::ANOMALY_RED;
+use super::scatter::MAX_POINTS;
 use super::*;
-use crate::checker::Anomaly;
-use crate::history::{NemesisEvent, Op};
+use crate::checker::{Anomaly, QuotaStats, WaitStats, WatchStats};
+use crate::history::{NemesisEvent, Op, Outcome, QuotaSettings, Value};
 
 mod shared;
 

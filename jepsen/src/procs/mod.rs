@@ -4,45 +4,22 @@
 //! Each node runs as `ip netns exec t-nN tenured …`; `ip netns exec` execs in place, so the
 //! child's pid is tenured's own pid once the exec happened ([`Procs::start`] waits for it).
 
+mod launcher;
+mod procfs;
+
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Arc;
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::hosts::{node_ip, node_namespace, Hosts};
-
-pub const PORT: u16 = 7100;
-
-const BUILD_HINT: &str = "build it with `cargo build --bin tenured --features tenure-node/fault-injection` or set TENURED_BIN";
-
-/// The `tenured` binary: `$TENURED_BIN`, else `tenured` in the target directory of the running
-/// executable (its own directory, or the parent when it runs from `target/<profile>/deps`).
-pub fn tenured_bin() -> Result<PathBuf> {
-    if let Some(bin) = std::env::var_os("TENURED_BIN") {
-        let bin = PathBuf::from(bin);
-        if !bin.is_file() {
-            bail!("TENURED_BIN={} is not a file; {BUILD_HINT}", bin.display());
-        }
-        return Ok(bin);
-    }
-    let exe = std::env::current_exe().context("locating the current executable")?;
-    let mut dir = exe
-        .parent()
-        .context("the current executable has no directory")?;
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir = dir.parent().unwrap_or(dir);
-    }
-    let bin = dir.join("tenured");
-    if !bin.is_file() {
-        bail!("no tenured binary at {}; {BUILD_HINT}", bin.display());
-    }
-    Ok(bin)
-}
+use crate::hosts::Hosts;
+use launcher::BUILD_HINT;
+pub use launcher::{tenured_bin, tenured_command, Launcher, PORT};
+use procfs::listens;
 
 struct Node {
     child: Option<Child>,
@@ -50,121 +27,6 @@ struct Node {
     /// The Raft id of the member on this host slot, when it is not the slot number (a
     /// replacement that joined under a new id).
     raft_id: Option<u64>,
-}
-
-/// How the nodes of one cluster are started: the runner below kills, restarts, pauses and
-/// measures them the same way whatever they are (`tenured` on namespace hosts for the fault
-/// harness; `tenured` or `etcd` on loopback for the benchmarks).
-pub struct Launcher {
-    pub nodes: u64,
-    /// The binary each process ends up as (after a wrapper like `ip netns exec` execs it).
-    pub bin: PathBuf,
-    /// Node `id`'s data lives in `<data_root>/nN`, its output goes to `<data_root>/nN.log`.
-    pub data_root: PathBuf,
-    /// The command that starts node `id` (stdio is set by the runner).
-    pub command: Box<dyn Fn(u64) -> Command + Send>,
-    /// The command that starts host slot `id` empty, as a new member with another Raft id
-    /// that joins the running cluster (`tenured --join`); None where that is not supported.
-    pub rejoin: Option<Box<dyn Fn(u64, u64) -> Command + Send>>,
-    /// `HOST:PORT` clients use, node 1 first.
-    pub endpoints: Vec<String>,
-}
-
-impl Launcher {
-    /// `tenured` nodes on the namespace hosts: node N in `t-nN` on `10.77.0.(10+N):7100`.
-    pub fn namespaced(
-        hosts: &Hosts,
-        bin: PathBuf,
-        nodes: u64,
-        data_root: PathBuf,
-        extra_args: Vec<String>,
-    ) -> Result<Launcher> {
-        if nodes == 0 || nodes > hosts.nodes() {
-            bail!("cannot start {nodes} nodes on {} hosts", hosts.nodes());
-        }
-        let addrs: Vec<String> = (1..=nodes)
-            .map(|n| format!("{}:{PORT}", node_ip(n)))
-            .collect();
-        let ip = hosts.ip_bin().to_path_buf();
-        let tenured = Arc::new(tenured_command(
-            bin.clone(),
-            data_root.clone(),
-            addrs.clone(),
-            extra_args,
-        ));
-        let rejoining = tenured.clone();
-        let rejoin_ip = ip.clone();
-        Ok(Launcher {
-            nodes,
-            bin,
-            data_root,
-            command: Box::new(move |id| in_namespace(&ip, id, tenured(id, None))),
-            rejoin: Some(Box::new(move |slot, raft_id| {
-                in_namespace(&rejoin_ip, slot, rejoining(slot, Some(raft_id)))
-            })),
-            endpoints: addrs,
-        })
-    }
-}
-
-/// `inner` run inside host `slot`'s network namespace.
-fn in_namespace(ip: &Path, slot: u64, inner: Command) -> Command {
-    let mut cmd = Command::new(ip);
-    cmd.args(["netns", "exec", &node_namespace(slot)]);
-    cmd.arg(inner.get_program()).args(inner.get_args());
-    for (key, value) in inner.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    cmd
-}
-
-/// The command line of `tenured` on host slot `slot` of a cluster whose nodes listen on
-/// `addrs` (slot 1 first), with its data in `<data_root>/nSLOT`: the founding node `slot`
-/// (`rejoin` None), or a new member with Raft id `rejoin` that joins the running cluster.
-pub fn tenured_command(
-    bin: PathBuf,
-    data_root: PathBuf,
-    addrs: Vec<String>,
-    extra_args: Vec<String>,
-) -> impl Fn(u64, Option<u64>) -> Command + Send + Sync {
-    let peers = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, addr)| format!("{}={addr}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    move |slot, rejoin| {
-        let addr = &addrs[(slot - 1) as usize];
-        let mut cmd = Command::new(&bin);
-        cmd.args(["--listen", addr])
-            .arg("--data-dir")
-            .arg(data_root.join(format!("n{slot}")));
-        match rejoin {
-            None => cmd
-                .args(["--id", &slot.to_string()])
-                .args(["--peers", &peers]),
-            Some(id) => cmd
-                .args(["--id", &id.to_string()])
-                .args(["--peers", &format!("{id}={addr}")])
-                .arg("--join"),
-        };
-        // The hosts' addresses exist only in the harness's own network namespaces, but they
-        // are not loopback: a node refuses to serve them without auth unless told so.
-        if !extra_args.iter().any(|arg| arg.starts_with("--token-file")) {
-            cmd.arg("--insecure");
-        }
-        cmd.args(&extra_args);
-        // Every tenured flag also reads the environment: keep ours from leaking in.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("TENURED_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd
-    }
 }
 
 /// The processes of one cluster (a guard). Dropping it SIGKILLs and reaps every node.
@@ -413,29 +275,6 @@ impl Procs {
     pub fn data_root(&self) -> &Path {
         &self.launcher.data_root
     }
-
-    /// Node `id`'s resident set size in bytes (`VmRSS`), if it runs.
-    pub fn rss_bytes(&self, id: u64) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid(id)?)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    }
-
-    /// CPU time (user + system) node `id` has used, if it runs.
-    pub fn cpu_time(&self, id: u64) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid(id)?)).ok()?;
-        // "PID (comm) STATE …": utime and stime are fields 14 and 15, i.e. the 12th and 13th
-        // after the state.
-        let mut after = stat.rsplit_once(") ")?.1.split_whitespace().skip(11);
-        let utime: u64 = after.next()?.parse().ok()?;
-        let stime: u64 = after.next()?.parse().ok()?;
-        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .unwrap_or(100) as u64;
-        Some(Duration::from_millis((utime + stime) * 1000 / ticks))
-    }
 }
 
 impl Drop for Procs {
@@ -446,29 +285,4 @@ impl Drop for Procs {
             }
         }
     }
-}
-
-/// Whether process `pid` holds a listening TCP socket: one of its descriptors is a socket whose
-/// inode `/proc/PID/net/tcp{,6}` (its own network namespace) lists in state LISTEN.
-fn listens(pid: u32) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    let sockets: std::collections::HashSet<String> = fds
-        .flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .filter_map(|target| {
-            let target = target.to_string_lossy().into_owned();
-            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?;
-            Some(inode.to_string())
-        })
-        .collect();
-    ["tcp", "tcp6"].iter().any(|table| {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
-        text.lines().skip(1).any(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
-            fields.get(3) == Some(&"0A") && fields.get(9).is_some_and(|i| sockets.contains(*i))
-        })
-    })
 }

@@ -1,0 +1,81 @@
+//! The workloads a cell measures, and what each system does for one op.
+
+use anyhow::{Context, Result};
+
+use super::cluster::System;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum Workload {
+    /// One replicated write: a Tenure acquire; an etcd put.
+    Acquire,
+    /// Acquire + release on distinct resources; etcd: lease grant + put-if-absent txn + revoke.
+    Lock,
+    /// Many clients, few resources: the waiting room; etcd: the concurrency mutex.
+    Contended,
+    /// Renew a held lease; etcd: a keepalive on its stream.
+    Renew,
+    /// Linearizable read of a resource's owner; etcd: a linearizable get.
+    Read,
+    /// Lock cycles while the leader is killed (kill -9): time to the next successful acquire.
+    Failover,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 6] = [
+        Workload::Acquire,
+        Workload::Lock,
+        Workload::Contended,
+        Workload::Renew,
+        Workload::Read,
+        Workload::Failover,
+    ];
+
+    pub fn parse(name: &str) -> Result<Workload> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == name.trim())
+            .with_context(|| {
+                format!(
+                    "unknown workload `{name}` (acquire, lock, contended, renew, read, failover)"
+                )
+            })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Acquire => "acquire",
+            Workload::Lock => "lock",
+            Workload::Contended => "contended",
+            Workload::Renew => "renew",
+            Workload::Read => "read",
+            Workload::Failover => "failover",
+        }
+    }
+
+    /// What each system does for one op.
+    pub fn describe(self, system: System) -> &'static str {
+        match (self, system) {
+            (Workload::Acquire, System::Tenure) => "Acquire (one new lease)",
+            (Workload::Acquire, System::Etcd) => "Put",
+            (Workload::Lock | Workload::Failover, System::Tenure) => "Acquire + Release",
+            (Workload::Lock | Workload::Failover, System::Etcd) => {
+                "LeaseGrant + Txn(put if absent, bound to the lease) + LeaseRevoke"
+            }
+            (Workload::Contended, System::Tenure) => "Acquire(on_conflict=WAIT) + Release",
+            (Workload::Contended, System::Etcd) => {
+                "Lock (concurrency mutex on a session lease) + Unlock"
+            }
+            (Workload::Renew, System::Tenure) => "Renew",
+            (Workload::Renew, System::Etcd) => {
+                "LeaseKeepAlive (one request/response on the stream)"
+            }
+            (Workload::Read, System::Tenure) => "GetResource, linearizable",
+            (Workload::Read, System::Etcd) => "Range, linearizable",
+        }
+    }
+
+    /// Resources the clients share under contention: one per 8 clients.
+    pub(super) fn contended_resources(clients: usize) -> usize {
+        clients.div_ceil(8).max(1)
+    }
+}

@@ -1,0 +1,161 @@
+//! The command line of `tenure-jepsen` (a module of the binary, not of the library): its
+//! subcommands and their flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tenure-jepsen",
+    version,
+    about = "Fault-injection tests for Tenure (runs as root)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Start a cluster on network-namespace hosts, run clients and faults, check the history.
+    Test {
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        time_limit: Duration,
+        /// Comma-separated: partition, kill, pause, clock, loss, member (empty: none).
+        #[arg(long, default_value = "partition,kill,pause,clock,loss,member")]
+        nemesis: String,
+        /// Seed of the fault schedule and the clients' choices (default: random, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long, default_value_t = 12)]
+        clients: u64,
+        /// Ad-hoc exclusive resources (workload `exclusive`).
+        #[arg(long, default_value_t = 8)]
+        resources: u64,
+        /// Comma-separated resource kinds the clients use: exclusive (ad-hoc r0…), shared
+        /// (READ/WRITE with a unit pool, s0…), transfer (transferable, x0…), waiting (acquired
+        /// with on_conflict=WAIT, w0…).
+        #[arg(long, default_value = "exclusive,shared,transfer,waiting")]
+        workload: String,
+        /// Tasks that keep Watch streams open (every resource, one kind's prefix, one
+        /// resource, in turn) and whose events are checked against the cluster's history.
+        #[arg(long, default_value_t = 3)]
+        watchers: u64,
+        /// Where history.jsonl, summary.json, report.html and node logs go.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// A run with fewer checked grants fails.
+        #[arg(long, default_value_t = 200)]
+        min_grants: usize,
+        /// A run with fewer leader changes fails.
+        #[arg(long, default_value_t = 1)]
+        min_leader_changes: usize,
+        /// A run with fewer waits admitted from the waiting room fails.
+        #[arg(long, default_value_t = 0)]
+        min_admissions: usize,
+        /// Largest clock-rate change the clock nemesis injects (0.02 = 2 %).
+        #[arg(long, default_value_t = 0.02)]
+        clock_epsilon: f64,
+        /// Deliberately broken node: `stale-reads` serves linearizable reads from local state.
+        #[arg(long)]
+        broken: Option<String>,
+        /// The tenured binary (default: next to this one; needs feature fault-injection).
+        #[arg(long, env = "TENURED_BIN")]
+        bin: Option<PathBuf>,
+        /// Auth and TLS on, as in production: a token file, a cluster CA and node
+        /// certificates made for the run; the workload's clients use TLS and a client
+        /// token whose principal has small quotas (leases, waiters), and the checker judges
+        /// every quota refusal; setup, nemeses and watchers use an admin token.
+        #[arg(long)]
+        secure: bool,
+    },
+    /// Check a saved history again and write its report next to it.
+    Check {
+        history: PathBuf,
+        #[arg(long)]
+        clock_epsilon: Option<f64>,
+    },
+    /// Remove namespaces, links and processes left by a run that was killed.
+    Teardown,
+    /// HTTP/2 abuse against a local three-node Tenure cluster (loopback, auth on) beside
+    /// honest lock cycles: rapid reset, idle streams, a Watch never read. Prints a Markdown
+    /// table; exit 1 if an attack cost the honest clients more than 20 % of their quiet
+    /// throughput or a node more than twice its quiet memory.
+    Abuse {
+        /// Length of each phase (quiet baseline, then each attack).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        phase: Duration,
+        /// Honest clients running lock cycles throughout.
+        #[arg(long, default_value_t = 16)]
+        honest: usize,
+        /// Connections the rapid-reset attack uses at once.
+        #[arg(long, default_value_t = 4)]
+        reset_connections: usize,
+        /// Calls the idle-streams attack opens without sending their bodies.
+        #[arg(long, default_value_t = 10_000)]
+        idle_streams: usize,
+        /// Watch streams over every resource that the slow-watch attack never reads.
+        #[arg(long, default_value_t = 4)]
+        slow_watchers: usize,
+        /// Report the figures without failing on a missed target (short smoke runs).
+        #[arg(long)]
+        report_only: bool,
+        /// Comma-separated attacks to run, each followed by a quiet phase (default:
+        /// rapid-reset, idle-streams, slow-watch).
+        #[arg(long, default_value = "")]
+        attacks: String,
+        /// A flag for every tenured, e.g. `--tenured-arg=--max-in-flight=1000` (repeatable).
+        #[arg(long = "tenured-arg", allow_hyphen_values = true)]
+        tenured_args: Vec<String>,
+        /// Where abuse.md, abuse.json and the node logs go (default abuse-runs/<unix time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The tenured binary (default: next to this one; build it with --release).
+        #[arg(long, env = "TENURED_BIN")]
+        bin: Option<PathBuf>,
+    },
+    /// Benchmark a local three-node Tenure cluster side by side with a local three-node etcd
+    /// cluster (loopback, no root needed) and print a Markdown table with ratios.
+    Bench {
+        /// Comma-separated: tenure, etcd (etcd needs the `etcd` feature; see jepsen/bench.sh).
+        #[arg(long, default_value = "tenure,etcd")]
+        systems: String,
+        /// Comma-separated: acquire, lock, contended, renew, read, failover; and `noisy` (Tenure
+        /// only, not in the default): 16 honest principals running lock cycles beside one
+        /// noisy neighbour that attacks within its quotas, in turn, each attack `--duration`
+        /// long between quiet phases (see docs/benchmarks.md).
+        #[arg(long, default_value = "acquire,lock,contended,renew,read,failover")]
+        workloads: String,
+        /// Comma-separated client counts for every workload but `acquire` (1 client).
+        #[arg(long, default_value = "1,16,64")]
+        clients: String,
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        warmup: Duration,
+        /// Measured time of each cell.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Leader kills in the failover workload.
+        #[arg(long, default_value_t = 5)]
+        kills: usize,
+        /// Clients running lock cycles while the leader is killed.
+        #[arg(long, default_value_t = 16)]
+        failover_clients: usize,
+        /// Comma-separated active-lease counts for the Tenure scale run, e.g.
+        /// 1000,100000,1000000 (empty: none).
+        #[arg(long, default_value = "")]
+        scale: String,
+        /// Where results.md and results.json go (default bench-runs/<unix time>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The tenured binary (default: next to this one; build it with --release).
+        #[arg(long, env = "TENURED_BIN")]
+        bin: Option<PathBuf>,
+        /// A flag for every tenured, e.g. `--tenured-arg=--election-min=150ms` (repeatable).
+        #[arg(long = "tenured-arg", allow_hyphen_values = true)]
+        tenured_args: Vec<String>,
+    },
+}

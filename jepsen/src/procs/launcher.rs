@@ -1,0 +1,153 @@
+//! How the nodes are started: the `tenured` binary, its command line, and the commands that
+//! start the nodes of one cluster on the namespace hosts.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+use crate::hosts::{node_ip, node_namespace, Hosts};
+
+pub const PORT: u16 = 7100;
+
+pub(super) const BUILD_HINT: &str = "build it with `cargo build --bin tenured --features tenure-node/fault-injection` or set TENURED_BIN";
+
+/// The `tenured` binary: `$TENURED_BIN`, else `tenured` in the target directory of the running
+/// executable (its own directory, or the parent when it runs from `target/<profile>/deps`).
+pub fn tenured_bin() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("TENURED_BIN") {
+        let bin = PathBuf::from(bin);
+        if !bin.is_file() {
+            bail!("TENURED_BIN={} is not a file; {BUILD_HINT}", bin.display());
+        }
+        return Ok(bin);
+    }
+    let exe = std::env::current_exe().context("locating the current executable")?;
+    let mut dir = exe
+        .parent()
+        .context("the current executable has no directory")?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir = dir.parent().unwrap_or(dir);
+    }
+    let bin = dir.join("tenured");
+    if !bin.is_file() {
+        bail!("no tenured binary at {}; {BUILD_HINT}", bin.display());
+    }
+    Ok(bin)
+}
+
+/// How the nodes of one cluster are started: the runner below kills, restarts, pauses and
+/// measures them the same way whatever they are (`tenured` on namespace hosts for the fault
+/// harness; `tenured` or `etcd` on loopback for the benchmarks).
+pub struct Launcher {
+    pub nodes: u64,
+    /// The binary each process ends up as (after a wrapper like `ip netns exec` execs it).
+    pub bin: PathBuf,
+    /// Node `id`'s data lives in `<data_root>/nN`, its output goes to `<data_root>/nN.log`.
+    pub data_root: PathBuf,
+    /// The command that starts node `id` (stdio is set by the runner).
+    pub command: Box<dyn Fn(u64) -> Command + Send>,
+    /// The command that starts host slot `id` empty, as a new member with another Raft id
+    /// that joins the running cluster (`tenured --join`); None where that is not supported.
+    pub rejoin: Option<Box<dyn Fn(u64, u64) -> Command + Send>>,
+    /// `HOST:PORT` clients use, node 1 first.
+    pub endpoints: Vec<String>,
+}
+
+impl Launcher {
+    /// `tenured` nodes on the namespace hosts: node N in `t-nN` on `10.77.0.(10+N):7100`.
+    pub fn namespaced(
+        hosts: &Hosts,
+        bin: PathBuf,
+        nodes: u64,
+        data_root: PathBuf,
+        extra_args: Vec<String>,
+    ) -> Result<Launcher> {
+        if nodes == 0 || nodes > hosts.nodes() {
+            bail!("cannot start {nodes} nodes on {} hosts", hosts.nodes());
+        }
+        let addrs: Vec<String> = (1..=nodes)
+            .map(|n| format!("{}:{PORT}", node_ip(n)))
+            .collect();
+        let ip = hosts.ip_bin().to_path_buf();
+        let tenured = Arc::new(tenured_command(
+            bin.clone(),
+            data_root.clone(),
+            addrs.clone(),
+            extra_args,
+        ));
+        let rejoining = tenured.clone();
+        let rejoin_ip = ip.clone();
+        Ok(Launcher {
+            nodes,
+            bin,
+            data_root,
+            command: Box::new(move |id| in_namespace(&ip, id, tenured(id, None))),
+            rejoin: Some(Box::new(move |slot, raft_id| {
+                in_namespace(&rejoin_ip, slot, rejoining(slot, Some(raft_id)))
+            })),
+            endpoints: addrs,
+        })
+    }
+}
+
+/// `inner` run inside host `slot`'s network namespace.
+fn in_namespace(ip: &Path, slot: u64, inner: Command) -> Command {
+    let mut cmd = Command::new(ip);
+    cmd.args(["netns", "exec", &node_namespace(slot)]);
+    cmd.arg(inner.get_program()).args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd
+}
+
+/// The command line of `tenured` on host slot `slot` of a cluster whose nodes listen on
+/// `addrs` (slot 1 first), with its data in `<data_root>/nSLOT`: the founding node `slot`
+/// (`rejoin` None), or a new member with Raft id `rejoin` that joins the running cluster.
+pub fn tenured_command(
+    bin: PathBuf,
+    data_root: PathBuf,
+    addrs: Vec<String>,
+    extra_args: Vec<String>,
+) -> impl Fn(u64, Option<u64>) -> Command + Send + Sync {
+    let peers = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| format!("{}={addr}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    move |slot, rejoin| {
+        let addr = &addrs[(slot - 1) as usize];
+        let mut cmd = Command::new(&bin);
+        cmd.args(["--listen", addr])
+            .arg("--data-dir")
+            .arg(data_root.join(format!("n{slot}")));
+        match rejoin {
+            None => cmd
+                .args(["--id", &slot.to_string()])
+                .args(["--peers", &peers]),
+            Some(id) => cmd
+                .args(["--id", &id.to_string()])
+                .args(["--peers", &format!("{id}={addr}")])
+                .arg("--join"),
+        };
+        // The hosts' addresses exist only in the harness's own network namespaces, but they
+        // are not loopback: a node refuses to serve them without auth unless told so.
+        if !extra_args.iter().any(|arg| arg.starts_with("--token-file")) {
+            cmd.arg("--insecure");
+        }
+        cmd.args(&extra_args);
+        // Every tenured flag also reads the environment: keep ours from leaking in.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("TENURED_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd
+    }
+}

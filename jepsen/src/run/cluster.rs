@@ -1,0 +1,131 @@
+//! What the run asks of the cluster as an admin: its leader, every change of leader, and the
+//! resources and quotas the workload runs under.
+
+use std::time::Duration;
+
+use tenure_client::{pb, prost_duration, Client};
+use tokio::time::Instant;
+
+use crate::history::{now_ns, Mode, QuotaSettings, ResourcePolicy};
+use crate::nemesis::current_leader;
+use crate::workload::WorkloadConfig;
+
+pub(super) async fn wait_for_leader(per_node: &[Client], timeout: Duration) -> Option<u64> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Some(leader) = current_leader(per_node).await {
+            return Some(leader);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// Records every change of the leader most nodes name.
+pub(super) async fn observe_leaders(
+    per_node: Vec<Client>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<(u64, u64, u64)> {
+    let mut seen: Vec<(u64, u64, u64)> = Vec::new();
+    while !*stop.borrow() {
+        let mut best: Option<(u64, u64)> = None;
+        for client in &per_node {
+            if let Ok(status) = client
+                .with_timeout(Duration::from_millis(200))
+                .node_status(0)
+                .await
+            {
+                if status.state == "Leader" && best.is_none_or(|(_, term)| status.term > term) {
+                    best = Some((status.id, status.term));
+                }
+            }
+        }
+        if let Some((node, term)) = best {
+            if seen.last().is_none_or(|(_, n, t)| (*n, *t) != (node, term)) {
+                seen.push((now_ns(), node, term));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    seen
+}
+
+/// Registers `name` with `policy` (an admin's call), retrying until the
+/// cluster confirms it or says it exists.
+pub(super) async fn register(
+    client: &Client,
+    name: &str,
+    policy: &ResourcePolicy,
+) -> anyhow::Result<()> {
+    let ms = |ms: u64| Some(prost_duration(Duration::from_millis(ms)));
+    let mode = |m: &Mode| match m {
+        Mode::Exclusive => pb::LeaseMode::Exclusive as i32,
+        Mode::Read => pb::LeaseMode::Read as i32,
+        Mode::Write => pb::LeaseMode::Write as i32,
+    };
+    let request = pb::CreateResourceRequest {
+        name: name.into(),
+        kind: "jepsen".into(),
+        policy: Some(pb::Policy {
+            default_ttl: ms(policy.default_ttl_ms),
+            max_ttl: ms(policy.max_ttl_ms),
+            renewal_grace: ms(policy.renewal_grace_ms),
+            transferable: policy.transferable,
+            shared_modes: policy.shared_modes.iter().map(mode).collect(),
+            total_units: policy.total_units,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.create_resource(request.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.reason() == Some(tenure_client::Reason::AlreadyExists) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(%name, %e, "registering again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => anyhow::bail!("could not register {name}: {e}"),
+        }
+    }
+}
+
+/// Sets the workload's quotas for `principal` (admin), retrying with the same request id
+/// until the cluster confirms them: every later decision of the cluster holds the clients to
+/// them.
+pub(super) async fn set_quotas(
+    client: &Client,
+    principal: &str,
+    config: &WorkloadConfig,
+) -> anyhow::Result<QuotaSettings> {
+    let limits = config.quota_limits();
+    let request = pb::SetQuotaRequest {
+        principal: principal.to_owned(),
+        changes: limits
+            .iter()
+            .map(|(quota, limit)| pb::QuotaChange {
+                quota: quota.clone(),
+                limit: *limit,
+                reset: false,
+            })
+            .collect(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match client.set_quota(request.clone()).await {
+            Ok(_) => {
+                return Ok(QuotaSettings {
+                    principal: principal.to_owned(),
+                    limits,
+                })
+            }
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(%e, "setting the quotas again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => anyhow::bail!("could not set the quotas of {principal}: {e}"),
+        }
+    }
+}

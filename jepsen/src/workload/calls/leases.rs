@@ -1,0 +1,201 @@
+//! The calls that change leases: acquire (and cancel a wait), renew, release, transfer.
+
+use std::time::Duration;
+
+use tenure_client::{pb, prost_duration, Error};
+
+use super::{classify, held, holder_name, mode_of, pb_mode, Env, Tenancy, Wait};
+use crate::history::{Call, Mode, Outcome, Value};
+
+impl Env {
+    /// `Acquire`, waiting in the queue with `wait`; the lease if granted.
+    pub async fn acquire(
+        &self,
+        process: u64,
+        resource: &str,
+        ttl_ms: u64,
+        (mode, units): (Mode, u64),
+        wait: Option<Wait>,
+    ) -> Option<(u64, String)> {
+        let holder = holder_name(process);
+        let call = Call::Acquire {
+            resource: resource.into(),
+            holder: holder.clone(),
+            ttl_ms,
+            mode,
+            units,
+            wait_ms: wait.map_or(0, |w| w.timeout_ms),
+        };
+        let pending = self.recorder.invoke(process, call);
+        let request = pb::AcquireRequest {
+            resource: resource.into(),
+            holder,
+            ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
+            mode: pb_mode(mode) as i32,
+            units,
+            on_conflict: match wait {
+                Some(_) => pb::OnConflict::Wait as i32,
+                None => pb::OnConflict::Fail as i32,
+            },
+            wait_timeout: wait.map(|w| prost_duration(Duration::from_millis(w.timeout_ms))),
+            ..Default::default()
+        };
+        let answer = match wait.and_then(|w| w.give_up_after) {
+            Some(after) => tokio::time::timeout(after, self.client.acquire(request))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Local(format!(
+                        "gave up waiting after {}ms",
+                        after.as_millis()
+                    )))
+                }),
+            None => self.client.acquire(request).await,
+        };
+        let outcome = match answer {
+            Ok(r) if r.granted => match r.lease {
+                Some(lease) => Outcome::Ok {
+                    value: Value::Granted {
+                        token: lease.fencing_token,
+                        lease_id: lease.lease_id,
+                    },
+                },
+                None => Outcome::Unknown {
+                    error: "granted without a lease".into(),
+                },
+            },
+            Ok(r) => {
+                let current = r.holders.first();
+                Outcome::Ok {
+                    value: Value::Refused {
+                        reason: r.reason,
+                        holder: current.map(|l| l.holder.clone()),
+                        token: current.map(|l| l.fencing_token),
+                        holders: r.holders.iter().map(held).collect(),
+                    },
+                }
+            }
+            Err(e) => classify(&e),
+        };
+        match self.recorder.complete(pending, outcome) {
+            Outcome::Ok {
+                value: Value::Granted { token, lease_id },
+            } => Some((token, lease_id)),
+            _ => None,
+        }
+    }
+
+    /// `CancelWait` of this client's wait on `resource`.
+    pub async fn cancel_wait(&self, process: u64, resource: &str) -> Outcome {
+        let holder = holder_name(process);
+        let call = Call::CancelWait {
+            resource: resource.into(),
+            holder: holder.clone(),
+        };
+        let pending = self.recorder.invoke(process, call);
+        let request = pb::CancelWaitRequest {
+            resource: resource.into(),
+            holder,
+            request_id: String::new(),
+        };
+        let outcome = match self.client.cancel_wait(request).await {
+            Ok(r) => Outcome::Ok {
+                value: Value::WaitCancelled {
+                    cancelled: r.cancelled,
+                    revision: r.revision,
+                },
+            },
+            Err(e) => classify(&e),
+        };
+        self.recorder.complete(pending, outcome)
+    }
+
+    pub async fn renew(&self, process: u64, lease: &Tenancy, ttl_ms: u64) -> Outcome {
+        let holder = holder_name(process);
+        let call = Call::Renew {
+            resource: lease.resource.clone(),
+            holder: holder.clone(),
+            lease_id: lease.lease_id.clone(),
+            token: lease.token,
+            ttl_ms,
+        };
+        let pending = self.recorder.invoke(process, call);
+        let request = pb::RenewRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder,
+            fencing_token: lease.token,
+            ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
+            request_id: String::new(),
+        };
+        let outcome = match self.client.renew(request).await {
+            Ok(_) => Outcome::Ok {
+                value: Value::Renewed { token: lease.token },
+            },
+            Err(e) => classify(&e),
+        };
+        self.recorder.complete(pending, outcome)
+    }
+
+    pub async fn release(&self, process: u64, lease: &Tenancy) -> Outcome {
+        let holder = holder_name(process);
+        let call = Call::Release {
+            resource: lease.resource.clone(),
+            holder: holder.clone(),
+            lease_id: lease.lease_id.clone(),
+            token: lease.token,
+        };
+        let pending = self.recorder.invoke(process, call);
+        let request = pb::ReleaseRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder,
+            fencing_token: lease.token,
+            request_id: String::new(),
+        };
+        let outcome = match self.client.release(request).await {
+            Ok(_) => Outcome::Ok {
+                value: Value::Released { token: lease.token },
+            },
+            Err(e) => classify(&e),
+        };
+        self.recorder.complete(pending, outcome)
+    }
+
+    /// `Transfer` of `lease` to client `to`.
+    pub async fn transfer(&self, process: u64, lease: &Tenancy, to: u64) -> Outcome {
+        let holder = holder_name(process);
+        let call = Call::Transfer {
+            resource: lease.resource.clone(),
+            holder: holder.clone(),
+            lease_id: lease.lease_id.clone(),
+            token: lease.token,
+            to_holder: holder_name(to),
+        };
+        let pending = self.recorder.invoke(process, call);
+        let request = pb::TransferRequest {
+            resource: lease.resource.clone(),
+            lease_id: lease.lease_id.clone(),
+            holder,
+            fencing_token: lease.token,
+            to_holder: holder_name(to),
+            ..Default::default()
+        };
+        let outcome = match self.client.transfer(request).await {
+            Ok(r) => match r.lease {
+                Some(new) => Outcome::Ok {
+                    value: Value::Transferred {
+                        token: new.fencing_token,
+                        mode: mode_of(&new),
+                        units: new.units,
+                        lease_id: new.lease_id,
+                    },
+                },
+                None => Outcome::Unknown {
+                    error: "transferred without a lease".into(),
+                },
+            },
+            Err(e) => classify(&e),
+        };
+        self.recorder.complete(pending, outcome)
+    }
+}
