@@ -2,7 +2,9 @@
 //! `lease::State` and builds, installs and serves snapshots.
 //!
 //! Apply is not persisted: the log store keeps `committed`, so a restart loads the newest
-//! snapshot and openraft re-applies the committed tail.
+//! snapshot and openraft re-applies the committed tail. Building a snapshot is `build`.
+
+mod build;
 
 use std::io::SeekFrom;
 use std::path::PathBuf;
@@ -10,8 +12,7 @@ use std::sync::{Arc, LockResult, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
-    AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError,
-    StoredMembership,
+    AnyError, EntryPayload, OptionalSend, StorageError, StorageIOError, StoredMembership,
 };
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
@@ -178,91 +179,6 @@ impl StateMachineStore {
     }
 }
 
-/// Runs `work` on a thread of its own at the lowest CPU priority (nice 19). A snapshot of a
-/// million leases is seconds of CPU; on a busy node it takes what apply, replication and the
-/// RPCs leave, instead of a core's share from them (renew throughput at 1M leases fell by a
-/// third while one was built). Not on tokio's blocking pool: a pool thread keeps its
-/// priority, and the log's fsyncs run there.
-async fn in_the_background<T: Send + 'static>(
-    work: impl FnOnce() -> T + Send + 'static,
-) -> anyhow::Result<T> {
-    let (done, result) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("snapshot".into())
-        .spawn(move || {
-            super::lowest_priority();
-            let _ = done.send(work());
-        })?;
-    Ok(result.await?)
-}
-
-/// Marks a snapshot build in the stats for as long as it lives, failed builds included.
-struct Building<'a>(&'a StorageStats);
-
-impl<'a> Building<'a> {
-    fn start(stats: &'a StorageStats) -> Self {
-        StorageStats::set(&stats.snapshot_building, 1);
-        Building(stats)
-    }
-}
-
-impl Drop for Building<'_> {
-    fn drop(&mut self) {
-        StorageStats::set(&self.0.snapshot_building, 0);
-    }
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let started = std::time::Instant::now();
-        let _building = Building::start(&self.shared.stats);
-        let shared = self.shared.clone();
-        let (meta, file) = in_the_background(move || {
-            // An O(1) copy under the read lock (the state's maps are persistent), then the
-            // encoding and the fsync off it: apply goes on meanwhile, copying only the map
-            // nodes and resources it changes.
-            let (copy, meta) = {
-                let applied = shared.read();
-                let last_applied = applied.last_applied;
-                let index = last_applied.map_or(0, |id| id.index);
-                let term = last_applied.map_or(0, |id| id.leader_id.term);
-                let meta = SnapshotMeta {
-                    last_log_id: last_applied,
-                    last_membership: applied.last_membership.clone(),
-                    snapshot_id: format!("{term}-{index}"),
-                };
-                let stats = &shared.stats;
-                StorageStats::set(
-                    &stats.log_bytes_at_snapshot,
-                    StorageStats::get(&stats.log_bytes),
-                );
-                (applied.state.snapshot_copy(), meta)
-            };
-            let mut writer = Writer::create(&shared.snapshot_dir, meta)?;
-            writer.state(&copy)?;
-            drop(copy);
-            let written = writer.finish()?;
-            let meta = written.meta.clone();
-            let file = written.open()?;
-            shared.keep_if_newer(written)?;
-            anyhow::Ok((meta, file))
-        })
-        .await
-        .map_err(sm_err)?
-        .map_err(sm_err)?;
-        let stats = &self.shared.stats;
-        StorageStats::add(&stats.snapshots_built, 1);
-        StorageStats::set(
-            &stats.last_snapshot_build_micros,
-            started.elapsed().as_micros() as u64,
-        );
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
-        })
-    }
-}
-
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = Self;
 
@@ -407,42 +323,4 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn written(dir: &std::path::Path, index: u64) -> Written {
-        let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
-        let meta = SnapshotMeta {
-            last_log_id: Some(log_id),
-            last_membership: Membership::default(),
-            snapshot_id: format!("1-{index}"),
-        };
-        let mut writer = Writer::create(dir, meta).expect("create");
-        writer.state(&State::default()).expect("encode");
-        writer.finish().expect("finish")
-    }
-
-    #[test]
-    fn a_build_finishing_after_a_newer_install_never_replaces_it() {
-        let dir = tempfile::tempdir().expect("dir");
-        let sm = StateMachineStore::open(dir.path().to_path_buf(), Arc::default()).expect("open");
-        sm.shared
-            .keep_if_newer(written(dir.path(), 20))
-            .expect("install 20");
-        sm.shared
-            .keep_if_newer(written(dir.path(), 10))
-            .expect("late build of 10");
-        let current = sm
-            .shared
-            .current
-            .lock()
-            .expect("lock")
-            .clone()
-            .expect("a snapshot");
-        assert_eq!(current.last_log_id.map(|id| id.index), Some(20));
-        let (on_disk, _, _) = snapshot::newest(dir.path()).expect("load").expect("a file");
-        assert_eq!(on_disk.last_log_id.map(|id| id.index), Some(20));
-        let files = std::fs::read_dir(dir.path()).expect("list").count();
-        assert_eq!(files, 1, "only the newest snapshot file is kept");
-    }
-}
+mod tests;
