@@ -27,8 +27,9 @@ impl Client {
         let inner = &self.inner;
         let first = inner.preferred.load(Ordering::Relaxed);
         let attempts = AtomicUsize::new(0);
-        // What each endpoint last answered, to name them when none answered in time.
-        let seen_errors = std::sync::Mutex::new(vec![None::<String>; inner.channels.len()]);
+        // What each endpoint last answered, to name them when none answered in time; empty
+        // (no allocation) until a call fails.
+        let seen_errors = std::sync::Mutex::new(Vec::<Option<String>>::new());
         let last_errors = &seen_errors;
         let endpoint = |attempt: usize| (first + attempt) % inner.channels.len();
         let attempt = || {
@@ -46,8 +47,9 @@ impl Client {
                 };
                 let result = answer.await;
                 if let Err(status) = &result {
-                    last_errors.lock().unwrap_or_else(|e| e.into_inner())[index] =
-                        Some(tenure_proto::describe(status));
+                    let mut seen = last_errors.lock().unwrap_or_else(|e| e.into_inner());
+                    seen.resize(inner.channels.len(), None);
+                    seen[index] = Some(tenure_proto::describe(status));
                 }
                 self.follow_leader_hint(match &result {
                     Ok(response) => response.metadata(),
@@ -168,6 +170,7 @@ fn name_the_endpoints(error: Error, endpoints: &[String], seen: &[Option<String>
         };
     }
     if seen.iter().all(Option::is_none) {
+        // Also when `seen` is empty: no attempt ended in an error of its own.
         return Error::Status {
             code,
             reason,
