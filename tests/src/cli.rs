@@ -16,9 +16,14 @@ use crate::process::tenure_bin;
 pub const GUARD: Duration = Duration::from_secs(60);
 
 /// The CLI pointed at one cluster's endpoints, or at none.
+#[derive(Clone, Default)]
 pub struct Cli {
     /// `TENURE_ENDPOINTS`, comma-separated; `None` leaves it unset.
     pub endpoints: Option<String>,
+    /// The working directory (`None`: the test's).
+    dir: Option<std::path::PathBuf>,
+    /// Variables set for the run, as a script's `NAME=value tenure …` would.
+    env: Vec<(String, String)>,
 }
 
 /// A finished run.
@@ -40,22 +45,42 @@ impl Cli {
         let addrs: Vec<String> = addrs.into_iter().map(|a| a.as_ref().to_string()).collect();
         Cli {
             endpoints: Some(addrs.join(",")),
+            ..Cli::default()
         }
     }
 
     /// The CLI without endpoints in the environment (flags may give some).
     pub fn offline() -> Cli {
-        Cli { endpoints: None }
+        Cli::default()
     }
 
-    /// `tenure ARGS`, running.
-    pub fn spawn_args(&self, args: &[&str]) -> Running {
+    /// Runs in `dir` (where relative paths in arguments point).
+    pub fn in_dir(mut self, dir: &std::path::Path) -> Cli {
+        self.dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Sets `name` to `value` in the run's environment.
+    pub fn with_env(mut self, name: &str, value: &str) -> Cli {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// `tenure ARGS`, running; stdin open (see [`Running::close_stdin`]).
+    pub fn spawn_args<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Running {
         let mut command = tokio::process::Command::new(tenure_bin());
-        command.args(args).env_remove("TENURE_TOKEN");
+        command
+            .args(args)
+            .env_remove("TENURE_TOKEN")
+            .env_remove("TENURE_CA_CERT");
         match &self.endpoints {
             Some(endpoints) => command.env("TENURE_ENDPOINTS", endpoints),
             None => command.env_remove("TENURE_ENDPOINTS"),
         };
+        if let Some(dir) = &self.dir {
+            command.current_dir(dir);
+        }
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -78,7 +103,7 @@ impl Cli {
     /// `tenure ARGS` with its stdin closed, run to its end.
     pub async fn run_args(&self, args: &[&str]) -> Ran {
         let mut running = self.spawn_args(args);
-        drop(running.child.stdin.take());
+        running.close_stdin();
         running.finish().await
     }
 
@@ -124,20 +149,55 @@ impl Ran {
 }
 
 impl Running {
+    /// Closes its stdin: what it reads from there ends.
+    pub fn close_stdin(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
     /// The next line of its stdout, without the newline.
     pub async fn line(&mut self) -> String {
+        let line = self.next_line().await.expect("a line in time");
+        line.expect("a line before the end of stdout")
+    }
+
+    /// The next line of its stdout, without the newline; `Ok(None)` at its end; `Err` when
+    /// none came within [`GUARD`].
+    pub async fn next_line(&mut self) -> Result<Option<String>, String> {
         let mut line = String::new();
         let read = tokio::time::timeout(GUARD, self.stdout.read_line(&mut line))
             .await
-            .expect("a line in time")
+            .map_err(|_| format!("no line within {GUARD:?}"))?
             .expect("read stdout");
-        assert!(read > 0, "a line before the end of stdout");
+        if read == 0 {
+            return Ok(None);
+        }
         line.truncate(line.trim_end_matches(['\n', '\r']).len());
-        line
+        Ok(Some(line))
+    }
+
+    /// Whether it has exited already, and how.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("poll the child")
+    }
+
+    /// Sends it SIGINT, as Ctrl-C in a terminal would.
+    pub fn interrupt(&self) {
+        let pid = self.child.id().expect("a running child") as i32;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .expect("SIGINT");
     }
 
     /// Waits for its end: the exit code and the output not yet read.
-    pub async fn finish(mut self) -> Ran {
+    pub async fn finish(self) -> Ran {
+        self.end().await.unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// Waits for its end: the exit code and the output not yet read; `Err` when its output
+    /// or its exit did not come within [`GUARD`].
+    pub async fn end(mut self) -> Result<Ran, String> {
         let mut stdout = String::new();
         let mut stderr = String::new();
         let mut err = self.child.stderr.take().expect("stderr");
@@ -148,18 +208,18 @@ impl Running {
             )
         })
         .await
-        .expect("the end of its output in time");
+        .map_err(|_| format!("still writing after {GUARD:?}"))?;
         out_read.expect("read stdout");
         err_read.expect("read stderr");
         let status = tokio::time::timeout(GUARD, self.child.wait())
             .await
-            .expect("exit in time")
+            .map_err(|_| format!("still running after {GUARD:?}"))?
             .expect("wait");
-        Ran {
+        Ok(Ran {
             code: status.code(),
             stdout,
             stderr,
-        }
+        })
     }
 }
 

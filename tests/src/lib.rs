@@ -81,6 +81,44 @@ pub async fn granted(client: &Client, resource: &str, holder: &str, ttl: Duratio
     reply.lease.expect("a granted lease")
 }
 
+/// A watch of `prefix`, from after `start_revision` (0: the retained history first).
+pub async fn watch(
+    client: &Client,
+    prefix: &str,
+    start_revision: u64,
+) -> tonic::Streaming<pb::WatchResponse> {
+    client
+        .watch(pb::WatchRequest {
+            prefix: prefix.into(),
+            start_revision,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+}
+
+/// The next message of a watch that must stay open.
+pub async fn next_message(stream: &mut tonic::Streaming<pb::WatchResponse>) -> pb::WatchResponse {
+    stream
+        .message()
+        .await
+        .expect("a watch message")
+        .expect("the watch stays open")
+}
+
+/// Reads `stream` until an event of `kind`, and returns that event.
+pub async fn next_event(
+    stream: &mut tonic::Streaming<pb::WatchResponse>,
+    kind: pb::EventType,
+) -> pb::HistoryEntry {
+    loop {
+        let message = next_message(stream).await;
+        if let Some(e) = message.events.into_iter().find(|e| e.event == kind as i32) {
+            return e;
+        }
+    }
+}
+
 /// Asserts that a call failed with `code` and the SPEC §3 `reason`.
 #[track_caller]
 pub fn refused<T: std::fmt::Debug>(

@@ -38,17 +38,12 @@
 //!   own cluster whose nodes read it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use tenure_tests::cli::{Cli, Running};
 use tenure_tests::in_process::InProcessCluster;
-use tenure_tests::process::tenure_bin;
 use tenure_tests::ELECTION;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::sync::mpsc;
 
-/// How long one command may take before the test fails instead of hanging.
-const GUARD: Duration = Duration::from_secs(30);
 /// What `…` inside a command's word stands for: long enough for a token (32 bytes or more).
 const FILLER: &str = "0123456789abcdef0123456789ab";
 const VERDICTS: [&str; 10] = [
@@ -678,9 +673,7 @@ fn inline_segments(text: &str) -> Vec<Seg> {
 struct Started {
     command: Command,
     ran_as: String,
-    child: tokio::process::Child,
-    stdout: mpsc::UnboundedReceiver<String>,
-    stderr: tokio::task::JoinHandle<String>,
+    running: Running,
 }
 
 struct Runner {
@@ -777,41 +770,17 @@ impl Runner {
             )
         };
         let endpoints = self.secure.as_ref().map_or(&self.endpoints, |(_, e)| e);
-        let mut process = tokio::process::Command::new(tenure_bin());
-        process
-            .args(args)
-            .current_dir(self.dir.path())
-            .env("TENURE_ENDPOINTS", endpoints)
-            .env_remove("TENURE_TOKEN")
-            .env_remove("TENURE_CA_CERT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        let mut cli = Cli::of([endpoints]).in_dir(self.dir.path());
         for assignment in env {
             let (name, value) = assignment.split_once('=').unwrap_or_default();
-            process.env(name, value);
+            cli = cli.with_env(name, value);
         }
-        let mut child = process.spawn().expect("run tenure");
-        let (tx, stdout) = mpsc::unbounded_channel();
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(line);
-            }
-        });
-        let mut err = child.stderr.take().expect("stderr");
-        let stderr = tokio::spawn(async move {
-            let mut text = String::new();
-            let _ = err.read_to_string(&mut text).await;
-            text
-        });
+        let mut running = cli.spawn_args(&args);
+        running.close_stdin();
         Some(Started {
             command,
             ran_as,
-            child,
-            stdout,
-            stderr,
+            running,
         })
     }
 
@@ -822,41 +791,30 @@ impl Runner {
         if started.command.mode == Mode::Interrupt {
             let shown = started.command.output.len();
             while stdout.len() < shown {
-                match tokio::time::timeout(GUARD, started.stdout.recv()).await {
+                match started.running.next_line().await {
                     Ok(Some(line)) => stdout.push(line),
                     _ => break,
                 }
             }
-            if let Ok(Some(status)) = started.child.try_wait() {
+            if let Some(status) = started.running.exited() {
                 let why = format!("ended by itself ({status}) before Ctrl-C");
                 return self.fail(&started.command, &started.ran_as, why);
             }
-            let pid = started.child.id().expect("a running child") as i32;
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGINT,
-            )
-            .expect("SIGINT");
+            started.running.interrupt();
         }
-        let code = match tokio::time::timeout(GUARD, started.child.wait()).await {
-            Ok(status) => status.expect("wait for tenure").code(),
-            Err(_) => {
-                let why = format!("still running after {GUARD:?}");
-                return self.fail(&started.command, &started.ran_as, why);
-            }
+        let ran = match started.running.end().await {
+            Ok(ran) => ran,
+            Err(why) => return self.fail(&started.command, &started.ran_as, why),
         };
-        while let Some(line) = started.stdout.recv().await {
-            stdout.push(line);
-        }
-        let stderr = started.stderr.await.unwrap_or_default();
         let actual: Vec<String> = stdout
             .iter()
             .map(String::as_str)
-            .chain(stderr.lines())
+            .chain(ran.stdout.lines())
+            .chain(ran.stderr.lines())
             .map(normalize)
             .filter(|line| !line.is_empty())
             .collect();
-        self.check(&started.command, &started.ran_as, code, &actual);
+        self.check(&started.command, &started.ran_as, ran.code, &actual);
     }
 
     fn check(&mut self, command: &Command, ran_as: &str, code: Option<i32>, actual: &[String]) {

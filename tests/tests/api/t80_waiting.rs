@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
-use tenure_tests::{granted, release_request, started};
+use tenure_tests::{granted, next_event, release_request, started};
 
 fn waiting(resource: &str, holder: &str, wait: Duration) -> pb::AcquireRequest {
     pb::AcquireRequest {
@@ -27,23 +27,6 @@ async fn events(client: &Client, resource: &str) -> tonic::Streaming<pb::WatchRe
         })
         .await
         .expect("watch")
-}
-
-/// Waits for the next event of `kind` on the stream.
-async fn next_event(
-    stream: &mut tonic::Streaming<pb::WatchResponse>,
-    kind: pb::EventType,
-) -> pb::HistoryEntry {
-    loop {
-        let message = stream
-            .message()
-            .await
-            .expect("a watch message")
-            .expect("the watch stays open");
-        if let Some(e) = message.events.into_iter().find(|e| e.event == kind as i32) {
-            return e;
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

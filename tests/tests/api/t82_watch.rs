@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
-use tenure_tests::{granted, release_request, started, started_with, ELECTION};
+use tenure_tests::{
+    granted, next_message, release_request, started, started_with, watch, ELECTION,
+};
 
 /// Acquires and releases `resource` as `holder`: two events.
 async fn cycle(client: &Client, resource: &str, holder: &str) {
@@ -54,31 +56,12 @@ async fn until(
 ) -> Vec<(u64, String, u32, i32)> {
     let mut seen = Vec::new();
     loop {
-        let message = stream
-            .message()
-            .await
-            .expect("a watch message")
-            .expect("the watch stays open");
+        let message = next_message(stream).await;
         seen.extend(message.events.iter().map(key));
         if message.revision >= through {
             return seen;
         }
     }
-}
-
-async fn watch(
-    client: &Client,
-    prefix: &str,
-    start_revision: u64,
-) -> tonic::Streaming<pb::WatchResponse> {
-    client
-        .watch(pb::WatchRequest {
-            prefix: prefix.into(),
-            start_revision,
-            ..Default::default()
-        })
-        .await
-        .expect("watch")
 }
 
 async fn applied(client: &Client) -> u64 {

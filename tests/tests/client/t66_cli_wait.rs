@@ -234,7 +234,7 @@ async fn elect_runs_the_command_while_leading_and_the_next_candidate_after_it() 
     assert_eq!(status["waiters"][0]["holder"], "e2", "{status}");
 
     // The first command ends (its stdin closes): tenure resigns and exits with its code.
-    drop(first.child.stdin.take());
+    first.close_stdin();
     let ended = first.finish().await.exits(3);
     assert!(ended.stderr.contains("e1 resigned"), "{}", ended.stderr);
     let second_token = leading_token(&second.line().await);

@@ -6,3 +6,10 @@ mod t70_auth;
 mod t71_gate;
 mod t92_tls;
 mod t98_quotas;
+
+use tenure_client::Client;
+
+/// `client`, calling as the principal of `token`.
+fn as_(client: &Client, token: &str) -> Client {
+    client.with_token(token).expect("an ASCII token")
+}

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::as_;
 use tenure_client::{pb, Client};
 use tenure_tests::cli::Cli;
 use tenure_tests::{
@@ -13,10 +14,6 @@ use tenure_tests::{
 use tonic::Code;
 
 const TTL: Duration = Duration::from_secs(60);
-
-fn as_(client: &Client, token: &str) -> Client {
-    client.with_token(token).expect("an ASCII token")
-}
 
 fn registered(name: &str, transferable: bool) -> pb::CreateResourceRequest {
     pb::CreateResourceRequest {

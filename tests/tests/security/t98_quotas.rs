@@ -4,15 +4,12 @@
 
 use std::time::Duration;
 
-use tenure_client::{pb, Client};
+use crate::as_;
+use tenure_client::pb;
 use tenure_tests::{acquire_request, granted, ids, refused, secure, ADMIN, ALICE, BOB};
 use tonic::Code;
 
 const TTL: Duration = Duration::from_secs(60);
-
-fn as_(client: &Client, token: &str) -> Client {
-    client.with_token(token).expect("an ASCII token")
-}
 
 fn set(principal: &str, quota: &str, limit: u64) -> pb::SetQuotaRequest {
     pb::SetQuotaRequest {

@@ -355,6 +355,16 @@ pub(super) fn shared_policy(modes: &[Mode], total_units: u64) -> Policy {
 }
 
 #[track_caller]
+/// A policy whose reclaims close the resource for `lock_delay_ms`, reclaiming as soon as a
+/// lease's ttl ends (no renewal grace).
+pub(super) fn lock_delay_policy(lock_delay_ms: u64) -> Policy {
+    Policy {
+        lock_delay_ms,
+        renewal_grace_ms: 0,
+        ..Policy::registered()
+    }
+}
+
 pub(super) fn granted(reply: &Reply) -> LeaseView {
     match reply {
         Reply::Acquire(outcome) if outcome.granted => {

@@ -231,14 +231,7 @@ fn s4_4_without_grace_a_lease_is_reclaimed_at_its_expiry() {
 #[test]
 fn s4_4_after_a_reclaim_acquires_answer_lock_delay_until_the_delay_passes() {
     let mut log = Log::new();
-    log.register(
-        "r",
-        Policy {
-            lock_delay_ms: 3_000,
-            renewal_grace_ms: 0,
-            ..Policy::registered()
-        },
-    );
+    log.register("r", lock_delay_policy(3_000));
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 2_000)));
     log.elapse(2_000);
     log.tick(); // reclaims at lease time 2 000: closed until 5 000

@@ -272,14 +272,7 @@ fn s4_7_a_retried_wait_rejoins_its_place_and_a_retried_request_learns_the_outcom
 #[test]
 fn s4_4_a_lock_delay_keeps_waiters_out_until_the_entry_that_ends_it() {
     let mut log = Log::new();
-    log.register(
-        "r",
-        Policy {
-            lock_delay_ms: 5_000,
-            renewal_grace_ms: 0,
-            ..Policy::registered()
-        },
-    );
+    log.register("r", lock_delay_policy(5_000));
     granted(&log.acquire(ALICE, acq_ttl("r", "a", 1_000)));
     queued(&log.acquire(BOB, wait("r", "b", 60_000)));
     log.elapse(1_000);
