@@ -3,8 +3,8 @@
 #   jepsen/bench.sh                       # every workload at 1, 16 and 64 clients, both systems
 #   jepsen/bench.sh --scale 1000,100000,1000000   # and the scale run (Tenure)
 # Arguments go to `tenure-jepsen bench` (`--help` lists them). Installs Debian's etcd-server
-# when etcd is missing, builds release binaries, prints the Markdown table and writes it,
-# with the raw numbers, to bench-runs/<unix time>/.
+# when etcd is missing, builds release binaries (tenured only without $TENURED_BIN), prints
+# the Markdown table and writes it, with the raw numbers, to bench-runs/<unix time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +34,7 @@ fi
 # BENCH_PROFILE=dev builds unoptimised binaries (CI's smoke run); numbers need release.
 profile=${BENCH_PROFILE:-release}
 dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
-cargo build --profile "$profile" -p tenure-node --bin tenured
+# TENURED_BIN (read by `tenure-jepsen bench`) names a tenured already built; else build one.
+[ -n "${TENURED_BIN:-}" ] || cargo build --profile "$profile" -p tenure-node --bin tenured
 cargo build --profile "$profile" -p tenure-jepsen --features etcd --bin tenure-jepsen
 exec "target/$dir/tenure-jepsen" bench "$@"
