@@ -8,6 +8,7 @@ pub mod checker;
 pub mod history;
 pub mod hosts;
 pub mod nemesis;
+pub mod power;
 pub mod procs;
 pub mod report;
 pub mod run;
