@@ -25,9 +25,16 @@ pub enum Command {
         nodes: u64,
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         time_limit: Duration,
-        /// Comma-separated: partition, kill, pause, clock, loss, member (empty: none).
+        /// Comma-separated: partition, kill, pause, clock, loss, member, power (empty: none).
+        /// `power` puts each node's data directory on a FUSE filesystem that forgets what was
+        /// not synced, and cuts the power of one node, a minority or all at once.
         #[arg(long, default_value = "partition,kill,pause,clock,loss,member")]
         nemesis: String,
+        /// What a power cut keeps of the writes not synced, one drawn per cut: drop (nothing),
+        /// tear (a prefix of each file's, the last torn at a 512-byte boundary), reorder (any
+        /// subset).
+        #[arg(long, default_value = "drop,tear,reorder")]
+        power_modes: String,
         /// Seed of the fault schedule and the clients' choices (default: random, printed).
         #[arg(long)]
         seed: Option<u64>,
@@ -57,10 +64,14 @@ pub enum Command {
         /// A run with fewer waits admitted from the waiting room fails.
         #[arg(long, default_value_t = 0)]
         min_admissions: usize,
+        /// A run with fewer power cuts of a majority of the nodes at once fails.
+        #[arg(long, default_value_t = 0)]
+        min_majority_power_cuts: usize,
         /// Largest clock-rate change the clock nemesis injects (0.02 = 2 %).
         #[arg(long, default_value_t = 0.02)]
         clock_epsilon: f64,
-        /// Deliberately broken node: `stale-reads` serves linearizable reads from local state.
+        /// Deliberately broken node: `stale-reads` serves linearizable reads from local state;
+        /// `fsync-lies` acknowledges log appends without syncing them.
         #[arg(long)]
         broken: Option<String>,
         /// The tenured binary (default: next to this one; needs feature fault-injection).

@@ -18,6 +18,7 @@ use tenure_jepsen::bench::{self, cluster::System, BenchOptions, Workload};
 use tenure_jepsen::checker::{self, CheckParams};
 use tenure_jepsen::history::History;
 use tenure_jepsen::nemesis::Fault;
+use tenure_jepsen::power::CutMode;
 use tenure_jepsen::run::{run_test, TestOptions};
 use tenure_jepsen::workload::{Kind, WorkloadConfig};
 use tenure_jepsen::{hosts, report};
@@ -176,6 +177,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Teardown => {
             hosts::teardown_leftovers()?;
+            for mountpoint in tenure_jepsen::power::unmount_leftovers()? {
+                println!("unmounted {}", mountpoint.display());
+            }
             println!("no leftovers");
             Ok(ExitCode::SUCCESS)
         }
@@ -217,7 +221,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             min_grants,
             min_leader_changes,
             min_admissions,
+            min_majority_power_cuts,
             clock_epsilon,
+            power_modes,
             broken,
             bin,
             secure,
@@ -240,8 +246,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let node_args = match broken.as_deref() {
                 None => vec![],
                 Some("stale-reads") => vec!["--fi-stale-reads".to_string()],
-                Some(other) => anyhow::bail!("unknown --broken mode `{other}` (stale-reads)"),
+                Some("fsync-lies") => vec!["--fi-ack-before-sync".to_string()],
+                Some(other) => {
+                    anyhow::bail!("unknown --broken mode `{other}` (stale-reads, fsync-lies)")
+                }
             };
+            let power_modes = power_modes
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| CutMode::parse(s.trim()))
+                .collect::<Result<Vec<_>, _>>()?;
             let out_dir = out.unwrap_or_else(|| PathBuf::from(format!("jepsen-runs/seed-{seed}")));
             println!(
                 "tenure-jepsen: seed {seed}; output in {}",
@@ -267,6 +281,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 secure,
                 bin,
                 clock_epsilon,
+                power_modes,
+                min_majority_power_cuts,
             };
             let (history, check, verdict) = run_test(&options)?;
             let summary = report::write_all(&out_dir, &history, &check)?;
@@ -274,7 +290,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for problem in &verdict.problems {
                 println!("FAIL: {problem}");
             }
-            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --watchers {watchers} --seed {seed}{}", humantime::format_duration(time_limit), if secure { " --secure" } else { "" });
+            let mut extra = String::new();
+            if options.faults.contains(&Fault::Power) {
+                let modes: Vec<&str> = options.power_modes.iter().map(|m| m.name()).collect();
+                extra.push_str(&format!(" --power-modes {}", modes.join(",")));
+            }
+            if let Some(broken) = &broken {
+                extra.push_str(&format!(" --broken {broken}"));
+            }
+            if secure {
+                extra.push_str(" --secure");
+            }
+            println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --watchers {watchers} --seed {seed}{extra}", humantime::format_duration(time_limit));
             println!("report: {}", out_dir.join("report.html").display());
             Ok(if check.ok() && verdict.ok() {
                 ExitCode::SUCCESS

@@ -1,49 +1,127 @@
 //! The harness must fail when it should: a node told to serve linearizable reads from its
 //! local state (`--fi-stale-reads`, fault-injection builds only) is caught within a short
-//! partitioned run. Needs root and `ip netns`; elsewhere it prints a note and passes.
+//! partitioned run, and nodes that acknowledge log appends without fdatasync
+//! (`--fi-ack-before-sync`) within a short run of power cuts. Needs root and `ip netns`;
+//! elsewhere it prints a note and passes.
 
 use std::time::Duration;
 
+use tenure_jepsen::checker::CheckReport;
+use tenure_jepsen::history::History;
 use tenure_jepsen::nemesis::Fault;
-use tenure_jepsen::run::{run_test, TestOptions};
-use tenure_jepsen::workload::WorkloadConfig;
+use tenure_jepsen::power::CutMode;
+use tenure_jepsen::run::{run_test, RunVerdict, TestOptions};
+use tenure_jepsen::workload::{Kind, WorkloadConfig};
 
 mod common;
 use common::SERIAL;
 
-#[test]
-fn a_node_serving_stale_reads_is_caught() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    skip_unless_supported!("a_node_serving_stale_reads_is_caught");
+/// A short plain run of nodes started with `broken` under `faults`, or None where these tests
+/// cannot run (the note says why).
+fn run_broken(
+    test: &str,
+    broken: &str,
+    faults: Vec<Fault>,
+    seed: u64,
+    time_limit: Duration,
+    workload: WorkloadConfig,
+) -> Option<(History, CheckReport, RunVerdict)> {
+    if let Some(why) = common::unsupported() {
+        eprintln!("note: skipping {test}: {why}");
+        return None;
+    }
     let Ok(bin) = tenure_jepsen::procs::tenured_bin() else {
-        eprintln!("note: skipping: no tenured binary (cargo build --bin tenured --features tenure-node/fault-injection)");
-        return;
+        eprintln!("note: skipping {test}: no tenured binary (cargo build --bin tenured --features tenure-node/fault-injection)");
+        return None;
     };
     let out = tempfile::tempdir().expect("temp dir");
+    let power = faults.contains(&Fault::Power);
     let options = TestOptions {
         nodes: 3,
-        time_limit: Duration::from_secs(25),
-        faults: vec![Fault::Partition],
-        seed: 2,
-        workload: WorkloadConfig::default(),
+        time_limit,
+        faults,
+        seed,
+        workload,
         out_dir: out.path().to_path_buf(),
         min_grants: 0,
         min_leader_changes: 0,
         min_admissions: 0,
-        node_args: vec!["--fi-stale-reads".into()],
+        node_args: vec![broken.into()],
         secure: false,
         bin: Some(bin),
         clock_epsilon: 0.02,
+        power_modes: vec![CutMode::Drop],
+        min_majority_power_cuts: usize::from(power),
     };
-    let (history, check, _) = run_test(&options).expect("the run itself works");
-    assert!(!history.ops.is_empty());
+    let ran = run_test(&options).expect("the run itself works");
+    assert!(!ran.0.ops.is_empty());
+    assert!(
+        common::namespaces().is_empty(),
+        "the run left namespaces behind"
+    );
+    Some(ran)
+}
+
+#[test]
+fn a_node_serving_stale_reads_is_caught() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((_, check, _)) = run_broken(
+        "a_node_serving_stale_reads_is_caught",
+        "--fi-stale-reads",
+        vec![Fault::Partition],
+        2,
+        Duration::from_secs(25),
+        WorkloadConfig::default(),
+    ) else {
+        return;
+    };
     assert!(
         check.anomalies.iter().any(|a| a.kind == "nonlinearizable"),
         "stale reads went unnoticed: {:?}",
         check.anomalies
     );
+}
+
+/// Anomalies that show acknowledged log entries lost: grants forgotten, tokens issued again.
+const LOST_WRITES: [&str; 5] = [
+    "nonlinearizable",
+    "overlapping_tenures",
+    "token_not_increasing",
+    "unexpected_value",
+    "node_would_not_start",
+];
+
+#[test]
+fn nodes_whose_fsync_lies_are_caught_by_power_cuts() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((_, check, verdict)) = run_broken(
+        "nodes_whose_fsync_lies_are_caught_by_power_cuts",
+        "--fi-ack-before-sync",
+        vec![Fault::Power],
+        3,
+        Duration::from_secs(20),
+        // Few resources: a cluster that lost acknowledged entries may have no leader after
+        // the run, and each resource's final reads then wait out their deadlines.
+        WorkloadConfig {
+            resources: 2,
+            kinds: vec![Kind::Exclusive],
+            watchers: 0,
+            ..WorkloadConfig::default()
+        },
+    ) else {
+        return;
+    };
     assert!(
-        common::namespaces().is_empty(),
-        "the run left namespaces behind"
+        !verdict.problems.iter().any(|p| p.contains("power cuts")),
+        "the run cut the power of a majority: {:?}",
+        verdict.problems
+    );
+    assert!(
+        check
+            .anomalies
+            .iter()
+            .any(|a| LOST_WRITES.contains(&a.kind.as_str())),
+        "acknowledged appends lost to a power cut went unnoticed: {:?}",
+        check.anomalies
     );
 }

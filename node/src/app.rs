@@ -61,7 +61,11 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
 pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Running> {
     config.validate()?;
     let stats = Arc::new(StorageStats::default());
-    let log_store = LogStore::open(&config.data_dir.join("raft"), stats.clone())?;
+    let log_store = LogStore::open_with(
+        &config.data_dir.join("raft"),
+        stats.clone(),
+        config.skips_log_sync(),
+    )?;
     let sm = StateMachineStore::open(config.data_dir.join("snapshots"), stats)?;
     let shared = sm.shared.clone();
     let auth = match &config.token_file {
@@ -109,6 +113,11 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         auth,
         config_digest,
     ));
+    if config.skips_log_sync() {
+        tracing::error!(
+            "fault injection: DELIBERATELY BROKEN: log appends are acknowledged without fdatasync"
+        );
+    }
     if config.breaks_linearizable_reads() {
         tracing::error!(
             "fault injection: DELIBERATELY BROKEN: linearizable reads are served from local state"

@@ -133,7 +133,7 @@ pub struct Anomaly {
     /// `cancel_revision_wrong`; the
     /// watches' `watch_gap`, `watch_duplicate`, `watch_out_of_order`, `watch_unknown_event`,
     /// `watch_dishonest_compaction`; the quotas' `quota_refused_below_limit`,
-    /// `quota_limit_mismatch`.
+    /// `quota_limit_mismatch`; `node_would_not_start` (after a power cut).
     pub kind: String,
     pub resource: String,
     pub message: String,
@@ -238,6 +238,20 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
     let (found, quota) = quota::check(history, t0);
     report.anomalies.extend(found);
     report.quota = quota;
+    // A node that does not come back after a power cut is a failure of its own, whatever
+    // the clients saw meanwhile.
+    report.anomalies.extend(
+        history
+            .nemesis
+            .iter()
+            .filter(|e| e.kind == crate::nemesis::START_FAILED)
+            .map(|e| Anomaly {
+                kind: "node_would_not_start".into(),
+                resource: String::new(),
+                message: e.detail.clone(),
+                ops: Vec::new(),
+            }),
+    );
     for anomaly in &mut report.anomalies {
         anomaly.ops.sort_unstable();
         anomaly.ops.dedup();

@@ -95,6 +95,31 @@ pub struct NemesisEvent {
     pub start_ns: Nanos,
     /// When the fault was healed (None: an instantaneous event or never healed).
     pub end_ns: Option<Nanos>,
+    /// A power cut's figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<PowerCut>,
+}
+
+/// What one power cut did (`crate::power`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PowerCut {
+    /// The host slots that lost power.
+    pub nodes: Vec<u64>,
+    /// How many nodes the cluster has.
+    pub of: u64,
+    /// `drop`, `tear` or `reorder`.
+    pub mode: String,
+    pub dropped_bytes: u64,
+    pub kept_bytes: u64,
+    /// Creations, removals and renames undone.
+    pub undone: u64,
+}
+
+impl PowerCut {
+    /// Whether a majority of the nodes lost power at once.
+    pub fn majority(&self) -> bool {
+        self.nodes.len() as u64 * 2 > self.of
+    }
 }
 
 /// One line of a history file.

@@ -80,6 +80,7 @@ fn a_history_round_trips_through_json_lines() {
             detail: "n1".into(),
             start_ns: 15,
             end_ns: Some(30),
+            power: None,
         }],
         leaders: vec![(12, 1, 2)],
         resources: [(

@@ -12,7 +12,6 @@ mod faults;
 mod namespace;
 mod tools;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -137,10 +136,6 @@ impl Hosts {
 
     pub fn nodes(&self) -> u64 {
         self.nodes
-    }
-
-    pub(crate) fn ip_bin(&self) -> &Path {
-        &self.tools.ip
     }
 
     fn check(&self, id: u64) -> Result<()> {

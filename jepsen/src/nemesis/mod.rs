@@ -1,8 +1,12 @@
 //! Faults on a schedule drawn from the seed: partitions (random halves, the leader alone, a
 //! bridge), kill -9 and restart, SIGSTOP of the leader past the election timeout, clock rate
 //! changes and steps through the nodes' fault-injection clock control, random packet loss,
-//! and membership changes: a member (the leader half the time) removed, its disk wiped and
-//! the host rejoining under a new Raft id, or leadership handed to another voter.
+//! membership changes: a member (the leader half the time) removed, its disk wiped and
+//! the host rejoining under a new Raft id, or leadership handed to another voter; and power
+//! cuts that lose what the nodes had not synced.
+//!
+//! The schedule deals the faults like cards: each once, in an order drawn from the seed, then
+//! again, so a short run sees every fault it names.
 //!
 //! Faults name host slots 1..=n; after a replacement a slot's Raft id differs from its number
 //! (`Procs::raft_id`), so the leader a node names is mapped back to its slot.
@@ -13,21 +17,24 @@ mod loss;
 mod member;
 mod partition;
 mod pause;
+mod power;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
-use rand::seq::IndexedRandom;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tenure_client::Client;
 use tokio::time::Instant;
 
-use crate::history::NemesisEvent;
+use crate::history::{NemesisEvent, PowerCut};
 use crate::hosts::Hosts;
+use crate::power::CutMode;
 use crate::procs::Procs;
 use crate::secure::Connect;
 pub use clock::set_clock;
+pub use power::START_FAILED;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -37,6 +44,7 @@ pub enum Fault {
     Clock,
     Loss,
     Member,
+    Power,
 }
 
 impl Fault {
@@ -48,9 +56,10 @@ impl Fault {
             "clock" => Fault::Clock,
             "loss" => Fault::Loss,
             "member" => Fault::Member,
+            "power" => Fault::Power,
             other => {
                 anyhow::bail!(
-                    "unknown nemesis `{other}` (partition, kill, pause, clock, loss, member)"
+                    "unknown nemesis `{other}` (partition, kill, pause, clock, loss, member, power)"
                 )
             }
         })
@@ -64,6 +73,7 @@ impl Fault {
             Fault::Clock => "clock",
             Fault::Loss => "loss",
             Fault::Member => "member",
+            Fault::Power => "power",
         }
     }
 }
@@ -86,6 +96,11 @@ pub struct Nemesis {
     pub per_node: Vec<Client>,
     pub connect: Connect,
     pub events: Arc<Mutex<Vec<NemesisEvent>>>,
+    /// What a power cut keeps of unsynced writes, one drawn per cut.
+    pub power_modes: Vec<CutMode>,
+    power_cuts: u64,
+    /// The faults still to deal in this round of the schedule.
+    deck: Vec<Fault>,
     rng: SmallRng,
     /// The Raft id the next replacement member gets.
     next_id: u64,
@@ -117,6 +132,7 @@ impl Nemesis {
         targets: Targets,
         faults: Vec<Fault>,
         clock_epsilon: f64,
+        power_modes: Vec<CutMode>,
         seed: u64,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
@@ -130,6 +146,9 @@ impl Nemesis {
             faults,
             clock_epsilon,
             events: Arc::new(Mutex::new(Vec::new())),
+            power_modes,
+            power_cuts: 0,
+            deck: Vec::new(),
             rng: SmallRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
             next_id: nodes + 1,
             stop,
@@ -150,12 +169,26 @@ impl Nemesis {
     }
 
     fn record(&self, kind: &str, detail: String, start_ns: u64, end_ns: Option<u64>) {
-        let event = NemesisEvent {
+        self.record_event(NemesisEvent {
             kind: kind.into(),
             detail,
             start_ns,
             end_ns,
-        };
+            power: None,
+        });
+    }
+
+    fn record_power(&self, detail: String, start_ns: u64, power: PowerCut) {
+        self.record_event(NemesisEvent {
+            kind: "power".into(),
+            detail,
+            start_ns,
+            end_ns: Some(crate::history::now_ns()),
+            power: Some(power),
+        });
+    }
+
+    fn record_event(&self, event: NemesisEvent) {
         tracing::info!(?event, "nemesis");
         self.events
             .lock()
@@ -178,10 +211,7 @@ impl Nemesis {
             && !self.stopped()
             && Instant::now() + Duration::from_secs(4) < deadline
         {
-            let fault = *self
-                .faults
-                .choose(&mut self.rng)
-                .unwrap_or(&Fault::Partition);
+            let fault = self.deal();
             let hold = Duration::from_millis(self.rng.random_range(1_500..5_000));
             if let Err(e) = self.inject(fault, hold).await {
                 tracing::warn!(fault = fault.name(), "nemesis failed: {e:#}");
@@ -194,6 +224,16 @@ impl Nemesis {
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// The next fault: the next card of this round, each fault once per round in an order
+    /// drawn from the seed.
+    fn deal(&mut self) -> Fault {
+        if self.deck.is_empty() {
+            self.deck = self.faults.clone();
+            self.deck.shuffle(&mut self.rng);
+        }
+        self.deck.pop().unwrap_or(Fault::Partition)
+    }
+
     async fn inject(&mut self, fault: Fault, hold: Duration) -> anyhow::Result<()> {
         let nodes: Vec<u64> = (1..=self.nodes).collect();
         match fault {
@@ -203,6 +243,7 @@ impl Nemesis {
             Fault::Clock => self.clock(nodes, hold).await?,
             Fault::Member => self.change_member().await?,
             Fault::Loss => self.loss(nodes, hold).await?,
+            Fault::Power => self.power(nodes, hold).await?,
         }
         Ok(())
     }
@@ -230,6 +271,11 @@ impl Nemesis {
             };
             if let Err(e) = result {
                 tracing::warn!(node, "heal process: {e:#}");
+                if self.faults.contains(&Fault::Power) {
+                    let now = crate::history::now_ns();
+                    let detail = format!("n{node} would not start at the end of the run: {e:#}");
+                    self.record(START_FAILED, detail, now, Some(now));
+                }
             }
             if self.faults.contains(&Fault::Clock) {
                 let _ = set_clock(&self.connect, &self.endpoint(node), 0, 0).await;

@@ -42,7 +42,7 @@ pub fn tenured_bin() -> Result<PathBuf> {
 /// harness; `tenured` or `etcd` on loopback for the benchmarks).
 pub struct Launcher {
     pub nodes: u64,
-    /// The binary each process ends up as (after a wrapper like `ip netns exec` execs it).
+    /// The binary each process ends up as (after a wrapper like `nsenter` execs it).
     pub bin: PathBuf,
     /// Node `id`'s data lives in `<data_root>/nN`, its output goes to `<data_root>/nN.log`.
     pub data_root: PathBuf,
@@ -70,7 +70,6 @@ impl Launcher {
         let addrs: Vec<String> = (1..=nodes)
             .map(|n| format!("{}:{PORT}", node_ip(n)))
             .collect();
-        let ip = hosts.ip_bin().to_path_buf();
         let tenured = Arc::new(tenured_command(
             bin.clone(),
             data_root.clone(),
@@ -78,24 +77,31 @@ impl Launcher {
             extra_args,
         ));
         let rejoining = tenured.clone();
-        let rejoin_ip = ip.clone();
         Ok(Launcher {
             nodes,
             bin,
             data_root,
-            command: Box::new(move |id| in_namespace(&ip, id, tenured(id, None))),
+            command: Box::new(move |id| in_namespace(id, tenured(id, None))),
             rejoin: Some(Box::new(move |slot, raft_id| {
-                in_namespace(&rejoin_ip, slot, rejoining(slot, Some(raft_id)))
+                in_namespace(slot, rejoining(slot, Some(raft_id)))
             })),
             endpoints: addrs,
         })
     }
 }
 
-/// `inner` run inside host `slot`'s network namespace.
-fn in_namespace(ip: &Path, slot: u64, inner: Command) -> Command {
-    let mut cmd = Command::new(ip);
-    cmd.args(["netns", "exec", &node_namespace(slot)]);
+/// `inner` run inside host `slot`'s network namespace, by `nsenter`, which enters that
+/// namespace and execs `inner` in place. Only the network namespace: unlike `ip netns exec`,
+/// which also gives the process a copy of the harness's mounts, so that a data directory
+/// the power nemesis unmounts (and mounts again) stays mounted there.
+fn in_namespace(slot: u64, inner: Command) -> Command {
+    let nsenter = ["/usr/bin/nsenter", "/bin/nsenter"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .unwrap_or("nsenter");
+    let mut cmd = Command::new(nsenter);
+    cmd.arg(format!("--net=/run/netns/{}", node_namespace(slot)))
+        .arg("--");
     cmd.arg(inner.get_program()).args(inner.get_args());
     for (key, value) in inner.get_envs() {
         match value {

@@ -1,8 +1,9 @@
 //! `tenured` processes on the namespace hosts: start, kill -9, restart on the same data dir,
 //! pause (SIGSTOP) and resume (SIGCONT). Dropping [`Procs`] SIGKILLs and reaps every node.
 //!
-//! Each node runs as `ip netns exec t-nN tenured …`; `ip netns exec` execs in place, so the
-//! child's pid is tenured's own pid once the exec happened ([`Procs::start`] waits for it).
+//! Each node runs as `nsenter --net=/run/netns/t-nN -- tenured …`; `nsenter` execs in place,
+//! so the child's pid is tenured's own pid once the exec happened ([`Procs::start`] waits for
+//! it). With power cuts on, each node's data directory is a forgetting disk's mount.
 
 mod launcher;
 mod procfs;
@@ -17,6 +18,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::hosts::Hosts;
+use crate::power::{CutMode, CutStats, PowerDisk};
 use launcher::BUILD_HINT;
 pub use launcher::{tenured_bin, tenured_command, Launcher, PORT};
 use procfs::listens;
@@ -29,29 +31,38 @@ struct Node {
     raft_id: Option<u64>,
 }
 
-/// The processes of one cluster (a guard). Dropping it SIGKILLs and reaps every node.
+/// The processes of one cluster (a guard). Dropping it SIGKILLs and reaps every node, then
+/// unmounts their disks.
 pub struct Procs {
     launcher: Launcher,
     /// Index `id - 1`.
     nodes: Vec<Node>,
+    /// With power cuts on: node `id`'s data directory on a forgetting disk kept in
+    /// `<data_root>/nN.disk`, index `id - 1`. Empty otherwise.
+    disks: Vec<PowerDisk>,
 }
 
 impl Procs {
-    /// Starts `tenured` nodes `1..=nodes` on the namespace hosts (see [`Launcher::namespaced`]).
+    /// Starts `tenured` nodes `1..=nodes` on the namespace hosts (see [`Launcher::namespaced`]),
+    /// each on a forgetting disk if `power` (see [`Procs::power_cut`]).
     pub fn start(
         hosts: &Hosts,
         bin: PathBuf,
         nodes: u64,
         data_root: PathBuf,
         extra_args: Vec<String>,
+        power: bool,
     ) -> Result<Procs> {
-        Procs::launch(Launcher::namespaced(
-            hosts, bin, nodes, data_root, extra_args,
-        )?)
+        let launcher = Launcher::namespaced(hosts, bin, nodes, data_root, extra_args)?;
+        Procs::launch_with(launcher, power)
     }
 
     /// Starts every node of `launcher`.
     pub fn launch(launcher: Launcher) -> Result<Procs> {
+        Procs::launch_with(launcher, false)
+    }
+
+    fn launch_with(launcher: Launcher, power: bool) -> Result<Procs> {
         if !launcher.bin.is_file() {
             bail!("no binary at {}; {BUILD_HINT}", launcher.bin.display());
         }
@@ -65,8 +76,15 @@ impl Procs {
                     raft_id: None,
                 })
                 .collect(),
+            disks: Vec::new(),
             launcher,
         };
+        if power {
+            for id in 1..=procs.nodes.len() as u64 {
+                let disk = PowerDisk::mount(&procs.disk_path(id), &procs.data_path(id))?;
+                procs.disks.push(disk);
+            }
+        }
         // On failure `procs` drops here and kills the nodes already started.
         for id in 1..=procs.nodes.len() as u64 {
             procs.spawn(id)?;
@@ -197,12 +215,47 @@ impl Procs {
             bail!("this cluster cannot start a node that joins");
         }
         self.kill9(id)?;
-        let data = self.launcher.data_root.join(format!("n{id}"));
-        if data.exists() {
-            std::fs::remove_dir_all(&data).with_context(|| format!("wiping {}", data.display()))?;
+        if let Some(disk) = self.disks.get_mut((id - 1) as usize) {
+            disk.wipe()?;
+        } else {
+            let data = self.data_path(id);
+            if data.exists() {
+                std::fs::remove_dir_all(&data)
+                    .with_context(|| format!("wiping {}", data.display()))?;
+            }
         }
         self.node(id)?.raft_id = Some(raft_id);
         self.spawn(id)
+    }
+
+    /// The power cut of node `id` (started with power on): SIGKILL, then what its disk had
+    /// not made durable is lost by `mode`. Restart it with [`Procs::restart`].
+    pub fn power_cut(
+        &mut self,
+        id: u64,
+        mode: CutMode,
+        rng: &mut impl rand::Rng,
+    ) -> Result<CutStats> {
+        self.kill9(id)?;
+        let Some(disk) = self.disks.get_mut(id.wrapping_sub(1) as usize) else {
+            bail!("node {id} has no forgetting disk (the run was started without power cuts)");
+        };
+        disk.cut(mode, rng)
+    }
+
+    /// Bytes node `id` has written and not synced (0 without power cuts).
+    pub fn unsynced_bytes(&self, id: u64) -> u64 {
+        self.disks
+            .get(id.wrapping_sub(1) as usize)
+            .map_or(0, PowerDisk::unsynced_bytes)
+    }
+
+    fn data_path(&self, id: u64) -> PathBuf {
+        self.launcher.data_root.join(format!("n{id}"))
+    }
+
+    fn disk_path(&self, id: u64) -> PathBuf {
+        self.launcher.data_root.join(format!("n{id}.disk"))
     }
 
     /// The Raft id of the member on host slot `id`.

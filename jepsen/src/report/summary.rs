@@ -127,6 +127,8 @@ pub struct Summary {
     /// Distinct `(node, term)` leaders observed, minus the first.
     pub leader_changes: usize,
     pub nemesis_events: BTreeMap<String, usize>,
+    /// What the power cuts did, all together.
+    pub power: PowerTotals,
     pub anomalies: BTreeMap<String, usize>,
     pub anomaly_count: usize,
     pub resources_checked: usize,
@@ -257,6 +259,31 @@ fn grants_and_releases(
 }
 
 /// The numbers of a run and of its check.
+/// The power cuts of a run, added up.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PowerTotals {
+    pub cuts: usize,
+    /// Cuts of a majority of the nodes at once.
+    pub majority_cuts: usize,
+    pub dropped_bytes: u64,
+    pub kept_bytes: u64,
+    pub undone: u64,
+}
+
+impl PowerTotals {
+    fn of(history: &History) -> PowerTotals {
+        let mut totals = PowerTotals::default();
+        for cut in history.nemesis.iter().filter_map(|e| e.power.as_ref()) {
+            totals.cuts += 1;
+            totals.majority_cuts += usize::from(cut.majority());
+            totals.dropped_bytes += cut.dropped_bytes;
+            totals.kept_bytes += cut.kept_bytes;
+            totals.undone += cut.undone;
+        }
+        totals
+    }
+}
+
 pub fn summarize(history: &History, check: &CheckReport) -> Summary {
     let span = Span::of(history);
     let mut calls = Calls::default();
@@ -338,6 +365,7 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         tenures_ended_by_expiry: expired,
         leader_changes: distinct_leaders(history).len().saturating_sub(1),
         nemesis_events,
+        power: PowerTotals::of(history),
         anomalies,
         anomaly_count: check.anomalies.len(),
         resources_checked: check.resources_checked,

@@ -76,6 +76,18 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
         s.leader_changes,
         counts(&s.nemesis_events)
     );
+    if s.power.cuts > 0 {
+        let p = &s.power;
+        w!(
+            out,
+            "power cuts {} ({} of a majority): {} unsynced bytes dropped, {} kept, {} name changes undone\n",
+            p.cuts,
+            p.majority_cuts,
+            p.dropped_bytes,
+            p.kept_bytes,
+            p.undone
+        );
+    }
     if s.waits.waits > 0 || s.watch.watchers > 0 {
         let (w, v) = (&s.waits, &s.watch);
         w!(

@@ -121,6 +121,7 @@ pub(super) async fn drive(
         targets,
         options.faults.clone(),
         options.clock_epsilon,
+        options.power_modes.clone(),
         options.seed,
         interrupt_rx,
     );
@@ -197,8 +198,9 @@ pub(super) async fn drive(
             .iter()
             .flat_map(|s| s.events().map(|e| e.resource.clone())),
     );
-    let (events, unread) =
-        workload::read_events(&client, names, Instant::now() + Duration::from_secs(60)).await;
+    // With no leader 30 s after healing the run has failed already: read what answers at once.
+    let patience = Duration::from_secs(if healed { 60 } else { 5 });
+    let (events, unread) = workload::read_events(&client, names, Instant::now() + patience).await;
 
     let history = History {
         seed: options.seed,

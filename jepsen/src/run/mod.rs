@@ -13,6 +13,7 @@ use crate::checker::{self, CheckParams, CheckReport};
 use crate::history::History;
 use crate::hosts::{self, Hosts};
 use crate::nemesis::Fault;
+use crate::power::CutMode;
 use crate::procs::{self, Procs};
 use crate::secure::{Connect, Secure};
 use crate::workload::WorkloadConfig;
@@ -36,6 +37,10 @@ pub struct TestOptions {
     pub secure: bool,
     pub bin: Option<PathBuf>,
     pub clock_epsilon: f64,
+    /// What a power cut keeps of unsynced writes (the `power` nemesis), one drawn per cut.
+    pub power_modes: Vec<CutMode>,
+    /// Power cuts of a majority of the nodes at once the run needs.
+    pub min_majority_power_cuts: usize,
 }
 
 /// What the run found, beyond the checker's anomalies.
@@ -73,7 +78,8 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
     } else {
         Connect::default()
     };
-    let procs = Procs::start(&hosts, bin, options.nodes, data_root, node_args)?;
+    let power = options.faults.contains(&Fault::Power);
+    let procs = Procs::start(&hosts, bin, options.nodes, data_root, node_args, power)?;
     let procs = Arc::new(Mutex::new(procs));
 
     // The clients talk to the nodes from the client namespace: every runtime thread is
@@ -152,6 +158,17 @@ fn judge(
         verdict
             .problems
             .push("the watchers checked no event".into());
+    }
+    let majority_cuts = history
+        .nemesis
+        .iter()
+        .filter(|e| e.power.as_ref().is_some_and(|p| p.majority()))
+        .count();
+    if majority_cuts < options.min_majority_power_cuts {
+        verdict.problems.push(format!(
+            "{majority_cuts} power cuts of a majority (need {})",
+            options.min_majority_power_cuts
+        ));
     }
     if !history.unread.is_empty() {
         let unread: Vec<String> = history

@@ -166,6 +166,13 @@ pub struct Config {
     #[cfg(feature = "fault-injection")]
     #[arg(long, env = "TENURED_FI_STALE_READS")]
     pub fi_stale_reads: bool,
+
+    /// Test-only (feature `fault-injection`), DELIBERATELY BROKEN: acknowledge log appends
+    /// once written to the operating system, without the fdatasync that makes them survive
+    /// power loss ("fsync lies"), so that the fault harness can show its power cuts catch it.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, env = "TENURED_FI_ACK_BEFORE_SYNC")]
+    pub fi_ack_before_sync: bool,
 }
 
 /// The cluster's members by id.
@@ -353,6 +360,14 @@ impl Config {
     pub fn breaks_linearizable_reads(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.fi_stale_reads;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
+    /// Whether this node was told to skip the log's fdatasync (fault-injection builds only).
+    pub fn skips_log_sync(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.fi_ack_before_sync;
         #[cfg(not(feature = "fault-injection"))]
         false
     }

@@ -223,18 +223,21 @@ fn sample() -> (History, CheckReport, u64) {
                 detail: "n1 | n2 n3".into(),
                 start_ns: T0 + 1100 * MS,
                 end_ns: Some(T0 + 1900 * MS),
+                power: None,
             },
             NemesisEvent {
                 kind: "kill".into(),
                 detail: "n2".into(),
                 start_ns: T0 + 3500 * MS,
                 end_ns: Some(T0 + 3900 * MS),
+                power: None,
             },
             NemesisEvent {
                 kind: "clock".into(),
                 detail: "n3 +200ms".into(),
                 start_ns: T0 + 4100 * MS,
                 end_ns: None,
+                power: None,
             },
         ],
         leaders: vec![

@@ -35,6 +35,8 @@ pub struct LogStore {
     meta: sled::Tree,
     /// sled's data file, opened once for fdatasync.
     data_file: Arc<File>,
+    /// Whether fdatasync is skipped (a deliberately broken test build, `--fi-ack-before-sync`).
+    lies: bool,
     stats: Arc<StorageStats>,
     /// Callbacks of appends waiting for the flusher thread's next flush + fdatasync.
     flushes: std::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
@@ -52,7 +54,14 @@ fn index_key(index: u64) -> [u8; 8] {
 impl LogStore {
     /// Opens (or creates) the log under `dir`.
     pub fn open(dir: &Path, stats: Arc<StorageStats>) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        LogStore::open_with(dir, stats, false)
+    }
+
+    /// [`LogStore::open`]; with `lies`, DELIBERATELY BROKEN: every "sync" stops after sled's
+    /// flush to the operating system and skips the fdatasync (the fault harness's planted
+    /// bug, caught by its power cuts).
+    pub fn open_with(dir: &Path, stats: Arc<StorageStats>, lies: bool) -> anyhow::Result<Self> {
+        super::create_dir_durably(dir)?;
         let config = sled::Config::new()
             .path(dir)
             .cache_capacity(64 * 1024 * 1024)
@@ -61,6 +70,12 @@ impl LogStore {
             .segment_size(8 * 1024 * 1024)
             .flush_every_ms(None);
         let db = open_when_unlocked(&config)?;
+        // sled writes its `conf` file at the first open and never syncs it (a cut that tears
+        // it leaves a node sled refuses to open: "Read corrupted data"), and creates its files
+        // (at every open also a snapshot file, renamed into place, the old one removed) without
+        // syncing the directory: both become durable here, found by the power-cut nemesis.
+        File::open(dir.join("conf"))?.sync_all()?;
+        super::sync_dir(dir)?;
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
         let last_purged: Option<LogId> = match meta.get(LAST_PURGED)? {
@@ -81,7 +96,7 @@ impl LogStore {
             let (db, file, stats) = (db.clone(), data_file.clone(), stats.clone());
             std::thread::Builder::new()
                 .name("log-flusher".into())
-                .spawn(move || group_commit(&db, &file, &stats, &queued))?;
+                .spawn(move || group_commit(&db, &file, &stats, lies, &queued))?;
         }
         let (purges, to_purge) = std::sync::mpsc::channel();
         let (purged_through, purged) = tokio::sync::watch::channel(0);
@@ -96,6 +111,7 @@ impl LogStore {
             log,
             meta,
             data_file,
+            lies,
             stats,
             flushes,
             purges,
@@ -111,7 +127,8 @@ impl LogStore {
     /// Flushes sled and fdatasyncs its file: after this, what was written survives power loss.
     async fn sync(&self) -> Result<(), StorageError<NodeId>> {
         let (db, file, stats) = (self.db.clone(), self.data_file.clone(), self.stats.clone());
-        tokio::task::spawn_blocking(move || flush_and_sync(&db, &file, &stats))
+        let lies = self.lies;
+        tokio::task::spawn_blocking(move || flush_and_sync(&db, &file, &stats, lies))
             .await
             .map_err(write_err)?
             .map_err(write_err)
@@ -165,11 +182,18 @@ fn open_when_unlocked(config: &sled::Config) -> sled::Result<sled::Db> {
     }
 }
 
-/// Flushes sled and fdatasyncs its file, counting it in `stats`.
-fn flush_and_sync(db: &sled::Db, file: &File, stats: &StorageStats) -> std::io::Result<()> {
+/// Flushes sled and fdatasyncs its file (unless `lies`), counting it in `stats`.
+fn flush_and_sync(
+    db: &sled::Db,
+    file: &File,
+    stats: &StorageStats,
+    lies: bool,
+) -> std::io::Result<()> {
     let started = Instant::now();
     db.flush().map_err(std::io::Error::other)?;
-    file.sync_data()?;
+    if !lies {
+        file.sync_data()?;
+    }
     StorageStats::add(&stats.log_fsyncs, 1);
     StorageStats::add(&stats.log_sync_micros, started.elapsed().as_micros() as u64);
     Ok(())
@@ -226,12 +250,13 @@ fn group_commit(
     db: &sled::Db,
     file: &File,
     stats: &StorageStats,
+    lies: bool,
     queued: &std::sync::mpsc::Receiver<LogFlushed<TypeConfig>>,
 ) {
     while let Ok(first) = queued.recv() {
         let mut batch = vec![first];
         batch.extend(queued.try_iter());
-        match flush_and_sync(db, file, stats) {
+        match flush_and_sync(db, file, stats, lies) {
             Ok(()) => batch.into_iter().for_each(|c| c.log_io_completed(Ok(()))),
             Err(e) => {
                 for callback in batch {

@@ -119,7 +119,7 @@ const WRITE_BUFFER: usize = 1 << 20;
 
 impl Writer {
     pub fn create(dir: &Path, meta: SnapshotMeta) -> anyhow::Result<Writer> {
-        fs::create_dir_all(dir)?;
+        crate::store::create_dir_durably(dir)?;
         let tmp_path = dir.join(format!(".{}.tmp", file_name(&meta)));
         let mut file = Hashed {
             inner: BufWriter::with_capacity(WRITE_BUFFER, File::create(&tmp_path)?),

@@ -1,0 +1,106 @@
+//! Power cuts: nodes lose power at once (one node, the leader half the time; a minority; or
+//! every node), so what they had not synced is gone (`crate::power`), and come back after the
+//! hold. The run's first cut takes every node, so a short run sees a majority lose power. A
+//! node that will not start again is recorded as `start-failed`, an anomaly for the checker.
+
+use std::time::Duration;
+
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::Rng;
+
+use super::Nemesis;
+use crate::history::{now_ns, PowerCut};
+use crate::power::CutStats;
+
+/// The kind of the event a node that would not start after a power cut leaves.
+pub const START_FAILED: &str = "start-failed";
+
+impl Nemesis {
+    /// Which nodes lose power this time.
+    async fn power_targets(&mut self, nodes: &[u64]) -> Vec<u64> {
+        let everyone = nodes.to_vec();
+        if self.power_cuts == 0 {
+            return everyone;
+        }
+        match self.rng.random_range(0..3) {
+            0 => {
+                let one = match self.leader_slot().await {
+                    Some(leader) if self.rng.random_bool(0.5) => leader,
+                    _ => *nodes.choose(&mut self.rng).unwrap_or(&1),
+                };
+                vec![one]
+            }
+            1 => {
+                let mut shuffled = everyone;
+                shuffled.shuffle(&mut self.rng);
+                shuffled.truncate((nodes.len() - 1) / 2);
+                shuffled.sort_unstable();
+                shuffled
+            }
+            _ => everyone,
+        }
+    }
+
+    pub(super) async fn power(&mut self, nodes: Vec<u64>, hold: Duration) -> anyhow::Result<()> {
+        let targets = self.power_targets(&nodes).await;
+        let mode = *self
+            .power_modes
+            .choose(&mut self.rng)
+            .unwrap_or(&crate::power::CutMode::Drop);
+        let start = now_ns();
+        let mut total = CutStats::default();
+        {
+            let procs = self.procs.clone();
+            let mut procs = procs.lock().unwrap_or_else(|p| p.into_inner());
+            // One power failure: every target stops before any disk forgets.
+            for &node in &targets {
+                procs.kill9(node)?;
+            }
+            for &node in &targets {
+                let stats = procs.power_cut(node, mode, &mut self.rng)?;
+                total.files += stats.files;
+                total.dropped_bytes += stats.dropped_bytes;
+                total.kept_bytes += stats.kept_bytes;
+                total.undone += stats.undone;
+            }
+        }
+        self.power_cuts += 1;
+        self.wait(hold).await;
+        let mut failed = Vec::new();
+        for &node in &targets {
+            if let Err(e) = self.procs().restart(node) {
+                failed.push((node, format!("{e:#}")));
+            }
+        }
+        let names: Vec<String> = targets.iter().map(|n| format!("n{n}")).collect();
+        self.record_power(
+            format!(
+                "{} lost power ({}): {} unsynced bytes dropped, {} kept, {} name changes undone; restarted",
+                names.join(","),
+                mode.name(),
+                total.dropped_bytes,
+                total.kept_bytes,
+                total.undone
+            ),
+            start,
+            PowerCut {
+                nodes: targets.clone(),
+                of: self.nodes,
+                mode: mode.name().into(),
+                dropped_bytes: total.dropped_bytes,
+                kept_bytes: total.kept_bytes,
+                undone: total.undone,
+            },
+        );
+        for (node, error) in failed {
+            let now = now_ns();
+            self.record(
+                START_FAILED,
+                format!("n{node} would not start after a power cut: {error}"),
+                now,
+                Some(now),
+            );
+        }
+        Ok(())
+    }
+}
