@@ -49,24 +49,31 @@ impl Nemesis {
             .unwrap_or(&crate::power::CutMode::Drop);
         let start = now_ns();
         let mut total = CutStats::default();
+        // Each node's failure is its own: the others are still cut and restarted.
+        let mut failed = Vec::new();
         {
             let procs = self.procs.clone();
             let mut procs = procs.lock().unwrap_or_else(|p| p.into_inner());
             // One power failure: every target stops before any disk forgets.
             for &node in &targets {
-                procs.kill9(node)?;
+                if let Err(e) = procs.kill9(node) {
+                    failed.push((node, format!("kill: {e:#}")));
+                }
             }
             for &node in &targets {
-                let stats = procs.power_cut(node, mode, &mut self.rng)?;
-                total.files += stats.files;
-                total.dropped_bytes += stats.dropped_bytes;
-                total.kept_bytes += stats.kept_bytes;
-                total.undone += stats.undone;
+                match procs.power_cut(node, mode, &mut self.rng) {
+                    Ok(stats) => {
+                        total.files += stats.files;
+                        total.dropped_bytes += stats.dropped_bytes;
+                        total.kept_bytes += stats.kept_bytes;
+                        total.undone += stats.undone;
+                    }
+                    Err(e) => failed.push((node, format!("power cut: {e:#}"))),
+                }
             }
         }
         self.power_cuts += 1;
         self.wait(hold).await;
-        let mut failed = Vec::new();
         for &node in &targets {
             if let Err(e) = self.procs().restart(node) {
                 failed.push((node, format!("{e:#}")));
@@ -96,7 +103,7 @@ impl Nemesis {
             let now = now_ns();
             self.record(
                 START_FAILED,
-                format!("n{node} would not start after a power cut: {error}"),
+                format!("n{node} did not come back from a power cut: {error}"),
                 now,
                 Some(now),
             );

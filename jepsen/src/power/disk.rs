@@ -109,6 +109,16 @@ enum Undo {
     },
 }
 
+impl Undo {
+    /// The paths the change touched.
+    fn paths(&self) -> Vec<&Path> {
+        match self {
+            Undo::Create(path) | Undo::Remove { path, .. } => vec![path],
+            Undo::Rename { from, to, .. } => vec![from, to],
+        }
+    }
+}
+
 /// An open file.
 struct Handle {
     ino: u64,
@@ -258,9 +268,14 @@ impl Disk {
     /// The metadata of `ino` (through the open file `fh` if given) and its size as a reader
     /// sees it, unsynced writes included.
     pub fn attr(&self, ino: u64, fh: Option<u64>) -> io::Result<(Metadata, u64)> {
-        let meta = match fh.and_then(|fh| self.handles.get(&fh)) {
-            Some(handle) => handle.file.metadata()?,
-            None => std::fs::symlink_metadata(self.real(self.rel(ino)?))?,
+        // An open file removed from its directory is reached through any of its handles.
+        let handle = fh
+            .and_then(|fh| self.handles.get(&fh))
+            .or_else(|| self.handles.values().find(|h| h.ino == ino));
+        let meta = match (self.paths.get(&ino), handle) {
+            (_, Some(handle)) => handle.file.metadata()?,
+            (Some(rel), None) => std::fs::symlink_metadata(self.real(rel))?,
+            (None, None) => return Err(errno(Errno::ENOENT)),
         };
         let size = match self.pending.get(&ino) {
             Some(ops) if meta.is_file() => logical_len(meta.len(), ops),
@@ -341,7 +356,14 @@ impl Disk {
     }
 
     pub fn release(&mut self, fh: u64) {
-        self.handles.remove(&fh);
+        let Some(handle) = self.handles.remove(&fh) else {
+            return;
+        };
+        let ino = handle.ino;
+        // The last close of a file no name reaches: nothing can sync or read its cache now.
+        if !self.paths.contains_key(&ino) && !self.handles.values().any(|h| h.ino == ino) {
+            self.pending.remove(&ino);
+        }
     }
 
     fn handle(&self, fh: u64) -> io::Result<&Handle> {
@@ -424,13 +446,31 @@ impl Disk {
         handle.file.sync_data()
     }
 
-    /// `fsync` of directory `ino`: the name changes in it become durable.
+    /// `fsync` of directory `ino`: the name changes in it become durable, and with each the
+    /// earlier changes at the same paths or under them, as a journal commits in order:
+    /// a durable rename over a name whose creation was not would otherwise be undone at a cut
+    /// by removing what the rename put there.
     pub fn fsync_dir(&mut self, ino: u64) -> io::Result<()> {
-        let (durable, rest): (Vec<Change>, Vec<Change>) = std::mem::take(&mut self.changes)
-            .into_iter()
-            .partition(|c| c.dirs.contains(&ino));
-        self.changes = rest;
-        for change in durable {
+        let changes = std::mem::take(&mut self.changes);
+        let mut durable = vec![false; changes.len()];
+        let mut touched: Vec<PathBuf> = Vec::new();
+        for (i, change) in changes.iter().enumerate().rev() {
+            let paths = change.undo.paths();
+            // At or under a name a durable change touched; not above it (a file synced in a
+            // new directory does not make the directory's own name durable).
+            let overlaps = paths
+                .iter()
+                .any(|p| touched.iter().any(|t| p.starts_with(t)));
+            if change.dirs.contains(&ino) || overlaps {
+                durable[i] = true;
+                touched.extend(paths.into_iter().map(Path::to_path_buf));
+            }
+        }
+        for (change, durable) in changes.into_iter().zip(durable) {
+            if !durable {
+                self.changes.push(change);
+                continue;
+            }
             let kept = match change.undo {
                 Undo::Remove { kept, .. } => Some(kept),
                 Undo::Rename { replaced, .. } => replaced,
@@ -529,6 +569,15 @@ impl Disk {
     /// over the disk (inode numbers start again).
     pub fn cut(&mut self, mode: CutMode, rng: &mut impl Rng) -> io::Result<CutStats> {
         let mut stats = CutStats::default();
+        // The first error is returned once all of the cut is done: a failure to write back
+        // one file must not leave name changes in place that a cut undoes.
+        let mut first_error: Option<io::Error> = None;
+        let mut note = |result: io::Result<()>| {
+            if let Err(e) = result {
+                tracing::warn!("power cut: {e}");
+                first_error.get_or_insert(e);
+            }
+        };
         self.handles.clear();
         let mut pending: Vec<(u64, Vec<Pending>)> = self.pending.drain().collect();
         pending.sort_by_key(|(ino, _)| *ino);
@@ -544,10 +593,12 @@ impl Disk {
             };
             if !kept.is_empty() {
                 let real = self.real(self.rel(ino)?);
-                let file = OpenOptions::new().write(true).open(real)?;
-                for op in &kept {
-                    apply(&file, op)?;
-                }
+                note(
+                    OpenOptions::new()
+                        .write(true)
+                        .open(real)
+                        .and_then(|file| kept.iter().try_for_each(|op| apply(&file, op))),
+                );
             }
             let landed: u64 = kept.iter().map(Pending::bytes).sum();
             stats.kept_bytes += landed;
@@ -555,26 +606,38 @@ impl Disk {
         }
         for change in std::mem::take(&mut self.changes).into_iter().rev() {
             stats.undone += 1;
-            // Best effort: a later change made durable may have moved what an earlier one
-            // names (a file created, then its directory renamed and synced).
-            let undone = match &change.undo {
+            note(match &change.undo {
                 Undo::Create(rel) => remove_any(&self.real(rel)),
-                Undo::Remove { path, kept } => std::fs::rename(kept, self.real(path)),
+                Undo::Remove { path, kept } => rename_no_replace(kept, &self.real(path)),
                 Undo::Rename { from, to, replaced } => {
-                    std::fs::rename(self.real(to), self.real(from)).and_then(|()| match replaced {
-                        Some(kept) => std::fs::rename(kept, self.real(to)),
-                        None => Ok(()),
-                    })
+                    rename_no_replace(&self.real(to), &self.real(from)).and_then(
+                        |()| match replaced {
+                            Some(kept) => rename_no_replace(kept, &self.real(to)),
+                            None => Ok(()),
+                        },
+                    )
                 }
-            };
-            if let Err(e) = undone {
-                tracing::debug!("power cut: undoing a name change: {e}");
-            }
+            });
         }
         self.paths.retain(|ino, _| *ino == ROOT);
         self.inos.retain(|_, ino| *ino == ROOT);
-        Ok(stats)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(stats),
+        }
     }
+}
+
+/// Moves `from` to `to`, failing rather than replacing what is at `to`.
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    nix::fcntl::renameat2(
+        None,
+        from,
+        None,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
+    .map_err(|e| io::Error::other(format!("{} -> {}: {e}", from.display(), to.display())))
 }
 
 /// Of `ops`, those up to a random one, that last one (if a write) torn at a random sector

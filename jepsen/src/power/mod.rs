@@ -82,9 +82,10 @@ impl PowerDisk {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .cut(mode, rng)
-            .with_context(|| format!("power cut of {}", self.mountpoint.display()))?;
+            .with_context(|| format!("power cut of {}", self.mountpoint.display()));
+        // Mounted again whatever the cut did: a node must never start on the bare directory.
         self.attach()?;
-        Ok(stats)
+        stats
     }
 
     /// A new, empty disk in place of this one, as when a lost disk is replaced.

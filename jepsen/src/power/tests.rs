@@ -216,3 +216,46 @@ fn a_reordered_cut_can_keep_a_later_write_without_an_earlier_one() {
     }
     assert!(later_alone);
 }
+
+#[test]
+fn a_durable_rename_makes_the_earlier_changes_to_its_names_durable() {
+    // y/a created, removed, then x/b renamed onto it; only x is synced. The rename is
+    // durable, and with it what came before it at y/a: the cut undoes none of them.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut disk = Disk::at(dir.path()).expect("disk");
+    let x = disk.mkdir(ROOT, name("x"), 0o755).expect("mkdir");
+    let y = disk.mkdir(ROOT, name("y"), 0o755).expect("mkdir");
+    let (_, fh) = disk.create(x, name("b"), 0o644).expect("create");
+    disk.write(fh, 0, b"b").expect("write");
+    disk.fsync(fh).expect("fsync");
+    disk.fsync_dir(x).expect("fsync x");
+    disk.fsync_dir(y).expect("fsync y");
+    disk.fsync_dir(ROOT).expect("fsync root");
+    disk.create(y, name("a"), 0o644).expect("create");
+    disk.unlink(y, name("a")).expect("unlink");
+    disk.rename(x, name("b"), y, name("a"), false)
+        .expect("rename");
+    disk.fsync_dir(x).expect("fsync x");
+    assert_eq!(disk.unsynced_changes(), 0);
+    disk.cut(CutMode::Drop, &mut rng(7)).expect("cut");
+    assert_eq!(on_disk(&disk, "y/a").as_deref(), Some(&b"b"[..]));
+    assert_eq!(on_disk(&disk, "x/b"), None);
+}
+
+#[test]
+fn an_open_file_removed_from_its_directory_still_has_attributes_and_its_cache_ends_with_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut disk, ino) = with_durable_file(dir.path(), "tmp", b"");
+    let fh = disk.open(ino, 0).expect("open");
+    disk.unlink(ROOT, name("tmp")).expect("unlink");
+    disk.write(fh, 0, b"chunk").expect("write");
+    // fstat without a handle, as the kernel asks once its cached attributes expire.
+    assert_eq!(disk.attr(ino, None).expect("attr").1, 5);
+    assert_eq!(disk.unsynced_bytes(), 5);
+    disk.release(fh);
+    assert_eq!(
+        disk.unsynced_bytes(),
+        0,
+        "nothing can reach the cache of a closed, unnamed file"
+    );
+}

@@ -27,10 +27,12 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// Creates `dir` and any missing parents so that they survive a power cut: a new directory's
-/// name is durable only once the directory holding it is fsynced, so each one created, and
-/// the existing one that holds the first, are fsynced (found by the fault harness's power
-/// nemesis: without it a cut soon after a node's first start lost its whole log).
+/// Creates `dir` and any missing parents so that they survive a power cut: a directory's
+/// name is durable only once the directory holding it is fsynced. `dir` itself, every
+/// directory created, and the one that holds the topmost of them (or `dir`'s parent, when
+/// `dir` existed: an earlier `create_dir_all` may have left its name unsynced) are fsynced.
+/// Found by the fault harness's power nemesis: without it, a cut soon after a node's first
+/// start lost its whole log.
 pub fn create_dir_durably(dir: &std::path::Path) -> std::io::Result<()> {
     let mut missing = Vec::new();
     let mut at = Some(dir);
@@ -39,10 +41,12 @@ pub fn create_dir_durably(dir: &std::path::Path) -> std::io::Result<()> {
         at = path.parent();
     }
     std::fs::create_dir_all(dir)?;
+    sync_dir(dir)?;
     for created in &missing {
         sync_dir(created)?;
     }
-    if let Some(holder) = missing.last().and_then(|top| top.parent()) {
+    let top = missing.last().copied().unwrap_or(dir);
+    if let Some(holder) = top.parent() {
         sync_dir(if holder.as_os_str().is_empty() {
             std::path::Path::new(".")
         } else {

@@ -252,7 +252,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
         let dir = self.shared.snapshot_dir.clone();
         let file = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&dir)?;
+            // Durably: the snapshot it becomes is renamed into this directory, and a node whose
+            // first snapshot comes from the leader (a wiped member) has no other.
+            crate::store::create_dir_durably(&dir)?;
             tempfile::tempfile_in(&dir)
         })
         .await
