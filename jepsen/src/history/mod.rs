@@ -188,6 +188,11 @@ pub struct History {
 }
 
 impl History {
+    /// The power cuts of the run, in order.
+    pub fn power_cuts(&self) -> impl Iterator<Item = &PowerCut> {
+        self.nemesis.iter().filter_map(|e| e.power.as_ref())
+    }
+
     pub fn records(&self) -> Vec<Record> {
         let mut records = vec![Record::Meta {
             seed: self.seed,

@@ -343,15 +343,13 @@ impl Disk {
         fh
     }
 
-    /// Opens file `ino` with `flags` (open(2)'s); `O_TRUNC` truncates in the cache.
-    pub fn open(&mut self, ino: u64, flags: i32) -> io::Result<u64> {
+    /// Opens file `ino`. (`O_TRUNC` never arrives here: without FUSE's atomic O_TRUNC the
+    /// kernel truncates with a setattr first, which [`Disk::set_len`] caches.)
+    pub fn open(&mut self, ino: u64) -> io::Result<u64> {
         let real = self.real(self.rel(ino)?);
         // Read and write whatever the caller asked: the backing file is written only by a
         // sync, and a sync needs it writable.
         let file = OpenOptions::new().read(true).write(true).open(real)?;
-        if flags & nix::libc::O_TRUNC != 0 {
-            self.set_len(ino, 0);
-        }
         Ok(self.add_handle(ino, file))
     }
 

@@ -106,10 +106,6 @@ impl PowerDisk {
             .unwrap_or_else(|p| p.into_inner())
             .unsynced_bytes()
     }
-
-    pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
-    }
 }
 
 /// Unmounts every forgetting disk a killed run left mounted (its FUSE server died with it,

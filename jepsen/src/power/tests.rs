@@ -37,7 +37,7 @@ fn rng(seed: u64) -> SmallRng {
 fn written_not_synced_data_is_gone_after_a_cut_and_synced_data_stays() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (mut disk, ino) = with_durable_file(dir.path(), "log", b"hello");
-    let fh = disk.open(ino, 0).expect("open");
+    let fh = disk.open(ino).expect("open");
     disk.write(fh, 5, b" world").expect("write");
     // Readers see the cache; the disk has only what was synced.
     assert_eq!(disk.read(fh, 0, 100).expect("read"), b"hello world");
@@ -58,7 +58,7 @@ fn written_not_synced_data_is_gone_after_a_cut_and_synced_data_stays() {
 fn an_fsync_makes_the_writes_before_it_durable_and_only_those() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (mut disk, ino) = with_durable_file(dir.path(), "log", b"");
-    let fh = disk.open(ino, 0).expect("open");
+    let fh = disk.open(ino).expect("open");
     disk.write(fh, 0, b"one,").expect("write");
     disk.write(fh, 4, b"two,").expect("write");
     disk.fsync(fh).expect("fsync");
@@ -147,7 +147,7 @@ fn a_directory_created_without_its_parent_synced_goes_with_what_is_in_it() {
 fn reads_replay_truncates_and_writes_in_order() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (mut disk, ino) = with_durable_file(dir.path(), "f", b"abcdef");
-    let fh = disk.open(ino, 0).expect("open");
+    let fh = disk.open(ino).expect("open");
     disk.set_len(ino, 2);
     disk.write(fh, 4, b"XY").expect("write");
     assert_eq!(disk.read(fh, 0, 100).expect("read"), b"ab\0\0XY");
@@ -162,7 +162,7 @@ fn a_torn_write_lands_on_a_sector_boundary() {
     for seed in 0..64 {
         let dir = tempfile::tempdir().expect("temp dir");
         let (mut disk, ino) = with_durable_file(dir.path(), "log", &[b'a'; 1000]);
-        let fh = disk.open(ino, 0).expect("open");
+        let fh = disk.open(ino).expect("open");
         disk.write(fh, 1000, &[b'b'; 3000]).expect("write");
         let stats = disk.cut(CutMode::Tear, &mut rng(seed)).expect("cut");
         let content = on_disk(&disk, "log").expect("the file");
@@ -186,7 +186,7 @@ fn a_tear_keeps_a_prefix_of_the_unsynced_writes() {
     for seed in 0..64 {
         let dir = tempfile::tempdir().expect("temp dir");
         let (mut disk, ino) = with_durable_file(dir.path(), "log", b"");
-        let fh = disk.open(ino, 0).expect("open");
+        let fh = disk.open(ino).expect("open");
         for k in 0..4u8 {
             disk.write(fh, u64::from(k) * 512, &[b'0' + k; 512])
                 .expect("write");
@@ -207,7 +207,7 @@ fn a_reordered_cut_can_keep_a_later_write_without_an_earlier_one() {
     for seed in 0..64 {
         let dir = tempfile::tempdir().expect("temp dir");
         let (mut disk, ino) = with_durable_file(dir.path(), "log", &[b'.'; 1024]);
-        let fh = disk.open(ino, 0).expect("open");
+        let fh = disk.open(ino).expect("open");
         disk.write(fh, 0, &[b'1'; 512]).expect("write");
         disk.write(fh, 512, &[b'2'; 512]).expect("write");
         disk.cut(CutMode::Reorder, &mut rng(seed)).expect("cut");
@@ -246,7 +246,7 @@ fn a_durable_rename_makes_the_earlier_changes_to_its_names_durable() {
 fn an_open_file_removed_from_its_directory_still_has_attributes_and_its_cache_ends_with_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (mut disk, ino) = with_durable_file(dir.path(), "tmp", b"");
-    let fh = disk.open(ino, 0).expect("open");
+    let fh = disk.open(ino).expect("open");
     disk.unlink(ROOT, name("tmp")).expect("unlink");
     disk.write(fh, 0, b"chunk").expect("write");
     // fstat without a handle, as the kernel asks once its cached attributes expire.

@@ -243,13 +243,6 @@ impl Procs {
         disk.cut(mode, rng)
     }
 
-    /// Bytes node `id` has written and not synced (0 without power cuts).
-    pub fn unsynced_bytes(&self, id: u64) -> u64 {
-        self.disks
-            .get(id.wrapping_sub(1) as usize)
-            .map_or(0, PowerDisk::unsynced_bytes)
-    }
-
     fn data_path(&self, id: u64) -> PathBuf {
         self.launcher.data_root.join(format!("n{id}"))
     }

@@ -273,7 +273,7 @@ pub struct PowerTotals {
 impl PowerTotals {
     fn of(history: &History) -> PowerTotals {
         let mut totals = PowerTotals::default();
-        for cut in history.nemesis.iter().filter_map(|e| e.power.as_ref()) {
+        for cut in history.power_cuts() {
             totals.cuts += 1;
             totals.majority_cuts += usize::from(cut.majority());
             totals.dropped_bytes += cut.dropped_bytes;

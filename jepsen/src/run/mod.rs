@@ -159,11 +159,7 @@ fn judge(
             .problems
             .push("the watchers checked no event".into());
     }
-    let majority_cuts = history
-        .nemesis
-        .iter()
-        .filter(|e| e.power.as_ref().is_some_and(|p| p.majority()))
-        .count();
+    let majority_cuts = history.power_cuts().filter(|p| p.majority()).count();
     if majority_cuts < options.min_majority_power_cuts {
         verdict.problems.push(format!(
             "{majority_cuts} power cuts of a majority (need {})",

@@ -41,7 +41,9 @@ pub fn create_dir_durably(dir: &std::path::Path) -> std::io::Result<()> {
         at = path.parent();
     }
     std::fs::create_dir_all(dir)?;
-    sync_dir(dir)?;
+    if missing.is_empty() {
+        sync_dir(dir)?;
+    }
     for created in &missing {
         sync_dir(created)?;
     }

@@ -173,7 +173,7 @@ impl Written {
     pub fn keep(self, dir: &Path) -> anyhow::Result<()> {
         let final_path = dir.join(file_name(&self.meta));
         fs::rename(&self.tmp_path, &final_path)?;
-        File::open(dir)?.sync_all()?;
+        crate::store::sync_dir(dir)?;
         // Names sort by index: remove only older snapshots, never a newer one saved meanwhile.
         for old in list(dir)? {
             if old < final_path {
