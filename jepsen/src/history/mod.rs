@@ -113,6 +113,9 @@ pub struct PowerCut {
     pub kept_bytes: u64,
     /// Creations, removals and renames undone.
     pub undone: u64,
+    /// Whether a target was inside a sync (of written, unsynced data) when power went.
+    #[serde(default)]
+    pub during_sync: bool,
 }
 
 impl PowerCut {

@@ -558,6 +558,13 @@ impl Disk {
         self.pending.values().flatten().map(Pending::bytes).sum()
     }
 
+    /// Whether open file `fh` has writes a sync would make durable.
+    pub fn has_unsynced(&self, fh: u64) -> bool {
+        self.handles
+            .get(&fh)
+            .is_some_and(|handle| self.pending.contains_key(&handle.ino))
+    }
+
     /// Name changes not yet durable.
     pub fn unsynced_changes(&self) -> usize {
         self.changes.len()

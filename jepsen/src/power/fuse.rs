@@ -15,6 +15,7 @@ use fuser::{
 };
 
 use super::disk::Disk;
+use super::gate::SyncGate;
 
 /// How long the kernel may cache names and attributes: only this filesystem changes the
 /// tree while it is mounted, and a power cut happens unmounted.
@@ -22,6 +23,7 @@ const TTL: Duration = Duration::from_secs(60);
 
 pub struct Forgetful {
     pub disk: Arc<Mutex<Disk>>,
+    pub gate: Arc<SyncGate>,
 }
 
 impl Forgetful {
@@ -263,6 +265,10 @@ impl Filesystem for Forgetful {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let something = self.disk().has_unsynced(fh.0);
+        if something && !self.gate.pass() {
+            return reply.error(Errno::EIO);
+        }
         answer(reply, self.disk().fsync(fh.0))
     }
 
@@ -299,6 +305,10 @@ impl Filesystem for Forgetful {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let something = self.disk().unsynced_changes() > 0;
+        if something && !self.gate.pass() {
+            return reply.error(Errno::EIO);
+        }
         answer(reply, self.disk().fsync_dir(ino.0))
     }
 

@@ -5,6 +5,7 @@
 
 pub mod disk;
 mod fuse;
+mod gate;
 #[cfg(test)]
 mod tests;
 
@@ -15,6 +16,7 @@ use anyhow::{Context, Result};
 use rand::Rng;
 
 pub use disk::{CutMode, CutStats, Disk};
+pub use gate::SyncGate;
 
 /// The name mounts of this harness carry (`mount` and /proc/mounts show it), by which
 /// `teardown` finds leftovers.
@@ -25,6 +27,7 @@ pub struct PowerDisk {
     backing: PathBuf,
     mountpoint: PathBuf,
     disk: Arc<Mutex<Disk>>,
+    gate: Arc<SyncGate>,
     session: Option<fuser::BackgroundSession>,
 }
 
@@ -38,6 +41,7 @@ impl PowerDisk {
             backing: backing.to_path_buf(),
             mountpoint: mountpoint.to_path_buf(),
             disk: Arc::new(Mutex::new(disk)),
+            gate: Arc::default(),
             session: None,
         };
         power.attach()?;
@@ -53,6 +57,7 @@ impl PowerDisk {
         ];
         let fs = fuse::Forgetful {
             disk: self.disk.clone(),
+            gate: self.gate.clone(),
         };
         let session = fuser::spawn_mount(fs, &self.mountpoint, &config).with_context(|| {
             format!(
@@ -65,6 +70,8 @@ impl PowerDisk {
     }
 
     fn detach(&mut self) -> Result<()> {
+        // A sync held in the gate would keep the FUSE thread, and so the unmount, waiting.
+        self.gate.fail_and_open();
         if let Some(session) = self.session.take() {
             session
                 .umount_and_join()
@@ -97,6 +104,11 @@ impl PowerDisk {
             .with_context(|| format!("disk at {}", self.backing.display()))?;
         *self.disk.lock().unwrap_or_else(|p| p.into_inner()) = disk;
         self.attach()
+    }
+
+    /// The gate that can hold this disk's next sync in flight.
+    pub fn gate(&self) -> Arc<SyncGate> {
+        self.gate.clone()
     }
 
     /// Bytes written under the mount and not yet synced.

@@ -189,6 +189,19 @@ impl Procs {
         kill(Pid::from_raw(pid as i32), signal).with_context(|| format!("{signal} to node {id}"))
     }
 
+    /// SIGKILL without reaping: a node held in a sync by its disk's gate dies only once the
+    /// gate lets the sync return.
+    pub fn send_kill(&mut self, id: u64) -> Result<()> {
+        self.signal(id, Signal::SIGKILL)
+    }
+
+    /// The gate that can hold node `id`'s next sync, when it runs on a forgetting disk.
+    pub fn sync_gate(&self, id: u64) -> Option<std::sync::Arc<crate::power::SyncGate>> {
+        self.disks
+            .get(id.wrapping_sub(1) as usize)
+            .map(PowerDisk::gate)
+    }
+
     /// SIGKILL (works on paused nodes too) and reap.
     pub fn kill9(&mut self, id: u64) -> Result<()> {
         let node = self.node(id)?;

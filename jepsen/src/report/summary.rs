@@ -265,6 +265,8 @@ pub struct PowerTotals {
     pub cuts: usize,
     /// Cuts of a majority of the nodes at once.
     pub majority_cuts: usize,
+    /// Cuts while a target was inside a sync.
+    pub during_sync: usize,
     pub dropped_bytes: u64,
     pub kept_bytes: u64,
     pub undone: u64,
@@ -276,6 +278,7 @@ impl PowerTotals {
         for cut in history.power_cuts() {
             totals.cuts += 1;
             totals.majority_cuts += usize::from(cut.majority());
+            totals.during_sync += usize::from(cut.during_sync);
             totals.dropped_bytes += cut.dropped_bytes;
             totals.kept_bytes += cut.kept_bytes;
             totals.undone += cut.undone;

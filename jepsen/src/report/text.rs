@@ -80,9 +80,10 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
         let p = &s.power;
         w!(
             out,
-            "power cuts {} ({} of a majority): {} unsynced bytes dropped, {} kept, {} name changes undone\n",
+            "power cuts {} ({} of a majority, {} during a sync): {} unsynced bytes dropped, {} kept, {} name changes undone\n",
             p.cuts,
             p.majority_cuts,
+            p.during_sync,
             p.dropped_bytes,
             p.kept_bytes,
             p.undone
