@@ -1,4 +1,5 @@
-//! A held lease that renews itself: every ttl/3 in the background, until released or lost.
+//! A held lease that renews itself: every ttl/3 in the background, until released or lost,
+//! on the client's one `KeepAlive` stream shared by all its leases.
 //!
 //! The client keeps its own deadline (SPEC §5): the *send* time of the request that set the
 //! expiry + ttl − a safety margin of max(100 ms, 1 % of ttl). Past it, the holder must assume
@@ -6,6 +7,7 @@
 
 use std::time::Duration;
 
+use tenure_proto::contract::Reason;
 use tenure_proto::v1 as pb;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -72,8 +74,10 @@ fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(safety_margin(ttl))
 }
 
+/// Whether a refused renewal means the lease is gone. A node at its limit of requests in
+/// flight (`too_many_requests`) did nothing: the lease lives, and the renewal is tried again.
 fn definitive(error: &Error) -> bool {
-    !error.is_retryable()
+    !error.is_retryable() && error.reason() != Some(Reason::TooManyRequests)
 }
 
 impl Client {
@@ -132,7 +136,7 @@ async fn renew_loop(
         }
         let sent = Instant::now();
         match client
-            .renew_until(renew_request(&lease, ttl), local_deadline)
+            .renew_on_stream(renew_request(&lease, ttl), local_deadline)
             .await
         {
             Ok(_) => {

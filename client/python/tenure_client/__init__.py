@@ -18,7 +18,7 @@ except ImportError as error:  # pragma: no cover - a checkout without generated 
         "(needs grpcio-tools), then reinstall or use an editable install"
     ) from error
 
-from ._client import Client, TenureError
+from ._client import Client, KeepAlive, TenureError
 from .contract import LEADER_HEADER, REASON_HEADER, Reason
 
-__all__ = ["Client", "TenureError", "Reason", "REASON_HEADER", "LEADER_HEADER", "pb", "cluster_pb"]
+__all__ = ["Client", "KeepAlive", "TenureError", "Reason", "REASON_HEADER", "LEADER_HEADER", "pb", "cluster_pb"]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
+import queue
+import threading
 import time
 import uuid
+from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 import grpc
@@ -45,6 +49,9 @@ class TenureError(Exception):
         return cls(reason or code.name.lower(), code, message)
 
 
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
 def _safe(error: grpc.RpcError, attribute: str) -> Any:
     method = getattr(error, attribute, None)
     return method() if callable(method) else None
@@ -74,6 +81,17 @@ def _enum(wrapper: Any, prefix: str, value: Union[str, int, None]) -> Any:
     if isinstance(value, str):
         return wrapper.Value(f"{prefix}_{value.upper()}")
     return int(value)
+
+
+def _renew_request(lease: pb.Lease, ttl_s: Optional[float], request_id: str) -> pb.RenewRequest:
+    return pb.RenewRequest(
+        resource=lease.resource,
+        lease_id=lease.lease_id,
+        holder=lease.holder,
+        fencing_token=lease.fencing_token,
+        ttl=_duration(ttl_s),
+        request_id=request_id,
+    )
 
 
 def _request_id() -> str:
@@ -241,16 +259,13 @@ class Client:
 
     def renew(self, lease: pb.Lease, ttl_s: Optional[float] = None) -> pb.Lease:
         """New expiry = now + ttl (absent: the lease's last ttl). Needs the current token."""
-        request = pb.RenewRequest(
-            resource=lease.resource,
-            lease_id=lease.lease_id,
-            holder=lease.holder,
-            fencing_token=lease.fencing_token,
-            ttl=_duration(ttl_s),
-            request_id=_request_id(),
-        )
+        request = _renew_request(lease, ttl_s, _request_id())
         response: pb.RenewResponse = self._leases("Renew", request)
         return response.lease
+
+    def keep_alive(self) -> KeepAlive:
+        """A `KeepAlive` stream on which to renew any number of leases, one message each."""
+        return KeepAlive(self)
 
     def release(self, lease: pb.Lease) -> pb.Lease:
         request = pb.ReleaseRequest(
@@ -357,3 +372,111 @@ class Client:
             cluster_pb2_grpc.ClusterStub, "Status", cluster_pb2.StatusRequest()
         )
         return response
+
+
+class KeepAlive:
+    """One `KeepAlive` stream (SPEC §2.3): renew any of the caller's leases on it, each
+    renewal answered with the lease's new expiry or its own refusal (a `TenureError`), the
+    stream staying open. Opened on the client's preferred endpoint (the leader, once named);
+    if it breaks, renewals waiting on it fail with a retryable `unavailable` error and the next
+    renewal opens it again, on the next endpoint. Use it as a context manager, or `close()` it.
+
+        with client.keep_alive() as stream:
+            futures = [stream.renew_async(lease, ttl_s=30) for lease in leases]
+            renewed = [f.result() for f in futures]
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        self._waiting: dict[int, Future[pb.Lease]] = {}
+        self._requests: Optional[queue.SimpleQueue[Optional[pb.KeepAliveRequest]]] = None
+        self._responses: Any = None
+        self._index = client._preferred
+
+    def __enter__(self) -> KeepAlive:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Ends the stream; renewals still waiting fail with `unavailable`."""
+        with self._lock:
+            waiting = self._hang_up()
+        _fail(waiting, _stream_ended("the KeepAlive stream was closed"))
+
+    def renew(self, lease: pb.Lease, ttl_s: Optional[float] = None) -> pb.Lease:
+        """Renews `lease` on the stream and waits (at most the client's timeout) for its answer."""
+        return self.renew_async(lease, ttl_s).result(timeout=self._client.timeout)
+
+    def renew_async(self, lease: pb.Lease, ttl_s: Optional[float] = None) -> Future[pb.Lease]:
+        """Sends the renewal of `lease` and returns its future answer at once (it cannot be
+        cancelled: the renewal is on its way)."""
+        renewal: Future[pb.Lease] = Future()
+        renewal.set_running_or_notify_cancel()
+        # Renewals are not remembered (SPEC §4.18): no request_id on the stream.
+        request = _renew_request(lease, ttl_s, request_id="")
+        with self._lock:
+            if self._requests is None:
+                self._open()
+            assert self._requests is not None
+            seq = next(self._seq)
+            self._waiting[seq] = renewal
+            self._requests.put(pb.KeepAliveRequest(seq=seq, renew=request))
+        return renewal
+
+    def _open(self) -> None:
+        """Opens the stream (the lock held)."""
+        requests: queue.SimpleQueue[Optional[pb.KeepAliveRequest]] = queue.SimpleQueue()
+        client = self._client
+        stub = client._stub(leases_pb2_grpc.LeasesStub, self._index)
+        responses = stub.KeepAlive(iter(requests.get, None), metadata=client._metadata)
+        self._requests, self._responses = requests, responses
+        threading.Thread(target=self._read, args=(responses,), daemon=True).start()
+
+    def _read(self, responses: Any) -> None:
+        failure = _stream_ended("the KeepAlive stream ended")
+        try:
+            for response in responses:
+                with self._lock:
+                    renewal = self._waiting.pop(response.seq, None)
+                if renewal is None:
+                    continue
+                if response.HasField("refusal"):
+                    refusal = response.refusal
+                    code = _CODES.get(refusal.code, grpc.StatusCode.UNKNOWN)
+                    renewal.set_exception(TenureError(refusal.reason, code, refusal.message))
+                else:
+                    renewal.set_result(response.lease)
+        except grpc.RpcError as error:
+            failure = TenureError.from_rpc(error)
+        finally:
+            waiting: list[Future[pb.Lease]] = []
+            with self._lock:
+                if self._responses is responses:
+                    waiting = self._hang_up()
+                    # A stream that broke: the next one tries the next endpoint.
+                    self._index = (self._index + 1) % len(self._client.endpoints)
+            _fail(waiting, failure)
+
+    def _hang_up(self) -> list[Future[pb.Lease]]:
+        """Ends the current stream (the lock held); returns what waited on it, to be failed
+        once the lock is let go."""
+        if self._requests is not None:
+            self._requests.put(None)
+            self._responses.cancel()
+        self._requests, self._responses = None, None
+        waiting = list(self._waiting.values())
+        self._waiting.clear()
+        return waiting
+
+
+def _stream_ended(message: str) -> TenureError:
+    return TenureError(Reason.UNAVAILABLE, grpc.StatusCode.UNAVAILABLE, message)
+
+
+def _fail(renewals: Iterable[Future[pb.Lease]], error: TenureError) -> None:
+    for renewal in renewals:
+        renewal.set_exception(error)

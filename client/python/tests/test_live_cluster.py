@@ -83,6 +83,32 @@ def test_renew_with_the_current_token_keeps_it(client: Client, resource: str) ->
     assert renewed.status == pb.LEASE_STATUS_ACTIVE
 
 
+def test_keep_alive_renews_many_leases_on_one_stream(client: Client, resource: str) -> None:
+    leases = [acquire(client, f"{resource}/{k}", "py-a", ttl_s=10) for k in range(5)]
+    with client.keep_alive() as stream:
+        renewals = [stream.renew_async(lease, ttl_s=60) for lease in leases]
+        renewed = [renewal.result(timeout=10) for renewal in renewals]
+        # Once more on the same stream.
+        again = stream.renew(leases[0], ttl_s=30)
+    for before, after in zip(leases, renewed):
+        assert (after.lease_id, after.fencing_token) == (before.lease_id, before.fencing_token)
+        assert after.ttl.ToSeconds() == 60
+    assert again.ttl.ToSeconds() == 30
+
+
+def test_keep_alive_refuses_a_stale_token_and_stays_open(client: Client, resource: str) -> None:
+    lease = acquire(client, resource, "py-a", ttl_s=30)
+    stale = pb.Lease()
+    stale.CopyFrom(lease)
+    stale.fencing_token = lease.fencing_token + 1
+    with client.keep_alive() as stream:
+        with pytest.raises(TenureError) as refused:
+            stream.renew(stale)
+        assert refused.value.reason == "stale_fencing_token"
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert stream.renew(lease).fencing_token == lease.fencing_token
+
+
 def test_an_old_token_is_stale_after_release_and_reacquire(client: Client, resource: str) -> None:
     old = acquire(client, resource, "py-a")
     released = client.release(old)

@@ -76,7 +76,7 @@ impl Client {
     /// The leader hint, which is ours and not the retry schedule's: a reply, granted or
     /// refused, whose `tenure-leader` header (SPEC §3.3) names one of our endpoints makes it the
     /// endpoint every later call tries first, since the leader answers without forwarding.
-    fn follow_leader_hint(&self, metadata: &tonic::metadata::MetadataMap) {
+    pub(super) fn follow_leader_hint(&self, metadata: &tonic::metadata::MetadataMap) {
         let inner = &self.inner;
         let Some(leader) = metadata.get(LEADER_HEADER).and_then(|h| h.to_str().ok()) else {
             return;

@@ -6,6 +6,7 @@
 
 mod call;
 mod connect;
+mod keepalive;
 mod rpc;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +41,8 @@ struct Inner {
     tls: bool,
     /// A token may go in clear to an endpoint off this machine ([`Client::insecure`]).
     insecure: bool,
+    /// The `KeepAlive` stream's task, started at the first renewal of a lease handle.
+    keep_alives: std::sync::OnceLock<keepalive::KeepAlives>,
 }
 
 impl Client {
@@ -92,6 +95,7 @@ impl Client {
                 timeout: Duration::from_secs(10),
                 authorization: None,
                 insecure: false,
+                keep_alives: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -146,6 +150,7 @@ impl Client {
             authorization: inner.authorization.clone(),
             tls: inner.tls,
             insecure: inner.insecure,
+            keep_alives: std::sync::OnceLock::new(),
         };
         change(&mut copy);
         Client {

@@ -105,6 +105,13 @@ impl LocalCluster {
         (1..=NODES).filter_map(|id| self.procs.cpu_time(id)).sum()
     }
 
+    /// Context switches of all running nodes' threads so far.
+    pub fn context_switches(&self) -> u64 {
+        (1..=NODES)
+            .filter_map(|id| self.procs.context_switches(id))
+            .sum()
+    }
+
     /// RSS of each node, node 1 first (0 for a stopped node).
     pub fn rss_bytes(&self) -> Vec<u64> {
         (1..=NODES)

@@ -72,8 +72,10 @@ pub(super) async fn measure(
     }
     tokio::time::sleep_until(start).await;
     let cpu_before = cluster.cpu_time();
+    let switches_before = cluster.context_switches();
     tokio::time::sleep_until(end).await;
     let cpu = cluster.cpu_time().saturating_sub(cpu_before);
+    let switches = cluster.context_switches().saturating_sub(switches_before);
     let mut all = histogram();
     let (mut ops, mut errors, mut first_error) = (0, 0, None);
     while let Some(tally) = tasks.join_next().await {
@@ -102,6 +104,11 @@ pub(super) async fn measure(
             f64::NAN
         } else {
             cpu.as_secs_f64() * 1000.0 / ops as f64
+        },
+        switches_per_op: if ops == 0 {
+            f64::NAN
+        } else {
+            switches as f64 / ops as f64
         },
     })
 }

@@ -67,6 +67,9 @@ pub struct Cell {
     pub p99_us: u64,
     pub p999_us: u64,
     pub cpu_s_per_1k: f64,
+    /// Context switches of the three server processes' threads per op: each is a hand-off
+    /// between threads or a wait on the network or the disk.
+    pub switches_per_op: f64,
 }
 
 impl serde::Serialize for System {

@@ -30,15 +30,18 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Each cell: {} s measured after {} s of warm-up; closed loop, each client with its own connections. CPU: user + system seconds of the three server processes per 1,000 ops. Ratio: Tenure ÷ etcd ops/s.\n",
+        "Each cell: {} s measured after {} s of warm-up; closed loop, each client with its own connections. CPU: user + system seconds of the three server processes per 1,000 ops; switches: their threads' context switches per op. Ratio: Tenure ÷ etcd ops/s.\n",
         options.duration.as_secs_f64(),
         options.warmup.as_secs_f64()
     );
     let _ = writeln!(
         out,
-        "| workload | clients | Tenure ops/s | etcd ops/s | ratio | Tenure p50 / p99 / p999 ms | etcd p50 / p99 / p999 ms | Tenure CPU s/1k | etcd CPU s/1k | errors T / e |"
+        "| workload | clients | Tenure ops/s | etcd ops/s | ratio | Tenure p50 / p99 / p999 ms | etcd p50 / p99 / p999 ms | Tenure CPU s/1k | etcd CPU s/1k | switches/op T / e | errors T / e |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     let mut rows: Vec<(Workload, usize)> = results
         .cells
         .iter()
@@ -56,10 +59,12 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
             })
         };
         let cpu = |c: Option<&Cell>| c.map_or("–".into(), |c| format!("{:.3}", c.cpu_s_per_1k));
+        let switches =
+            |c: Option<&Cell>| c.map_or("–".into(), |c| format!("{:.1}", c.switches_per_op));
         let errors = |c: Option<&Cell>| c.map_or("–".into(), |c| c.errors.to_string());
         let _ = writeln!(
             out,
-            "| {} | {clients} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            "| {} | {clients} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
             workload.name(),
             rate(t),
             rate(e),
@@ -71,6 +76,8 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
             lat(e),
             cpu(t),
             cpu(e),
+            switches(t),
+            switches(e),
             errors(t),
             errors(e),
         );
@@ -242,6 +249,7 @@ mod tests {
             p99_us: p50_us * 2,
             p999_us: p50_us * 3,
             cpu_s_per_1k: 0.1,
+            switches_per_op: 10.0,
         }
     }
 

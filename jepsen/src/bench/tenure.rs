@@ -88,10 +88,8 @@ impl Session {
                 let Some(lease) = &self.held else {
                     bail!("no lease to renew")
                 };
-                let renewed = client.renew(renew_request(lease, TTL)).await?;
-                if renewed.lease.is_none() {
-                    bail!("renew answered without a lease");
-                }
+                // On the client's KeepAlive stream, as a lease handle renews.
+                client.keep_alive(renew_request(lease, TTL)).await?;
             }
             Workload::Read => {
                 let answer = client

@@ -27,6 +27,27 @@ impl Procs {
             .unwrap_or(100) as u64;
         Some(Duration::from_millis((utime + stime) * 1000 / ticks))
     }
+
+    /// Context switches, voluntary and not, of node `id`'s threads so far (of those alive
+    /// now: a thread that ended took its count with it).
+    pub fn context_switches(&self, id: u64) -> Option<u64> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid(id)?)).ok()?;
+        let mut switches = 0;
+        for task in tasks.flatten() {
+            let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+                continue;
+            };
+            for line in status.lines() {
+                if let Some(count) = line
+                    .strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                {
+                    switches += count.trim().parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+        Some(switches)
+    }
 }
 
 /// Whether process `pid` holds a listening TCP socket: one of its descriptors is a socket whose

@@ -64,6 +64,9 @@ pub struct Node {
     watches: crate::limits::PerPrincipal,
     all_watches: crate::limits::PerPrincipal,
     serving: crate::limits::PerPrincipal,
+    /// `KeepAlive` streams open on this node, by principal (at most
+    /// [`crate::limits::KEEP_ALIVE_STREAMS_PER_PRINCIPAL`] each).
+    pub keep_alive_streams: crate::limits::PerPrincipal,
     /// The digest of what every member must share (`crate::agreement`); a reload of the
     /// token file renews it.
     config_digest: std::sync::RwLock<String>,
@@ -151,6 +154,7 @@ impl Node {
             watches: crate::limits::PerPrincipal::new(usize::MAX),
             all_watches: crate::limits::PerPrincipal::new(usize::MAX),
             serving: crate::limits::PerPrincipal::new(usize::MAX),
+            keep_alive_streams: crate::limits::PerPrincipal::new(usize::MAX),
             config_digest: std::sync::RwLock::new(config_digest),
             member_ips: Default::default(),
             cooldown: Default::default(),

@@ -357,6 +357,15 @@ impl Leases for LeasesApi {
         )))
     }
 
+    type KeepAliveStream = super::keepalive::KeepAliveStream;
+
+    async fn keep_alive(
+        &self,
+        request: Request<Streaming<pb::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        super::keepalive::keep_alive(&self.node, request).await
+    }
+
     type ServeStream = super::owner::ServeStream;
 
     async fn serve(

@@ -180,3 +180,10 @@ impl Limits {
 
 pub use caps::{Cap, Gauge, InFlight, PerPrincipal, Permit, PrincipalPermit};
 pub use read_pacer::ReadPacer;
+
+/// `KeepAlive` streams one principal may have open on a node (SPEC §4.22); an admin's are not
+/// counted.
+pub const KEEP_ALIVE_STREAMS_PER_PRINCIPAL: usize = 64;
+/// Renewals of one `KeepAlive` stream running at once: past it the node reads no more of that
+/// stream until one is answered (the client waits; nothing is refused).
+pub const KEEP_ALIVE_STREAM_IN_FLIGHT: usize = 256;
