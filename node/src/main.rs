@@ -15,8 +15,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const DEFAULT_LOG: &str = "info,openraft=warn,openraft::replication=off,\
      openraft::engine::handler::replication_handler=off,sled=warn";
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     // Logs go to stderr, in colour only on a terminal (not in journald or `docker logs`).
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
@@ -27,14 +26,24 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| DEFAULT_LOG.into()),
         )
         .init();
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
     if std::env::args_os()
         .nth(1)
         .is_some_and(|arg| arg == "restore")
     {
-        return restore().await;
+        return runtime.build()?.block_on(restore());
     }
     let config = Config::load()?;
     config.validate()?;
+    if let Some(threads) = config.worker_threads {
+        runtime.worker_threads(threads);
+    }
+    runtime.build()?.block_on(serve(config))
+}
+
+/// Runs the node until SIGINT or SIGTERM.
+async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
     tracing::info!(id = config.id, listen = %config.listen, data_dir = %config.data_dir.display(), "tenured starting");
     // Installed before the node starts, so that an early SIGHUP is not the default (exit).

@@ -60,3 +60,22 @@ fn a_malformed_peer_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not ID=HOST:PORT"));
 }
+
+#[test]
+fn no_worker_threads_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = tenured(&[
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &dir.path().display().to_string(),
+        "--peers",
+        "1=127.0.0.1:1",
+        "--worker-threads",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--worker-threads must be at least 1"));
+}

@@ -5,6 +5,7 @@
 mod cluster;
 mod drive;
 
+use anyhow::Context;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -68,6 +69,16 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
     };
     let hosts = Arc::new(Hosts::setup(options.nodes)?);
     let data_root = options.out_dir.join("nodes");
+    // A run starts on empty disks: the nodes of an earlier run into the same directory
+    // (their membership changed by `member`) would not form this run's cluster.
+    if data_root.exists() {
+        std::fs::remove_dir_all(&data_root).with_context(|| {
+            format!(
+                "emptying {} (an earlier run's disks; `tenure-jepsen teardown` unmounts them)",
+                data_root.display()
+            )
+        })?;
+    }
     std::fs::create_dir_all(&data_root)?;
     let mut node_args = options.node_args.clone();
     let connect = if options.secure {

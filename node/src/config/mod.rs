@@ -83,6 +83,11 @@ pub struct Config {
     #[arg(long, env = "TENURED_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
 
+    /// Threads of the node's async runtime (tokio workers). Default: one per CPU. Fewer than
+    /// the CPUs leaves room for the log's flusher and what else runs on the machine.
+    #[arg(long, env = "TENURED_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
+
     /// Bearer tokens, one per line: `TOKEN PRINCIPAL ROLE` (ROLE = admin | client | peer, the
     /// token nodes present to each other). Without it, auth is off and every caller is the
     /// admin `anonymous`.
@@ -296,6 +301,10 @@ impl Config {
 
     /// Checks what clap cannot: this node in its peer list, sane Raft timing.
     pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.worker_threads != Some(0),
+            "--worker-threads must be at least 1"
+        );
         anyhow::ensure!(
             self.peers.contains_key(&self.id),
             "--peers must include this node's id {} (ID=HOST:PORT)",

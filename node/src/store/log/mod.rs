@@ -3,11 +3,13 @@
 //! sled 0.34's flush ends in `sync_file_range`, which does not flush a disk's volatile write
 //! cache; so after every flush we also `fdatasync` sled's data file.
 //!
-//! Appends are group-committed: `append` writes the entries into sled's memory and hands
-//! openraft's callback to a flusher thread, which takes every callback queued so far, runs one
-//! flush + fdatasync for all of them and then completes them in order. openraft goes on
-//! (replicating, accepting writes) meanwhile, so the leader's own fsync overlaps the
-//! followers', and one fsync covers every entry appended while the previous one ran.
+//! `append` writes the entries into sled's memory and hands openraft's callback to a flusher
+//! thread, which takes every callback queued so far, runs one flush + fdatasync for all of them
+//! and then completes them in order. With openraft 0.9.25 that group commit never covers more
+//! than one append: RaftCore awaits each append's flush before it goes on (its
+//! `append_to_log`), and the leader sends AppendEntries only after that, so the leader's fsync
+//! and the followers' run one after the other. What batches writes is the leader's proposal
+//! batcher (`coord::batch`): one entry for the commands that arrive together.
 
 use std::fmt::Debug;
 use std::fs::File;
