@@ -56,7 +56,7 @@ impl Session {
                 // The concurrency session's lease; the runs are far shorter than its ttl.
                 session.lease = Some(client.lease_grant(120, None).await?.id());
             }
-            Workload::Renew => {
+            Workload::Renew | Workload::RenewUnary => {
                 let id = client.lease_grant(TTL_S, None).await?.id();
                 session.lease = Some(id);
                 session.keepalive = Some(client.lease_keep_alive(id).await?);
@@ -98,7 +98,7 @@ impl Session {
                 let locked = client.lock(self.resource.clone(), options).await?;
                 client.unlock(locked.key().to_vec()).await?;
             }
-            Workload::Renew => {
+            Workload::Renew | Workload::RenewUnary => {
                 let Some((keeper, stream)) = self.keepalive.as_mut() else {
                     bail!("no keepalive stream")
                 };

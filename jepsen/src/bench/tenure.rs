@@ -51,7 +51,7 @@ impl Session {
             held: None,
         };
         let ttl = match workload {
-            Workload::Renew => Some(TTL),
+            Workload::Renew | Workload::RenewUnary => Some(TTL),
             Workload::Read => Some(Duration::from_secs(600)),
             _ => None,
         };
@@ -90,6 +90,19 @@ impl Session {
                 };
                 // On the client's KeepAlive stream, as a lease handle renews.
                 client.keep_alive(renew_request(lease, TTL)).await?;
+            }
+            Workload::RenewUnary => {
+                let Some(lease) = &self.held else {
+                    bail!("no lease to renew")
+                };
+                if client
+                    .renew(renew_request(lease, TTL))
+                    .await?
+                    .lease
+                    .is_none()
+                {
+                    bail!("renew answered without a lease");
+                }
             }
             Workload::Read => {
                 let answer = client

@@ -12,8 +12,11 @@ pub enum Workload {
     Lock,
     /// Many clients, few resources: the waiting room; etcd: the concurrency mutex.
     Contended,
-    /// Renew a held lease; etcd: a keepalive on its stream.
+    /// Renew a held lease on the client's KeepAlive stream; etcd: a keepalive on its stream.
     Renew,
+    /// Renew a held lease with a unary call (Tenure only; etcd renews on its stream either
+    /// way): what the stream saves.
+    RenewUnary,
     /// Linearizable read of a resource's owner; etcd: a linearizable get.
     Read,
     /// Lock cycles while the leader is killed (kill -9): time to the next successful acquire.
@@ -21,11 +24,12 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Acquire,
         Workload::Lock,
         Workload::Contended,
         Workload::Renew,
+        Workload::RenewUnary,
         Workload::Read,
         Workload::Failover,
     ];
@@ -36,7 +40,7 @@ impl Workload {
             .find(|w| w.name() == name.trim())
             .with_context(|| {
                 format!(
-                    "unknown workload `{name}` (acquire, lock, contended, renew, read, failover)"
+                    "unknown workload `{name}` (acquire, lock, contended, renew, renew-unary, read, failover)"
                 )
             })
     }
@@ -47,6 +51,7 @@ impl Workload {
             Workload::Lock => "lock",
             Workload::Contended => "contended",
             Workload::Renew => "renew",
+            Workload::RenewUnary => "renew-unary",
             Workload::Read => "read",
             Workload::Failover => "failover",
         }
@@ -65,8 +70,9 @@ impl Workload {
             (Workload::Contended, System::Etcd) => {
                 "Lock (concurrency mutex on a session lease) + Unlock"
             }
-            (Workload::Renew, System::Tenure) => "Renew",
-            (Workload::Renew, System::Etcd) => {
+            (Workload::Renew, System::Tenure) => "KeepAlive (one renewal on the client's stream)",
+            (Workload::RenewUnary, System::Tenure) => "Renew (one unary call)",
+            (Workload::Renew | Workload::RenewUnary, System::Etcd) => {
                 "LeaseKeepAlive (one request/response on the stream)"
             }
             (Workload::Read, System::Tenure) => "GetResource, linearizable",
