@@ -34,6 +34,24 @@ impl Node {
         Ok(open_stream.with(place))
     }
 
+    /// A client call's places in flight: the node's, and its principal's when callers are
+    /// authenticated (`auth_on`; with auth off every caller is `anonymous`). The gate takes
+    /// them for a unary call, a `KeepAlive` stream for each renewal on it.
+    pub fn enter_in_flight(
+        &self,
+        caller: &Caller,
+        auth_on: bool,
+    ) -> Result<crate::limits::InFlight, ApiError> {
+        let principal = match auth_on {
+            true => Some(self.in_flight_per_principal.enter(&caller.principal)?),
+            false => None,
+        };
+        Ok(crate::limits::InFlight::new(
+            principal,
+            self.in_flight.enter()?,
+        ))
+    }
+
     fn tally(&self, quota: Quota) -> &PerPrincipal {
         match quota {
             Quota::Inboxes => &self.serving,

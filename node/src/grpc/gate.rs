@@ -233,12 +233,7 @@ impl<S> Gate<S> {
             }
             Door::Client => {
                 let (caller, credential) = auth.client(request.headers())?;
-                let principal = match auth.is_on() {
-                    true => Some(self.node.in_flight_per_principal.enter(&caller.principal)?),
-                    false => None,
-                };
-                let in_flight =
-                    crate::limits::InFlight::new(principal, self.node.in_flight.enter()?);
+                let in_flight = self.node.enter_in_flight(&caller, auth.is_on())?;
                 request.extensions_mut().insert(in_flight.clone());
                 request.extensions_mut().insert(caller);
                 if let Some(credential) = credential {

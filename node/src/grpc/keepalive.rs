@@ -143,7 +143,7 @@ async fn renew_all(
                 ready.push_back(answer);
             }
             message = renewals.message(), if reading && room => match message {
-                Ok(Some(message)) => match admit(&node, &caller) {
+                Ok(Some(message)) => match node.enter_in_flight(&caller, node.auth().is_on()) {
                     Ok(in_flight) => {
                         running.push(renew(node.clone(), caller.clone(), message, in_flight));
                     }
@@ -163,16 +163,6 @@ async fn renew_all(
     if let Some(status) = end {
         let _ = tokio::time::timeout(patience, answers.send(Err(status))).await;
     }
-}
-
-/// A place in flight for one renewal: the node's, and the principal's when callers are
-/// authenticated (the gate's rule for a unary call).
-fn admit(node: &Node, caller: &Caller) -> Result<InFlight, ApiError> {
-    let principal = match node.auth().is_on() {
-        true => Some(node.in_flight_per_principal.enter(&caller.principal)?),
-        false => None,
-    };
-    Ok(InFlight::new(principal, node.in_flight.enter()?))
 }
 
 /// One renewal, checked and committed as `Renew` is.
