@@ -1,7 +1,7 @@
 //! `KeepAlive` (SPEC §2.3, §4.3): many leases renewed on one stream, each renewal answered on
 //! its own (renewed, or refused with the reason a `Renew` would get) without ending the
 //! stream; the principal's in-flight limit holding a flood; the Rust client's lease handles
-//! renewing on one stream across a leader change.
+//! renewing on one stream across a leader change; at most 64 streams of one principal.
 
 use std::time::Duration;
 
@@ -323,4 +323,34 @@ async fn lease_handles_renew_on_the_clients_stream_across_a_leader_change() {
             .expect("validate");
         assert!(valid.valid, "{valid:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_has_at_most_64_keep_alive_streams_on_a_node() {
+    let (cluster, leader) = secure(3, &[]).await;
+    let addr = &cluster.addrs[&leader];
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        open.push(stream_on(addr, Some(ALICE)).await);
+    }
+    // The 65th of alice's is refused by name; bob's first still opens.
+    let (_requests, outgoing) = mpsc::channel::<pb::KeepAliveRequest>(1);
+    let mut call = tonic::Request::new(ReceiverStream::new(outgoing));
+    call.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {ALICE}").parse().expect("ascii"),
+    );
+    let refused = LeasesClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect")
+        .keep_alive(call)
+        .await
+        .expect_err("a 65th stream of one principal");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(
+        tenure_client::Error::from(refused).reason_str(),
+        "too_many_streams"
+    );
+    let _bob = stream_on(addr, Some(BOB)).await;
+    drop(open);
 }
