@@ -77,7 +77,7 @@ pub type Raft = openraft::Raft<TypeConfig>;
 pub type Entry = openraft::Entry<TypeConfig>;
 pub type LogId = openraft::LogId<NodeId>;
 
-/// Counters that show what durability costs: every append is one flush + one fdatasync.
+/// Counters that show what durability costs: every append is one journal write + fdatasync (`log_fsyncs` counts those and sled flushes).
 #[derive(Debug, Default)]
 pub struct StorageStats {
     pub log_appends: AtomicU64,

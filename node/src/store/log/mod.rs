@@ -1,15 +1,22 @@
 //! The Raft log and vote on sled, durable before openraft is told so.
 //!
-//! sled 0.34's flush ends in `sync_file_range`, which does not flush a disk's volatile write
-//! cache; so after every flush we also `fdatasync` sled's data file.
+//! `append` writes the entries into sled's memory, then their encoded bytes to the end of the
+//! log's journal (`wal`), fdatasyncs that, and calls openraft back. sled itself is flushed only
+//! at a checkpoint, when a journal segment is full, by a checkpointer thread that then removes
+//! the segments sled now holds: sled's flush costs a wake-up of each of its seven IO threads
+//! (see `wal`). Opening the log replays the journal into sled.
 //!
-//! `append` writes the entries into sled's memory and hands openraft's callback to a flusher
-//! thread, which takes every callback queued so far, runs one flush + fdatasync for all of them
-//! and then completes them in order. With openraft 0.9.25 that group commit never covers more
-//! than one append: RaftCore awaits each append's flush before it goes on (its
-//! `append_to_log`), and the leader sends AppendEntries only after that, so the leader's fsync
-//! and the followers' run one after the other. What batches writes is the leader's proposal
-//! batcher (`coord::batch`): one entry for the commands that arrive together.
+//! The journal is written and synced in `append` itself, on RaftCore's task: openraft 0.9.25
+//! awaits each append's flush before it goes on (its `append_to_log`), so a flusher thread
+//! never had a second append to group with the first and cost two wake-ups per append. The
+//! leader sends AppendEntries only after that, so its fsync and the followers' run one after
+//! the other. What batches writes is the leader's proposal batcher (`coord::batch`): one entry
+//! for the commands that arrive together.
+//!
+//! sled 0.34's flush ends in `sync_file_range`, which does not flush a disk's volatile write
+//! cache; so after every sled flush we also `fdatasync` sled's data file.
+
+mod wal;
 
 use std::fmt::Debug;
 use std::fs::File;
@@ -40,13 +47,17 @@ pub struct LogStore {
     /// Whether fdatasync is skipped (a deliberately broken test build, `--fi-ack-before-sync`).
     lies: bool,
     stats: Arc<StorageStats>,
-    /// Callbacks of appends waiting for the flusher thread's next flush + fdatasync.
-    flushes: std::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
+    /// The journal's open segment; closed segments go to the checkpointer.
+    journal: Arc<std::sync::Mutex<wal::Wal>>,
+    checkpoint_queue: std::sync::mpsc::Sender<u64>,
     /// Indexes through which the purger thread removes entries.
     purges: std::sync::mpsc::Sender<u64>,
     /// The index through which the purger has removed them (tests await it).
     #[cfg_attr(not(test), allow(dead_code))]
     purged: tokio::sync::watch::Receiver<u64>,
+    /// How many checkpoints have removed journal segments (tests await it).
+    #[cfg_attr(not(test), allow(dead_code))]
+    checkpoints: tokio::sync::watch::Receiver<u64>,
 }
 
 fn index_key(index: u64) -> [u8; 8] {
@@ -80,6 +91,29 @@ impl LogStore {
         super::sync_dir(dir)?;
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
+        let data_file = Arc::new(File::open(dir.join("db"))?);
+        // What the journal holds beyond sled's durable state goes into sled, in order, and is
+        // made durable there before anything reads the log.
+        let opened = wal::Wal::open(&dir.join("wal"))?;
+        let replayed = !opened.records.is_empty();
+        for record in opened.records {
+            match record {
+                wal::Record::Entry { index, bytes } => {
+                    log.insert(index_key(index), bytes)?;
+                }
+                wal::Record::TruncateFrom { index } => {
+                    for key in log.range(index_key(index)..).keys() {
+                        log.remove(key?)?;
+                    }
+                }
+            }
+        }
+        if let Some(through) = opened.replayed_through {
+            if replayed {
+                flush_and_sync(&db, &data_file, &stats, lies)?;
+            }
+            wal::remove_through(opened.wal.dir(), through)?;
+        }
         let last_purged: Option<LogId> = match meta.get(LAST_PURGED)? {
             Some(bytes) => serde_json::from_slice(&bytes)?,
             None => None,
@@ -92,14 +126,18 @@ impl LogStore {
             kept_bytes += value?.len() as u64;
         }
         StorageStats::add(&stats.log_bytes, kept_bytes);
-        let data_file = Arc::new(File::open(dir.join("db"))?);
-        let (flushes, queued) = std::sync::mpsc::channel();
+        let (checkpoints, closed) = std::sync::mpsc::channel();
+        let (checkpointed, checkpoints_done) = tokio::sync::watch::channel(0);
         {
             let (db, file, stats) = (db.clone(), data_file.clone(), stats.clone());
+            let wal_dir = opened.wal.dir().to_path_buf();
             std::thread::Builder::new()
-                .name("log-flusher".into())
-                .spawn(move || group_commit(&db, &file, &stats, lies, &queued))?;
+                .name("log-checkpoint".into())
+                .spawn(move || {
+                    checkpoint(&db, &file, &stats, lies, &wal_dir, &closed, &checkpointed)
+                })?;
         }
+        let journal = Arc::new(std::sync::Mutex::new(opened.wal));
         let (purges, to_purge) = std::sync::mpsc::channel();
         let (purged_through, purged) = tokio::sync::watch::channel(0);
         {
@@ -115,9 +153,11 @@ impl LogStore {
             data_file,
             lies,
             stats,
-            flushes,
+            journal,
+            checkpoint_queue: checkpoints,
             purges,
             purged,
+            checkpoints: checkpoints_done,
         };
         // A purge a crash interrupted is finished now.
         if let Some(purged) = last_purged {
@@ -134,6 +174,43 @@ impl LogStore {
             .await
             .map_err(write_err)?
             .map_err(write_err)
+    }
+
+    /// Writes `records` at the end of the journal and fdatasyncs it (unless `lies`): after
+    /// this they survive power loss. Done in the caller (RaftCore, which awaits it anyway):
+    /// a thread of its own cost two wake-ups per append, and openraft 0.9 never has a second
+    /// append to group with the first. A full segment is closed and handed to the
+    /// checkpointer.
+    ///
+    /// `then` runs once they are durable and before any segment closes: a change to sled that
+    /// must not reach sled's disk before its record (a truncation; a checkpoint's flush could
+    /// otherwise carry it there and remove the record's segment).
+    fn journal(
+        &self,
+        records: &[u8],
+        then: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let started = Instant::now();
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        journal.write(records)?;
+        if !self.lies {
+            journal.sync()?;
+        }
+        StorageStats::add(&self.stats.log_fsyncs, 1);
+        StorageStats::add(
+            &self.stats.log_sync_micros,
+            started.elapsed().as_micros() as u64,
+        );
+        then()?;
+        if journal.full() {
+            match journal.rotate() {
+                Ok(closed) => {
+                    let _ = self.checkpoint_queue.send(closed);
+                }
+                Err(error) => tracing::warn!(%error, "beginning a journal segment"),
+            }
+        }
+        Ok(())
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError<NodeId>> {
@@ -205,8 +282,8 @@ fn flush_and_sync(
 const PURGE_CHUNK: usize = 1024;
 
 /// The purger thread: removes the entries up to each index it is sent, a chunk at a time, at
-/// the lowest CPU priority. The flusher's next flush makes the removals durable; a purge that
-/// does not survive a crash is done again. Ends when the last `LogStore` clone is dropped,
+/// the lowest CPU priority. The next sled flush (a checkpoint's) makes the removals durable;
+/// a purge that does not survive a crash is done again. Ends when the last `LogStore` clone is dropped,
 /// between chunks, so a stopped node lets go of the database promptly.
 fn purge_behind(
     log: &sled::Tree,
@@ -246,25 +323,28 @@ fn purge_behind(
     }
 }
 
-/// The flusher thread: one flush + fdatasync for every callback queued when it starts, then
-/// the callbacks in append order. Ends when the last `LogStore` clone is dropped.
-fn group_commit(
+/// The checkpointer thread: flushes sled (and fdatasyncs its file) once a journal segment is
+/// closed, then removes the segments up to it, whose records sled now holds durably (each
+/// was in sled's memory before it was journaled). Ends when the flusher does.
+fn checkpoint(
     db: &sled::Db,
     file: &File,
     stats: &StorageStats,
     lies: bool,
-    queued: &std::sync::mpsc::Receiver<LogFlushed<TypeConfig>>,
+    wal_dir: &Path,
+    closed: &std::sync::mpsc::Receiver<u64>,
+    checkpointed: &tokio::sync::watch::Sender<u64>,
 ) {
-    while let Ok(first) = queued.recv() {
-        let mut batch = vec![first];
-        batch.extend(queued.try_iter());
-        match flush_and_sync(db, file, stats, lies) {
-            Ok(()) => batch.into_iter().for_each(|c| c.log_io_completed(Ok(()))),
-            Err(e) => {
-                for callback in batch {
-                    callback.log_io_completed(Err(std::io::Error::new(e.kind(), e.to_string())));
-                }
+    super::lowest_priority();
+    while let Ok(first) = closed.recv() {
+        let through = closed.try_iter().fold(first, u64::max);
+        let done = flush_and_sync(db, file, stats, lies)
+            .and_then(|()| wal::remove_through(wal_dir, through));
+        match done {
+            Ok(()) => {
+                checkpointed.send_modify(|n| *n += 1);
             }
+            Err(error) => tracing::warn!(%error, "checkpointing the log: its journal is kept"),
         }
     }
 }
@@ -347,31 +427,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = sled::Batch::default();
+        // Plain inserts, not a sled batch: a batch seals and writes out sled's IO buffer
+        // twice (its `pin_log`), waking every sled IO thread each time. The entries are
+        // durable through the journal; a crash that leaves a prefix of them in sled leaves
+        // no hole.
+        let mut records = Vec::new();
         let mut count = 0u64;
         let mut bytes = 0u64;
         for entry in entries {
             let value = codec::to_bytes(&entry).map_err(write_err)?;
             bytes += value.len() as u64;
-            batch.insert(&index_key(entry.log_id.index), value);
+            wal::encode_entry(&mut records, entry.log_id.index, &value);
+            self.log
+                .insert(index_key(entry.log_id.index), value)
+                .map_err(write_err)?;
             count += 1;
         }
-        self.log.apply_batch(batch).map_err(write_err)?;
         StorageStats::add(&self.stats.log_appends, 1);
         StorageStats::add(&self.stats.log_entries, count);
         StorageStats::add(&self.stats.log_bytes, bytes);
-        // Durable once the flusher's next flush + fdatasync returns; it calls back then.
-        if let Err(unsent) = self.flushes.send(callback) {
-            unsent
-                .0
-                .log_io_completed(Err(std::io::Error::other("the log flusher has stopped")));
-        }
+        callback.log_io_completed(self.journal(&records, || Ok(())));
         Ok(())
     }
 
+    /// Removes the entries from `log_id` on, and journals that (a replay would otherwise bring
+    /// back journaled entries it removed).
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
-        self.remove_range(index_key(log_id.index)..)?;
-        self.sync().await
+        let mut records = Vec::new();
+        wal::encode_truncate(&mut records, log_id.index);
+        // Journaled first: removed from sled before its record is durable, the entries could
+        // be gone from sled's disk (written out by a flush) while a replay brings back only
+        // those the journal still holds, leaving a hole.
+        self.journal(&records, || {
+            self.remove_range(index_key(log_id.index)..)
+                .map_err(std::io::Error::other)
+        })
+        .map_err(write_err)
     }
 
     /// Durably moves the log's start past `log_id`; the purger thread removes the entries

@@ -87,3 +87,89 @@ async fn a_log_purged_to_its_end_ends_at_the_purge_point() {
     assert_eq!(state.last_purged_log_id, Some(blank(150).log_id));
     assert_eq!(state.last_log_id, Some(blank(150).log_id));
 }
+
+/// What a crash leaves when appends were journaled but sled was not flushed: the journal's
+/// entries and truncations are replayed in order when the log opens, and the journal is then
+/// checkpointed into sled and removed.
+#[tokio::test]
+async fn journaled_appends_and_truncations_are_replayed_in_order_at_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    drop(LogStore::open(dir.path(), Arc::default()).expect("create"));
+    let other = |index| Entry {
+        log_id: LogId::new(CommittedLeaderId::new(4, 2), index),
+        payload: EntryPayload::Blank,
+    };
+    let mut records = Vec::new();
+    for index in 1..=3 {
+        let bytes = codec::to_bytes(&blank(index)).expect("encode");
+        wal::encode_entry(&mut records, index, &bytes);
+    }
+    // A follower's conflict: entry 3 removed, then another leader's entry 3.
+    wal::encode_truncate(&mut records, 3);
+    let bytes = codec::to_bytes(&other(3)).expect("encode");
+    wal::encode_entry(&mut records, 3, &bytes);
+    let segment = dir.path().join("wal").join(format!("{:020}", 1_000));
+    std::fs::write(&segment, &records).expect("journal");
+
+    let mut store = LogStore::open(dir.path(), Arc::default()).expect("open");
+    let read = store.try_get_log_entries(1..10).await.expect("read");
+    assert_eq!(read, vec![blank(1), blank(2), other(3)]);
+    assert!(
+        !segment.exists(),
+        "the replayed segment is removed once sled holds it"
+    );
+    // The segment begun at open is the one replayed next time.
+    let appended = (4..=5).map(other).collect::<Vec<_>>();
+    let mut journal = Vec::new();
+    for entry in &appended {
+        let bytes = codec::to_bytes(entry).expect("encode");
+        wal::encode_entry(&mut journal, entry.log_id.index, &bytes);
+    }
+    drop(store);
+    let newest = wal::segments_for_tests(&dir.path().join("wal"));
+    std::fs::write(newest, &journal).expect("journal");
+    let mut store = LogStore::open(dir.path(), Arc::default()).expect("reopen");
+    let read = store.try_get_log_entries(1..10).await.expect("read");
+    assert_eq!(read.len(), 5);
+    assert_eq!(read[3..], appended[..]);
+}
+
+/// A full journal segment is closed and checkpointed: sled is flushed and the segment goes,
+/// and what was journaled after it is what a reopen replays.
+#[tokio::test]
+async fn a_full_segment_is_checkpointed_into_sled_and_removed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LogStore::open(dir.path(), Arc::default()).expect("open");
+    let wal_dir = dir.path().join("wal");
+    let first = wal::segments_for_tests(&wal_dir);
+    let mut index = 0;
+    let mut journal = |count: usize| {
+        let mut records = Vec::new();
+        for _ in 0..count {
+            index += 1;
+            let bytes = codec::to_bytes(&blank(index)).expect("encode");
+            store
+                .log
+                .insert(index_key(index), bytes.clone())
+                .expect("insert");
+            wal::encode_entry(&mut records, index, &bytes);
+        }
+        store.journal(&records, || Ok(()))
+    };
+    // More than a segment holds, in one write: the segment closes after it.
+    let per_entry = codec::to_bytes(&blank(1)).expect("encode").len() + 17;
+    let count = wal::SEGMENT_BYTES as usize / per_entry + 1;
+    journal(count).expect("durable");
+    let mut checkpoints = store.checkpoints.clone();
+    checkpoints
+        .wait_for(|&n| n >= 1)
+        .await
+        .expect("checkpointer");
+    assert!(!first.exists(), "the checkpointed segment is removed");
+    journal(3).expect("durable");
+    drop(store);
+    let mut store = LogStore::open(dir.path(), Arc::default()).expect("reopen");
+    let read = store.try_get_log_entries(1..=index).await.expect("read");
+    assert_eq!(read.len() as u64, index);
+    assert_eq!(read.last(), Some(&blank(index)));
+}
