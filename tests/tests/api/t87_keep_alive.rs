@@ -20,6 +20,19 @@ async fn stream_on(
     mpsc::Sender<pb::KeepAliveRequest>,
     Streaming<pb::KeepAliveResponse>,
 ) {
+    let (requests, answers) = open_stream(addr, token).await;
+    (requests, answers.expect("the stream opens"))
+}
+
+/// Opens a `KeepAlive` stream on `addr` as the holder of `token`: its sender, and the node's
+/// answer (the stream, or why it refused it).
+async fn open_stream(
+    addr: &str,
+    token: Option<&str>,
+) -> (
+    mpsc::Sender<pb::KeepAliveRequest>,
+    Result<Streaming<pb::KeepAliveResponse>, tonic::Status>,
+) {
     let (requests, outgoing) = mpsc::channel(1024);
     let mut call = tonic::Request::new(ReceiverStream::new(outgoing));
     if let Some(token) = token {
@@ -33,8 +46,7 @@ async fn stream_on(
         .expect("connect")
         .keep_alive(call)
         .await
-        .expect("the stream opens")
-        .into_inner();
+        .map(tonic::Response::into_inner);
     (requests, answers)
 }
 
@@ -334,18 +346,8 @@ async fn a_principal_has_at_most_64_keep_alive_streams_on_a_node() {
         open.push(stream_on(addr, Some(ALICE)).await);
     }
     // The 65th of alice's is refused by name; bob's first still opens.
-    let (_requests, outgoing) = mpsc::channel::<pb::KeepAliveRequest>(1);
-    let mut call = tonic::Request::new(ReceiverStream::new(outgoing));
-    call.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ALICE}").parse().expect("ascii"),
-    );
-    let refused = LeasesClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect")
-        .keep_alive(call)
-        .await
-        .expect_err("a 65th stream of one principal");
+    let (_requests, refused) = open_stream(addr, Some(ALICE)).await;
+    let refused = refused.expect_err("a 65th stream of one principal");
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert_eq!(
         tenure_client::Error::from(refused).reason_str(),

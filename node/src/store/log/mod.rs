@@ -101,11 +101,7 @@ impl LogStore {
                 wal::Record::Entry { index, bytes } => {
                     log.insert(index_key(index), bytes)?;
                 }
-                wal::Record::TruncateFrom { index } => {
-                    for key in log.range(index_key(index)..).keys() {
-                        log.remove(key?)?;
-                    }
-                }
+                wal::Record::TruncateFrom { index } => remove_from(&log, index)?,
             }
         }
         if let Some(through) = opened.replayed_through {
@@ -225,15 +221,15 @@ impl LogStore {
         self.meta.insert(key, bytes).map_err(write_err)?;
         Ok(())
     }
+}
 
-    fn remove_range(&self, range: impl RangeBounds<[u8; 8]>) -> Result<(), StorageError<NodeId>> {
-        let mut batch = sled::Batch::default();
-        for item in self.log.range(range) {
-            let (key, _) = item.map_err(write_err)?;
-            batch.remove(key);
-        }
-        self.log.apply_batch(batch).map_err(write_err)
+/// Removes the entries from `index` on, in one sled batch (a truncation: rare).
+fn remove_from(log: &sled::Tree, index: u64) -> sled::Result<()> {
+    let mut batch = sled::Batch::default();
+    for key in log.range(index_key(index)..).keys() {
+        batch.remove(key?);
     }
+    log.apply_batch(batch)
 }
 
 /// How long `open` waits for the data directory's lock.
@@ -283,7 +279,8 @@ const PURGE_CHUNK: usize = 1024;
 
 /// The purger thread: removes the entries up to each index it is sent, a chunk at a time, at
 /// the lowest CPU priority. The next sled flush (a checkpoint's) makes the removals durable;
-/// a purge that does not survive a crash is done again. Ends when the last `LogStore` clone is dropped,
+/// a purge that does not survive a crash is done again. Ends when the last `LogStore` clone
+/// is dropped,
 /// between chunks, so a stopped node lets go of the database promptly.
 fn purge_behind(
     log: &sled::Tree,
@@ -325,7 +322,8 @@ fn purge_behind(
 
 /// The checkpointer thread: flushes sled (and fdatasyncs its file) once a journal segment is
 /// closed, then removes the segments up to it, whose records sled now holds durably (each
-/// was in sled's memory before it was journaled). Ends when the flusher does.
+/// was in sled's memory before it was journaled). Ends when the last `LogStore` clone, and
+/// with it the queue's sender, is dropped.
 fn checkpoint(
     db: &sled::Db,
     file: &File,
@@ -459,8 +457,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // be gone from sled's disk (written out by a flush) while a replay brings back only
         // those the journal still holds, leaving a hole.
         self.journal(&records, || {
-            self.remove_range(index_key(log_id.index)..)
-                .map_err(std::io::Error::other)
+            remove_from(&self.log, log_id.index).map_err(std::io::Error::other)
         })
         .map_err(write_err)
     }
