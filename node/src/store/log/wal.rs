@@ -50,16 +50,19 @@ pub fn encode_truncate(out: &mut Vec<u8>, index: u64) {
 }
 
 fn encode(out: &mut Vec<u8>, kind: u8, index: u64, bytes: &[u8]) {
-    let mut payload = Vec::with_capacity(9 + bytes.len());
-    payload.push(kind);
-    payload.extend_from_slice(&index.to_le_bytes());
-    payload.extend_from_slice(bytes);
+    let index = index.to_le_bytes();
     // An entry is far below 4 GiB (a peer message is at most 256 MiB); one that was not would
     // read back as damaged, never as another entry.
-    let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let length = u32::try_from(1 + index.len() + bytes.len()).unwrap_or(u32::MAX);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&[kind]);
+    crc.update(&index);
+    crc.update(bytes);
     out.extend_from_slice(&length.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&index);
+    out.extend_from_slice(bytes);
 }
 
 /// The records in `data` up to the first one that is short or damaged, and how many bytes
