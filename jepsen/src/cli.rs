@@ -135,13 +135,18 @@ pub enum Command {
         /// Comma-separated: tenure, etcd (etcd needs the `etcd` feature; see jepsen/bench.sh).
         #[arg(long, default_value = "tenure,etcd")]
         systems: String,
-        /// Comma-separated: acquire, lock, contended, renew, read, failover; and `noisy` (Tenure
+        /// Comma-separated: acquire, lock, contended, handoff, renew, read, failover; renew-unary
+        /// (Tenure only); and `noisy` (Tenure
         /// only, not in the default): 16 honest principals running lock cycles beside one
         /// noisy neighbour that attacks within its quotas, in turn, each attack `--duration`
         /// long between quiet phases (see docs/benchmarks.md).
-        #[arg(long, default_value = "acquire,lock,contended,renew,read,failover")]
+        #[arg(
+            long,
+            default_value = "acquire,lock,contended,handoff,renew,read,failover"
+        )]
         workloads: String,
-        /// Comma-separated client counts for every workload but `acquire` (1 client).
+        /// Comma-separated client counts for every workload but `acquire` (1 client) and
+        /// `handoff` (1 pair).
         #[arg(long, default_value = "1,16,64")]
         clients: String,
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]

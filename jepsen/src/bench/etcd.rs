@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, LockOptions,
-    PutOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    LockOptions, PutOptions, Txn, TxnOp,
 };
+use tokio::time::Instant;
 
 use super::Workload;
 
@@ -22,6 +23,10 @@ pub struct Session {
     resource: String,
     lease: Option<i64>,
     keepalive: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    /// `Handoff`: the lock key this client holds, and the other client of the pair with its
+    /// session lease; after each handoff the two swap places.
+    locked: Option<Vec<u8>>,
+    other: Option<(Client, i64)>,
 }
 
 async fn connect(endpoints: &[String]) -> Result<Client> {
@@ -50,8 +55,20 @@ impl Session {
             resource,
             lease: None,
             keepalive: None,
+            locked: None,
+            other: None,
         };
         match workload {
+            Workload::Handoff => {
+                let lease = client.lease_grant(120, None).await?.id();
+                session.lease = Some(lease);
+                let options = LockOptions::new().with_lease(lease);
+                let locked = client.lock(session.resource.clone(), Some(options)).await?;
+                session.locked = Some(locked.key().to_vec());
+                let mut other = connect(endpoints).await?;
+                let other_lease = other.lease_grant(120, None).await?.id();
+                session.other = Some((other, other_lease));
+            }
             Workload::Contended => {
                 // The concurrency session's lease; the runs are far shorter than its ttl.
                 session.lease = Some(client.lease_grant(120, None).await?.id());
@@ -69,7 +86,10 @@ impl Session {
         Ok(session)
     }
 
-    pub async fn op(&mut self, n: u64) -> Result<()> {
+    pub async fn op(&mut self, n: u64) -> Result<Option<Duration>> {
+        if self.workload == Workload::Handoff {
+            return self.handoff().await.map(Some);
+        }
         let client = &mut self.client;
         match self.workload {
             Workload::Acquire => {
@@ -98,6 +118,7 @@ impl Session {
                 let locked = client.lock(self.resource.clone(), options).await?;
                 client.unlock(locked.key().to_vec()).await?;
             }
+            Workload::Handoff => unreachable!("handled above"),
             Workload::Renew | Workload::RenewUnary => {
                 let Some((keeper, stream)) = self.keepalive.as_mut() else {
                     bail!("no keepalive stream")
@@ -116,12 +137,55 @@ impl Session {
                 }
             }
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// The other client's Lock waits (its key is the second under the lock's prefix), then
+    /// this one unlocks: the time from sending the unlock to the waiter's Lock returning.
+    /// The two then swap places.
+    async fn handoff(&mut self) -> Result<Duration> {
+        let key = self.locked.take().context("no lock to hand over")?;
+        let (other, other_lease) = self.other.take().context("no second client")?;
+        let waiter = tokio::spawn({
+            let (mut other, resource) = (other.clone(), self.resource.clone());
+            async move {
+                let options = LockOptions::new().with_lease(other_lease);
+                other.lock(resource, Some(options)).await
+            }
+        });
+        let queue = format!("{}/", self.resource);
+        loop {
+            let options = GetOptions::new().with_prefix().with_count_only();
+            if self.client.get(queue.clone(), Some(options)).await?.count() >= 2 {
+                break;
+            }
+            if waiter.is_finished() {
+                bail!("the waiter locked before the holder unlocked");
+            }
+        }
+        let began = Instant::now();
+        let unlock = tokio::spawn({
+            let mut client = self.client.clone();
+            async move { client.unlock(key).await }
+        });
+        let next = waiter.await??.key().to_vec();
+        let handoff = began.elapsed();
+        unlock.await??;
+        self.locked = Some(next);
+        let lease = self
+            .lease
+            .replace(other_lease)
+            .context("no session lease")?;
+        self.other = Some((std::mem::replace(&mut self.client, other), lease));
+        Ok(handoff)
     }
 
     pub async fn close(mut self) {
         if let Some(id) = self.lease {
             let _ = self.client.lease_revoke(id).await;
+        }
+        if let Some((mut other, id)) = self.other {
+            let _ = other.lease_revoke(id).await;
         }
     }
 }

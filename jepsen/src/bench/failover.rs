@@ -75,10 +75,10 @@ pub(super) async fn failover(
                     let result = session.op(n).await;
                     let kill = *killed_at.lock().unwrap_or_else(|p| p.into_inner());
                     match result {
-                        Ok(()) if kill.is_some_and(|k| began >= k) => {
+                        Ok(_) if kill.is_some_and(|k| began >= k) => {
                             let _ = recovered_tx.send(Instant::now());
                         }
-                        Ok(()) => {}
+                        Ok(_) => {}
                         Err(_) => {
                             errors += 1;
                             // A client whose node is gone must not spin.

@@ -55,9 +55,9 @@ pub(super) async fn measure(
                     continue;
                 }
                 match result {
-                    Ok(()) => {
+                    Ok(timed) => {
                         tally.ops += 1;
-                        let micros = (finished - began).as_micros() as u64;
+                        let micros = timed.unwrap_or(finished - began).as_micros() as u64;
                         tally.histogram.saturating_record(micros.max(1));
                     }
                     Err(e) => {

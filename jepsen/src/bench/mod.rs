@@ -149,7 +149,7 @@ async fn bench_system(
             results.failovers.push(failover);
             continue;
         }
-        let counts: &[usize] = if workload == Workload::Acquire {
+        let counts: &[usize] = if workload.single_client() {
             &[1]
         } else {
             &options.clients

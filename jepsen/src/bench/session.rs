@@ -1,6 +1,8 @@
 //! One client of either system behind one type, and the calls that ask each system in its own
 //! way: is it available, is it ready, its term, its leader.
 
+use std::time::Duration;
+
 use anyhow::{bail, Result};
 
 use super::cluster::System;
@@ -53,7 +55,9 @@ impl Session {
         })
     }
 
-    pub async fn op(&mut self, n: u64) -> Result<()> {
+    /// One op. `Some(latency)` when the op times a part of itself (a handoff: from the
+    /// release to the waiter's grant, not its setup); `None`: the whole call is the latency.
+    pub async fn op(&mut self, n: u64) -> Result<Option<Duration>> {
         match self {
             Session::Tenure(s) => s.op(n).await,
             #[cfg(feature = "etcd")]

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use tenure_client::{pb, prost_duration, release_request, renew_request, Client};
+use tokio::time::Instant;
 
 use super::Workload;
 
@@ -16,6 +17,9 @@ pub struct Session {
     /// This client's resource for `Contended`, or its held lease for `Renew` and `Read`.
     resource: String,
     held: Option<pb::Lease>,
+    /// `Handoff`: the other client of the pair (its own connections) and its holder name;
+    /// after each handoff the two swap places with `client` and `prefix`.
+    other: Option<(Client, String)>,
 }
 
 pub(crate) fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::AcquireRequest {
@@ -25,6 +29,17 @@ pub(crate) fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb
         ttl: Some(prost_duration(ttl)),
         ..Default::default()
     }
+}
+
+/// The resource as a linearizable read finds it.
+async fn read(client: &Client, name: &str) -> Result<Option<pb::Resource>> {
+    let answer = client
+        .get_resource(pb::GetResourceRequest {
+            name: name.to_string(),
+            consistency: pb::Consistency::Linearizable as i32,
+        })
+        .await?;
+    Ok(answer.resource)
 }
 
 fn granted(response: pb::AcquireResponse) -> Result<pb::Lease> {
@@ -49,9 +64,14 @@ impl Session {
             prefix,
             resource,
             held: None,
+            other: None,
         };
+        if workload == Workload::Handoff {
+            let other = format!("{}/other", session.prefix);
+            session.other = Some((Client::new(endpoints)?, other));
+        }
         let ttl = match workload {
-            Workload::Renew | Workload::RenewUnary => Some(TTL),
+            Workload::Renew | Workload::RenewUnary | Workload::Handoff => Some(TTL),
             Workload::Read => Some(Duration::from_secs(600)),
             _ => None,
         };
@@ -65,7 +85,10 @@ impl Session {
         Ok(session)
     }
 
-    pub async fn op(&mut self, n: u64) -> Result<()> {
+    pub async fn op(&mut self, n: u64) -> Result<Option<Duration>> {
+        if self.workload == Workload::Handoff {
+            return self.handoff().await.map(Some);
+        }
         let client = &self.client;
         match self.workload {
             Workload::Acquire => {
@@ -84,6 +107,7 @@ impl Session {
                 let lease = granted(client.acquire(request).await?)?;
                 client.release(release_request(&lease)).await?;
             }
+            Workload::Handoff => unreachable!("handled above"),
             Workload::Renew => {
                 let Some(lease) = &self.held else {
                     bail!("no lease to renew")
@@ -105,19 +129,51 @@ impl Session {
                 }
             }
             Workload::Read => {
-                let answer = client
-                    .get_resource(pb::GetResourceRequest {
-                        name: self.resource.clone(),
-                        consistency: pb::Consistency::Linearizable as i32,
-                    })
-                    .await?;
-                let holders = answer.resource.map_or(0, |r| r.leases.len());
+                let holders = read(client, &self.resource)
+                    .await?
+                    .map_or(0, |r| r.leases.len());
                 if holders != 1 {
                     bail!("the owner read shows {holders} holders, not 1");
                 }
             }
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// The other client queues for the resource this one holds (a linearizable read sees
+    /// it waiting), then this one releases: the time from sending the release to the
+    /// waiter's grant. The two then swap places.
+    async fn handoff(&mut self) -> Result<Duration> {
+        let lease = self.held.take().context("no lease to hand over")?;
+        let (other, other_holder) = self.other.take().context("no second client")?;
+        let mut request = acquire_request(&self.resource, &other_holder, TTL);
+        request.on_conflict = pb::OnConflict::Wait as i32;
+        request.wait_timeout = Some(prost_duration(Duration::from_secs(60)));
+        let waiter = tokio::spawn({
+            let other = other.clone();
+            async move { other.acquire(request).await }
+        });
+        loop {
+            let resource = read(&self.client, &self.resource).await?;
+            if resource.is_some_and(|r| r.waiting > 0) {
+                break;
+            }
+            if waiter.is_finished() {
+                bail!("the waiter was answered before the holder released");
+            }
+        }
+        let began = Instant::now();
+        let release = tokio::spawn({
+            let client = self.client.clone();
+            async move { client.release(release_request(&lease)).await }
+        });
+        let next = granted(waiter.await??)?;
+        let handoff = began.elapsed();
+        release.await??;
+        self.held = Some(next);
+        let holder = std::mem::replace(&mut self.prefix, other_holder);
+        self.other = Some((std::mem::replace(&mut self.client, other), holder));
+        Ok(handoff)
     }
 
     pub async fn close(self) {

@@ -12,6 +12,10 @@ pub enum Workload {
     Lock,
     /// Many clients, few resources: the waiting room; etcd: the concurrency mutex.
     Contended,
+    /// Two clients take turns on one resource: the holder releases while the other waits in
+    /// the queue; the latency is from the release sent to the waiter's grant received. etcd:
+    /// Unlock while the other's Lock waits.
+    Handoff,
     /// Renew a held lease on the client's KeepAlive stream; etcd: a keepalive on its stream.
     Renew,
     /// Renew a held lease with a unary call (Tenure only; etcd renews on its stream either
@@ -24,10 +28,11 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::Acquire,
         Workload::Lock,
         Workload::Contended,
+        Workload::Handoff,
         Workload::Renew,
         Workload::RenewUnary,
         Workload::Read,
@@ -40,7 +45,7 @@ impl Workload {
             .find(|w| w.name() == name.trim())
             .with_context(|| {
                 format!(
-                    "unknown workload `{name}` (acquire, lock, contended, renew, renew-unary, read, failover)"
+                    "unknown workload `{name}` (acquire, lock, contended, handoff, renew, renew-unary, read, failover)"
                 )
             })
     }
@@ -50,6 +55,7 @@ impl Workload {
             Workload::Acquire => "acquire",
             Workload::Lock => "lock",
             Workload::Contended => "contended",
+            Workload::Handoff => "handoff",
             Workload::Renew => "renew",
             Workload::RenewUnary => "renew-unary",
             Workload::Read => "read",
@@ -70,6 +76,12 @@ impl Workload {
             (Workload::Contended, System::Etcd) => {
                 "Lock (concurrency mutex on a session lease) + Unlock"
             }
+            (Workload::Handoff, System::Tenure) => {
+                "Release while the other's Acquire(on_conflict=WAIT) waits: release sent → waiter granted"
+            }
+            (Workload::Handoff, System::Etcd) => {
+                "Unlock while the other's Lock waits: unlock sent → waiter's Lock returned"
+            }
             (Workload::Renew, System::Tenure) => "KeepAlive (one renewal on the client's stream)",
             (Workload::RenewUnary, System::Tenure) => "Renew (one unary call)",
             (Workload::Renew | Workload::RenewUnary, System::Etcd) => {
@@ -78,6 +90,12 @@ impl Workload {
             (Workload::Read, System::Tenure) => "GetResource, linearizable",
             (Workload::Read, System::Etcd) => "Range, linearizable",
         }
+    }
+
+    /// Workloads measured with one client (one pair for `Handoff`) only: their targets are
+    /// latencies of a lone caller.
+    pub fn single_client(self) -> bool {
+        matches!(self, Workload::Acquire | Workload::Handoff)
     }
 
     /// Resources the clients share under contention: one per 8 clients.
