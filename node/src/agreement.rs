@@ -22,16 +22,28 @@ pub const DIGEST_HEADER: &str = "tenure-config-digest";
 /// The header that carries the sender's node id on every call to a peer.
 pub const FROM_HEADER: &str = "tenure-raft-from";
 
+/// The header that carries the sender's Raft protocol ([`RAFT_PROTOCOL`]) on every call to a
+/// peer.
+pub const PROTOCOL_HEADER: &str = "tenure-raft-protocol";
+
+/// What nodes speak to each other: openraft 0.10's messages (protocol 2). Releases on openraft
+/// 0.9 spoke protocol 1 and sent no protocol header; the two do not mix in one cluster (0.10's
+/// vote request has a field more), so a node refuses a peer of the other protocol by name, and
+/// the protocol is part of the digest, which makes a node of protocol 1 refuse this one too.
+/// Upgrading a cluster across protocols: stop every node, then start them all on the new
+/// release (docs/operations.md).
+pub const RAFT_PROTOCOL: &str = "2";
+
 /// How many refused peers are remembered (the oldest go first).
 const REMEMBERED: usize = 64;
 
-/// The digest of what every member must share, as 32 hex digits: the peer tokens,
-/// `--require-registration` and `--ad-hoc-bookable` (hashed only when on, so that a cluster
-/// without it keeps the digest of the release before, and upgrades one node at a time).
+/// The digest of what every member must share, as 32 hex digits: the peer tokens, the Raft
+/// protocol, `--require-registration` and `--ad-hoc-bookable` (hashed only when on).
 pub fn digest(auth: &Auth, require_registration: bool, ad_hoc_bookable: bool) -> String {
     let mut hasher = Sha256::new();
     hasher.update(b"tenure configuration 1\n");
     hasher.update([u8::from(require_registration)]);
+    hasher.update(format!("raft protocol {RAFT_PROTOCOL}\n"));
     if ad_hoc_bookable {
         hasher.update(b"ad-hoc-bookable\n");
     }
@@ -106,10 +118,11 @@ mod tests {
         );
         assert_eq!(digest(&tokens, false, false).len(), 32);
         assert_ne!(digest(&tokens, false, false), digest(&tokens, false, true));
-        // Off, the digest is the one of the release before the setting.
+        // Off, `--ad-hoc-bookable` leaves the digest as it is without the setting.
         let mut before = Sha256::new();
         before.update(b"tenure configuration 1\n");
         before.update([0]);
+        before.update(b"raft protocol 2\n");
         tokens.hash_into(&mut before);
         let before: String = before.finalize()[..16]
             .iter()

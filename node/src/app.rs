@@ -2,6 +2,7 @@
 //! one port (and metrics on another), bootstrap the cluster, start the leader's timers; and
 //! shut all of it down.
 
+use crate::store::WatchReceiver as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -52,6 +53,13 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
         // The node asks for snapshots itself (`store::compaction`).
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: config.snapshot_keep_logs,
+        // A restarted leader must win an election again: lease time is stamped by a leader's
+        // monotonic clock (`lease::lease_clock`), which a restart starts anew, so one leader
+        // term never spans two processes.
+        enable_leader_restore: Some(false),
+        // Replication reads an entry as soon as its append is submitted, while the leader's
+        // own flush runs (openraft counts the leader's vote only once that flush is done).
+        broadcast_submitted_on_append: Some(true),
         ..Default::default()
     };
     Ok(raft_config.validate()?)
@@ -65,7 +73,8 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         &config.data_dir.join("raft"),
         stats.clone(),
         config.skips_log_sync(),
-    )?;
+    )?
+    .of_node(config.id);
     let sm = StateMachineStore::open(config.data_dir.join("snapshots"), stats)?;
     let shared = sm.shared.clone();
     let auth = match &config.token_file {
@@ -274,7 +283,7 @@ impl Running {
     /// as after a crash. Bounded by the transfer's own limits (about a second by default).
     async fn hand_over_leadership(&self) {
         let node = &self.node;
-        let metrics = node.raft.metrics().borrow().clone();
+        let metrics = node.raft.metrics().borrow_watched().clone();
         let others = metrics
             .membership_config
             .membership()

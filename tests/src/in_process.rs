@@ -8,6 +8,7 @@ use clap::Parser;
 use tenure_client::Client;
 use tenure_node::app::{self, Node, Running};
 use tenure_node::config::Config;
+use tenure_node::store::WatchReceiver as _;
 use tokio::net::TcpListener;
 
 use crate::peers_arg;

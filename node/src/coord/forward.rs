@@ -2,9 +2,10 @@
 //! a follower hands them over the internal `Raft.Propose` / `Raft.Read` RPCs and retries
 //! across elections with the same `request_id`, so each command applies at most once.
 
+use crate::store::WatchReceiver as _;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::error::{ClientWriteError, LinearizableReadError, RaftError};
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -41,7 +42,10 @@ pub type ReadResult = Result<(Answer, u64), NotServed>;
 const RETRY_FIRST: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_millis(200);
 
-fn not_served<E: std::fmt::Display>(error: &RaftError<NodeId, E>, forward: bool) -> NotServed {
+fn not_served<E: std::fmt::Display>(
+    error: &RaftError<crate::store::TypeConfig, E>,
+    forward: bool,
+) -> NotServed {
     if forward {
         NotServed::NotLeader
     } else {
@@ -60,12 +64,17 @@ pub fn read_barrier(raft: Raft, limit: Duration) -> ReadBarrier<ReadRound> {
     ReadBarrier::new(move || {
         let raft = raft.clone();
         async move {
-            match tokio::time::timeout(limit, raft.ensure_linearizable()).await {
+            match tokio::time::timeout(
+                limit,
+                raft.ensure_linearizable(openraft::ReadPolicy::ReadIndex),
+            )
+            .await
+            {
                 Ok(Ok(_read_log_id)) => Ok(()),
                 Ok(Err(e)) => {
                     let forward = matches!(
                         &e,
-                        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_))
+                        RaftError::APIError(LinearizableReadError::ForwardToLeader(_))
                     );
                     Err(not_served(&e, forward))
                 }
@@ -104,7 +113,7 @@ impl Node {
             // The leader as openraft names it, which may be a node the membership no longer
             // has (a removed leader, until the election): then there is no target, and the
             // wait below is for that name to change.
-            let tried = self.raft.metrics().borrow().current_leader;
+            let tried = self.raft.metrics().borrow_watched().current_leader;
             let target = match self.leader() {
                 Some((id, _)) if id == self.id => Some(Target::Local),
                 Some((id, addr)) => Some(Target::Remote(id, addr)),
@@ -133,7 +142,7 @@ impl Node {
     /// knows none, and waits for a leader like any member).
     fn removed(&self) -> bool {
         let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = metrics.borrow_watched();
         let membership = metrics.membership_config.membership();
         membership.nodes().next().is_some() && membership.get_node(&self.id).is_none()
     }
@@ -305,7 +314,7 @@ impl Node {
     /// The leader as this node knows it: id and address.
     pub fn leader(&self) -> Option<(NodeId, String)> {
         let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = metrics.borrow_watched();
         let id = metrics.current_leader?;
         let node: &BasicNode = metrics.membership_config.membership().get_node(&id)?;
         Some((id, node.addr.clone()))

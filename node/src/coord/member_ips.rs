@@ -1,6 +1,7 @@
 //! The members' IP addresses, their names resolved: the gate never keeps them out
 //! (`crate::guard`).
 
+use crate::store::WatchReceiver as _;
 use std::sync::Arc;
 
 use tokio::sync::watch;

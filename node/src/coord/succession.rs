@@ -15,6 +15,7 @@
 //! openraft's own timers still run, and nothing here changes what an election decides —
 //! only when it starts.
 
+use crate::store::WatchReceiver as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,7 +113,7 @@ impl Succession {
         }
         let voters: Vec<NodeId> = {
             let metrics = self.raft.metrics();
-            let metrics = metrics.borrow();
+            let metrics = metrics.borrow_watched();
             metrics.membership_config.membership().voter_ids().collect()
         };
         let Some(turn) = turn(self.id, leader, voters, self.election_min) else {
@@ -125,7 +126,7 @@ impl Succession {
             let mut metrics = node.raft.metrics();
             // No successor yet: the dead leader, or none (an earlier turn's campaign that
             // lost, say to a longer log, leaves the term leaderless; the next turn runs).
-            let leaderless = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| {
+            let leaderless = |m: &crate::store::RaftMetrics| {
                 m.state != ServerState::Leader && m.current_leader.is_none_or(|l| l == leader)
             };
             let succeeded = tokio::time::timeout_at(at, async {
@@ -139,9 +140,9 @@ impl Succession {
                 }
             })
             .await;
-            if succeeded.is_err() && leaderless(&metrics.borrow()) {
+            if succeeded.is_err() && leaderless(&metrics.borrow_watched()) {
                 tracing::info!(leader, "the leader's address refuses connections: electing");
-                if let Err(error) = node.raft.trigger().elect().await {
+                if let Err(error) = node.raft.trigger().elect(false).await {
                     tracing::debug!(%error, "could not start an election");
                 }
             }
@@ -174,12 +175,12 @@ impl Succession {
             }
             let (state, current) = {
                 let metrics = node.raft.metrics();
-                let m = metrics.borrow();
+                let m = metrics.borrow_watched();
                 (m.state, m.current_leader)
             };
             if state == ServerState::Follower && current.is_none_or(|l| l == leader) {
                 tracing::info!(leader, "taking over leadership: electing");
-                if let Err(error) = node.raft.trigger().elect().await {
+                if let Err(error) = node.raft.trigger().elect(false).await {
                     tracing::debug!(%error, "could not start an election");
                 }
             }

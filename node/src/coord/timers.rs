@@ -2,6 +2,7 @@
 //! anything is live, a `Reclaim` as soon as a lease is due. The plan is `lease::expiry::plan`;
 //! this task only runs it while this node leads.
 
+use crate::store::WatchReceiver as _;
 use std::sync::Arc;
 use std::time::Duration;
 

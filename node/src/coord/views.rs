@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use openraft::{BasicNode, RaftMetrics, ServerState};
+use crate::store::RaftMetrics;
+use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 
 use crate::lease::quota::{self, QuotaView, Quotas};
@@ -20,7 +21,7 @@ pub struct MemberView {
 }
 
 /// The members `metrics` shows, with the replicated index of each when `me` leads.
-pub fn member_views(me: NodeId, metrics: &RaftMetrics<NodeId, BasicNode>) -> Vec<MemberView> {
+pub fn member_views(me: NodeId, metrics: &RaftMetrics) -> Vec<MemberView> {
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     membership
@@ -40,7 +41,7 @@ pub fn member_views(me: NodeId, metrics: &RaftMetrics<NodeId, BasicNode>) -> Vec
 
 /// The commit index as `me` knows it. openraft 0.9 publishes none: on the leader it is the
 /// quorum's matched index; elsewhere, the applied index stands in for it.
-pub fn commit_index(me: NodeId, metrics: &RaftMetrics<NodeId, BasicNode>, applied: u64) -> u64 {
+pub fn commit_index(me: NodeId, metrics: &RaftMetrics, applied: u64) -> u64 {
     if metrics.state != ServerState::Leader {
         return applied;
     }
@@ -64,7 +65,7 @@ pub fn commit_index(me: NodeId, metrics: &RaftMetrics<NodeId, BasicNode>, applie
 }
 
 /// The leader's replicated index for member `id` (None: unknown, or not the leader).
-pub fn matched_index(metrics: &RaftMetrics<NodeId, BasicNode>, id: NodeId) -> Option<u64> {
+pub fn matched_index(metrics: &RaftMetrics, id: NodeId) -> Option<u64> {
     metrics
         .replication
         .as_ref()

@@ -1,8 +1,10 @@
 //! `tenure.v1.Cluster`: what an operator asks of a node.
 
+use crate::store::WatchReceiver as _;
 use std::sync::Arc;
 
-use openraft::{BasicNode, RaftMetrics, ServerState};
+use crate::store::RaftMetrics;
+use openraft::ServerState;
 use tenure_proto::v1 as pb;
 use tenure_proto::v1::cluster_server::Cluster;
 use tonic::{Request, Response, Status};
@@ -13,7 +15,7 @@ use crate::coord::Node;
 use crate::error::ApiError;
 use crate::lease::quota::{self, Quota, QuotaView};
 use crate::lease::{Op, Rejection, Reply};
-use crate::store::{NodeId, StorageStats};
+use crate::store::StorageStats;
 
 /// How long a refused peer stays in `Status.config_mismatches`.
 const MISMATCHES_SHOWN_FOR: std::time::Duration = std::time::Duration::from_secs(600);
@@ -36,7 +38,7 @@ impl ClusterApi {
     }
 
     /// The membership as this node sees it, with the leader's view of each member's log.
-    fn members(&self, metrics: &RaftMetrics<NodeId, BasicNode>) -> Vec<pb::Member> {
+    fn members(&self, metrics: &RaftMetrics) -> Vec<pb::Member> {
         let is_leader = metrics.state == ServerState::Leader;
         to_pb(member_views(self.node.id, metrics), is_leader)
     }
@@ -111,7 +113,7 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         self.admin_only(&request)?;
         let node = &self.node;
-        let metrics = node.raft.metrics().borrow().clone();
+        let metrics = node.raft.metrics().borrow_watched().clone();
         let members = self.members(&metrics);
         let leader = node.leader();
         let s = &node.sm.stats;

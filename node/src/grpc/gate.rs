@@ -175,21 +175,49 @@ enum Admitted {
 }
 
 impl<S> Gate<S> {
-    /// Refuses a peer whose configuration digest differs from this node's (one of an earlier
-    /// release sends none and is taken).
+    /// Refuses a peer of another Raft protocol (`agreement::RAFT_PROTOCOL`), or whose
+    /// configuration digest differs from this node's.
     fn same_configuration(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
-        let Some(theirs) = headers.get(crate::agreement::DIGEST_HEADER) else {
-            return Ok(());
-        };
+        use crate::agreement::{PROTOCOL_HEADER, RAFT_PROTOCOL};
         let ours = self.node.config_digest();
-        if theirs.as_bytes() == ours.as_bytes() {
-            return Ok(());
-        }
-        let theirs = String::from_utf8_lossy(theirs.as_bytes());
         let peer = match headers.get(crate::agreement::FROM_HEADER) {
             Some(id) => format!("node {}", String::from_utf8_lossy(id.as_bytes())),
             None => "a peer".to_string(),
         };
+        let protocol = headers.get(PROTOCOL_HEADER).map(|p| p.as_bytes());
+        let digest = headers.get(crate::agreement::DIGEST_HEADER);
+        // A node of protocol 1 (openraft 0.9) sends a digest and no protocol; a call with
+        // neither is not a node's (a tool's, a test's), and the body decides.
+        let other_protocol = match protocol {
+            Some(theirs) => theirs != RAFT_PROTOCOL.as_bytes(),
+            None => digest.is_some(),
+        };
+        if other_protocol {
+            let theirs = protocol.map_or("1".into(), String::from_utf8_lossy);
+            let record = format!("raft protocol {theirs}");
+            if self.node.peers.mismatches.record(&peer, &record) {
+                tracing::error!(
+                    %peer, their_protocol = %theirs, our_protocol = RAFT_PROTOCOL,
+                    "refusing a peer of another release's Raft protocol: stop every node and start them all on one release"
+                );
+            }
+            return Err(ApiError::ConfigMismatch {
+                detail: format!(
+                    "node {} refuses {peer}: it speaks Raft protocol {theirs}, this node \
+                     protocol {RAFT_PROTOCOL} (openraft 0.10): the two do not mix in one cluster; \
+                     stop every node and start them all on one release",
+                    self.node.id
+                ),
+                ours,
+            });
+        }
+        let Some(theirs) = digest else {
+            return Ok(());
+        };
+        if theirs.as_bytes() == ours.as_bytes() {
+            return Ok(());
+        }
+        let theirs = String::from_utf8_lossy(theirs.as_bytes());
         if self.node.peers.mismatches.record(&peer, &theirs) {
             tracing::error!(
                 %peer, their_digest = %theirs, our_digest = %ours,

@@ -1,6 +1,7 @@
 //! `grpc.health.v1`, for load balancers and probes: tonic's health service, told this node's
 //! state.
 
+use crate::store::WatchReceiver as _;
 use std::sync::Arc;
 
 use crate::coord::Node;

@@ -74,8 +74,10 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        let (body, wire): (openraft::raft::InstallSnapshotRequest<TypeConfig>, _) =
-            self.body(&request)?;
+        let (body, wire): (
+            openraft_legacy::network_v1::InstallSnapshotRequest<TypeConfig>,
+            _,
+        ) = self.body(&request)?;
         // A damaged file is refused here: openraft stops a node whose install fails. The
         // leader sends it again, so a snapshot damaged in transit heals, and one damaged on the
         // leader's disk is never spread.
@@ -90,6 +92,7 @@ impl Raft for RaftApi {
             tracing::error!(snapshot = %body.meta.snapshot_id, "{refused}");
             return Err(Status::data_loss(refused));
         }
+        use openraft_legacy::network_v1::ChunkedSnapshotReceiver;
         reply(wire, &self.node.raft.install_snapshot(body).await)
     }
 

@@ -22,6 +22,22 @@ pub enum Command {
     Batch(Vec<Proposal>),
 }
 
+/// How openraft names an entry's payload in its logs: the resources it touches, not the
+/// whole command (which holds callers' names and metadata).
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let proposals = match self {
+            Command::V1(proposal) => std::slice::from_ref(proposal),
+            Command::Batch(proposals) => proposals.as_slice(),
+        };
+        write!(f, "{} command(s)", proposals.len())?;
+        if let Some(resource) = proposals.iter().find_map(|p| p.op.resource_key()) {
+            write!(f, ", first on {resource:?}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The leader's clocks when it proposed the entry. Followers never stamp.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stamp {

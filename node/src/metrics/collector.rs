@@ -1,6 +1,7 @@
 //! What a scrape reads from the node's state ([`NodeCollector`]).
 
 use super::*;
+use crate::store::WatchReceiver as _;
 
 /// Reads the node's state on every scrape.
 #[derive(Debug)]
@@ -38,7 +39,7 @@ impl Collector for NodeCollector {
         let Some(node) = self.node.upgrade() else {
             return Ok(());
         };
-        let metrics = node.raft.metrics().borrow().clone();
+        let metrics = node.raft.metrics().borrow_watched().clone();
         let membership = metrics.membership_config.membership();
         let (leases, waiters, applied, exactly_once, top) = {
             let applied = node.sm.read();

@@ -5,15 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
+use openraft::error::{NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
 use openraft::BasicNode;
+use openraft_legacy::network_v1::{
+    Adapter, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse, RaftNetwork,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tenure_proto::raft::v1::raft_client::RaftClient;
@@ -51,6 +49,10 @@ impl tonic::service::Interceptor for PeerAuth {
     ) -> Result<tonic::Request<()>, tonic::Status> {
         let headers = self.0.read().unwrap_or_else(|p| p.into_inner());
         let metadata = request.metadata_mut();
+        metadata.insert(
+            crate::agreement::PROTOCOL_HEADER,
+            MetadataValue::from_static(crate::agreement::RAFT_PROTOCOL),
+        );
         for (name, value) in [
             ("authorization", &headers.authorization),
             (crate::agreement::FROM_HEADER, &headers.from),
@@ -232,7 +234,9 @@ pub struct PeerConnection {
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
-    type Network = PeerConnection;
+    /// openraft 0.10's network over the chunked snapshot transfer of 0.9 (our `Raft`
+    /// service's `InstallSnapshot`, whose chunks a follower checks as they come).
+    type Network = Adapter<TypeConfig, PeerConnection, tokio::fs::File>;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
         PeerConnection {
@@ -240,10 +244,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             addr: node.addr.clone(),
             peers: self.peers.clone(),
         }
+        .into_v2()
     }
 }
 
-type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+type RpcResult<T, E> = Result<T, RPCError<TypeConfig, RaftError<TypeConfig, E>>>;
 
 impl PeerConnection {
     async fn call<Req, Resp, E>(
@@ -292,7 +297,7 @@ impl PeerConnection {
             PeerCallError::Encode(e) => RPCError::Network(NetworkError::new(&e)),
             unreachable => RPCError::Unreachable(Unreachable::new(&unreachable)),
         })?;
-        let (result, _): (Result<Resp, RaftError<NodeId, E>>, _) =
+        let (result, _): (Result<Resp, RaftError<TypeConfig, E>>, _) =
             decode(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
@@ -310,7 +315,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+    ) -> RpcResult<AppendEntriesResponse<TypeConfig>, openraft::error::Infallible> {
         self.call(Method::AppendEntries, &rpc, &option).await
     }
 
@@ -318,15 +323,15 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+    ) -> RpcResult<InstallSnapshotResponse<TypeConfig>, InstallSnapshotError> {
         self.call(Method::InstallSnapshot, &rpc, &option).await
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+    ) -> RpcResult<VoteResponse<TypeConfig>, openraft::error::Infallible> {
         self.call(Method::Vote, &rpc, &option).await
     }
 }

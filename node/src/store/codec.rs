@@ -53,15 +53,24 @@ pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<(T, Wire), CodecE
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::lease::{Command, Op, Proposal, RenewOp, Stamp};
     use crate::store::{Entry, LogId};
-    use openraft::{BasicNode, CommittedLeaderId, EntryPayload, Membership};
+    use crate::store::{EntryPayload, LeaderId, Membership};
+    use openraft::BasicNode;
     use std::collections::{BTreeMap, BTreeSet};
 
     fn entries() -> Vec<Entry> {
-        let log_id = |index| LogId::new(CommittedLeaderId::new(123, 2), index);
+        let log_id = |index| {
+            LogId::new(
+                LeaderId {
+                    term: 123,
+                    node_id: 2,
+                },
+                index,
+            )
+        };
         let renew = Command::V1(Proposal {
             stamp: Stamp {
                 mono_ms: 5,
@@ -91,10 +100,10 @@ mod tests {
             },
             Entry {
                 log_id: log_id(2),
-                payload: EntryPayload::Membership(Membership::new(
-                    vec![BTreeSet::from([1, 2])],
-                    members,
-                )),
+                payload: EntryPayload::Membership(
+                    Membership::new(vec![BTreeSet::from([1, 2])], members)
+                        .expect("valid membership"),
+                ),
             },
             Entry {
                 log_id: log_id(3),
@@ -122,6 +131,31 @@ mod tests {
                 binary.len(),
                 json.len()
             );
+        }
+    }
+
+    /// `entries()` as the release on openraft 0.9.25 encoded them, in its log and to its peers.
+    pub(crate) const OPENRAFT_0_9_ENTRIES: [&str; 4] = [
+        "017b020100",
+        "017b0202020102010202010b3132372e302e302e313a31020b3132372e302e302e313a32",
+        "017b020301000580d095ffbc310905616c6963650001057265712d310102026462076c73655f375f3007616c6963652d310701904e",
+        "017b0204010100",
+    ];
+
+    pub(crate) fn unhex(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    #[test]
+    fn entries_written_under_openraft_0_9_read_back_the_same_and_encode_alike() {
+        for (hex, entry) in OPENRAFT_0_9_ENTRIES.iter().zip(entries()) {
+            let bytes = unhex(hex);
+            let (back, wire): (Entry, Wire) = from_bytes(&bytes).expect("decodes");
+            assert_eq!((back, wire), (entry.clone(), Wire::Binary));
+            assert_eq!(to_bytes(&entry).expect("encodes"), bytes);
         }
     }
 

@@ -11,8 +11,6 @@ pub mod state_machine;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use openraft::{AnyError, StorageError, StorageIOError};
-
 use crate::lease::{Command, Reply};
 
 openraft::declare_raft_types!(
@@ -22,8 +20,6 @@ openraft::declare_raft_types!(
         R = Reply,
         NodeId = u64,
         Node = openraft::BasicNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
@@ -73,9 +69,37 @@ fn lowest_priority() {
 }
 
 pub type NodeId = u64;
-pub type Raft = openraft::Raft<TypeConfig>;
-pub type Entry = openraft::Entry<TypeConfig>;
-pub type LogId = openraft::LogId<NodeId>;
+pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachineStore>;
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
+pub type EntryPayload = openraft::type_config::alias::EntryPayloadOf<TypeConfig>;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+pub type LeaderId = openraft::type_config::alias::CommittedLeaderIdOf<TypeConfig>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+pub type Membership = openraft::Membership<NodeId, openraft::BasicNode>;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
+
+/// openraft's metrics as its watch delivers them; read with [`WatchReceiver`]'s
+/// `borrow_watched`, or wait with [`wait_metrics`].
+pub type MetricsWatch = openraft::type_config::alias::WatchReceiverOf<TypeConfig, RaftMetrics>;
+pub use openraft::async_runtime::WatchReceiver;
+
+/// Waits until `until` holds for `watch`'s metrics, checking the current ones first: the
+/// metrics it held, or None once the Raft has stopped.
+pub async fn wait_metrics(
+    watch: &mut MetricsWatch,
+    mut until: impl FnMut(&RaftMetrics) -> bool,
+) -> Option<RaftMetrics> {
+    loop {
+        {
+            let metrics = watch.borrow_and_update();
+            if until(&metrics) {
+                return Some(metrics.clone());
+            }
+        }
+        watch.changed().await.ok()?;
+    }
+}
 
 /// Counters that show what durability costs: every append is one journal write + fdatasync (`log_fsyncs` counts those and sled flushes).
 #[derive(Debug, Default)]
@@ -127,10 +151,7 @@ impl StorageStats {
     }
 }
 
-fn write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
-    StorageIOError::write_logs(AnyError::new(&e)).into()
-}
-
-fn read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
-    StorageIOError::read_logs(AnyError::new(&e)).into()
+/// openraft 0.10's storage traits speak `std::io::Error`.
+fn io_err(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
+    std::io::Error::other(e)
 }

@@ -21,11 +21,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use openraft::storage::RaftLogStorage;
-use openraft::{BasicNode, CommittedLeaderId, Membership, StoredMembership, Vote};
+use openraft::BasicNode;
 
 use super::log::LogStore;
 use super::snapshot::{self, SnapshotMeta, Writer};
-use super::{LogId, NodeId, StorageStats};
+use super::{LeaderId, LogId, Membership, NodeId, StorageStats, StoredMembership, Vote};
 use crate::config::{parse_peers, Peers};
 
 /// How far `--bump-index` moves the log on by default: more entries than a cluster commits in
@@ -118,7 +118,10 @@ impl Restore {
             .ok_or_else(|| anyhow::anyhow!("--bump-index {} is too large", self.bump_index))?;
         let term = backup.leader_id.term.saturating_add(TERM_BUMP);
         let last = LogId::new(
-            CommittedLeaderId::new(term, backup.leader_id.node_id),
+            LeaderId {
+                term,
+                node_id: backup.leader_id.node_id,
+            },
             index,
         );
         let nodes: BTreeMap<NodeId, BasicNode> = self
@@ -131,7 +134,7 @@ impl Restore {
             last_log_id: Some(last),
             last_membership: StoredMembership::new(
                 Some(last),
-                Membership::new(vec![voters], nodes),
+                Membership::new(vec![voters], nodes)?,
             ),
             snapshot_id: format!("restored-{index}-from-{}", backup.index),
         };

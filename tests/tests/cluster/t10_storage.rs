@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
-use openraft::testing::{StoreBuilder, Suite};
+use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;
 use tenure_node::store::log::LogStore;
 use tenure_node::store::state_machine::StateMachineStore;
-use tenure_node::store::{NodeId, StorageStats, TypeConfig};
+use tenure_node::store::{StorageStats, TypeConfig};
 
 struct Builder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for Builder {
     async fn build(
         &self,
-    ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<NodeId>> {
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
         let stats = Arc::new(StorageStats::default());
         let log = LogStore::open(&dir.path().join("raft"), stats.clone()).expect("open log");
@@ -24,7 +24,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
     }
 }
 
-#[test]
-fn storage_passes_openraft_conformance_suite() -> Result<(), StorageError<NodeId>> {
-    Suite::test_all(Builder)
+#[tokio::test]
+async fn storage_passes_openraft_conformance_suite() -> Result<(), StorageError<TypeConfig>> {
+    Suite::test_all(Builder).await
 }

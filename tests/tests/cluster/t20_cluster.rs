@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tenure_node::store::WatchReceiver as _;
 
 use tenure_node::store::StorageStats;
 use tenure_tests::in_process::InProcessCluster;
@@ -83,7 +84,12 @@ async fn restart_loads_the_snapshot_and_replays_only_the_tail() {
     let leader = cluster.leader(ELECTION).await.expect("leader");
     let leader_applied = cluster.applied_index(leader);
     cluster.applied_at_least(restarted, leader_applied).await;
-    let purged = cluster.node(restarted).raft.metrics().borrow().purged;
+    let purged = cluster
+        .node(restarted)
+        .raft
+        .metrics()
+        .borrow_watched()
+        .purged;
     assert!(
         purged.is_some_and(|p| p.index > 1),
         "its log starts after the snapshot: {purged:?}"
@@ -122,9 +128,10 @@ async fn a_follower_behind_a_purged_log_catches_up_from_a_sent_snapshot() {
     let leader_applied = cluster.applied_index(leader);
     cluster.applied_at_least(behind, leader_applied).await;
     let stats = &cluster.node(behind).sm.stats;
-    assert_eq!(
-        StorageStats::get(&stats.snapshots_installed),
-        1,
+    // At least one: a send begun while the follower was down goes on with the snapshot it
+    // read then (openraft 0.10 retries the same one), and the newer one follows it.
+    assert!(
+        StorageStats::get(&stats.snapshots_installed) >= 1,
         "the follower installed the leader's snapshot"
     );
     assert!(StorageStats::get(&stats.last_snapshot_index) >= 40);

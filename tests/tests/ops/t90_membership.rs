@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tenure_node::store::WatchReceiver as _;
 
 use tenure_client::{renew_request, Client};
 use tenure_tests::in_process::InProcessCluster;
@@ -301,13 +302,18 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_first() {
     let client = cluster.client();
     let held = granted(&client, "held", "holder", TTL).await;
     let old = cluster.leader(ELECTION).await.expect("a leader");
-    let term = cluster.node(old).raft.metrics().borrow().current_term;
+    let term = cluster
+        .node(old)
+        .raft
+        .metrics()
+        .borrow_watched()
+        .current_term;
     let mut watch = cluster.node(old).raft.metrics();
     let successor = tokio::spawn(async move {
-        let seen = watch
-            .wait_for(|m| m.current_leader.is_some_and(|l| l != old))
-            .await
-            .ok()?;
+        let seen = tenure_node::store::wait_metrics(&mut watch, |m| {
+            m.current_leader.is_some_and(|l| l != old)
+        })
+        .await?;
         seen.current_leader
     });
     cluster.stop(old).await;
@@ -318,7 +324,12 @@ async fn a_leader_stopped_gracefully_hands_leadership_over_first() {
         .expect("watch task")
         .expect("the old leader saw its successor before it stopped");
     assert_eq!(cluster.leader(ELECTION).await.expect("a leader"), successor);
-    let now = cluster.node(successor).raft.metrics().borrow().current_term;
+    let now = cluster
+        .node(successor)
+        .raft
+        .metrics()
+        .borrow_watched()
+        .current_term;
     assert_eq!(now, term + 1, "one election, the hand-over's");
     let renewed = client
         .renew(renew_request(&held, TTL))
@@ -342,12 +353,22 @@ async fn a_transfer_to_a_stopped_voter_is_declined_and_the_leader_stays() {
     let client = cluster.client_of(leader);
     // Committed while `down` is gone, so it is behind.
     granted(&client, "while/down", "k", TTL).await;
-    let term = cluster.node(leader).raft.metrics().borrow().current_term;
+    let term = cluster
+        .node(leader)
+        .raft
+        .metrics()
+        .borrow_watched()
+        .current_term;
     let declined = client.transfer_leader(down).await.expect("answered");
     assert!(!declined.transferred, "{declined:?}");
     assert!(declined.detail.contains("behind"), "{declined:?}");
     assert_eq!(cluster.leader(ELECTION).await.expect("a leader"), leader);
-    let after = cluster.node(leader).raft.metrics().borrow().current_term;
+    let after = cluster
+        .node(leader)
+        .raft
+        .metrics()
+        .borrow_watched()
+        .current_term;
     assert_eq!(after, term, "a declined transfer caused no election");
     // Writes go on.
     granted(&client, "after/declined", "k", TTL).await;
@@ -453,7 +474,7 @@ async fn bad_membership_changes_are_refused_with_the_reason() {
     );
     // Nothing changed.
     let leader = cluster.leader(ELECTION).await.expect("a leader");
-    let metrics = cluster.node(leader).raft.metrics().borrow().clone();
+    let metrics = cluster.node(leader).raft.metrics().borrow_watched().clone();
     let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
     assert_eq!(voters, [1, 2, 3]);
     cluster.shutdown().await;

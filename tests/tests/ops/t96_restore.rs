@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tenure_node::store::WatchReceiver as _;
 
 use tenure_client::{pb, renew_request};
 use tenure_node::store::restore::{Restore, DEFAULT_BUMP, TERM_BUMP};
@@ -99,7 +100,12 @@ async fn holders(client: &tenure_client::Client, resource: &str) -> Vec<(String,
 }
 
 fn term(cluster: &InProcessCluster, id: u64) -> u64 {
-    cluster.node(id).raft.metrics().borrow().current_term
+    cluster
+        .node(id)
+        .raft
+        .metrics()
+        .borrow_watched()
+        .current_term
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

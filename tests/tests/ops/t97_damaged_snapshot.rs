@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tenure_node::store::WatchReceiver as _;
 
 use tenure_node::store::restore::Restore;
 use tenure_node::store::{snapshot, StorageStats};
@@ -77,7 +78,7 @@ async fn a_damaged_snapshot_from_the_leader_is_refused_and_the_next_good_one_ins
     .await;
     assert_eq!(StorageStats::get(&joiner.sm.stats.snapshots_installed), 0);
     assert!(
-        joiner.raft.metrics().borrow().running_state.is_ok(),
+        joiner.raft.metrics().borrow_watched().running_state.is_ok(),
         "the refusal left the joiner's Raft running"
     );
 

@@ -18,12 +18,14 @@
 
 mod transfer;
 
+use crate::store::WatchReceiver as _;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::store::RaftMetrics;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
+use openraft::{BasicNode, ChangeMembers, ServerState};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -122,8 +124,8 @@ fn valid_addr(addr: &str) -> bool {
 }
 
 impl Node {
-    fn metrics_now(&self) -> RaftMetrics<NodeId, BasicNode> {
-        self.raft.metrics().borrow().clone()
+    fn metrics_now(&self) -> RaftMetrics {
+        self.raft.metrics().borrow_watched().clone()
     }
 
     /// Serves `request` on this node: as the leader, or (`Campaign`) as a transfer's target.
@@ -235,7 +237,7 @@ impl Node {
 
     /// Waits until the leader has replicated up to `index` to `id`; Err(matched) at `limit`.
     async fn caught_up(&self, id: NodeId, index: u64, limit: Duration) -> Result<(), u64> {
-        let matched = |m: &RaftMetrics<NodeId, BasicNode>| matched_index(m, id).unwrap_or(0);
+        let matched = |m: &RaftMetrics| matched_index(m, id).unwrap_or(0);
         let mut metrics = self.raft.metrics();
         let deadline = Instant::now() + limit;
         loop {
@@ -330,8 +332,7 @@ impl Node {
         // A million leases take seconds; the deadline is generous.
         let deadline = Instant::now() + self.config.request_timeout.max(Duration::from_secs(60));
         let mut watch = self.raft.metrics();
-        let covered =
-            |m: &RaftMetrics<NodeId, BasicNode>| m.snapshot.map_or(0, |s| s.index) >= applied;
+        let covered = |m: &RaftMetrics| m.snapshot.map_or(0, |s| s.index) >= applied;
         while !covered(&watch.borrow_and_update()) {
             if Instant::now() >= deadline {
                 return Err(ApiError::Unavailable(
@@ -356,7 +357,7 @@ impl Node {
 }
 
 fn write_error(
-    error: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>,
+    error: RaftError<crate::store::TypeConfig, ClientWriteError<crate::store::TypeConfig>>,
 ) -> Result<AdminOutcome, NotServed> {
     match error {
         RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => Err(NotServed::NotLeader),
@@ -367,6 +368,14 @@ fn write_error(
                 }
                 other => AdminError::Rejected(Rejection::invalid("membership", other.to_string())),
             }))
+        }
+        // The entry may yet commit under another leader: the caller sees the outcome in the
+        // membership, not by a retry here.
+        RaftError::APIError(discarded @ ClientWriteError::LogEntryDiscarded(_)) => {
+            Err(NotServed::Unavailable(discarded.to_string()))
+        }
+        RaftError::APIError(ClientWriteError::PreconditionFailed(failed)) => {
+            Err(NotServed::Unavailable(failed.to_string()))
         }
         RaftError::Fatal(fatal) => Err(NotServed::Unavailable(fatal.to_string())),
     }

@@ -80,7 +80,9 @@ impl Node {
         let mut watch = self.raft.metrics();
         let _ = tokio::time::timeout(
             self.succession.hand_over_limit(),
-            watch.wait_for(|m| m.current_leader.is_some_and(|l| l != self.id)),
+            crate::store::wait_metrics(&mut watch, |m| {
+                m.current_leader.is_some_and(|l| l != self.id)
+            }),
         )
         .await;
         let now = self.metrics_now().current_leader;

@@ -7,6 +7,7 @@
 //! nothing, so a lost one harms nothing). Only then is the request sent, to that one node, so
 //! no two inboxes ever hold it at once.
 
+use crate::store::WatchReceiver as _;
 use std::time::Duration;
 
 use tenure_proto::raft::v1::{DeliverRequest, FindInboxRequest};
@@ -187,7 +188,7 @@ async fn find_inbox(node: &Node, parcel: &Parcel, deadline: Instant) -> Result<S
 /// Every member but this node, by id.
 fn other_members(node: &Node) -> Vec<(NodeId, String)> {
     let metrics = node.raft.metrics();
-    let metrics = metrics.borrow();
+    let metrics = metrics.borrow_watched();
     metrics
         .membership_config
         .membership()

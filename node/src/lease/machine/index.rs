@@ -168,6 +168,10 @@ mod tests {
         assert_eq!(listed(&rebuilt, Some(("b", (2, 0)))), vec![]);
 
         maintained.remove("h", &lease("b", 2));
-        assert_eq!(maintained, LeaseIndex::default(), "a name without leases is gone");
+        assert_eq!(
+            maintained,
+            LeaseIndex::default(),
+            "a name without leases is gone"
+        );
     }
 }

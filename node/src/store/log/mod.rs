@@ -6,12 +6,12 @@
 //! the segments sled now holds: sled's flush costs a wake-up of each of its seven IO threads
 //! (see `wal`). Opening the log replays the journal into sled.
 //!
-//! The journal is written and synced in `append` itself, on RaftCore's task: openraft 0.9.25
-//! awaits each append's flush before it goes on (its `append_to_log`), so a flusher thread
-//! never had a second append to group with the first and cost two wake-ups per append. The
-//! leader sends AppendEntries only after that, so its fsync and the followers' run one after
-//! the other. What batches writes is the leader's proposal batcher (`coord::batch`): one entry
-//! for the commands that arrive together.
+//! `append` writes the journal's records to the OS and returns; a flusher thread fdatasyncs
+//! the segment and calls openraft back (`IOFlushed`), for every append written before its
+//! sync at once. openraft 0.10 goes on meanwhile: the leader sends AppendEntries while its
+//! own fsync runs, and counts itself towards a commit only once it is called back, so the
+//! leader's fsync and the followers' overlap and no entry is committed on a copy that is not
+//! durable.
 //!
 //! sled 0.34's flush ends in `sync_file_range`, which does not flush a disk's volatile write
 //! cache; so after every sled flush we also `fdatasync` sled's data file.
@@ -25,13 +25,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{OptionalSend, RaftLogReader, StorageError, Vote};
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::codec;
-use super::{read_err, write_err, Entry, LogId, NodeId, StorageStats, TypeConfig};
+use super::{io_err, Entry, LogId, NodeId, StorageStats, TypeConfig, Vote};
 
 const VOTE: &[u8] = b"vote";
 const LAST_PURGED: &[u8] = b"last_purged";
@@ -50,6 +50,12 @@ pub struct LogStore {
     /// The journal's open segment; closed segments go to the checkpointer.
     journal: Arc<std::sync::Mutex<wal::Wal>>,
     checkpoint_queue: std::sync::mpsc::Sender<u64>,
+    /// Callbacks of appends written to the journal, for the flusher thread's next sync.
+    flushes: std::sync::mpsc::Sender<IOFlushed<TypeConfig>>,
+    /// How many of them the flusher has not called back yet.
+    unflushed: Arc<std::sync::atomic::AtomicUsize>,
+    /// This node's id, once known ([`LogStore::of_node`]): its own entries are the leader's.
+    node: Option<NodeId>,
     /// Indexes through which the purger thread removes entries.
     purges: std::sync::mpsc::Sender<u64>,
     /// The index through which the purger has removed them (tests await it).
@@ -134,6 +140,18 @@ impl LogStore {
                 })?;
         }
         let journal = Arc::new(std::sync::Mutex::new(opened.wal));
+        let (flushes, queued) = std::sync::mpsc::channel();
+        let unflushed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        {
+            let (journal, stats) = (journal.clone(), stats.clone());
+            let unflushed = unflushed.clone();
+            let checkpoints = checkpoints.clone();
+            std::thread::Builder::new()
+                .name("log-flusher".into())
+                .spawn(move || {
+                    flush_journal(&journal, &stats, lies, &queued, &unflushed, &checkpoints)
+                })?;
+        }
         let (purges, to_purge) = std::sync::mpsc::channel();
         let (purged_through, purged) = tokio::sync::watch::channel(0);
         {
@@ -151,6 +169,9 @@ impl LogStore {
             stats,
             journal,
             checkpoint_queue: checkpoints,
+            flushes,
+            unflushed,
+            node: None,
             purges,
             purged,
             checkpoints: checkpoints_done,
@@ -162,21 +183,28 @@ impl LogStore {
         Ok(store)
     }
 
+    /// The log of node `id`: appends of its own entries (it leads) are synced by the flusher
+    /// thread while replication goes on; a follower's are synced in `append`, since it
+    /// answers the leader only once they are durable anyway.
+    pub fn of_node(mut self, id: NodeId) -> Self {
+        self.node = Some(id);
+        self
+    }
+
     /// Flushes sled and fdatasyncs its file: after this, what was written survives power loss.
-    async fn sync(&self) -> Result<(), StorageError<NodeId>> {
+    async fn sync(&self) -> Result<(), std::io::Error> {
         let (db, file, stats) = (self.db.clone(), self.data_file.clone(), self.stats.clone());
         let lies = self.lies;
         tokio::task::spawn_blocking(move || flush_and_sync(&db, &file, &stats, lies))
             .await
-            .map_err(write_err)?
-            .map_err(write_err)
+            .map_err(io_err)?
+            .map_err(io_err)
     }
 
-    /// Writes `records` at the end of the journal and fdatasyncs it (unless `lies`): after
-    /// this they survive power loss. Done in the caller (RaftCore, which awaits it anyway):
-    /// a thread of its own cost two wake-ups per append, and openraft 0.9 never has a second
-    /// append to group with the first. A full segment is closed and handed to the
-    /// checkpointer.
+    /// Writes `records` at the end of the journal and fdatasyncs it (unless `lies`), in the
+    /// caller: after this they survive power loss. For a truncation, which must be durable
+    /// before it returns; appends are synced by the flusher thread. A full segment is closed
+    /// and handed to the checkpointer.
     ///
     /// `then` runs once they are durable and before any segment closes: a change to sled that
     /// must not reach sled's disk before its record (a truncation; a checkpoint's flush could
@@ -209,16 +237,16 @@ impl LogStore {
         Ok(())
     }
 
-    fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError<NodeId>> {
-        match self.meta.get(key).map_err(read_err)? {
-            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(read_err)?)),
+    fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, std::io::Error> {
+        match self.meta.get(key).map_err(io_err)? {
+            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(io_err)?)),
             None => Ok(None),
         }
     }
 
-    fn put_meta<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StorageError<NodeId>> {
-        let bytes = serde_json::to_vec(value).map_err(write_err)?;
-        self.meta.insert(key, bytes).map_err(write_err)?;
+    fn put_meta<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), std::io::Error> {
+        let bytes = serde_json::to_vec(value).map_err(io_err)?;
+        self.meta.insert(key, bytes).map_err(io_err)?;
         Ok(())
     }
 }
@@ -320,6 +348,53 @@ fn purge_behind(
     }
 }
 
+/// The flusher thread: fdatasyncs the journal's open segment for every append written before
+/// it (all that are queued), calls them back, and closes the segment once it is full. The
+/// segment is synced without holding the journal, so RaftCore appends meanwhile. Ends when
+/// the last `LogStore` clone, and with it the queue's sender, is dropped.
+fn flush_journal(
+    journal: &std::sync::Mutex<wal::Wal>,
+    stats: &StorageStats,
+    lies: bool,
+    queued: &std::sync::mpsc::Receiver<IOFlushed<TypeConfig>>,
+    unflushed: &std::sync::atomic::AtomicUsize,
+    checkpoints: &std::sync::mpsc::Sender<u64>,
+) {
+    let lock = || journal.lock().unwrap_or_else(|p| p.into_inner());
+    while let Ok(first) = queued.recv() {
+        let mut batch = vec![first];
+        batch.extend(queued.try_iter());
+        let started = Instant::now();
+        let file = lock().file();
+        let synced = if lies { Ok(()) } else { file.sync_data() };
+        let mut wal = lock();
+        match &synced {
+            Ok(()) => {
+                StorageStats::add(&stats.log_fsyncs, 1);
+                StorageStats::add(&stats.log_sync_micros, started.elapsed().as_micros() as u64);
+                if wal.full() {
+                    match wal.rotate() {
+                        Ok(closed) => {
+                            let _ = checkpoints.send(closed);
+                        }
+                        Err(error) => tracing::warn!(%error, "beginning a journal segment"),
+                    }
+                }
+            }
+            Err(_) => wal.fail(),
+        }
+        drop(wal);
+        for callback in batch {
+            let result = match &synced {
+                Ok(()) => Ok(()),
+                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            };
+            callback.io_completed(result);
+            unflushed.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
 /// The checkpointer thread: flushes sled (and fdatasyncs its file) once a journal segment is
 /// closed, then removes the segments up to it, whose records sled now holds durably (each
 /// was in sled's memory before it was journaled). Ends when the last `LogStore` clone, and
@@ -351,7 +426,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
-    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+    ) -> Result<Vec<Entry>, std::io::Error> {
         let start = match range.start_bound() {
             std::ops::Bound::Included(i) => *i,
             std::ops::Bound::Excluded(i) => i.saturating_add(1),
@@ -359,26 +434,30 @@ impl RaftLogReader<TypeConfig> for LogStore {
         };
         let mut entries = Vec::new();
         for item in self.log.range(index_key(start)..) {
-            let (key, value) = item.map_err(read_err)?;
+            let (key, value) = item.map_err(io_err)?;
             let mut index_bytes = [0u8; 8];
             index_bytes.copy_from_slice(&key);
             if !range.contains(&u64::from_be_bytes(index_bytes)) {
                 break;
             }
-            entries.push(codec::from_bytes(&value).map_err(read_err)?.0);
+            entries.push(codec::from_bytes(&value).map_err(io_err)?.0);
         }
         Ok(entries)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, std::io::Error> {
+        self.get_meta(VOTE)
     }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
-    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, std::io::Error> {
         let last_purged_log_id: Option<LogId> = self.get_meta(LAST_PURGED)?;
-        let last_log_id = match self.log.last().map_err(read_err)? {
+        let last_log_id = match self.log.last().map_err(io_err)? {
             Some((_, value)) => {
-                let (entry, _): (Entry, _) = codec::from_bytes(&value).map_err(read_err)?;
+                let (entry, _): (Entry, _) = codec::from_bytes(&value).map_err(io_err)?;
                 // Entries behind the purge point may still wait for the purger: the log
                 // then ends where it was purged (openraft: last_purged ≤ last_log_id).
                 Some(entry.log_id).max(last_purged_log_id)
@@ -395,32 +474,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.clone()
     }
 
-    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), std::io::Error> {
         self.put_meta(VOTE, vote)?;
         self.sync().await
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        self.get_meta(VOTE)
-    }
-
-    async fn save_committed(
-        &mut self,
-        committed: Option<LogId>,
-    ) -> Result<(), StorageError<NodeId>> {
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), std::io::Error> {
         // Not synced: a stale value only means less is re-applied at startup.
         self.put_meta(COMMITTED, &committed)
     }
 
-    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError<NodeId>> {
+    async fn read_committed(&mut self) -> Result<Option<LogId>, std::io::Error> {
         Ok(self.get_meta::<Option<LogId>>(COMMITTED)?.flatten())
     }
 
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError<NodeId>>
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), std::io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -432,34 +504,52 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut records = Vec::new();
         let mut count = 0u64;
         let mut bytes = 0u64;
+        let mut leader = None;
         for entry in entries {
-            let value = codec::to_bytes(&entry).map_err(write_err)?;
+            leader.get_or_insert(entry.log_id.leader_id.node_id);
+            let value = codec::to_bytes(&entry).map_err(io_err)?;
             bytes += value.len() as u64;
             wal::encode_entry(&mut records, entry.log_id.index, &value);
             self.log
                 .insert(index_key(entry.log_id.index), value)
-                .map_err(write_err)?;
+                .map_err(io_err)?;
             count += 1;
         }
         StorageStats::add(&self.stats.log_appends, 1);
         StorageStats::add(&self.stats.log_entries, count);
         StorageStats::add(&self.stats.log_bytes, bytes);
-        callback.log_io_completed(self.journal(&records, || Ok(())));
+        // A follower's entries, with no earlier append still to be called back (callbacks
+        // report progress in order): synced here, without two thread hand-offs.
+        let unflushed = &self.unflushed;
+        if leader != self.node && unflushed.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            callback.io_completed(self.journal(&records, || Ok(())));
+            return Ok(());
+        }
+        self.journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write(&records)?;
+        unflushed.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        if let Err(unsent) = self.flushes.send(callback) {
+            unsent
+                .0
+                .io_completed(Err(std::io::Error::other("the log flusher has stopped")));
+        }
         Ok(())
     }
 
-    /// Removes the entries from `log_id` on, and journals that (a replay would otherwise bring
-    /// back journaled entries it removed).
-    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
+    /// Removes the entries after `last` (all with None), and journals that (a replay would
+    /// otherwise bring back journaled entries it removed).
+    async fn truncate_after(&mut self, last: Option<LogId>) -> Result<(), std::io::Error> {
+        let first_removed = last.map_or(0, |id| id.index.saturating_add(1));
         let mut records = Vec::new();
-        wal::encode_truncate(&mut records, log_id.index);
+        wal::encode_truncate(&mut records, first_removed);
         // Journaled first: removed from sled before its record is durable, the entries could
         // be gone from sled's disk (written out by a flush) while a replay brings back only
         // those the journal still holds, leaving a hole.
         self.journal(&records, || {
-            remove_from(&self.log, log_id.index).map_err(std::io::Error::other)
+            remove_from(&self.log, first_removed).map_err(std::io::Error::other)
         })
-        .map_err(write_err)
     }
 
     /// Durably moves the log's start past `log_id`; the purger thread removes the entries
@@ -467,7 +557,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// removes ≈ 60k keys a second), during which RaftCore, which awaits this, answered no
     /// AppendEntries, and followers started elections. Entries left behind by a crash are
     /// removed at the next start (`open`), and never read: openraft reads after the start.
-    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
+    async fn purge(&mut self, log_id: LogId) -> Result<(), std::io::Error> {
         self.put_meta(LAST_PURGED, &Some(log_id))?;
         self.sync().await?;
         let _ = self.purges.send(log_id.index);

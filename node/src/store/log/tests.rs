@@ -1,9 +1,15 @@
 use super::*;
-use openraft::{CommittedLeaderId, EntryPayload};
+use crate::store::{EntryPayload, LeaderId};
 
 fn blank(index: u64) -> Entry {
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(3, 1), index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 3,
+                node_id: 1,
+            },
+            index,
+        ),
         payload: EntryPayload::Blank,
     }
 }
@@ -96,7 +102,13 @@ async fn journaled_appends_and_truncations_are_replayed_in_order_at_open() {
     let dir = tempfile::tempdir().expect("tempdir");
     drop(LogStore::open(dir.path(), Arc::default()).expect("create"));
     let other = |index| Entry {
-        log_id: LogId::new(CommittedLeaderId::new(4, 2), index),
+        log_id: LogId::new(
+            LeaderId {
+                term: 4,
+                node_id: 2,
+            },
+            index,
+        ),
         payload: EntryPayload::Blank,
     };
     let mut records = Vec::new();
@@ -172,4 +184,54 @@ async fn a_full_segment_is_checkpointed_into_sled_and_removed() {
     let read = store.try_get_log_entries(1..=index).await.expect("read");
     assert_eq!(read.len() as u64, index);
     assert_eq!(read.last(), Some(&blank(index)));
+}
+
+/// A log directory as the release on openraft 0.9.25 left it (its entries' bytes, its vote and
+/// committed id as it wrote them) opens under openraft 0.10 with the same entries, vote and
+/// committed id.
+#[tokio::test]
+async fn a_log_written_by_the_openraft_0_9_release_opens_with_its_entries_and_vote() {
+    use crate::store::codec::tests::{unhex, OPENRAFT_0_9_ENTRIES};
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = LogStore::open(dir.path(), Arc::default()).expect("create");
+        for (index, hex) in (1u64..).zip(OPENRAFT_0_9_ENTRIES) {
+            store
+                .log
+                .insert(index_key(index), unhex(hex))
+                .expect("entry");
+        }
+        let meta = &store.meta;
+        let vote = br#"{"leader_id":{"term":7,"node_id":2},"committed":true}"#;
+        meta.insert(VOTE, &vote[..]).expect("vote");
+        let committed = br#"{"leader_id":{"term":7,"node_id":2},"index":4}"#;
+        meta.insert(COMMITTED, &committed[..]).expect("committed");
+        store.db.flush().expect("flush");
+    }
+    let mut store = LogStore::open(dir.path(), Arc::default()).expect("open");
+    let entries = store.try_get_log_entries(1..5).await.expect("read");
+    let indexes: Vec<u64> = entries.iter().map(|e| e.log_id.index).collect();
+    assert_eq!(indexes, vec![1, 2, 3, 4]);
+    assert!(entries.iter().all(|e| e.log_id.leader_id
+        == LeaderId {
+            term: 123,
+            node_id: 2
+        }));
+    assert!(matches!(entries[1].payload, EntryPayload::Membership(_)));
+    assert!(matches!(entries[2].payload, EntryPayload::Normal(_)));
+    let state = store.get_log_state().await.expect("state");
+    assert_eq!(state.last_log_id, Some(entries[3].log_id));
+    let vote = store.read_vote().await.expect("vote");
+    assert_eq!(vote, Some(Vote::new_committed(7, 2)));
+    let committed = store.read_committed().await.expect("committed");
+    assert_eq!(
+        committed,
+        Some(LogId::new(
+            LeaderId {
+                term: 7,
+                node_id: 2
+            },
+            4
+        ))
+    );
 }

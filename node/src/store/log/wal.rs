@@ -16,6 +16,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A segment is closed (and a checkpoint begun) once it holds this much: ≈ a thousand
 /// entries, so a checkpoint's sled flush is rare and a restart replays little.
@@ -102,7 +103,8 @@ fn decode(data: &[u8]) -> (Vec<Record>, usize) {
 pub struct Wal {
     dir: PathBuf,
     sequence: u64,
-    file: File,
+    /// Shared with the log's flusher thread, which fdatasyncs it while appends go on.
+    file: Arc<File>,
     bytes: u64,
     /// A write or sync failed: what follows could land after a torn record, so nothing more
     /// is taken (openraft stops the node on the error anyway).
@@ -190,7 +192,7 @@ impl Wal {
         Ok(Wal {
             dir: dir.to_path_buf(),
             sequence,
-            file,
+            file: Arc::new(file),
             bytes: 0,
             failed: false,
         })
@@ -202,7 +204,7 @@ impl Wal {
             return Err(std::io::Error::other("the log's journal failed earlier"));
         }
         self.failed = true;
-        self.file.write_all(records)?;
+        (&*self.file).write_all(records)?;
         self.bytes += records.len() as u64;
         self.failed = false;
         Ok(())
@@ -217,6 +219,18 @@ impl Wal {
         self.file.sync_data()?;
         self.failed = false;
         Ok(())
+    }
+
+    /// The open segment's file, for a thread to fdatasync without holding the journal (appends
+    /// go on meanwhile). Records written before this call are in it or in a closed segment,
+    /// which [`Wal::rotate`] synced whole.
+    pub fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    /// A sync of [`Wal::file`] failed: nothing more is taken.
+    pub fn fail(&mut self) {
+        self.failed = true;
     }
 
     /// Whether the open segment is full: time to begin another and checkpoint.

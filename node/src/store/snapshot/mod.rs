@@ -14,11 +14,28 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 
-use super::NodeId;
+use super::{LogId, StoredMembership, TypeConfig};
 use crate::lease::dedup::Dedup;
 use crate::lease::State;
 
-pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
+/// A snapshot's meta as files hold it (openraft 0.9's layout: with a snapshot id, which names
+/// the file), also the meta of the chunked snapshot transfer between nodes.
+pub type SnapshotMeta = openraft_legacy::network_v1::SnapshotMeta<TypeConfig>;
+
+/// openraft's meta of a snapshot, without the id.
+pub type RaftSnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+
+/// The meta of a snapshot of the state applied through `last_log_id`, named after its term
+/// and index.
+pub fn meta_at(last_log_id: Option<LogId>, last_membership: StoredMembership) -> SnapshotMeta {
+    let index = last_log_id.map_or(0, |id| id.index);
+    let term = last_log_id.map_or(0, |id| id.leader_id.term);
+    SnapshotMeta {
+        last_log_id,
+        last_membership,
+        snapshot_id: format!("{term}-{index}"),
+    }
+}
 
 /// 2: resources hold several leases, their registration and their history, JSON.
 /// 3: postcard's binary encoding; exactly-once records hold digests.

@@ -80,7 +80,7 @@ fn exclusive_acquire() -> AcquireOp {
 fn written(dir: &Path) -> (PathBuf, Vec<u8>) {
     let mut state = State::default();
     entry(&mut state, 1, Op::Acquire(exclusive_acquire()));
-    let mut writer = Writer::create(dir, SnapshotMeta::default()).expect("create");
+    let mut writer = Writer::create(dir, meta_at(None, Default::default())).expect("create");
     writer.state(&state).expect("encode");
     writer.finish().expect("finish").keep(dir).expect("keep");
     let (_, path, _) = newest(dir).expect("list").expect("a snapshot");
@@ -252,7 +252,7 @@ fn a_format_4_snapshot_loads_with_its_records_slimmed() {
     let reply = entry(&mut state, 1, Op::Acquire(op.clone()));
     let acquire = Op::Acquire(op);
     let table = format_4_table(&[("p", "r1", &acquire, &reply, 1)]);
-    let mut data = serde_json::to_vec(&SnapshotMeta::default()).expect("meta");
+    let mut data = serde_json::to_vec(&meta_at(None, Default::default())).expect("meta");
     data.push(b'\n');
     data.extend(state.format_4_body(CHECKSUM_SINCE, &table));
     let checksum: [u8; 32] = Sha256::digest(&data).into();

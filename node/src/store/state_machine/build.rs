@@ -1,12 +1,11 @@
 //! Building a snapshot: the applied state copied under the read lock, then encoded and made
 //! durable on a low-priority thread of its own while apply goes on.
 
-use openraft::storage::Snapshot;
-use openraft::{RaftSnapshotBuilder, StorageError};
+use openraft::RaftSnapshotBuilder;
 
 use super::{sm_err, StateMachineStore};
-use crate::store::snapshot::{SnapshotMeta, Writer};
-use crate::store::{NodeId, StorageStats, TypeConfig};
+use crate::store::snapshot::{self, Writer};
+use crate::store::{StorageStats, TypeConfig};
 
 /// Runs `work` on a thread of its own at the lowest CPU priority (nice 19). A snapshot of a
 /// million leases is seconds of CPU; on a busy node it takes what apply, replication and the
@@ -43,7 +42,9 @@ impl Drop for Building<'_> {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+    type SnapshotData = tokio::fs::File;
+
+    async fn build_snapshot(&mut self) -> Result<super::Snapshot, std::io::Error> {
         let started = std::time::Instant::now();
         let _building = Building::start(&self.shared.stats);
         let shared = self.shared.clone();
@@ -53,14 +54,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             // nodes and resources it changes.
             let (copy, meta) = {
                 let applied = shared.read();
-                let last_applied = applied.last_applied;
-                let index = last_applied.map_or(0, |id| id.index);
-                let term = last_applied.map_or(0, |id| id.leader_id.term);
-                let meta = SnapshotMeta {
-                    last_log_id: last_applied,
-                    last_membership: applied.last_membership.clone(),
-                    snapshot_id: format!("{term}-{index}"),
-                };
+                let meta = snapshot::meta_at(applied.last_applied, applied.last_membership.clone());
                 let stats = &shared.stats;
                 StorageStats::set(
                     &stats.log_bytes_at_snapshot,
@@ -86,9 +80,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             &stats.last_snapshot_build_micros,
             started.elapsed().as_micros() as u64,
         );
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
+        Ok(super::Snapshot {
+            meta: meta.into_meta(),
+            snapshot: tokio::fs::File::from_std(file),
         })
     }
 }

@@ -10,19 +10,21 @@ use std::io::SeekFrom;
 use std::path::PathBuf;
 use std::sync::{Arc, LockResult, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
-use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{
-    AnyError, EntryPayload, OptionalSend, StorageError, StorageIOError, StoredMembership,
-};
+use futures::{Stream, StreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::OptionalSend;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 
 use super::notify::Notifier;
-use super::snapshot::{self, SnapshotMeta, Writer, Written};
-use super::{Entry, LogId, NodeId, StorageStats, TypeConfig};
+use super::snapshot::{self, RaftSnapshotMeta, SnapshotMeta, Writer, Written};
+use super::{EntryPayload, LogId, StorageStats, StoredMembership, TypeConfig};
 use crate::lease::{self, EntryMeta, LeaderKey, Reply, State};
 
-type Membership = StoredMembership<NodeId, openraft::BasicNode>;
+type Membership = StoredMembership;
+
+/// A snapshot as openraft hands it over: its meta and its file.
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, tokio::fs::File>;
 
 /// The applied state: the lease domain plus openraft's bookkeeping.
 pub struct Applied {
@@ -133,8 +135,8 @@ pub struct StateMachineStore {
     pub shared: Arc<Shared>,
 }
 
-fn sm_err(e: impl std::fmt::Display) -> StorageError<NodeId> {
-    StorageIOError::write_state_machine(AnyError::error(e.to_string())).into()
+fn sm_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
 }
 
 impl StateMachineStore {
@@ -180,23 +182,31 @@ impl StateMachineStore {
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = tokio::fs::File;
     type SnapshotBuilder = Self;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError<NodeId>> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), std::io::Error> {
         let applied = self.shared.read();
         Ok((applied.last_applied, applied.last_membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError<NodeId>>
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), std::io::Error>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, std::io::Error>>
+            + Unpin
+            + OptionalSend,
     {
-        let mut replies = Vec::new();
+        // Everything openraft has ready now is applied under one lock; the replies go out
+        // once the lock is let go and the watchers are told.
+        let mut batch = Vec::new();
+        while let Some(next) = entries.next().await {
+            batch.push(next?);
+        }
+        let mut replies = Vec::with_capacity(batch.len());
         let mut effects = Vec::new();
         let index = {
             let mut applied = self.shared.write();
-            for entry in entries {
+            for (entry, responder) in batch {
                 applied.last_applied = Some(entry.log_id);
                 let reply = match &entry.payload {
                     EntryPayload::Blank => Reply::None,
@@ -232,44 +242,33 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         reply
                     }
                 };
-                replies.push(reply);
+                replies.push((responder, reply));
             }
             self.shared.notify.publish(effects);
             applied.last_applied.map_or(0, |id| id.index)
         };
         self.shared.applied_index.send_replace(index);
-        Ok(replies)
+        for (responder, reply) in replies {
+            if let Some(responder) = responder {
+                responder.send(reply);
+            }
+        }
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
 
-    /// Chunks from the leader land in an unnamed file in the snapshot directory, not in
-    /// memory, and it disappears by itself if the transfer never finishes.
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
-        let dir = self.shared.snapshot_dir.clone();
-        let file = tokio::task::spawn_blocking(move || {
-            // Durably: the snapshot it becomes is renamed into this directory, and a node whose
-            // first snapshot comes from the leader (a wiped member) has no other.
-            crate::store::create_dir_durably(&dir)?;
-            tempfile::tempfile_in(&dir)
-        })
-        .await
-        .map_err(sm_err)?
-        .map_err(sm_err)?;
-        Ok(Box::new(tokio::fs::File::from_std(file)))
-    }
-
     /// The received file is the leader's snapshot file, meta line included. It is read whole
     /// to decode it (an install is rare: a follower too far behind, or a new one).
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta,
-        mut snapshot: Box<tokio::fs::File>,
-    ) -> Result<(), StorageError<NodeId>> {
+        meta: &RaftSnapshotMeta,
+        mut snapshot: tokio::fs::File,
+    ) -> Result<(), std::io::Error> {
+        let meta = snapshot::meta_at(meta.last_log_id, meta.last_membership.clone());
+        tracing::info!(snapshot = %meta.snapshot_id, "installing a snapshot from the leader");
         let mut data = Vec::new();
         snapshot.seek(SeekFrom::Start(0)).await.map_err(sm_err)?;
         snapshot.read_to_end(&mut data).await.map_err(sm_err)?;
@@ -302,9 +301,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(())
     }
 
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, std::io::Error> {
         let shared = self.shared.clone();
         let newest = tokio::task::spawn_blocking(move || {
             // Under the lock: a save in progress finishes first.
@@ -317,10 +314,30 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         .await
         .map_err(sm_err)?
         .map_err(sm_err)?;
-        Ok(newest.map(|(meta, file)| Snapshot {
-            meta,
-            snapshot: Box::new(tokio::fs::File::from_std(file)),
+        Ok(newest.map(|(meta, file): (SnapshotMeta, _)| Snapshot {
+            meta: meta.into_meta(),
+            snapshot: tokio::fs::File::from_std(file),
         }))
+    }
+}
+
+impl openraft_legacy::network_v1::SnapshotReceiverFactory<TypeConfig> for StateMachineStore {
+    type SnapshotReceiver = tokio::fs::File;
+
+    /// Chunks from the leader land in an unnamed file in the snapshot directory, not in
+    /// memory, and it disappears by itself if the transfer never finishes.
+    async fn begin_receiving_snapshot(&mut self) -> Result<tokio::fs::File, std::io::Error> {
+        let dir = self.shared.snapshot_dir.clone();
+        let file = tokio::task::spawn_blocking(move || {
+            // Durably: the snapshot it becomes is renamed into this directory, and a node whose
+            // first snapshot comes from the leader (a wiped member) has no other.
+            crate::store::create_dir_durably(&dir)?;
+            tempfile::tempfile_in(&dir)
+        })
+        .await
+        .map_err(sm_err)?
+        .map_err(sm_err)?;
+        Ok(tokio::fs::File::from_std(file))
     }
 }
 

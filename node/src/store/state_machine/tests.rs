@@ -1,7 +1,13 @@
 use super::*;
 
 fn written(dir: &std::path::Path, index: u64) -> Written {
-    let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
+    let log_id = crate::store::LogId::new(
+        crate::store::LeaderId {
+            term: 1,
+            node_id: 1,
+        },
+        index,
+    );
     let meta = SnapshotMeta {
         last_log_id: Some(log_id),
         last_membership: Membership::default(),
