@@ -365,9 +365,13 @@ fn flush_journal(
         let mut batch = vec![first];
         batch.extend(queued.try_iter());
         let started = Instant::now();
-        let file = lock().file();
-        let synced = if lies { Ok(()) } else { file.sync_data() };
+        let synced = lock()
+            .file()
+            .and_then(|file| if lies { Ok(()) } else { file.sync_data() });
         let mut wal = lock();
+        // A sync another thread made meanwhile (a truncation's) may have been the one told of
+        // a failed writeback: this one's success then proves nothing.
+        let synced = synced.and_then(|()| wal.healthy());
         match &synced {
             Ok(()) => {
                 StorageStats::add(&stats.log_fsyncs, 1);

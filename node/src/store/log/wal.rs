@@ -200,9 +200,7 @@ impl Wal {
 
     /// Writes `records` (encoded) at the end of the open segment, to the OS.
     pub fn write(&mut self, records: &[u8]) -> std::io::Result<()> {
-        if self.failed {
-            return Err(std::io::Error::other("the log's journal failed earlier"));
-        }
+        self.healthy()?;
         self.failed = true;
         (&*self.file).write_all(records)?;
         self.bytes += records.len() as u64;
@@ -212,9 +210,7 @@ impl Wal {
 
     /// Makes what was written durable.
     pub fn sync(&mut self) -> std::io::Result<()> {
-        if self.failed {
-            return Err(std::io::Error::other("the log's journal failed earlier"));
-        }
+        self.healthy()?;
         self.failed = true;
         self.file.sync_data()?;
         self.failed = false;
@@ -223,9 +219,20 @@ impl Wal {
 
     /// The open segment's file, for a thread to fdatasync without holding the journal (appends
     /// go on meanwhile). Records written before this call are in it or in a closed segment,
-    /// which [`Wal::rotate`] synced whole.
-    pub fn file(&self) -> Arc<File> {
-        self.file.clone()
+    /// which [`Wal::rotate`] synced whole. Refused once a write or sync failed: Linux reports a
+    /// failed writeback to one fsync only, so a later one could succeed over lost pages.
+    pub fn file(&self) -> std::io::Result<Arc<File>> {
+        self.healthy()?;
+        Ok(self.file.clone())
+    }
+
+    /// Whether every write and sync so far succeeded: a sync of [`Wal::file`] made by another
+    /// thread counts only if this still holds after it.
+    pub fn healthy(&self) -> std::io::Result<()> {
+        if self.failed {
+            return Err(std::io::Error::other("the log's journal failed earlier"));
+        }
+        Ok(())
     }
 
     /// A sync of [`Wal::file`] failed: nothing more is taken.
@@ -273,6 +280,21 @@ pub fn segments_for_tests(dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After a failed sync nothing more is taken, and no other thread gets the file to sync:
+    /// a later fsync could succeed over the pages whose writeback failed.
+    #[test]
+    fn a_failed_journal_refuses_writes_syncs_and_its_file() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut wal = Wal::open(&dir.path().join("wal")).expect("open").wal;
+        wal.write(b"x").expect("write");
+        assert!(wal.file().is_ok() && wal.healthy().is_ok());
+        wal.fail();
+        assert!(wal.healthy().is_err());
+        assert!(wal.file().is_err());
+        assert!(wal.write(b"y").is_err());
+        assert!(wal.sync().is_err());
+    }
 
     #[test]
     fn records_read_back_and_a_torn_tail_ends_them() {
