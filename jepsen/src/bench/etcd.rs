@@ -163,6 +163,7 @@ impl Session {
                 bail!("the waiter locked before the holder unlocked");
             }
         }
+        tokio::time::sleep(Workload::HANDOFF_SETTLE).await;
         let began = Instant::now();
         let unlock = tokio::spawn({
             let mut client = self.client.clone();

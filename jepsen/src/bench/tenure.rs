@@ -162,6 +162,7 @@ impl Session {
                 bail!("the waiter was answered before the holder released");
             }
         }
+        tokio::time::sleep(Workload::HANDOFF_SETTLE).await;
         let began = Instant::now();
         let release = tokio::spawn({
             let client = self.client.clone();

@@ -92,6 +92,12 @@ impl Workload {
         }
     }
 
+    /// How long a handoff's waiter waits before the holder releases: a waiter of a live
+    /// service has waited a while. etcd's waiter watches from a past revision, and etcd
+    /// catches such a watch up on a 100 ms loop: a release within the first 100 ms measured
+    /// that loop, not the handoff (≈ 60 ms).
+    pub(super) const HANDOFF_SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
+
     /// Workloads measured with one client (one pair for `Handoff`) only: their targets are
     /// latencies of a lone caller.
     pub fn single_client(self) -> bool {
