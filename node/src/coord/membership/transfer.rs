@@ -1,4 +1,4 @@
-//! Handing leadership over (openraft 0.9 has no transfer): the leader stops taking writes and
+//! Handing leadership over, by Tenure itself (openraft 0.9 had no transfer): the leader stops taking writes and
 //! linearizable reads and stops its heartbeats, so that no AppendEntries renews the
 //! followers' lease on it; waits until the target has its whole log; asks the target to
 //! campaign, which it does once the other voters' lease on the old leader has run out
