@@ -1,6 +1,6 @@
-//! Leader-side proposal batching. openraft 0.9 appends (and fsyncs) each `client_write` on
-//! its own, one at a time, so a leader taking one entry per command stops at the disk's
-//! fsync rate. Commands that arrive while earlier entries are being committed are gathered
+//! Leader-side proposal batching. Each entry costs the leader an append and a journal
+//! fsync, and every follower one too, so a leader taking one entry per command stops at the
+//! disk's fsync rate. Commands that arrive while earlier entries are being committed are gathered
 //! and committed as one [`Command::Batch`] entry instead: one append, one fsync, one
 //! replication round for all of them.
 //!

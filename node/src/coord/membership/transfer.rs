@@ -1,5 +1,5 @@
-//! Handing leadership over, by Tenure itself (openraft 0.9 had no transfer): the leader stops taking writes and
-//! linearizable reads and stops its heartbeats, so that no AppendEntries renews the
+//! Handing leadership over, by Tenure itself (openraft 0.9 had no transfer): the leader stops
+//! taking writes and linearizable reads and stops its heartbeats, so that no AppendEntries renews the
 //! followers' lease on it; waits until the target has its whole log; asks the target to
 //! campaign, which it does once the other voters' lease on the old leader has run out
 //! ([`Succession::hand_over`](crate::coord::succession::Succession::hand_over)); and waits for a
