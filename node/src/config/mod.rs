@@ -53,8 +53,9 @@ pub struct Config {
     #[arg(long, env = "TENURED_TICK_INTERVAL", default_value = "500ms", value_parser = humantime::parse_duration)]
     pub tick_interval: Duration,
 
-    /// Raft heartbeat interval. Default: 100ms. openraft 0.9 also uses it as the timeout of
-    /// every AppendEntries RPC, so it must exceed a loaded follower's append + fsync.
+    /// Raft heartbeat interval. Default: 100ms. openraft also uses it as the timeout of every
+    /// AppendEntries RPC (0.9 and 0.10 alike), so it must exceed a loaded follower's append +
+    /// fsync.
     #[arg(long, env = "TENURED_HEARTBEAT", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub heartbeat: Duration,
 

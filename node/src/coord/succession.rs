@@ -1,6 +1,6 @@
 //! A quicker election when the leader's process is gone.
 //!
-//! openraft 0.9 starts an election only when a follower has heard nothing from the leader
+//! openraft (0.9 and 0.10 alike) starts an election only when a follower has heard nothing from the leader
 //! for its leader lease (`--election-max`) plus its own election timeout, checked every one
 //! and a half heartbeats. A voter grants its vote once the lease alone has run out. A
 //! follower that forwards a call to the leader and has the connection *refused* knows that no

@@ -39,8 +39,9 @@ pub fn member_views(me: NodeId, metrics: &RaftMetrics) -> Vec<MemberView> {
         .collect()
 }
 
-/// The commit index as `me` knows it. openraft 0.9 publishes none: on the leader it is the
-/// quorum's matched index; elsewhere, the applied index stands in for it.
+/// The commit index as `me` knows it. openraft 0.9 published none (0.10's metrics carry
+/// `committed`, which could replace this): on the leader it is the quorum's matched index;
+/// elsewhere, the applied index stands in for it.
 pub fn commit_index(me: NodeId, metrics: &RaftMetrics, applied: u64) -> u64 {
     if metrics.state != ServerState::Leader {
         return applied;
