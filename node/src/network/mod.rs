@@ -231,20 +231,84 @@ pub struct PeerConnection {
     target: NodeId,
     addr: String,
     peers: Peers,
+    /// Told when the target refuses a snapshot chunk outright (a damaged snapshot): sending
+    /// the same bytes again cannot succeed.
+    refused: Arc<tokio::sync::Notify>,
+}
+
+/// openraft 0.10's network over the chunked snapshot transfer of 0.9 (our `Raft` service's
+/// `InstallSnapshot`, whose chunks a follower checks as they come). openraft-legacy's sender
+/// retries a chunk the target refused forever, with the same snapshot; here a refusal ends the
+/// send as a network error instead, and openraft sends again from the newest snapshot (an
+/// operator's `tenure cluster snapshot` replaces a damaged one).
+pub struct PeerNetwork(Adapter<TypeConfig, PeerConnection, tokio::fs::File>);
+
+impl openraft::network::v2::RaftNetworkV2<TypeConfig> for PeerNetwork {
+    type SnapshotData = tokio::fs::File;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.0.append_entries(rpc, option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.0.vote(rpc, option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: openraft::type_config::alias::VoteOf<TypeConfig>,
+        snapshot: openraft::type_config::alias::SnapshotOf<TypeConfig, tokio::fs::File>,
+        cancel: impl std::future::Future<Output = openraft::error::ReplicationClosed>
+            + openraft::OptionalSend
+            + 'static,
+        option: RPCOption,
+    ) -> Result<
+        openraft::raft::SnapshotResponse<TypeConfig>,
+        openraft::error::StreamingError<TypeConfig>,
+    > {
+        let refused = self.0.inner().refused.clone();
+        tokio::select! {
+            sent = self.0.full_snapshot(vote, snapshot, cancel, option) => sent,
+            () = refused.notified() => Err(openraft::error::StreamingError::Network(
+                NetworkError::new(&std::io::Error::other("the target refused the snapshot")),
+            )),
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: openraft::raft::TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<openraft::raft::TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.0.transfer_leader(rpc, option).await
+    }
+
+    fn backoff(&self) -> Option<openraft::network::Backoff> {
+        self.0.backoff()
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
-    /// openraft 0.10's network over the chunked snapshot transfer of 0.9 (our `Raft`
-    /// service's `InstallSnapshot`, whose chunks a follower checks as they come).
-    type Network = Adapter<TypeConfig, PeerConnection, tokio::fs::File>;
+    type Network = PeerNetwork;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
-        PeerConnection {
-            target,
-            addr: node.addr.clone(),
-            peers: self.peers.clone(),
-        }
-        .into_v2()
+        PeerNetwork(
+            PeerConnection {
+                target,
+                addr: node.addr.clone(),
+                peers: self.peers.clone(),
+                refused: Arc::default(),
+            }
+            .into_v2(),
+        )
     }
 }
 
@@ -289,6 +353,11 @@ impl PeerConnection {
                 other => other.to_string(),
             });
             PeerHealth::log(self.target, &self.addr, report, error.as_deref());
+        }
+        if let (Method::InstallSnapshot, Err(PeerCallError::Status(status))) = (method, &reply) {
+            if status.code() != tonic::Code::Unavailable {
+                self.refused.notify_one();
+            }
         }
         let reply = reply.map_err(|e| match e {
             PeerCallError::Status(status) if status.code() != tonic::Code::Unavailable => {

@@ -82,7 +82,10 @@ async fn a_damaged_snapshot_from_the_leader_is_refused_and_the_next_good_one_ins
         "the refusal left the joiner's Raft running"
     );
 
-    // A new snapshot replaces the damaged file: the joiner installs it and catches up.
+    // A new snapshot replaces the damaged file: the joiner installs it and catches up. A
+    // snapshot is built only past the last one's index, so something is written first (else
+    // the call finds the damaged one covering everything applied, unless a tick came between).
+    granted(&client, "damaged/after", "keeper", TTL).await;
     at_leader.node_snapshot(0).await.expect("a new snapshot");
     joiner
         .raft
