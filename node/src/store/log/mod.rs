@@ -220,20 +220,9 @@ impl LogStore {
         if !self.lies {
             journal.sync()?;
         }
-        StorageStats::add(&self.stats.log_fsyncs, 1);
-        StorageStats::add(
-            &self.stats.log_sync_micros,
-            started.elapsed().as_micros() as u64,
-        );
+        count_sync(&self.stats, started);
         then()?;
-        if journal.full() {
-            match journal.rotate() {
-                Ok(closed) => {
-                    let _ = self.checkpoint_queue.send(closed);
-                }
-                Err(error) => tracing::warn!(%error, "beginning a journal segment"),
-            }
-        }
+        close_if_full(&mut journal, &self.checkpoint_queue);
         Ok(())
     }
 
@@ -308,8 +297,7 @@ const PURGE_CHUNK: usize = 1024;
 /// The purger thread: removes the entries up to each index it is sent, a chunk at a time, at
 /// the lowest CPU priority. The next sled flush (a checkpoint's) makes the removals durable;
 /// a purge that does not survive a crash is done again. Ends when the last `LogStore` clone
-/// is dropped,
-/// between chunks, so a stopped node lets go of the database promptly.
+/// is dropped, between chunks, so a stopped node lets go of the database promptly.
 fn purge_behind(
     log: &sled::Tree,
     to_purge: &std::sync::mpsc::Receiver<u64>,
@@ -348,6 +336,26 @@ fn purge_behind(
     }
 }
 
+/// Counts one journal sync begun at `started` (the `log_fsyncs` and `log_sync_micros` stats).
+fn count_sync(stats: &StorageStats, started: Instant) {
+    StorageStats::add(&stats.log_fsyncs, 1);
+    StorageStats::add(&stats.log_sync_micros, started.elapsed().as_micros() as u64);
+}
+
+/// Closes the open segment once it is full (synced whole) and hands it to the checkpointer.
+/// A failed rotation keeps writing the open segment; a failed sync in it leaves the journal
+/// failed, so the next write or sync reports it.
+fn close_if_full(wal: &mut wal::Wal, checkpoints: &std::sync::mpsc::Sender<u64>) {
+    if wal.full() {
+        match wal.rotate() {
+            Ok(closed) => {
+                let _ = checkpoints.send(closed);
+            }
+            Err(error) => tracing::warn!(%error, "beginning a journal segment"),
+        }
+    }
+}
+
 /// The flusher thread: fdatasyncs the journal's open segment for every append written before
 /// it (all that are queued), calls them back, and closes the segment once it is full. The
 /// segment is synced without holding the journal, so RaftCore appends meanwhile. Ends when
@@ -374,16 +382,8 @@ fn flush_journal(
         let synced = synced.and_then(|()| wal.healthy());
         match &synced {
             Ok(()) => {
-                StorageStats::add(&stats.log_fsyncs, 1);
-                StorageStats::add(&stats.log_sync_micros, started.elapsed().as_micros() as u64);
-                if wal.full() {
-                    match wal.rotate() {
-                        Ok(closed) => {
-                            let _ = checkpoints.send(closed);
-                        }
-                        Err(error) => tracing::warn!(%error, "beginning a journal segment"),
-                    }
-                }
+                count_sync(stats, started);
+                close_if_full(&mut wal, checkpoints);
             }
             Err(_) => wal.fail(),
         }
