@@ -10,7 +10,6 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
     LockOptions, PutOptions, Txn, TxnOp,
 };
-use tokio::time::Instant;
 
 use super::Workload;
 
@@ -154,24 +153,20 @@ impl Session {
             }
         });
         let queue = format!("{}/", self.resource);
-        loop {
-            let options = GetOptions::new().with_prefix().with_count_only();
-            if self.client.get(queue.clone(), Some(options)).await?.count() >= 2 {
-                break;
+        let holder = &self.client;
+        let queued = || {
+            let (mut client, queue) = (holder.clone(), queue.clone());
+            async move {
+                let options = GetOptions::new().with_prefix().with_count_only();
+                Ok(client.get(queue, Some(options)).await?.count() >= 2)
             }
-            if waiter.is_finished() {
-                bail!("the waiter locked before the holder unlocked");
-            }
-        }
-        tokio::time::sleep(Workload::HANDOFF_SETTLE).await;
-        let began = Instant::now();
-        let unlock = tokio::spawn({
+        };
+        let unlock = {
             let mut client = self.client.clone();
-            async move { client.unlock(key).await }
-        });
-        let next = waiter.await??.key().to_vec();
-        let handoff = began.elapsed();
-        unlock.await??;
+            async move { client.unlock(key).await.map(drop) }
+        };
+        let (locked, handoff) = super::workload::time_handoff(waiter, queued, unlock).await?;
+        let next = locked.key().to_vec();
         self.locked = Some(next);
         let lease = self
             .lease

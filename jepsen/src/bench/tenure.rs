@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use tenure_client::{pb, prost_duration, release_request, renew_request, Client};
-use tokio::time::Instant;
 
 use super::Workload;
 
@@ -153,24 +152,15 @@ impl Session {
             let other = other.clone();
             async move { other.acquire(request).await }
         });
-        loop {
-            let resource = read(&self.client, &self.resource).await?;
-            if resource.is_some_and(|r| r.waiting > 0) {
-                break;
-            }
-            if waiter.is_finished() {
-                bail!("the waiter was answered before the holder released");
-            }
-        }
-        tokio::time::sleep(Workload::HANDOFF_SETTLE).await;
-        let began = Instant::now();
-        let release = tokio::spawn({
+        let (client, resource) = (&self.client, &self.resource);
+        let queued =
+            || async move { Ok(read(client, resource).await?.is_some_and(|r| r.waiting > 0)) };
+        let release = {
             let client = self.client.clone();
-            async move { client.release(release_request(&lease)).await }
-        });
-        let next = granted(waiter.await??)?;
-        let handoff = began.elapsed();
-        release.await??;
+            async move { client.release(release_request(&lease)).await.map(drop) }
+        };
+        let (answer, handoff) = super::workload::time_handoff(waiter, queued, release).await?;
+        let next = granted(answer)?;
         self.held = Some(next);
         let holder = std::mem::replace(&mut self.prefix, other_holder);
         self.other = Some((std::mem::replace(&mut self.client, other), holder));

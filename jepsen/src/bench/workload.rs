@@ -1,6 +1,11 @@
 //! The workloads a cell measures, and what each system does for one op.
 
-use anyhow::{Context, Result};
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::cluster::System;
 
@@ -96,7 +101,7 @@ impl Workload {
     /// service has waited a while. etcd's waiter watches from a past revision, and etcd
     /// catches such a watch up on a 100 ms loop: a release within the first 100 ms measured
     /// that loop, not the handoff (≈ 60 ms).
-    pub(super) const HANDOFF_SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
+    pub(super) const HANDOFF_SETTLE: Duration = Duration::from_millis(150);
 
     /// Workloads measured with one client (one pair for `Handoff`) only: their targets are
     /// latencies of a lone caller.
@@ -108,4 +113,34 @@ impl Workload {
     pub(super) fn contended_resources(clients: usize) -> usize {
         clients.div_ceil(8).max(1)
     }
+}
+
+/// One handoff, the same for both systems: until `queued` says the other client's `waiter`
+/// waits in the queue, then [`Workload::HANDOFF_SETTLE`] more, then `release` is sent; the
+/// waiter's answer and the time from sending the release to it.
+pub(super) async fn time_handoff<T, E, Q, F, R, RE>(
+    waiter: JoinHandle<std::result::Result<T, E>>,
+    mut queued: Q,
+    release: R,
+) -> Result<(T, Duration)>
+where
+    T: Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+    Q: FnMut() -> F,
+    F: Future<Output = Result<bool>>,
+    R: Future<Output = std::result::Result<(), RE>> + Send + 'static,
+    RE: std::error::Error + Send + Sync + 'static,
+{
+    while !queued().await? {
+        if waiter.is_finished() {
+            bail!("the waiter was answered before the holder released");
+        }
+    }
+    tokio::time::sleep(Workload::HANDOFF_SETTLE).await;
+    let began = Instant::now();
+    let release = tokio::spawn(release);
+    let next = waiter.await??;
+    let handoff = began.elapsed();
+    release.await??;
+    Ok((next, handoff))
 }
