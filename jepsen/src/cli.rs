@@ -164,6 +164,12 @@ pub enum Command {
         /// 1000,100000,1000000 (empty: none).
         #[arg(long, default_value = "")]
         scale: String,
+        /// After each scale size's load, wait until this long after the load ended, renew
+        /// for a while (entries that let the leader forget the load's exactly-once records)
+        /// and read each node's RSS again, e.g. `--scale-hold 11m`: the memory of a node that
+        /// holds the leases once its load is older than the 10-minute window (0: not done).
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        scale_hold: Duration,
         /// Where results.md and results.json go (default bench-runs/<unix time>).
         #[arg(long)]
         out: Option<PathBuf>,

@@ -51,6 +51,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             kills,
             failover_clients,
             scale,
+            scale_hold,
             out,
             bin,
             tenured_args,
@@ -93,6 +94,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 kills,
                 failover_clients,
                 scale: numbers(&scale, "scale")?,
+                scale_hold,
                 out_dir: out.unwrap_or_else(|| PathBuf::from(format!("bench-runs/{stamp}"))),
                 tenured: match bin {
                     Some(bin) => bin,

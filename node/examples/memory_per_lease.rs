@@ -1,15 +1,20 @@
 //! What the replicated state costs per live lease, in process (docs/benchmarks.md):
-//! `cargo run --release -p tenure-node --example memory_per_lease -- 300000`.
+//! `MIMALLOC_PURGE_DELAY=0 cargo run --release -p tenure-node --example memory_per_lease -- 300000`.
 //!
 //! Applies N acquires of distinct resources the way the scale benchmark loads a cluster
 //! (`scale/<n>`, 64 holders, a fresh `request_id` each, so every one leaves an exactly-once
 //! record), and prints the growth of the process's resident memory divided by N. Uses the
-//! node's allocator. `--no-request-ids` leaves the exactly-once records out.
+//! node's allocator. `--no-request-ids` leaves the exactly-once records out. Then applies one
+//! entry stamped past the exactly-once window, which forgets the load's own records, and
+//! prints the resident memory per lease again: what a node holding the leases uses once its
+//! load is over ten minutes old. mimalloc gives emptied pages back to the system later, on
+//! one of its collections: run with `MIMALLOC_PURGE_DELAY=0` to see them given back at once.
 
 use std::time::Instant;
 
 use tenure_node::lease::{
-    apply, AcquireOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal, Stamp, State,
+    apply, policy::DEDUP_WINDOW_MS, AcquireOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal,
+    Stamp, State,
 };
 
 #[global_allocator]
@@ -77,12 +82,42 @@ fn main() -> anyhow::Result<()> {
         "{} of {leases} acquires were granted",
         state.live_leases()
     );
-    let grown = resident_bytes()?.saturating_sub(before);
+    let loaded = resident_bytes()?.saturating_sub(before);
     println!(
         "{leases} leases: {:.0} B per lease resident, {:.2} µs per acquire applied (live: {})",
-        grown as f64 / leases as f64,
+        loaded as f64 / leases as f64,
         elapsed.as_secs_f64() * 1e6 / leases as f64,
         state.live_leases(),
+    );
+    // Past the window (and well before the leases' ttl): one entry forgets the records.
+    let later = Proposal {
+        stamp: Stamp {
+            mono_ms: 1_000 + leases + DEDUP_WINDOW_MS + 1,
+            wall_ms: 1_700_000_000_000 + leases + DEDUP_WINDOW_MS + 1,
+            clock_epoch: 0,
+        },
+        principal: "anonymous".into(),
+        admin: true,
+        request_id: None,
+        require_registration: false,
+        op: Op::Tick,
+    };
+    let meta = EntryMeta {
+        index: leases + 1,
+        leader: LeaderKey {
+            term: 1,
+            node_id: 1,
+        },
+    };
+    apply(&mut state, meta, &Command::V1(later));
+    anyhow::ensure!(
+        state.live_leases() == leases as usize,
+        "a lease ended with the window"
+    );
+    let settled = resident_bytes()?.saturating_sub(before);
+    println!(
+        "after the exactly-once window: {:.0} B per lease resident",
+        settled as f64 / leases as f64,
     );
     Ok(())
 }

@@ -45,6 +45,8 @@ pub struct BenchOptions {
     pub failover_clients: usize,
     /// Active-lease counts for the scale run (Tenure only); empty: no scale run.
     pub scale: Vec<usize>,
+    /// How long after its load each scale size reads RSS again (zero: it does not).
+    pub scale_hold: Duration,
     pub out_dir: PathBuf,
     pub tenured: PathBuf,
     /// Extra flags for every `tenured` (the defaults are what the tables measure).

@@ -127,15 +127,15 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
     if !results.scale.is_empty() {
         let _ = writeln!(
             out,
-            "\n| active leases | load s | RSS per node MiB | snapshot MiB | snapshot build ms | renew ops/s (64 clients) | renew p50 / p99 ms | restart to serving ms | RSS after restart MiB |"
+            "\n| active leases | load s | RSS per node MiB | snapshot MiB | snapshot build ms | renew ops/s (64 clients) | renew p50 / p99 ms | restart to serving ms | RSS after restart MiB | RSS after `--scale-hold` MiB |"
         );
-        let _ = writeln!(out, "|---:|---:|---|---:|---:|---:|---:|---:|---|");
+        let _ = writeln!(out, "|---:|---:|---|---:|---:|---:|---:|---:|---|---|");
         let mib = |b: u64| format!("{:.0}", b as f64 / (1024.0 * 1024.0));
         let list = |v: &[u64]| v.iter().map(|b| mib(*b)).collect::<Vec<_>>().join(" / ");
         for p in &results.scale {
             let _ = writeln!(
                 out,
-                "| {} | {:.1} | {} | {:.1} | {:.0} | {:.0} | {} / {} | {:.0} | {} |",
+                "| {} | {:.1} | {} | {:.1} | {:.0} | {:.0} | {} / {} | {:.0} | {} | {} |",
                 p.leases,
                 p.load_seconds,
                 list(&p.rss_bytes),
@@ -146,6 +146,11 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
                 ms(p.renew_p99_us),
                 p.restart_to_serving_ms,
                 list(&p.rss_after_restart_bytes),
+                if p.rss_after_hold_bytes.is_empty() {
+                    "–".to_string()
+                } else {
+                    list(&p.rss_after_hold_bytes)
+                },
             );
         }
     }
@@ -274,6 +279,7 @@ mod tests {
             kills: 3,
             failover_clients: 16,
             scale: vec![],
+            scale_hold: std::time::Duration::ZERO,
             out_dir: "unused".into(),
             tenured: "unused".into(),
             tenured_args: vec![],

@@ -1,7 +1,8 @@
 //! Tenure at 1k, 100k, 1M active leases: each size on a fresh cluster, loaded with long-ttl
 //! leases, then: RSS per node, the newest snapshot's size and build time, renew throughput
 //! of a fixed set of 64 leases against the full store, and the time from restarting every
-//! node (kill -9, start again) until the cluster serves again.
+//! node (kill -9, start again) until the cluster serves again. With `--scale-hold`, RSS once
+//! more, that long after the load, when the load's exactly-once records are past their window.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +34,9 @@ pub struct ScalePoint {
     pub renew_p99_us: u64,
     pub restart_to_serving_ms: f64,
     pub rss_after_restart_bytes: Vec<u64>,
+    /// RSS per node `--scale-hold` after the load ended, past the exactly-once window, with
+    /// renews applied meanwhile (empty without `--scale-hold`).
+    pub rss_after_hold_bytes: Vec<u64>,
 }
 
 pub async fn run(options: &BenchOptions, data: &Path) -> Result<Vec<ScalePoint>> {
@@ -59,6 +63,7 @@ async fn one_size(options: &BenchOptions, data: &Path, leases: usize) -> Result<
     })
     .await?;
     let load_seconds = load(&cluster.endpoints, leases).await?;
+    let loaded_at = Instant::now();
     // Let followers apply what the leader acknowledged before reading their memory, and let
     // a snapshot the load started finish: renew throughput is that of the store, not of the
     // store while it writes a snapshot on one of the two cores (that cost is the build time).
@@ -67,6 +72,17 @@ async fn one_size(options: &BenchOptions, data: &Path, leases: usize) -> Result<
     let rss_bytes = cluster.rss_bytes();
     let renew = measure(options, &cluster, Workload::Renew, 64).await?;
     let (snapshot_bytes, snapshot_build_ms, snapshot_index) = newest_snapshot(&cluster).await?;
+    let rss_after_hold_bytes = if options.scale_hold.is_zero() {
+        Vec::new()
+    } else {
+        // Renews are entries: applying them forgets what is older than the window, and the
+        // allocator gives back what that emptied while it keeps working.
+        tokio::time::sleep_until(loaded_at + options.scale_hold).await;
+        measure(options, &cluster, Workload::Renew, 64).await?;
+        await_applied(&cluster.endpoints).await?;
+        await_no_snapshot_building(&cluster.endpoints).await?;
+        cluster.rss_bytes()
+    };
 
     for id in 1..=NODES {
         cluster.procs.kill9(id)?;
@@ -99,6 +115,7 @@ async fn one_size(options: &BenchOptions, data: &Path, leases: usize) -> Result<
         renew_p99_us: renew.p99_us,
         restart_to_serving_ms,
         rss_after_restart_bytes: cluster.rss_bytes(),
+        rss_after_hold_bytes,
     })
 }
 
