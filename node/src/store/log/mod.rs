@@ -291,6 +291,15 @@ fn flush_and_sync(
     Ok(())
 }
 
+/// Lets sled free what this thread has handed to its epoch collector. sled drops a written-out
+/// IO buffer (a whole segment, 8 MiB) through crossbeam-epoch, which keeps each thread's
+/// deferred drops until 64 have gathered: a thread that writes to sled rarely (a checkpoint per
+/// journal segment, a purge per snapshot) held several buffers resident for minutes, 16 to 90
+/// MiB per node as measured at 300k leases.
+fn release_deferred() {
+    sled::pin().flush();
+}
+
 /// Keys removed per sled batch by the purger: ≈ 20 ms of work each.
 const PURGE_CHUNK: usize = 1024;
 
@@ -320,6 +329,7 @@ fn purge_behind(
                 removed += 1;
             }
             if removed == 0 {
+                release_deferred();
                 purged.send_replace(through);
                 break;
             }
@@ -417,6 +427,7 @@ fn checkpoint(
         let through = closed.try_iter().fold(first, u64::max);
         let done = flush_and_sync(db, file, stats, lies)
             .and_then(|()| wal::remove_through(wal_dir, through));
+        release_deferred();
         match done {
             Ok(()) => {
                 checkpointed.send_modify(|n| *n += 1);
