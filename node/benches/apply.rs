@@ -108,7 +108,7 @@ fn grant(reply: &Reply) -> (String, u64) {
                 .lease
                 .as_ref()
                 .expect("the bench's acquires are granted");
-            (view.lease.lease_id.to_string(), view.lease.fencing_token)
+            (view.lease.lease_id().to_string(), view.lease.fencing_token)
         }
         other => panic!("expected a grant, got {other:?}"),
     }
@@ -168,7 +168,7 @@ fn benches(c: &mut Criterion) {
             log.apply(Op::Acquire(acquire("room", &name, Some(HOUR_MS))));
             holding = admitted.holder[1..].parse().expect("w<k>");
             let view = admitted.outcome.lease.expect("admitted");
-            holder = (view.lease.lease_id.to_string(), view.lease.fencing_token);
+            holder = (view.lease.lease_id().to_string(), view.lease.fencing_token);
         })
     });
     // Queue and cancel behind a held resource: two entries.

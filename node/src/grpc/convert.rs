@@ -42,7 +42,7 @@ pub fn status(status: LeaseStatus) -> pb::LeaseStatus {
 pub fn lease(view: &LeaseView) -> pb::Lease {
     let lease = &view.lease;
     pb::Lease {
-        lease_id: lease.lease_id.to_string(),
+        lease_id: lease.lease_id().to_string(),
         resource: lease.resource.to_string(),
         holder: lease.holder.to_string(),
         principal: lease.principal.to_string(),

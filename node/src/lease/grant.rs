@@ -135,10 +135,9 @@ impl State {
             }));
         }
         if op.idempotency_key.is_some()
-            && rs
-                .leases
-                .iter()
-                .any(|l| l.idempotency_key.as_deref() == op.idempotency_key.as_deref())
+            && rs.leases.iter().any(|l| {
+                l.idempotency_key.as_deref().map(Name::as_str) == op.idempotency_key.as_deref()
+            })
         {
             return Err(Rejection::invalid(
                 "idempotency_key",
@@ -170,7 +169,7 @@ impl State {
         self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Leases)?;
         let now_ms = self.clock.now_ms();
         let lease = Lease {
-            lease_id: self.next_lease_id(ctx.index),
+            position: self.next_position(),
             resource: op.resource.as_str().into(),
             holder: op.holder.as_str().into(),
             principal: Name::from(ctx.principal),
@@ -182,7 +181,10 @@ impl State {
             ttl_ms,
             acquired_wall_ms: self.clock.wall_ms(),
             metadata: op.metadata.clone().into(),
-            idempotency_key: op.idempotency_key.as_deref().map(Name::from),
+            idempotency_key: op
+                .idempotency_key
+                .as_deref()
+                .map(|key| Box::new(Name::from(key))),
         };
         Ok(granted(self.grant(
             ctx.index,

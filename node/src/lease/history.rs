@@ -78,7 +78,7 @@ impl Event {
     ) -> Self {
         Event {
             holder: lease.holder.clone(),
-            lease_id: lease.lease_id.clone(),
+            lease_id: lease.lease_id().to_name(),
             fencing_token: lease.fencing_token,
             from,
             to,

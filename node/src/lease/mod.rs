@@ -37,7 +37,8 @@ pub use machine::{apply, check_name, Effects, EntryMeta, State};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
 pub use types::{
-    AcquireOutcome, Lease, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal, Rejection,
+    AcquireOutcome, Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal,
+    Rejection,
 };
 pub use waiting::{WaitOutcome, Waiter};
 pub use watch::{Cursor, Scope};

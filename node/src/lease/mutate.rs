@@ -50,7 +50,7 @@ impl State {
             if lease_id.is_empty() {
                 l.holder == holder
             } else {
-                l.lease_id == lease_id
+                l.lease_id() == lease_id
             }
         };
         // Existence: a live lease, or one that ended (a released one no longer exists).
@@ -67,13 +67,13 @@ impl State {
         if lease.holder != holder {
             return Err(Rejection::InsufficientPermissions(format!(
                 "lease {} is held by another holder",
-                lease.lease_id
+                lease.lease_id()
             )));
         }
         if !ctx.admin && lease.principal != ctx.principal {
             return Err(Rejection::InsufficientPermissions(format!(
                 "only the lease's principal or an admin may change lease {}",
-                lease.lease_id
+                lease.lease_id()
             )));
         }
         // Token: after a transfer only the successor's token is current.
@@ -136,7 +136,7 @@ impl State {
             ctx.index,
             ctx.principal,
             &op.resource,
-            &lease.lease_id,
+            lease.lease_id(),
             LeaseStatus::Released,
         )
         .map(Reply::Lease)
@@ -176,7 +176,7 @@ impl State {
             });
         }
         let new = Lease {
-            lease_id: self.next_lease_id(ctx.index),
+            position: self.next_position(),
             holder: op.to_holder.as_str().into(),
             principal: op
                 .to_principal
@@ -204,7 +204,7 @@ impl State {
             .get_mut(op.resource.as_str())
             .map(Arc::make_mut)
         {
-            rs.leases.retain(|l| l.lease_id != old.lease_id);
+            rs.leases.retain(|l| l.lease_id() != old.lease_id());
             rs.leases.push_lean(new.clone());
             rs.revision = ctx.index;
         }
@@ -216,7 +216,7 @@ impl State {
         );
         event.successor = Some(Box::new(Successor {
             holder: new.holder.clone(),
-            lease_id: new.lease_id.clone(),
+            lease_id: new.lease_id().to_name(),
             fencing_token: new.fencing_token,
         }));
         self.remember_ended(
@@ -237,7 +237,11 @@ impl State {
     fn replace_live(&mut self, index: u64, lease: Lease) {
         if let Some(rs) = self.resources.get_mut(&lease.resource).map(Arc::make_mut) {
             rs.revision = index;
-            if let Some(slot) = rs.leases.iter_mut().find(|l| l.lease_id == lease.lease_id) {
+            if let Some(slot) = rs
+                .leases
+                .iter_mut()
+                .find(|l| l.lease_id() == lease.lease_id())
+            {
                 *slot = lease;
             }
         }

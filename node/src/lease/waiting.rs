@@ -16,7 +16,9 @@ use super::history::{self, Event, EventKind};
 use super::machine::{check_names, Ctx, State};
 use super::query::HOLDERS_SHOWN;
 use super::quota::Quota;
-use super::types::{AcquireOutcome, Lease, LeaseView, Metadata, Mode, Name, Refusal, Rejection};
+use super::types::{
+    AcquireOutcome, Lease, LeaseId, LeaseView, Metadata, Mode, Name, Refusal, Rejection,
+};
 
 /// One queued acquire: everything needed to grant it later.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,7 +280,7 @@ impl State {
             self.count_waiter(resource, &waiter, -1);
             let now_ms = self.clock.now_ms();
             let lease = Lease {
-                lease_id: self.next_lease_id(index),
+                position: self.next_position(),
                 resource: Name::from(resource),
                 holder: waiter.holder.clone(),
                 principal: waiter.principal.clone(),
@@ -290,7 +292,7 @@ impl State {
                 ttl_ms: waiter.ttl_ms,
                 acquired_wall_ms: self.clock.wall_ms(),
                 metadata: waiter.metadata.clone(),
-                idempotency_key: waiter.idempotency_key.clone(),
+                idempotency_key: waiter.idempotency_key.clone().map(Box::new),
             };
             let view = self.grant(index, &waiter.principal.clone(), lease, EventKind::Admitted);
             self.wait_satisfied(resource, waiter, view);
@@ -368,10 +370,11 @@ impl State {
             EventKind::WaitTimedOut => refused(Refusal::WaitTimeout),
             EventKind::WaitCancelled => refused(Refusal::WaitCancelled),
             _ => {
-                let view = match rs.lease(&end.lease_id) {
+                let lease_id = LeaseId::parse(&end.lease_id)?;
+                let view = match rs.lease(lease_id) {
                     Some(live) => self.live_view(live),
                     None => {
-                        self.ended_view(rs.ended.iter().find(|e| e.lease.lease_id == end.lease_id)?)
+                        self.ended_view(rs.ended.iter().find(|e| e.lease.lease_id() == lease_id)?)
                     }
                 };
                 Some(AcquireOutcome::granted(view))

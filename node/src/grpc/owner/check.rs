@@ -69,7 +69,7 @@ pub fn servable(view: &ResourceView, wanted: &Tenure, caller: &Caller) -> Result
         if wanted.lease_id.is_empty() {
             l.lease.holder == wanted.holder
         } else {
-            l.lease.lease_id == wanted.lease_id
+            l.lease.lease_id() == wanted.lease_id.as_str()
         }
     };
     let Some(view) = view.leases.iter().find(|l| names(l)) else {
@@ -88,14 +88,14 @@ pub fn servable(view: &ResourceView, wanted: &Tenure, caller: &Caller) -> Result
     if lease.holder != wanted.holder {
         return Err(Rejection::InsufficientPermissions(format!(
             "lease {} is held by another holder",
-            lease.lease_id
+            lease.lease_id()
         ))
         .into());
     }
     if !caller.admin && lease.principal != caller.principal {
         return Err(Rejection::InsufficientPermissions(format!(
             "only the lease's principal or an admin may serve lease {}",
-            lease.lease_id
+            lease.lease_id()
         ))
         .into());
     }
@@ -112,13 +112,15 @@ pub fn servable(view: &ResourceView, wanted: &Tenure, caller: &Caller) -> Result
     if lease.mode != Mode::Exclusive {
         return Err(ApiError::NoOwner(format!(
             "lease {} is shared ({:?}): only an exclusive holder owns {}",
-            lease.lease_id, lease.mode, lease.resource
+            lease.lease_id(),
+            lease.mode,
+            lease.resource
         )));
     }
     Ok(Tenure {
         resource: lease.resource.to_string(),
         holder: lease.holder.to_string(),
-        lease_id: lease.lease_id.to_string(),
+        lease_id: lease.lease_id().to_string(),
         fencing_token: lease.fencing_token,
     })
 }
@@ -145,7 +147,7 @@ pub fn owner(view: &ResourceView) -> Result<Tenure, ApiError> {
     Ok(Tenure {
         resource: lease.resource.to_string(),
         holder: lease.holder.to_string(),
-        lease_id: lease.lease_id.to_string(),
+        lease_id: lease.lease_id().to_string(),
         fencing_token: lease.fencing_token,
     })
 }
@@ -161,7 +163,7 @@ mod tests {
             .enumerate()
             .map(|(n, (mode, status))| LeaseView {
                 lease: Lease {
-                    lease_id: format!("lse_7_{n}").into(),
+                    position: n as u32,
                     resource: "r".into(),
                     holder: format!("h{n}").into(),
                     principal: "alice".into(),

@@ -3,7 +3,7 @@
 use super::Kept;
 use crate::lease::command::{Op, Reply};
 use crate::lease::machine::State;
-use crate::lease::types::Metadata;
+use crate::lease::types::{LeaseId, Metadata};
 
 impl State {
     /// A remembered reply made whole again for a retry: metadata from the lease (or the
@@ -17,7 +17,7 @@ impl State {
             (Reply::Acquire(outcome), Op::Acquire(op)) => {
                 if let Some(view) = &mut outcome.lease {
                     view.lease.metadata = self
-                        .metadata_of(&view.lease.resource, &view.lease.lease_id)
+                        .metadata_of(&view.lease.resource, view.lease.lease_id())
                         .unwrap_or_else(|| op.metadata.clone().into());
                 }
                 if !outcome.granted {
@@ -26,7 +26,7 @@ impl State {
             }
             (Reply::Lease(view), _) => {
                 view.lease.metadata = self
-                    .metadata_of(&view.lease.resource, &view.lease.lease_id)
+                    .metadata_of(&view.lease.resource, view.lease.lease_id())
                     .unwrap_or_default();
             }
             _ => {}
@@ -35,14 +35,14 @@ impl State {
     }
 
     /// The metadata of a live or remembered ended lease.
-    fn metadata_of(&self, resource: &str, lease_id: &str) -> Option<Metadata> {
+    fn metadata_of(&self, resource: &str, lease_id: LeaseId) -> Option<Metadata> {
         let rs = self.resources.get(resource)?;
         rs.lease(lease_id)
             .or_else(|| {
                 rs.ended
                     .iter()
                     .map(|e| &e.lease)
-                    .find(|l| l.lease_id == lease_id)
+                    .find(|l| l.lease_id() == lease_id)
             })
             .map(|l| l.metadata.clone())
     }

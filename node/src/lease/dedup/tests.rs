@@ -79,7 +79,7 @@ fn lease_view(metadata: BTreeMap<String, String>) -> crate::lease::types::LeaseV
     use crate::lease::types::{Lease, LeaseStatus, LeaseView, Mode};
     LeaseView {
         lease: Lease {
-            lease_id: "lse_1_0".into(),
+            position: 0,
             resource: "r".into(),
             holder: "h".into(),
             principal: "p".into(),
@@ -143,7 +143,7 @@ fn a_record_keeps_no_metadata_and_no_holders_however_large_the_reply() {
         panic!("a lease's record keeps a lease");
     };
     assert!(kept.lease.metadata.is_empty());
-    assert_eq!(kept.lease.lease_id, view.lease.lease_id);
+    assert_eq!(kept.lease.lease_id(), view.lease.lease_id());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::types::{lease_order, Lease, Name};
+use super::super::types::{Lease, Name};
 
 /// One lease in an index: (resource, lease order).
 type Posting = (Name, (u64, u32));
@@ -25,9 +25,10 @@ enum Postings {
 
 impl LeaseIndex {
     fn posting(lease: &Lease) -> Posting {
-        // Every lease id is made by the server (`lse_<index>_<position>`) and parses.
-        let order = lease_order(&lease.lease_id).unwrap_or((u64::MAX, u32::MAX));
-        (lease.resource.clone(), order)
+        (
+            lease.resource.clone(),
+            (lease.fencing_token, lease.position),
+        )
     }
 
     pub(in crate::lease) fn insert(&mut self, name: &str, lease: &Lease) {
@@ -106,7 +107,7 @@ mod tests {
 
     fn lease(resource: &str, index: u64) -> Lease {
         Lease {
-            lease_id: format!("lse_{index}_0").into(),
+            position: 0,
             resource: resource.into(),
             holder: "h".into(),
             principal: "p".into(),

@@ -28,7 +28,7 @@ use super::history::{self, Event, Retention};
 use super::lease_clock::{LeaderKey, LeaseClock};
 use super::policy::Policy;
 use super::quota::Quotas;
-use super::types::{Lease, LeaseStatus, LeaseView, Name};
+use super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Name};
 use super::waiting::WaitOutcome;
 
 pub use apply::apply;
@@ -97,7 +97,7 @@ pub struct State {
     pub(crate) dedup: Dedup,
     /// (expires_at + grace, resource, lease_id) of every live lease: the next reclaim is first.
     #[serde(skip)]
-    pub(super) due: BTreeSet<(u64, Name, Name)>,
+    pub(super) due: BTreeSet<(u64, Name, LeaseId)>,
     #[serde(skip)]
     pub(super) retention: Retention,
     /// The (revision, seq) of the newest event the global bound dropped: a resource created
@@ -238,11 +238,11 @@ impl State {
         std::mem::take(&mut self.effects)
     }
 
-    /// `lse_<index>_<position>`: the next lease id this entry grants.
-    pub(super) fn next_lease_id(&mut self, index: u64) -> Name {
+    /// The position of the next lease this entry grants: its id is `lse_<index>_<position>`.
+    pub(super) fn next_position(&mut self) -> u32 {
         let position = self.effects.granted;
         self.effects.granted += 1;
-        compact_str::format_compact!("lse_{index}_{position}")
+        position
     }
 
     /// Events retained in all resources' histories.
@@ -264,7 +264,7 @@ impl State {
             .take_while(|(due_ms, _, _)| *due_ms <= at_ms)
             .take(limit)
             .filter_map(|(_, name, lease_id)| {
-                let lease = self.resources.get(name)?.lease(lease_id)?;
+                let lease = self.resources.get(name)?.lease(*lease_id)?;
                 Some((name.to_string(), lease.fencing_token))
             })
             .collect()

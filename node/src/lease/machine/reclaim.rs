@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::super::history::{self, Event, EventKind};
-use super::super::types::{Lease, LeaseStatus, LeaseView, Name};
+use super::super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Name};
 use super::{Ended, PushLean, State, ENDED_KEPT};
 
 /// Due leases one entry reclaims at most, besides those of the resources its commands name: a
@@ -23,7 +23,7 @@ impl State {
         let mut budget = RECLAIMS_PER_ENTRY.saturating_sub(self.effects.reclaimed);
         // What is due by now, by resource, so that each resource's leases are filtered once
         // however many of them expire together.
-        let mut due: BTreeMap<Name, BTreeSet<Name>> = BTreeMap::new();
+        let mut due: BTreeMap<Name, BTreeSet<LeaseId>> = BTreeMap::new();
         while budget > 0 {
             let Some((due_ms, name, lease_id)) = self.due.pop_first() else {
                 break;
@@ -43,7 +43,7 @@ impl State {
             };
             let (gone, kept): (Vec<Lease>, Vec<Lease>) = std::mem::take(&mut rs.leases)
                 .into_iter()
-                .partition(|l| lease_ids.contains(&l.lease_id));
+                .partition(|l| lease_ids.contains(&l.lease_id()));
             rs.leases = kept;
             for lease in gone {
                 let actor = history::SYSTEM_ACTOR;
@@ -88,11 +88,11 @@ impl State {
         index: u64,
         actor: &str,
         name: &str,
-        lease_id: &str,
+        lease_id: LeaseId,
         status: LeaseStatus,
     ) -> Option<LeaseView> {
         let rs = self.resources.get_mut(name).map(Arc::make_mut)?;
-        let at = rs.leases.iter().position(|l| l.lease_id == lease_id)?;
+        let at = rs.leases.iter().position(|l| l.lease_id() == lease_id)?;
         let lease = rs.leases.remove(at);
         Some(self.lease_ended(index, actor, lease, status))
     }
@@ -176,10 +176,10 @@ impl State {
     }
 }
 
-pub(in crate::lease) fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, Name) {
+pub(in crate::lease) fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, LeaseId) {
     (
         lease.expires_at_ms.saturating_add(grace_ms),
         lease.resource.clone(),
-        lease.lease_id.clone(),
+        lease.lease_id(),
     )
 }

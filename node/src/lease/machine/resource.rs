@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::super::bookings::{Booking, BookingV1};
 use super::super::history::{self, Event};
 use super::super::policy::{Policy, PolicyV1};
-use super::super::types::{Lease, LeaseStatus};
+use super::super::types::{Lease, LeaseId, LeaseStatus};
 use super::super::waiting::Waiter;
 
 /// A tenure that ended, so its holder learns how it ended.
@@ -75,8 +75,8 @@ const NOTHING_RARE: &Rare = &Rare {
 };
 
 impl ResourceState {
-    pub fn lease(&self, lease_id: &str) -> Option<&Lease> {
-        self.leases.iter().find(|l| l.lease_id == lease_id)
+    pub fn lease(&self, lease_id: LeaseId) -> Option<&Lease> {
+        self.leases.iter().find(|l| l.lease_id() == lease_id)
     }
 
     /// The (revision, seq) of the newest event retention dropped.

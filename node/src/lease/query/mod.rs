@@ -243,7 +243,7 @@ impl State {
                 let rs = self.resources.get(resource)?;
                 rs.leases
                     .iter()
-                    .find(|l| lease_order(&l.lease_id) == Some(order))
+                    .find(|l| (l.fencing_token, l.position) == order)
             })
             .filter(|l| principal.is_none_or(|p| l.principal == p));
         let (leases, more) = page(matching.map(|l| self.live_view(l)), page_size, |v| {
@@ -254,7 +254,7 @@ impl State {
                 .then(|| {
                     leases
                         .last()
-                        .map(|v| (v.lease.resource.to_string(), v.lease.lease_id.to_string()))
+                        .map(|v| (v.lease.resource.to_string(), v.lease.lease_id().to_string()))
                 })
                 .flatten(),
             leases,
@@ -339,7 +339,7 @@ impl State {
             if lease_id.is_empty() {
                 l.fencing_token == fencing_token
             } else {
-                l.lease_id == lease_id
+                l.lease_id() == lease_id
             }
         };
         if let Some(lease) = live.iter().find(|l| names(l)) {

@@ -16,8 +16,8 @@ fn s4_1_grants_in_one_entry_carry_its_index_and_distinct_lease_ids() {
         (a.lease.fencing_token, b.lease.fencing_token),
         (index, index)
     );
-    assert_eq!(a.lease.lease_id, format!("lse_{index}_0"));
-    assert_eq!(b.lease.lease_id, format!("lse_{index}_1"));
+    assert_eq!(a.lease.lease_id().to_string(), format!("lse_{index}_0"));
+    assert_eq!(b.lease.lease_id().to_string(), format!("lse_{index}_1"));
     assert_eq!(log.holders("a"), [("h1".to_string(), index)]);
     assert_eq!(log.holders("b"), [("h2".to_string(), index)]);
 }

@@ -119,7 +119,7 @@ fn s2_list_leases_pages_in_grant_order_across_index_digit_counts() {
     }
     let ids: Vec<String> = granted_ids
         .iter()
-        .map(|v| v.lease.lease_id.to_string())
+        .map(|v| v.lease.lease_id().to_string())
         .collect();
     assert_eq!(ids, ["lse_8_0", "lse_9_0", "lse_10_0", "lse_11_0"]);
     let mut listed = Vec::new();

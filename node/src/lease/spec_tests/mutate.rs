@@ -26,7 +26,7 @@ fn s4_3_renew_sets_expiry_to_now_plus_ttl_replacing_not_appending() {
         renewed.lease.fencing_token, a.lease.fencing_token,
         "renewals keep the token"
     );
-    assert_eq!(renewed.lease.lease_id, a.lease.lease_id);
+    assert_eq!(renewed.lease.lease_id(), a.lease.lease_id());
     assert_eq!(
         renewed.lease.acquired_at_ms, 0,
         "a renew keeps the acquisition time"
@@ -435,7 +435,7 @@ fn s4_3_renew_by_another_holder_is_refused_and_without_a_lease_id_names_its_own_
     let alice = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000))).lease;
     let by_id = RenewOp {
         resource: "world".into(),
-        lease_id: alice.lease_id.clone().to_string(),
+        lease_id: alice.lease_id().clone().to_string(),
         holder: "bob".into(),
         fencing_token: alice.fencing_token,
         ttl_ms: None,
@@ -490,7 +490,7 @@ fn s4_4_a_lease_in_renewal_grace_keeps_the_resource_for_its_holder() {
     };
     assert_eq!(outcome.holders[0].status, LeaseStatus::Grace);
     assert_eq!(outcome.holders[0].remaining_ms, 0);
-    let verdict = log.validate("world", &alice.lease_id, alice.fencing_token);
+    let verdict = log.validate("world", &alice.lease_id().to_string(), alice.fencing_token);
     assert!(!verdict.valid);
     assert_eq!(verdict.reason, "lease expired");
     let again = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 3_000)));
@@ -505,7 +505,7 @@ fn s4_4_a_lease_in_renewal_grace_keeps_the_resource_for_its_holder() {
     assert_eq!(renewed.status, LeaseStatus::Active);
     assert_eq!(renewed.lease.expires_at_ms, 4_999 + 3_000);
     assert!(
-        log.validate("world", &alice.lease_id, alice.fencing_token)
+        log.validate("world", &alice.lease_id().to_string(), alice.fencing_token)
             .valid
     );
 }

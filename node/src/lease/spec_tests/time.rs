@@ -43,7 +43,7 @@ fn s5_3_a_leader_change_does_not_shorten_a_lease() {
     log.tick();
     assert_eq!(log.now_ms(), 4_000);
     assert!(
-        log.validate("world", &alice.lease_id, alice.fencing_token)
+        log.validate("world", &alice.lease_id().to_string(), alice.fencing_token)
             .valid
     );
     log.elapse(5_999);

@@ -46,7 +46,7 @@ fn s4_6_transfer_gives_a_new_token_the_transfer_entrys_index_and_keeps_the_expir
     let (log, old, new) = handed_over(Some("bob"));
     assert_eq!(log.index, 3);
     assert_eq!(new.lease.fencing_token, 3);
-    assert_eq!(new.lease.lease_id, "lse_3_0");
+    assert_eq!(new.lease.lease_id(), "lse_3_0");
     assert_eq!(new.lease.holder, "b");
     assert_eq!(new.lease.principal, "bob");
     assert_eq!(new.lease.expires_at_ms, old.lease.expires_at_ms);
@@ -73,7 +73,7 @@ fn s4_6_the_old_token_is_dead_the_moment_the_transfer_commits() {
         ..renew_of(&old, None)
     };
     assert_eq!(rejection(&log.renew(ALICE, by_holder)), stale);
-    let check = log.validate("r", &old.lease.lease_id, 2);
+    let check = log.validate("r", &old.lease.lease_id().to_string(), 2);
     assert_eq!(
         (check.valid, check.reason.as_str()),
         (false, "stale fencing token (expected 3, got 2)")
@@ -82,7 +82,11 @@ fn s4_6_the_old_token_is_dead_the_moment_the_transfer_commits() {
         log.validate("r", "", 2).reason,
         "stale fencing token (expected 3, got 2)"
     );
-    assert_eq!(log.validate("r", &new.lease.lease_id, 3).reason, "ok");
+    assert_eq!(
+        log.validate("r", &new.lease.lease_id().to_string(), 3)
+            .reason,
+        "ok"
+    );
     // The new principal owns it now; the old one may not touch it.
     let refusal = rejection(&log.renew(ALICE, renew_of(&new, None)));
     assert!(
@@ -109,10 +113,10 @@ fn s4_6_transfer_is_recorded_as_transferred_with_its_successor() {
     assert_eq!(
         (
             event.holder.as_str(),
-            event.lease_id.as_str(),
+            event.lease_id.to_string(),
             event.fencing_token
         ),
-        ("a", old.lease.lease_id.as_str(), 2)
+        ("a", old.lease.lease_id().to_string(), 2)
     );
     assert_eq!(
         (event.from, event.to),

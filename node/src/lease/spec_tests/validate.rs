@@ -20,7 +20,7 @@ fn judged(v: &Validation) -> (bool, &str) {
 fn s4_10_validate_answers_ok_for_the_live_tenure() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 5_000)));
-    let v = log.validate("r", &a.lease.lease_id, 1);
+    let v = log.validate("r", &a.lease.lease_id().to_string(), 1);
     assert_eq!(judged(&v), (true, "ok"));
     assert_eq!(v.lease.map(|l| l.lease), Some(a.lease.clone()));
     assert_eq!(
@@ -36,7 +36,7 @@ fn s4_10_validate_names_expected_and_got_for_a_stale_token() {
     log.tick();
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 5_000)));
     assert_eq!(a.lease.fencing_token, 2);
-    let v = log.validate("r", &a.lease.lease_id, 1);
+    let v = log.validate("r", &a.lease.lease_id().to_string(), 1);
     assert_eq!(
         judged(&v),
         (false, "stale fencing token (expected 2, got 1)")
@@ -76,12 +76,12 @@ fn s4_10_validate_is_lease_expired_during_grace_and_after_reclaim() {
     log.elapse(1_999);
     log.tick();
     assert_eq!(
-        judged(&log.validate("r", &a.lease.lease_id, 2)),
+        judged(&log.validate("r", &a.lease.lease_id().to_string(), 2)),
         (true, "ok")
     );
     log.elapse(1);
     log.tick();
-    let v = log.validate("r", &a.lease.lease_id, 2);
+    let v = log.validate("r", &a.lease.lease_id().to_string(), 2);
     assert_eq!(judged(&v), (false, "lease expired"));
     assert_eq!(
         v.lease.map(|l| l.status),
@@ -94,7 +94,7 @@ fn s4_10_validate_is_lease_expired_during_grace_and_after_reclaim() {
     );
     log.elapse(5_000);
     log.tick();
-    let v = log.validate("r", &a.lease.lease_id, 2);
+    let v = log.validate("r", &a.lease.lease_id().to_string(), 2);
     assert_eq!(judged(&v), (false, "lease expired"));
     assert_eq!(v.lease.map(|l| l.status), Some(LeaseStatus::Reclaimed));
 }
@@ -104,7 +104,7 @@ fn s4_10_validate_of_a_released_lease_is_lease_released() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq("r", "a")));
     lease(&log.release(ALICE, release_of(&a)));
-    let v = log.validate("r", &a.lease.lease_id, 1);
+    let v = log.validate("r", &a.lease.lease_id().to_string(), 1);
     assert_eq!(judged(&v), (false, "lease released"));
     assert_eq!(v.lease.map(|l| l.status), Some(LeaseStatus::Released));
 }
@@ -127,7 +127,7 @@ fn s4_10_validate_checks_the_fsm_requirement_against_the_declared_pairs() {
     let check = |log: &Log, resource: &str, lease: &LeaseView, fsm: &(String, String)| {
         let v = log.state.validate(
             resource,
-            &lease.lease.lease_id,
+            &lease.lease.lease_id().to_string(),
             lease.lease.fencing_token,
             Some(fsm),
         );
@@ -150,9 +150,12 @@ fn s4_10_validate_checks_the_fsm_requirement_against_the_declared_pairs() {
         (false, "no matching fsm requirement".into())
     );
     // A wrong token answers first.
-    let v = log
-        .state
-        .validate("order", &a.lease.lease_id, 1, Some(&pair("order", "ship")));
+    let v = log.state.validate(
+        "order",
+        &a.lease.lease_id().to_string(),
+        1,
+        Some(&pair("order", "ship")),
+    );
     assert_eq!(
         judged(&v),
         (false, "stale fencing token (expected 2, got 1)")

@@ -125,7 +125,7 @@ fn s4_7_shared_waiters_at_the_head_are_admitted_together_while_they_fit() {
         .resource_view("pool")
         .leases
         .iter()
-        .map(|v| v.lease.lease_id.to_string())
+        .map(|v| v.lease.lease_id().to_string())
         .collect();
     assert_eq!(
         ids,

@@ -68,13 +68,13 @@ impl Run {
             let lease = view.leases.first().map(|v| &v.lease);
             assert_eq!(
                 lease.map(|l| (
-                    l.lease_id.as_str(),
+                    l.lease_id().to_name(),
                     l.holder.as_str(),
                     l.fencing_token,
                     l.expires_at_ms
                 )),
                 self.model.current(resource).map(|h| (
-                    h.lease_id.as_str(),
+                    crate::lease::Name::from(h.lease_id.as_str()),
                     h.holder.as_str(),
                     h.token,
                     h.expires_at_ms
@@ -124,7 +124,7 @@ impl Run {
                 self.tracked.insert(
                     resource.to_string(),
                     Tracked {
-                        lease_id: lease.lease_id.clone().to_string(),
+                        lease_id: lease.lease_id().clone().to_string(),
                         token,
                         ttl_ms,
                         hold_until_ms: now_ms + ttl_ms,

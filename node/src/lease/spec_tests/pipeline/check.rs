@@ -113,7 +113,7 @@ impl Run {
                     "step {n}: {name}: token {} at index {index}",
                     l.fencing_token
                 );
-                if !self.live_before.contains(&l.lease_id) {
+                if !self.live_before.contains(&l.lease_id()) {
                     // Granted (or transferred) by this entry: its token is this index, above
                     // every exclusive tenure the resource had.
                     assert_eq!(l.fencing_token, index, "step {n}: {name}: new lease {l:?}");
@@ -122,9 +122,9 @@ impl Run {
                         "step {n}: {name}: token not above {high}"
                     );
                 }
-                live.insert(l.lease_id.clone());
+                live.insert(l.lease_id());
                 // Validate judges the live tenure by the committed clock.
-                let v = state.validate(name, &l.lease_id, l.fencing_token, None);
+                let v = state.validate(name, &l.lease_id().to_string(), l.fencing_token, None);
                 let expected = if now_ms < l.expires_at_ms {
                     (true, "ok")
                 } else {

@@ -25,7 +25,7 @@ struct Run {
     /// Per resource: the highest token of an exclusive lease ever live there.
     exclusive_high: BTreeMap<crate::lease::Name, u64>,
     /// Lease ids live after the previous entry.
-    live_before: BTreeSet<crate::lease::Name>,
+    live_before: BTreeSet<crate::lease::LeaseId>,
     now_before_ms: u64,
 }
 
@@ -48,7 +48,7 @@ impl Run {
             ("db".to_string(), "lse_1_0".to_string(), "h1".to_string(), 1)
         } else {
             let l = &target.lease.get(&self.seen).lease;
-            let (resource, lease_id) = (l.resource.clone(), l.lease_id.clone());
+            let (resource, lease_id) = (l.resource.clone(), l.lease_id());
             (
                 resource.to_string(),
                 lease_id.to_string(),
