@@ -230,8 +230,11 @@ impl PartialEq<&str> for LeaseId {
 
 /// Where a server-made lease id (`lse_<index>_<position>`) sorts: by its granting entry, then
 /// its position in that entry, which is the order leases are granted in.
+/// Lenient, as it always was, unlike [`LeaseId::parse`]: a page token `lse_07_1` resumes
+/// after (7, 1).
 pub fn lease_order(lease_id: &str) -> Option<(u64, u32)> {
-    LeaseId::parse(lease_id).map(|id| (id.index, id.position))
+    let (index, position) = lease_id.strip_prefix("lse_")?.split_once('_')?;
+    Some((index.parse().ok()?, position.parse().ok()?))
 }
 
 /// A lease as a reply shows it: with its status and the advisory wall-clock times, all computed

@@ -97,7 +97,7 @@ pub struct State {
     pub(crate) dedup: Dedup,
     /// (expires_at + grace, resource, lease_id) of every live lease: the next reclaim is first.
     #[serde(skip)]
-    pub(super) due: BTreeSet<(u64, Name, LeaseId)>,
+    pub(super) due: BTreeSet<(u64, Name, Name)>,
     #[serde(skip)]
     pub(super) retention: Retention,
     /// The (revision, seq) of the newest event the global bound dropped: a resource created
@@ -264,7 +264,7 @@ impl State {
             .take_while(|(due_ms, _, _)| *due_ms <= at_ms)
             .take(limit)
             .filter_map(|(_, name, lease_id)| {
-                let lease = self.resources.get(name)?.lease(*lease_id)?;
+                let lease = self.resources.get(name)?.lease(LeaseId::parse(lease_id)?)?;
                 Some((name.to_string(), lease.fencing_token))
             })
             .collect()

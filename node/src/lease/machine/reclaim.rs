@@ -23,7 +23,7 @@ impl State {
         let mut budget = RECLAIMS_PER_ENTRY.saturating_sub(self.effects.reclaimed);
         // What is due by now, by resource, so that each resource's leases are filtered once
         // however many of them expire together.
-        let mut due: BTreeMap<Name, BTreeSet<LeaseId>> = BTreeMap::new();
+        let mut due: BTreeMap<Name, BTreeSet<Name>> = BTreeMap::new();
         while budget > 0 {
             let Some((due_ms, name, lease_id)) = self.due.pop_first() else {
                 break;
@@ -43,7 +43,7 @@ impl State {
             };
             let (gone, kept): (Vec<Lease>, Vec<Lease>) = std::mem::take(&mut rs.leases)
                 .into_iter()
-                .partition(|l| lease_ids.contains(&l.lease_id()));
+                .partition(|l| lease_ids.contains(&l.lease_id().to_name()));
             rs.leases = kept;
             for lease in gone {
                 let actor = history::SYSTEM_ACTOR;
@@ -176,10 +176,13 @@ impl State {
     }
 }
 
-pub(in crate::lease) fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, LeaseId) {
+/// The lease id is in its written form: the key's order decides which due leases an entry
+/// reclaims when more are due than it may reclaim, and every release must pick the same ones
+/// (as text, `lse_1000_0` sorts before `lse_999_0`).
+pub(in crate::lease) fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, Name) {
     (
         lease.expires_at_ms.saturating_add(grace_ms),
         lease.resource.clone(),
-        lease.lease_id(),
+        lease.lease_id().to_name(),
     )
 }

@@ -10,7 +10,7 @@ use crate::lease::types::{LeaseStatus, LeaseView, Mode, Rejection};
 pub(super) fn shown(view: &LeaseView) -> Shown {
     let lease = &view.lease;
     Shown {
-        lease_id: lease.lease_id().clone().to_string(),
+        lease_id: lease.lease_id().to_string(),
         resource: lease.resource.clone().to_string(),
         holder: lease.holder.clone().to_string(),
         principal: lease.principal.clone().to_string(),

@@ -273,7 +273,7 @@ pub(super) fn shared(resource: &str, holder: &str, mode: Mode, units: u64) -> Ac
 pub(super) fn renew_of(view: &LeaseView, ttl_ms: Option<u64>) -> RenewOp {
     RenewOp {
         resource: view.lease.resource.clone().to_string(),
-        lease_id: view.lease.lease_id().clone().to_string(),
+        lease_id: view.lease.lease_id().to_string(),
         holder: view.lease.holder.clone().to_string(),
         fencing_token: view.lease.fencing_token,
         ttl_ms,
@@ -308,7 +308,7 @@ pub(super) fn release_by_token(resource: &str, holder: &str, fencing_token: u64)
 pub(super) fn release_of(view: &LeaseView) -> ReleaseOp {
     ReleaseOp {
         resource: view.lease.resource.clone().to_string(),
-        lease_id: view.lease.lease_id().clone().to_string(),
+        lease_id: view.lease.lease_id().to_string(),
         holder: view.lease.holder.clone().to_string(),
         fencing_token: view.lease.fencing_token,
     }
@@ -321,7 +321,7 @@ pub(super) fn transfer_of(
 ) -> TransferOp {
     TransferOp {
         resource: view.lease.resource.clone().to_string(),
-        lease_id: view.lease.lease_id().clone().to_string(),
+        lease_id: view.lease.lease_id().to_string(),
         holder: view.lease.holder.clone().to_string(),
         fencing_token: view.lease.fencing_token,
         to_holder: to_holder.to_string(),

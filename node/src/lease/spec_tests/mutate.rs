@@ -330,14 +330,16 @@ fn s4_4_many_leases_due_together_are_reclaimed_in_chunks_and_first_where_a_comma
             ..shared_policy(&[Mode::Read], 0)
         },
     );
+    let mut ids = Vec::new();
     for n in 0..2_000 {
-        granted(&log.acquire(
+        let view = granted(&log.acquire(
             ALICE,
             AcquireOp {
                 ttl_ms: Some(10_000),
                 ..shared("crowd", &format!("h{n}"), Mode::Read, 1)
             },
         ));
+        ids.push(view.lease.lease_id().to_string());
     }
     assert_eq!(log.state.live_leases(), 2_000);
     log.elapse(10_000);
@@ -345,6 +347,15 @@ fn s4_4_many_leases_due_together_are_reclaimed_in_chunks_and_first_where_a_comma
         panic!("a tick answers with what it reclaimed");
     };
     assert_eq!(views.len(), RECLAIMS_PER_ENTRY);
+    // Which ones, when all fall due at once, every release decides alike: the first by lease
+    // id as written (`lse_1000_0` before `lse_999_0`), whatever the grant order.
+    ids.sort();
+    let mut reclaimed: Vec<String> = views
+        .iter()
+        .map(|v| v.lease.lease_id().to_string())
+        .collect();
+    reclaimed.sort();
+    assert_eq!(reclaimed, ids[..RECLAIMS_PER_ENTRY]);
     assert_eq!(log.state.live_leases(), 2_000 - RECLAIMS_PER_ENTRY);
     let reclaimed_at = |log: &Log, index: u64| {
         log.events("crowd")
@@ -435,7 +446,7 @@ fn s4_3_renew_by_another_holder_is_refused_and_without_a_lease_id_names_its_own_
     let alice = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000))).lease;
     let by_id = RenewOp {
         resource: "world".into(),
-        lease_id: alice.lease_id().clone().to_string(),
+        lease_id: alice.lease_id().to_string(),
         holder: "bob".into(),
         fencing_token: alice.fencing_token,
         ttl_ms: None,

@@ -124,7 +124,7 @@ impl Run {
                 self.tracked.insert(
                     resource.to_string(),
                     Tracked {
-                        lease_id: lease.lease_id().clone().to_string(),
+                        lease_id: lease.lease_id().to_string(),
                         token,
                         ttl_ms,
                         hold_until_ms: now_ms + ttl_ms,
