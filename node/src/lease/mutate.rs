@@ -5,7 +5,7 @@ use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
 use super::history::{Event, EventKind, Successor};
 use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, PushLean, State};
 use super::quota::Quota;
-use super::types::{Lease, LeaseStatus, Name, Rejection};
+use super::types::{Lease, LeaseId, LeaseStatus, Name, Rejection};
 use std::sync::Arc;
 
 /// The lease a renew, release or transfer names, and the token it claims.
@@ -46,11 +46,12 @@ impl State {
         } = target;
         check_names(resource, holder)?;
         let rs = self.resources.get(resource);
+        let wanted = LeaseId::parse(lease_id);
         let names = |l: &Lease| {
             if lease_id.is_empty() {
                 l.holder == holder
             } else {
-                l.lease_id() == lease_id
+                Some(l.lease_id()) == wanted
             }
         };
         // Existence: a live lease, or one that ended (a released one no longer exists).

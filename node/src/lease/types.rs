@@ -181,7 +181,7 @@ impl<'de> Deserialize<'de> for Lease {
 }
 
 /// A lease id, `lse_<index>_<position>`: the granting entry's index and the lease's place
-/// among the leases that entry granted. Compares with a string only in that exact form.
+/// among the leases that entry granted. Read ([`LeaseId::parse`]) only in the form it is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LeaseId {
     pub index: u64,
@@ -213,18 +213,6 @@ impl LeaseId {
 impl std::fmt::Display for LeaseId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "lse_{}_{}", self.index, self.position)
-    }
-}
-
-impl PartialEq<str> for LeaseId {
-    fn eq(&self, other: &str) -> bool {
-        LeaseId::parse(other) == Some(*self)
-    }
-}
-
-impl PartialEq<&str> for LeaseId {
-    fn eq(&self, other: &&str) -> bool {
-        *self == **other
     }
 }
 
@@ -450,7 +438,7 @@ mod tests {
         let id = LeaseId::parse("lse_42_3").expect("canonical");
         assert_eq!((id.index, id.position), (42, 3));
         assert_eq!(id.to_string(), "lse_42_3");
-        assert_eq!(id, "lse_42_3");
+        assert_eq!(LeaseId::parse(&id.to_string()), Some(id));
         assert!(LeaseId::parse("lse_0_0").is_some());
         for other in [
             "lse_042_3",
@@ -465,7 +453,7 @@ mod tests {
             "lse_18446744073709551616_0",
         ] {
             assert_eq!(LeaseId::parse(other), None, "{other}");
-            assert!(id != other, "{other}");
+            assert_ne!(LeaseId::parse(other), Some(id), "{other}");
         }
     }
 

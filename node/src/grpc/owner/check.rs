@@ -11,7 +11,7 @@ use crate::auth::Caller;
 use crate::coord::inbox::Tenure;
 use crate::error::ApiError;
 use crate::grpc::validate;
-use crate::lease::{LeaseStatus, LeaseView, Mode, Rejection, ResourceView};
+use crate::lease::{LeaseId, LeaseStatus, LeaseView, Mode, Rejection, ResourceView};
 
 /// A validated `Forward`.
 #[derive(Debug)]
@@ -65,11 +65,12 @@ pub fn forward(request: pb::ForwardRequest) -> Result<ForwardCall, ApiError> {
 
 /// The tenure `caller` may open an inbox for: the live exclusive lease `wanted` names.
 pub fn servable(view: &ResourceView, wanted: &Tenure, caller: &Caller) -> Result<Tenure, ApiError> {
+    let wanted_id = LeaseId::parse(&wanted.lease_id);
     let names = |l: &LeaseView| {
         if wanted.lease_id.is_empty() {
             l.lease.holder == wanted.holder
         } else {
-            l.lease.lease_id() == wanted.lease_id.as_str()
+            Some(l.lease.lease_id()) == wanted_id
         }
     };
     let Some(view) = view.leases.iter().find(|l| names(l)) else {

@@ -23,7 +23,7 @@ impl State {
         let mut budget = RECLAIMS_PER_ENTRY.saturating_sub(self.effects.reclaimed);
         // What is due by now, by resource, so that each resource's leases are filtered once
         // however many of them expire together.
-        let mut due: BTreeMap<Name, BTreeSet<Name>> = BTreeMap::new();
+        let mut due: BTreeMap<Name, BTreeSet<LeaseId>> = BTreeMap::new();
         while budget > 0 {
             let Some((due_ms, name, lease_id)) = self.due.pop_first() else {
                 break;
@@ -32,7 +32,10 @@ impl State {
                 self.due.insert((due_ms, name, lease_id));
                 break;
             }
-            due.entry(name).or_default().insert(lease_id);
+            // Every key holds an id the server wrote (`due_key`), so it parses.
+            if let Some(id) = LeaseId::parse(&lease_id) {
+                due.entry(name).or_default().insert(id);
+            }
             budget -= 1;
         }
         self.effects.reclaimed += due.values().map(BTreeSet::len).sum::<usize>();
@@ -43,7 +46,7 @@ impl State {
             };
             let (gone, kept): (Vec<Lease>, Vec<Lease>) = std::mem::take(&mut rs.leases)
                 .into_iter()
-                .partition(|l| lease_ids.contains(&l.lease_id().to_name()));
+                .partition(|l| lease_ids.contains(&l.lease_id()));
             rs.leases = kept;
             for lease in gone {
                 let actor = history::SYSTEM_ACTOR;

@@ -9,7 +9,7 @@ use super::bookings::Booking;
 use super::history::{Event, EventKind};
 use super::machine::State;
 use super::policy::Policy;
-use super::types::{lease_order, Lease, LeaseStatus, LeaseView, Name, Rejection};
+use super::types::{lease_order, Lease, LeaseId, LeaseStatus, LeaseView, Name, Rejection};
 use super::waiting::Waiter;
 
 mod page;
@@ -335,11 +335,12 @@ impl State {
         };
         let rs = self.resources.get(resource);
         let live = rs.map(|rs| rs.leases.as_slice()).unwrap_or_default();
+        let wanted = LeaseId::parse(lease_id);
         let names = |l: &Lease| {
             if lease_id.is_empty() {
                 l.fencing_token == fencing_token
             } else {
-                l.lease_id() == lease_id
+                Some(l.lease_id()) == wanted
             }
         };
         if let Some(lease) = live.iter().find(|l| names(l)) {

@@ -261,7 +261,7 @@ fn s4_1_the_fencing_token_is_the_granting_entrys_index() {
     log.index = 41;
     let first = granted(&log.acquire(ALICE, acq_ttl("world", "alice", 5_000)));
     assert_eq!(first.lease.fencing_token, 42);
-    assert_eq!(first.lease.lease_id(), "lse_42_0");
+    assert_eq!(first.lease.lease_id().to_string(), "lse_42_0");
 
     // Blank and membership entries use up indexes too; renewals keep the token.
     log.index += 3;
@@ -276,7 +276,7 @@ fn s4_1_the_fencing_token_is_the_granting_entrys_index() {
     let second = granted(&log.acquire(BOB, acq_ttl("world", "bob", 5_000)));
     assert_eq!(log.index, 48);
     assert_eq!(second.lease.fencing_token, 48);
-    assert_eq!(second.lease.lease_id(), "lse_48_0");
+    assert_eq!(second.lease.lease_id().to_string(), "lse_48_0");
 }
 
 #[test]

@@ -46,7 +46,7 @@ fn s4_6_transfer_gives_a_new_token_the_transfer_entrys_index_and_keeps_the_expir
     let (log, old, new) = handed_over(Some("bob"));
     assert_eq!(log.index, 3);
     assert_eq!(new.lease.fencing_token, 3);
-    assert_eq!(new.lease.lease_id(), "lse_3_0");
+    assert_eq!(new.lease.lease_id().to_string(), "lse_3_0");
     assert_eq!(new.lease.holder, "b");
     assert_eq!(new.lease.principal, "bob");
     assert_eq!(new.lease.expires_at_ms, old.lease.expires_at_ms);

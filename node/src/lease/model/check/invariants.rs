@@ -68,13 +68,13 @@ impl Run {
             let lease = view.leases.first().map(|v| &v.lease);
             assert_eq!(
                 lease.map(|l| (
-                    l.lease_id().to_name(),
+                    l.lease_id().to_string(),
                     l.holder.as_str(),
                     l.fencing_token,
                     l.expires_at_ms
                 )),
                 self.model.current(resource).map(|h| (
-                    crate::lease::Name::from(h.lease_id.as_str()),
+                    h.lease_id.clone(),
                     h.holder.as_str(),
                     h.token,
                     h.expires_at_ms
