@@ -37,6 +37,10 @@ pub struct AcquireArgs {
     /// Reuse to retry a call exactly once (default: a fresh one).
     #[arg(long, default_value = "")]
     request_id: String,
+    /// Hold the lease on this session (`ses_<n>`, from `tenure session create`) instead of a
+    /// ttl of its own: it lives while the session lives.
+    #[arg(long, default_value = "", conflicts_with = "ttl")]
+    session: String,
 }
 
 #[derive(Args)]
@@ -101,7 +105,7 @@ pub struct ValidateArgs {
     fsm_transition: String,
 }
 
-fn key_value(pair: &str) -> Result<(String, String), String> {
+pub fn key_value(pair: &str) -> Result<(String, String), String> {
     pair.split_once('=')
         .filter(|(key, _)| !key.is_empty())
         .map(|(key, value)| (key.to_string(), value.to_string()))
@@ -125,6 +129,7 @@ pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result
             on_conflict: on_conflict as i32,
             wait_timeout: args.wait.map(prost_duration),
             request_id: args.request_id.clone(),
+            session_id: args.session.clone(),
         })
         .await?;
     let value = json!({

@@ -11,6 +11,7 @@ mod leases;
 mod listing;
 mod output;
 mod resources;
+mod sessions;
 mod watch;
 
 use std::process::ExitCode;
@@ -81,6 +82,11 @@ enum Command {
     },
     /// The live leases of a holder or a principal, across resources.
     Leases(listing::LeasesArgs),
+    /// Sessions: one heartbeat for many leases (`acquire --session`), all ended together.
+    Session {
+        #[command(subcommand)]
+        command: sessions::SessionCommand,
+    },
     /// The lifecycle events of RESOURCE, newest first unless --order asc.
     History(listing::HistoryArgs),
     /// Stream the events of RESOURCE (or of a --prefix): retained history, then live; resumes
@@ -148,7 +154,7 @@ enum ClusterCommand {
 enum QuotaCommand {
     /// Set limits of PRINCIPAL, e.g. `tenure quota set alice leases=5000 watches=default`.
     /// Quotas: leases, ad_hoc_resources, waiters, bookings, metadata_bytes,
-    /// exactly_once_bytes, watches, inboxes, all_resource_watches; `default` puts one back
+    /// exactly_once_bytes, watches, inboxes, all_resource_watches, sessions; `default` puts one back
     /// to the default.
     Set {
         principal: String,
@@ -214,6 +220,7 @@ impl Command {
             Command::Acquire(args) => args.wait.is_none_or(|wait| wait.is_zero()),
             Command::Watch(_) | Command::Elect(_) | Command::Bench(_) => false,
             Command::Cluster { command } => matches!(command, ClusterCommand::Status),
+            Command::Session { command } => command.answers_at_once(),
             _ => true,
         }
     }
@@ -296,6 +303,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
         Command::Status { resource, stale } => resources::get(out, client, resource, *stale).await,
         Command::Resources { command } => resources::run(out, client, command).await,
         Command::Leases(args) => listing::leases(out, client, args).await,
+        Command::Session { command } => sessions::run(out, client, command).await,
         Command::History(args) => listing::history(out, client, args).await,
         Command::Watch(args) => watch::watch(out, client, args).await,
         Command::Book(args) => bookings::book(out, client, args).await,

@@ -61,7 +61,16 @@ pub struct Lease {
     ttl: Duration,
     lost: watch::Receiver<Option<Lost>>,
     deadline: watch::Receiver<Instant>,
-    renewer: JoinHandle<()>,
+    /// None for a lease on a session (the session renews).
+    renewer: Option<JoinHandle<()>>,
+}
+
+/// What a lease on a session shares with it: its ttl, its local deadline and its loss.
+#[derive(Clone)]
+pub(crate) struct SessionLink {
+    pub(crate) ttl: Duration,
+    pub(crate) lost: watch::Receiver<Option<Lost>>,
+    pub(crate) deadline: watch::Receiver<Instant>,
 }
 
 /// How long before the cluster's expiry the holder gives a lease up: max(100 ms, 1 % of ttl),
@@ -70,7 +79,7 @@ pub fn safety_margin(ttl: Duration) -> Duration {
     (ttl / 100).max(Duration::from_millis(100))
 }
 
-fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
+pub(crate) fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(safety_margin(ttl))
 }
 
@@ -116,14 +125,18 @@ pub fn release_request(lease: &pb::Lease) -> pb::ReleaseRequest {
     }
 }
 
-async fn renew_loop(
-    client: Client,
-    lease: pb::Lease,
+/// Renews with `renew` (given the local deadline to finish by) every ttl/3 from `next`, until a
+/// renewal is refused for good, the local deadline passes, or nobody listens any more.
+pub(crate) async fn renew_loop<F, R>(
+    renew: F,
     ttl: Duration,
     mut next: Instant,
     lost: watch::Sender<Option<Lost>>,
     deadline: watch::Sender<Instant>,
-) {
+) where
+    F: Fn(Instant) -> R,
+    R: std::future::Future<Output = Result<(), Error>>,
+{
     loop {
         let local_deadline = *deadline.borrow();
         tokio::select! {
@@ -135,11 +148,8 @@ async fn renew_loop(
             return;
         }
         let sent = Instant::now();
-        match client
-            .renew_on_stream(renew_request(&lease, ttl), local_deadline)
-            .await
-        {
-            Ok(_) => {
+        match renew(local_deadline).await {
+            Ok(()) => {
                 deadline.send_replace(local_deadline.max(self::local_deadline(sent, ttl)));
                 next = sent + ttl / 3;
             }
@@ -181,9 +191,15 @@ impl Lease {
         };
         let (lost_tx, lost) = watch::channel(None);
         let (deadline_tx, deadline) = watch::channel(local_deadline(sent, remaining));
+        let renew = {
+            let (client, lease) = (client.clone(), lease.clone());
+            move |deadline| {
+                let (client, request) = (client.clone(), renew_request(&lease, ttl));
+                async move { client.renew_on_stream(request, deadline).await.map(drop) }
+            }
+        };
         let renewer = tokio::spawn(renew_loop(
-            client.clone(),
-            lease.clone(),
+            renew,
             ttl,
             sent + remaining / 3,
             lost_tx,
@@ -195,8 +211,21 @@ impl Lease {
             ttl,
             lost,
             deadline,
-            renewer,
+            renewer: Some(renewer),
         })
+    }
+
+    /// The handle of `lease`, granted on a session: it lives while the session lives, so it
+    /// is lost when the session is and its deadline is the session's. It renews nothing.
+    pub(crate) fn on_session(client: Client, lease: pb::Lease, link: &SessionLink) -> Lease {
+        Lease {
+            client,
+            lease,
+            ttl: link.ttl,
+            lost: link.lost.clone(),
+            deadline: link.deadline.clone(),
+            renewer: None,
+        }
     }
 
     /// The fencing token: pass it to every system this lease protects.
@@ -224,22 +253,17 @@ impl Lease {
         *self.deadline.borrow()
     }
 
-    /// Resolves when the lease is lost: renewal refused for good, or the local deadline passed.
+    /// Resolves when the lease is lost: renewal refused for good, or the local deadline passed
+    /// (for a lease on a session: when the session is lost).
     pub async fn lost(&self) -> Lost {
-        let mut lost = self.lost.clone();
-        loop {
-            if let Some(why) = lost.borrow_and_update().clone() {
-                return why;
-            }
-            if lost.changed().await.is_err() {
-                return lost.borrow().clone().unwrap_or(Lost::DeadlinePassed);
-            }
-        }
+        lost_of(&self.lost).await
     }
 
     /// Stops renewing and releases the lease.
     pub async fn release(self) -> Result<pb::Lease, Error> {
-        self.renewer.abort();
+        if let Some(renewer) = &self.renewer {
+            renewer.abort();
+        }
         let response = self.client.release(release_request(&self.lease)).await?;
         response
             .lease
@@ -249,7 +273,22 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.renewer.abort();
+        if let Some(renewer) = &self.renewer {
+            renewer.abort();
+        }
+    }
+}
+
+/// Resolves when `lost` says why; a renewer gone without a word counts as a passed deadline.
+pub(crate) async fn lost_of(lost: &watch::Receiver<Option<Lost>>) -> Lost {
+    let mut lost = lost.clone();
+    loop {
+        if let Some(why) = lost.borrow_and_update().clone() {
+            return why;
+        }
+        if lost.changed().await.is_err() {
+            return lost.borrow().clone().unwrap_or(Lost::DeadlinePassed);
+        }
     }
 }
 

@@ -53,7 +53,8 @@
 //! the next endpoint when a node is unreachable or has no leader.
 //!
 //! Beyond one lease: [`Client::lock`] builds an acquire that can queue in the waiting room
-//! (`wait(timeout)`, a blocking lock); [`Client::campaign`] and [`Client::observe`] elect and
+//! (`wait(timeout)`, a blocking lock); [`Client::session`] holds many leases on one heartbeat
+//! ([`Session::lock`]), all lost together; [`Client::campaign`] and [`Client::observe`] elect and
 //! follow a leader; [`Client::watch_resuming`] is a `Watch` that survives node failures; and
 //! [`Fence`] is the downstream check that refuses a write with a stale fencing token.
 
@@ -68,6 +69,7 @@ mod lock;
 mod observe;
 mod owner;
 mod retry;
+mod session;
 mod watch;
 
 pub use client::{Client, DEFAULT_ENDPOINTS};
@@ -81,6 +83,7 @@ pub use lease::{
 pub use lock::Lock;
 pub use observe::{Leader, Leaders};
 pub use owner::{Forwarded, Inbox, DEFAULT_FORWARD_TIMEOUT, MAX_PAYLOAD_BYTES};
+pub use session::Session;
 pub use tenure_proto::contract::Reason;
 /// The generated `tenure.v1` messages and services: the requests of [`Client`]'s calls.
 pub use tenure_proto::v1 as pb;

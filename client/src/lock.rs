@@ -20,13 +20,15 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::lease::{from_prost_duration, prost_duration, Acquired, Lease};
+use crate::lease::{from_prost_duration, prost_duration, Acquired, Lease, SessionLink};
 
 /// An acquire being built; nothing is sent until `try_acquire` or `wait`.
 #[must_use = "a lock does nothing until try_acquire() or wait()"]
 pub struct Lock {
     client: Client,
     request: pb::AcquireRequest,
+    /// A lock on a session: the lease lives while the session lives.
+    session: Option<SessionLink>,
 }
 
 impl Client {
@@ -39,12 +41,27 @@ impl Client {
                 holder: holder.into(),
                 ..Default::default()
             },
+            session: None,
         }
     }
 }
 
 impl Lock {
-    /// The lease's ttl; the handle renews with it every ttl/3. Default: the policy's.
+    /// A lock whose lease lives on a session (SPEC §4.24): no ttl of its own.
+    pub(crate) fn on_session(
+        client: Client,
+        request: pb::AcquireRequest,
+        session: SessionLink,
+    ) -> Lock {
+        Lock {
+            client,
+            request,
+            session: Some(session),
+        }
+    }
+
+    /// The lease's ttl; the handle renews with it every ttl/3. Default: the policy's. (Not on
+    /// a session's lock: the node refuses a ttl there, the session's is the lease's.)
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.request.ttl = Some(prost_duration(ttl));
         self
@@ -91,7 +108,11 @@ impl Lock {
     }
 
     async fn send(self) -> Result<Acquired, Error> {
-        let Lock { client, request } = self;
+        let Lock {
+            client,
+            request,
+            session,
+        } = self;
         let requested_ttl = request.ttl.as_ref().map(from_prost_duration);
         let sent = Instant::now();
         let response = client.acquire(request).await?;
@@ -105,6 +126,10 @@ impl Lock {
         let lease = response
             .lease
             .ok_or_else(|| Error::Local("granted without a lease".into()))?;
+        if let Some(session) = session {
+            let lease = Lease::on_session(client, lease, &session);
+            return Ok(Acquired::Granted(Box::new(lease)));
+        }
         let ttl = requested_ttl
             .or_else(|| lease.ttl.as_ref().map(from_prost_duration))
             .filter(|ttl| !ttl.is_zero())

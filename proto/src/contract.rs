@@ -84,6 +84,8 @@ reasons! {
     LeaseNotFound = "lease_not_found",
     /// No booking matches.
     BookingNotFound = "booking_not_found",
+    /// No live session matches (it was closed, it expired, or it never existed).
+    SessionNotFound = "session_not_found",
     /// Registered already, or a member with that id or address exists.
     AlreadyExists = "already_exists",
     /// The token is not the lease's current one.

@@ -148,6 +148,7 @@ pub fn lease_json(lease: &pb::Lease) -> Value {
         "ttl_ms": millis(&lease.ttl),
         "remaining_ms": millis(&lease.remaining),
         "metadata": lease.metadata,
+        "session_id": lease.session_id,
     })
 }
 
@@ -163,11 +164,14 @@ pub fn lease_text(lease: &pb::Lease) -> String {
         }
         _ => String::new(),
     };
-    let metadata = if lease.metadata.is_empty() {
+    let mut metadata = if lease.metadata.is_empty() {
         String::new()
     } else {
         format!("  metadata {}", metadata_text(&lease.metadata))
     };
+    if !lease.session_id.is_empty() {
+        metadata.push_str(&format!("  session {}", lease.session_id));
+    }
     format!(
         "  {}  holder {}  fencing_token {}  lease_id {}{mode}  status {}  ttl {}  expires in {}{metadata}",
         lease.resource,
@@ -199,6 +203,7 @@ pub fn history_entry_json(entry: &pb::HistoryEntry) -> Value {
         "to_holder": entry.to_holder,
         "to_lease_id": entry.to_lease_id,
         "to_fencing_token": entry.to_fencing_token,
+        "session_id": entry.session_id,
     })
 }
 
@@ -223,6 +228,9 @@ pub fn history_entry_text(entry: &pb::HistoryEntry) -> String {
         ));
     }
     line.push_str(&format!("  by {}", entry.actor));
+    if !entry.session_id.is_empty() {
+        line.push_str(&format!("  session {}", entry.session_id));
+    }
     if !entry.to_holder.is_empty() {
         line.push_str(&format!(
             "  → {} (token {})",

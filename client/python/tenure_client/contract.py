@@ -51,6 +51,9 @@ class Reason(str, Enum):
     BOOKING_NOT_FOUND = "booking_not_found"
     """No booking matches."""
 
+    SESSION_NOT_FOUND = "session_not_found"
+    """No live session matches (it was closed, it expired, or it never existed)."""
+
     ALREADY_EXISTS = "already_exists"
     """Registered already, or a member with that id or address exists."""
 

@@ -235,6 +235,7 @@ async fn run(client: Weak<Inner>, mut renewals: mpsc::UnboundedReceiver<Renewal>
                     permit.send(pb::KeepAliveRequest {
                         seq,
                         renew: Some(renewal.renew),
+                        session_id: String::new(),
                     });
                 }
                 renewal = renewals.recv(), if next.is_none() && waiting.len() < OUTSTANDING => {

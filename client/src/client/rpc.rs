@@ -121,6 +121,67 @@ impl Client {
         leases_call!(self, self.deadline(), request, release)
     }
 
+    /// `CreateSession` (SPEC §4.24). Sets a `request_id` when the request has none, so a
+    /// retry after a lost connection gets the same session.
+    pub async fn create_session(
+        &self,
+        mut request: pb::CreateSessionRequest,
+    ) -> Result<pb::SessionResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        leases_call!(self, self.deadline(), request, create_session)
+    }
+
+    /// `RenewSession`: renews the session and every lease and wait on it.
+    pub async fn renew_session(&self, session_id: &str) -> Result<pb::SessionResponse, Error> {
+        self.renew_session_until(session_id, self.deadline()).await
+    }
+
+    pub(crate) async fn renew_session_until(
+        &self,
+        session_id: &str,
+        deadline: Instant,
+    ) -> Result<pb::SessionResponse, Error> {
+        let request = pb::RenewSessionRequest {
+            session_id: session_id.to_string(),
+            request_id: String::new(),
+        };
+        leases_call!(self, deadline, request, renew_session)
+    }
+
+    /// `CloseSession`: releases every lease on the session and cancels its waits, at once.
+    pub async fn close_session(&self, session_id: &str) -> Result<pb::SessionResponse, Error> {
+        self.close_session_with(pb::CloseSessionRequest {
+            session_id: session_id.to_string(),
+            request_id: String::new(),
+        })
+        .await
+    }
+
+    /// `CloseSession` as sent. Sets a `request_id` when the request has none.
+    pub async fn close_session_with(
+        &self,
+        mut request: pb::CloseSessionRequest,
+    ) -> Result<pb::SessionResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        leases_call!(self, self.deadline(), request, close_session)
+    }
+
+    /// `GetSession`: a live session and its first leases.
+    pub async fn get_session(
+        &self,
+        request: pb::GetSessionRequest,
+    ) -> Result<pb::SessionResponse, Error> {
+        leases_call!(self, self.deadline(), request, get_session)
+    }
+
+    /// `ListSessions`: live sessions of a principal and/or holder, a page at a time.
+    pub async fn list_sessions(
+        &self,
+        request: pb::ListSessionsRequest,
+    ) -> Result<pb::ListSessionsResponse, Error> {
+        leases_call!(self, self.deadline(), request, list_sessions)
+    }
+
     /// `Validate`: whether a fencing token (or lease id) is the resource's live tenure
     /// (SPEC §4.10). A well-formed request is always answered: branch on `valid`.
     pub async fn validate(

@@ -15,9 +15,9 @@ use crate::store::notify::Decided;
 /// Proposes `request` (an acquire with `wait_ms`) and, if it queued, blocks until its wait is
 /// decided. `request.request_id` must be set: a retry of it learns the decided outcome.
 pub async fn acquire(node: &Arc<Node>, request: Proposal) -> Result<Reply, ApiError> {
-    let Op::Acquire(AcquireOp {
+    let Some(AcquireOp {
         resource, holder, ..
-    }) = &request.op
+    }) = request.op.acquire_op()
     else {
         return node.propose(request).await;
     };
@@ -147,7 +147,7 @@ impl Drop for CancelOnDrop {
                         _ => None,
                     },
                 };
-                let (Some(wait_id), Op::Acquire(op)) = (wait_id, &request.op) else {
+                let (Some(wait_id), Some(op)) = (wait_id, request.op.acquire_op()) else {
                     return;
                 };
                 let removal = Proposal {

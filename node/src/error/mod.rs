@@ -84,10 +84,12 @@ impl ApiError {
                     Rejection::InsufficientPermissions(_) => Code::PermissionDenied,
                     Rejection::LeaseNotFound(_)
                     | Rejection::ResourceNotFound(_)
-                    | Rejection::BookingNotFound => Code::NotFound,
+                    | Rejection::BookingNotFound
+                    | Rejection::SessionNotFound(_) => Code::NotFound,
                     Rejection::WaitingRoomFull { .. }
                     | Rejection::BookingsFull { .. }
-                    | Rejection::QuotaExceeded { .. } => Code::ResourceExhausted,
+                    | Rejection::QuotaExceeded { .. }
+                    | Rejection::SessionFull { .. } => Code::ResourceExhausted,
                     Rejection::AlreadyExists(_) => Code::AlreadyExists,
                     Rejection::LifetimeExceeded { .. }
                     | Rejection::StaleFencingToken { .. }

@@ -198,6 +198,16 @@ fn samples() -> Vec<(ApiError, &'static str, Code)> {
             Code::NotFound,
         ),
         (
+            Rejection::SessionNotFound("ses_9".into()).into(),
+            "session_not_found",
+            Code::NotFound,
+        ),
+        (
+            Rejection::SessionFull { max: 10_000 }.into(),
+            "resource_exhausted",
+            Code::ResourceExhausted,
+        ),
+        (
             Rejection::NotBookable("r".into()).into(),
             "not_bookable",
             Code::FailedPrecondition,

@@ -3,8 +3,10 @@
 use tenure_proto::v1 as pb;
 
 use crate::error::ApiError;
+use crate::lease::session::session_name;
 use crate::lease::{
     Booking, Event, EventKind, LeaseStatus, LeaseView, Mode, Policy, Reply, ResourceView,
+    SessionStatus, SessionView,
 };
 
 pub fn timestamp(unix_ms: u64) -> prost_types::Timestamp {
@@ -59,6 +61,45 @@ pub fn lease(view: &LeaseView) -> pb::Lease {
         status: status(view.status) as i32,
         ttl: Some(duration(lease.ttl_ms)),
         remaining: Some(duration(view.remaining_ms)),
+        session_id: lease
+            .session
+            .map(|id| session_name(id.get()))
+            .unwrap_or_default(),
+    }
+}
+
+pub fn session(view: &SessionView) -> pb::Session {
+    pb::Session {
+        session_id: session_name(view.id),
+        holder: view.holder.to_string(),
+        principal: view.principal.to_string(),
+        ttl: Some(duration(view.ttl_ms)),
+        created_at: Some(timestamp(view.created_wall_ms)),
+        expires_at: Some(timestamp(view.expires_wall_ms)),
+        remaining: Some(duration(view.remaining_ms)),
+        status: match view.status {
+            SessionStatus::Active => pb::SessionStatus::Active,
+            SessionStatus::Grace => pb::SessionStatus::Grace,
+            SessionStatus::Closed => pb::SessionStatus::Closed,
+            SessionStatus::Expired => pb::SessionStatus::Expired,
+        } as i32,
+        metadata: view
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        lease_count: view.lease_count,
+        wait_count: view.wait_count,
+        leases: view.leases.iter().map(lease).collect(),
+    }
+}
+
+/// The session of a session write's reply.
+pub fn session_reply(reply: Reply) -> Result<pb::Session, ApiError> {
+    match reply {
+        Reply::Session(view) => Ok(session(&view)),
+        Reply::Rejected(rejection) => Err(rejection.into()),
+        other => Err(unexpected(other)),
     }
 }
 
@@ -138,6 +179,10 @@ pub fn history_entry(resource: &str, event: &Event) -> pb::HistoryEntry {
             .map(|s| s.lease_id.to_string())
             .unwrap_or_default(),
         to_fencing_token: successor.map_or(0, |s| s.fencing_token),
+        session_id: event
+            .session
+            .map(|id| session_name(id.get()))
+            .unwrap_or_default(),
     }
 }
 

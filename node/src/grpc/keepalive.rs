@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::convert::lease_reply;
+use super::convert::{lease_reply, session_reply};
 use super::validate;
 use crate::auth::Caller;
 use crate::coord::Node;
@@ -165,7 +165,13 @@ async fn renew_all(
     }
 }
 
-/// One renewal, checked and committed as `Renew` is.
+/// The renewal a message asks for, committed and answered.
+enum Renewed {
+    Lease(pb::Lease),
+    Session(pb::Session),
+}
+
+/// One renewal, checked and committed as `Renew` (or `RenewSession`) is.
 async fn renew(
     node: Arc<Node>,
     caller: Caller,
@@ -174,25 +180,50 @@ async fn renew(
 ) -> pb::KeepAliveResponse {
     let seq = message.seq;
     let renewed = async {
-        let Some(req) = message.renew else {
-            return Err(ApiError::invalid(
-                "renew",
-                "a KeepAlive message needs its renewal",
-            ));
+        let (op, request_id) = match (message.renew, message.session_id.as_str()) {
+            (Some(_), id) if !id.is_empty() => {
+                return Err(ApiError::invalid(
+                    "session_id",
+                    "a KeepAlive message renews a lease or a session, not both",
+                ))
+            }
+            (Some(req), _) => (Op::Renew(validate::renew(&req)?), req.request_id),
+            (None, "") => {
+                return Err(ApiError::invalid(
+                    "renew",
+                    "a KeepAlive message needs its renewal (renew or session_id)",
+                ))
+            }
+            (None, id) => {
+                let op = validate::renew_session(&pb::RenewSessionRequest {
+                    session_id: id.to_string(),
+                    request_id: String::new(),
+                })?;
+                (Op::RenewSession(op), String::new())
+            }
         };
-        let op = validate::renew(&req)?;
-        let mut proposal = node.proposal(caller, String::new(), Op::Renew(op));
+        let session = matches!(op, Op::RenewSession(_));
+        let mut proposal = node.proposal(caller, String::new(), op);
         // Renewals are not remembered (SPEC §4.18): without a request_id none is made up.
-        proposal.request_id = validate::request_id(&req.request_id)?;
-        lease_reply(node.propose(proposal).await?)
+        proposal.request_id = validate::request_id(&request_id)?;
+        let reply = node.propose(proposal).await?;
+        match session {
+            true => session_reply(reply).map(Renewed::Session),
+            false => lease_reply(reply).map(Renewed::Lease),
+        }
     }
     .await;
     in_flight.release();
     match renewed {
-        Ok(lease) => pb::KeepAliveResponse {
+        Ok(Renewed::Lease(lease)) => pb::KeepAliveResponse {
             seq,
             lease: Some(lease),
-            refusal: None,
+            ..Default::default()
+        },
+        Ok(Renewed::Session(session)) => pb::KeepAliveResponse {
+            seq,
+            session: Some(session),
+            ..Default::default()
         },
         Err(error) => refusal(seq, error),
     }
@@ -208,5 +239,6 @@ fn refusal(seq: u64, error: ApiError) -> pb::KeepAliveResponse {
             code: code as i32,
             message: error.to_string(),
         }),
+        session: None,
     }
 }

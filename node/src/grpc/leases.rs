@@ -9,12 +9,12 @@ use tenure_proto::v1 as pb;
 use tenure_proto::v1::leases_server::Leases;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert::{booking_reply, lease_reply, unexpected};
+use super::convert::{booking_reply, lease_reply, session_reply, unexpected};
 use super::{convert, validate};
 use crate::auth::Caller;
 use crate::coord::Node;
 use crate::error::ApiError;
-use crate::lease::{Answer, BookOp, Op, Query, Refusal, Reply};
+use crate::lease::{Answer, BookOp, Op, Query, Refusal, Reply, SessionAcquireOp};
 
 pub struct LeasesApi {
     pub node: Arc<Node>,
@@ -35,7 +35,7 @@ impl LeasesApi {
     ) -> Result<Reply, ApiError> {
         let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         crate::metrics::record_request_id(Some(&request_id));
-        let waits = matches!(&op, Op::Acquire(a) if a.wait_ms.is_some());
+        let waits = op.acquire_op().is_some_and(|a| a.wait_ms.is_some());
         let request = self.node.proposal(caller, request_id, op);
         if waits {
             crate::coord::wait::acquire(&self.node, request).await
@@ -126,6 +126,17 @@ impl Leases for LeasesApi {
     ) -> Result<Response<pb::AcquireResponse>, Status> {
         let req = request.get_ref();
         let op = validate::acquire(req)?;
+        let session_id = match req.session_id.as_str() {
+            "" => None,
+            id => Some(validate::session_id(id)?),
+        };
+        if session_id.is_some() && op.ttl_ms.is_some() {
+            return Err(ApiError::invalid(
+                "ttl",
+                "a lease on a session lives while its session lives: leave ttl unset",
+            )
+            .into());
+        }
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
         let waits = op.wait_ms.is_some();
@@ -140,7 +151,14 @@ impl Leases for LeasesApi {
         } else {
             None
         };
-        let proposed = self.propose(caller, request_id, Op::Acquire(op));
+        let op = match session_id {
+            None => Op::Acquire(op),
+            Some(session_id) => Op::AcquireOnSession(SessionAcquireOp {
+                session_id,
+                acquire: op,
+            }),
+        };
+        let proposed = self.propose(caller, request_id, op);
         // A wait ends as when its client goes away if a reload revokes the caller's token.
         let credential = crate::auth::credential_in(request.extensions()).filter(|_| waits);
         let reply = tokio::select! {
@@ -380,6 +398,92 @@ impl Leases for LeasesApi {
         request: Request<pb::ForwardRequest>,
     ) -> Result<Response<pb::ForwardResponse>, Status> {
         super::owner::forward(&self.node, request).await
+    }
+
+    async fn create_session(
+        &self,
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Result<Response<pb::SessionResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::create_session(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
+        let caller = self.caller(&request)?;
+        let reply = self
+            .propose(caller, request_id, Op::CreateSession(op))
+            .await?;
+        Ok(Response::new(pb::SessionResponse {
+            session: Some(session_reply(reply)?),
+            ..Default::default()
+        }))
+    }
+
+    async fn renew_session(
+        &self,
+        request: Request<pb::RenewSessionRequest>,
+    ) -> Result<Response<pb::SessionResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::renew_session(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
+        let caller = self.caller(&request)?;
+        let reply = self
+            .propose(caller, request_id, Op::RenewSession(op))
+            .await?;
+        Ok(Response::new(pb::SessionResponse {
+            session: Some(session_reply(reply)?),
+            ..Default::default()
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::SessionResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::close_session(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
+        let caller = self.caller(&request)?;
+        let reply = self
+            .propose(caller, request_id, Op::CloseSession(op))
+            .await?;
+        Ok(Response::new(pb::SessionResponse {
+            session: Some(session_reply(reply)?),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::SessionResponse>, Status> {
+        let (query, stale) = validate::get_session(request.get_ref())?;
+        match self.read(&request, (query, stale)).await? {
+            (Answer::Session(view), read_revision) => Ok(Response::new(pb::SessionResponse {
+                session: Some(convert::session(&view)),
+                read_revision,
+                stale,
+            })),
+            (other, _) => Err(unexpected(other).into()),
+        }
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let (query, stale) = validate::list_sessions(request.get_ref())?;
+        match self.read(&request, (query, stale)).await? {
+            (Answer::Sessions { sessions, next }, read_revision) => {
+                Ok(Response::new(pb::ListSessionsResponse {
+                    sessions: sessions.iter().map(convert::session).collect(),
+                    next_page_token: next
+                        .map(crate::lease::session::session_name)
+                        .unwrap_or_default(),
+                    read_revision,
+                    stale,
+                }))
+            }
+            (other, _) => Err(unexpected(other).into()),
+        }
     }
 
     async fn history(

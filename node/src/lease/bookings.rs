@@ -199,10 +199,12 @@ impl State {
         }
         let grace_ms = self.policy_of(&op.resource).renewal_grace_ms;
         if let Some(rs) = self.resources.get(op.resource.as_str()) {
+            // A lease on a session has no end of its own: it holds into every window.
             if let Some(l) = rs.leases.iter().find(|l| {
                 l.holder != op.holder
-                    && self.clock.wall_of(l.expires_at_ms.saturating_add(grace_ms))
-                        > op.start_wall_ms
+                    && (l.session.is_some()
+                        || self.clock.wall_of(l.expires_at_ms.saturating_add(grace_ms))
+                            > op.start_wall_ms)
             }) {
                 return Err(Rejection::HeldIntoWindow {
                     holder: l.holder.to_string(),

@@ -8,6 +8,7 @@ use super::bookings::Booking;
 use super::policy::{Policy, PolicyV1};
 use super::query::ResourceView;
 use super::quota::{Quota, QuotaView};
+use super::session::SessionView;
 use super::types::{AcquireOutcome, LeaseView, Mode, Rejection};
 
 /// A log entry's payload. Versioned so that a later release can still read an older log.
@@ -98,6 +99,12 @@ pub enum Op {
     CreateResource(CreateOp),
     #[serde(rename = "Book2")]
     Book(BookOp),
+    /// Sessions (SPEC §4.24).
+    CreateSession(CreateSessionOp),
+    RenewSession(RenewSessionOp),
+    CloseSession(CloseSessionOp),
+    /// An acquire whose lease (or wait) lives on a session.
+    AcquireOnSession(SessionAcquireOp),
 }
 
 impl Op {
@@ -116,7 +123,25 @@ impl Op {
             Op::CancelWait(op) => Some(&op.resource),
             Op::Book(op) => Some(&op.resource),
             Op::CancelBooking(op) => Some(&op.resource),
-            Op::Reclaim { .. } | Op::Tick | Op::SetQuota(_) => None,
+            Op::AcquireOnSession(op) => Some(&op.acquire.resource),
+            // A session's renewals batch with other commands; two of the same session do not
+            // share an entry (a resource of the same name only costs a batch its company).
+            Op::RenewSession(op) => Some(&op.session_id),
+            // A session is named after its entry, and its end touches many resources.
+            Op::Reclaim { .. }
+            | Op::Tick
+            | Op::SetQuota(_)
+            | Op::CreateSession(_)
+            | Op::CloseSession(_) => None,
+        }
+    }
+
+    /// The acquire an op asks for, on a session or not.
+    pub fn acquire_op(&self) -> Option<&AcquireOp> {
+        match self {
+            Op::Acquire(op) => Some(op),
+            Op::AcquireOnSession(op) => Some(&op.acquire),
+            _ => None,
         }
     }
 
@@ -124,8 +149,37 @@ impl Op {
     /// again with the same token it extends the same lease from a later instant, as asked,
     /// and renews are most of a busy cluster's writes. Nor do the leader's own entries.
     pub fn exactly_once(&self) -> bool {
-        !matches!(self, Op::Renew(_) | Op::Reclaim { .. } | Op::Tick)
+        !matches!(
+            self,
+            Op::Renew(_) | Op::RenewSession(_) | Op::Reclaim { .. } | Op::Tick
+        )
     }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateSessionOp {
+    pub holder: String,
+    /// None = the ad-hoc policy's default ttl.
+    pub ttl_ms: Option<u64>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewSessionOp {
+    /// `ses_<index>` as written (checked when applied).
+    pub session_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloseSessionOp {
+    pub session_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionAcquireOp {
+    pub session_id: String,
+    /// Its `ttl_ms` is None: the lease lives while the session lives.
+    pub acquire: AcquireOp,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,4 +307,6 @@ pub enum Reply {
     Batch(Vec<Reply>),
     /// SetQuota: the limits as they are now (appended, like the op).
     Quota(Box<QuotaView>),
+    /// CreateSession, RenewSession, CloseSession: the session as the entry left it.
+    Session(Box<SessionView>),
 }

@@ -44,7 +44,7 @@ pub fn plan(state: &State, me: LeaderKey, now: Stamp, tick_interval_ms: u64) -> 
         // A wait timed out or a lock delay that waiters wait behind ended: any entry settles it.
         return Plan::Propose(Op::Tick);
     }
-    if state.live_leases() == 0 && state.waiters() == 0 {
+    if state.live_leases() == 0 && state.waiters() == 0 && state.session_count() == 0 {
         return Plan::Wait(tick_interval_ms);
     }
     if since_stamp_ms >= tick_interval_ms {

@@ -1,7 +1,9 @@
 //! The rules that begin things: registering a resource (SPEC §2 `CreateResource`) and
 //! acquiring a lease (SPEC §4.1, §4.2, §4.4's lock delay, §4.13's limits).
 
-use super::command::{AcquireOp, CreateOp, Reply};
+use std::num::NonZeroU64;
+
+use super::command::{AcquireOp, CreateOp, Reply, SessionAcquireOp};
 use super::history::{Event, EventKind};
 use super::machine::{check_name, check_names, check_ttl, Ctx, PushLean, ResourceState, State};
 use super::policy;
@@ -64,7 +66,55 @@ impl State {
     /// SPEC §3 order: names → existence → the policy's argument rules (mode, ttl, metadata,
     /// units) → the holder's own lease (idempotent / `already_held`) or wait (re-attached) →
     /// compatibility, with nobody waiting ahead (no barging) → with `WAIT`, the waiting room.
-    pub(super) fn acquire(&mut self, ctx: &Ctx<'_>, op: &AcquireOp) -> Result<Reply, Rejection> {
+    /// An acquire on a session (SPEC §4.24): names → the session (id, existence, its principal
+    /// or an admin) → its holder, no ttl of the lease's own, a policy without `max_lifetime` →
+    /// then as any acquire, with the session's ttl.
+    pub(super) fn acquire_on_session(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &SessionAcquireOp,
+    ) -> Result<Reply, Rejection> {
+        let acquire = &op.acquire;
+        check_names(&acquire.resource, &acquire.holder)?;
+        let (id, session) = self.session_for(ctx, &op.session_id)?;
+        if session.holder != acquire.holder {
+            return Err(Rejection::invalid(
+                "holder",
+                format!(
+                    "is not the holder of session {} ({})",
+                    op.session_id, session.holder
+                ),
+            ));
+        }
+        if acquire.ttl_ms.is_some() {
+            return Err(Rejection::invalid(
+                "ttl",
+                "a lease on a session lives while its session lives: leave ttl unset",
+            ));
+        }
+        let ttl_ms = session.ttl_ms;
+        if self.policy_of(&acquire.resource).max_lifetime_ms > 0 {
+            return Err(Rejection::invalid(
+                "session_id",
+                format!(
+                    "resource {}'s policy has a max_lifetime, and a lease on a session has no end of its own",
+                    acquire.resource
+                ),
+            ));
+        }
+        let acquire = AcquireOp {
+            ttl_ms: Some(ttl_ms),
+            ..acquire.clone()
+        };
+        self.acquire(ctx, &acquire, NonZeroU64::new(id))
+    }
+
+    pub(super) fn acquire(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &AcquireOp,
+        session: Option<NonZeroU64>,
+    ) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
         let rs = self.resources.get(op.resource.as_str());
         if ctx.require_registration && rs.and_then(|rs| rs.rare().registration.as_ref()).is_none() {
@@ -104,10 +154,11 @@ impl State {
                     op.holder
                 )));
             }
-            if own.mode == op.mode && own.units == units {
+            if own.mode == op.mode && own.units == units && own.session == session {
                 // Idempotent: the same lease, unchanged, ttl not extended (SPEC §4.2).
                 return Ok(granted(self.live_view(own)));
             }
+            // Another mode, other units, or on another session (or none).
             return Err(Rejection::AlreadyHeld {
                 mode: own.mode,
                 units: own.units,
@@ -119,6 +170,15 @@ impl State {
                     "holder {} waits for another principal",
                     op.holder
                 )));
+            }
+            if waiter.session != session {
+                return Err(Rejection::invalid(
+                    "session_id",
+                    format!(
+                        "holder {} already waits for this resource on another session (or none)",
+                        op.holder
+                    ),
+                ));
             }
             // A retried or re-sent call joins the wait it already has.
             if op.wait_ms.is_some() {
@@ -150,8 +210,10 @@ impl State {
             .bookings
             .iter()
             .any(|b| b.holder == op.holder && b.covers(now_wall_ms));
+        // A lease on a session has no end of its own: every booking ahead is in its way.
+        let reach_ms = if session.is_some() { u64::MAX } else { ttl_ms };
         let refusal = if rs.rare().waiters.is_empty() || in_own_window {
-            self.blocked(&op.resource, op.mode, units, ttl_ms, &op.holder)
+            self.blocked(&op.resource, op.mode, units, reach_ms, &op.holder)
         } else {
             // Nobody barges past a waiter, even into room the head cannot use (SPEC §4.1) —
             // except a booking's holder during its window, which the booking reserved for it
@@ -160,13 +222,19 @@ impl State {
         };
         if let Some(refusal) = refusal {
             if let Some(wait_ms) = op.wait_ms {
-                return self.queue(ctx, op, (units, ttl_ms, wait_ms), refusal);
+                if let Some(id) = session {
+                    self.session_room(id.get())?;
+                }
+                return self.queue(ctx, op, (units, ttl_ms, wait_ms), refusal, session);
             }
             return Ok(Reply::Acquire(self.refused(&op.resource, refusal)));
         }
 
         let ad_hoc = rs.rare().registration.is_none();
         self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Leases)?;
+        if let Some(id) = session {
+            self.session_room(id.get())?;
+        }
         let now_ms = self.clock.now_ms();
         let lease = Lease {
             position: self.next_position(),
@@ -185,6 +253,7 @@ impl State {
                 .idempotency_key
                 .as_deref()
                 .map(|key| Box::new(Name::from(key))),
+            session,
         };
         Ok(granted(self.grant(
             ctx.index,
@@ -252,8 +321,11 @@ impl State {
         kind: EventKind,
     ) -> super::types::LeaseView {
         let (policy, ad_hoc) = self.policy_and_ad_hoc(&lease.resource);
-        self.due
-            .insert(super::machine::due_key(&lease, policy.renewal_grace_ms));
+        // A lease on a session is due with its session, not by itself.
+        if lease.session.is_none() {
+            self.due
+                .insert(super::machine::due_key(&lease, policy.renewal_grace_ms));
+        }
         self.count_lease(&lease, ad_hoc, 1);
         let view = self.live_view(&lease);
         let event = Event::about(kind, &lease, None, Some(LeaseStatus::Active));

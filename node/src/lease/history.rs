@@ -66,6 +66,73 @@ pub struct Event {
     pub mode: Mode,
     pub units: u64,
     pub successor: Option<Box<Successor>>,
+    /// The session the lease lives on (SPEC §4.24), by the index that names it (`ses_<n>`).
+    #[serde(default)]
+    pub session: Option<std::num::NonZeroU64>,
+}
+
+/// An event as snapshot formats before 6 hold it: without a session.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+pub struct EventV5 {
+    revision: u64,
+    seq: u32,
+    kind: EventKind,
+    at_wall_ms: u64,
+    actor: Name,
+    holder: Name,
+    lease_id: Name,
+    fencing_token: u64,
+    from: Option<LeaseStatus>,
+    to: Option<LeaseStatus>,
+    metadata: Metadata,
+    mode: Mode,
+    units: u64,
+    successor: Option<Box<Successor>>,
+}
+
+#[cfg(test)]
+impl From<&Event> for EventV5 {
+    fn from(e: &Event) -> Self {
+        EventV5 {
+            revision: e.revision,
+            seq: e.seq,
+            kind: e.kind,
+            at_wall_ms: e.at_wall_ms,
+            actor: e.actor.clone(),
+            holder: e.holder.clone(),
+            lease_id: e.lease_id.clone(),
+            fencing_token: e.fencing_token,
+            from: e.from,
+            to: e.to,
+            metadata: e.metadata.clone(),
+            mode: e.mode,
+            units: e.units,
+            successor: e.successor.clone(),
+        }
+    }
+}
+
+impl From<EventV5> for Event {
+    fn from(old: EventV5) -> Self {
+        Event {
+            revision: old.revision,
+            seq: old.seq,
+            kind: old.kind,
+            at_wall_ms: old.at_wall_ms,
+            actor: old.actor,
+            holder: old.holder,
+            lease_id: old.lease_id,
+            fencing_token: old.fencing_token,
+            from: old.from,
+            to: old.to,
+            metadata: old.metadata,
+            mode: old.mode,
+            units: old.units,
+            successor: old.successor,
+            session: None,
+        }
+    }
 }
 
 impl Event {
@@ -89,6 +156,7 @@ impl Event {
             },
             mode: lease.mode,
             units: lease.units,
+            session: lease.session,
             ..Event::of_resource(kind)
         }
     }
@@ -110,6 +178,7 @@ impl Event {
             mode: Mode::Exclusive,
             units: 0,
             successor: None,
+            session: None,
         }
     }
 

@@ -17,6 +17,7 @@ mod mutate;
 pub mod policy;
 pub mod query;
 pub mod quota;
+pub mod session;
 pub mod types;
 pub mod waiting;
 pub mod watch;
@@ -28,14 +29,16 @@ mod spec_tests;
 
 pub use bookings::Booking;
 pub use command::{
-    AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, Command, CreateOp, Op, Proposal, ReleaseOp,
-    RenewOp, Reply, Stamp, TransferOp,
+    AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, CloseSessionOp, Command, CreateOp,
+    CreateSessionOp, Op, Proposal, ReleaseOp, RenewOp, RenewSessionOp, Reply, SessionAcquireOp,
+    Stamp, TransferOp,
 };
 pub use history::{Event, EventKind};
 pub use lease_clock::{LeaderKey, LeaseClock};
 pub use machine::{apply, check_name, Effects, EntryMeta, State};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
+pub use session::{Session, SessionStatus, SessionView};
 pub use types::{
     AcquireOutcome, Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal,
     Rejection,

@@ -100,6 +100,15 @@ impl State {
             check_ttl(self.policy_of(&op.resource), ttl_ms)?;
         }
         let mut lease = self.mutable_lease(ctx, op.into())?;
+        if let Some(session) = lease.session {
+            return Err(Rejection::invalid(
+                "lease_id",
+                format!(
+                    "lease {} lives on session ses_{session}, which keeps it alive: renew the session",
+                    lease.lease_id()
+                ),
+            ));
+        }
         let policy = self.policy_of(&op.resource);
         // The lease's last ttl passed this (immutable) policy's bounds when it was set.
         let ttl_ms = op.ttl_ms.unwrap_or(lease.ttl_ms);
@@ -157,7 +166,10 @@ impl State {
                 "is already the lease's holder",
             ));
         }
-        let old = self.mutable_lease(ctx, op.into())?;
+        let mut old = self.mutable_lease(ctx, op.into())?;
+        // The new holder's lease is its own, not on the old holder's session: it keeps the
+        // expiry the session gave the old one.
+        old.expires_at_ms = self.expiry_of(&old);
         if !self.policy_of(&op.resource).transferable {
             return Err(Rejection::NotTransferable(op.resource.clone()));
         }
@@ -185,6 +197,7 @@ impl State {
                 .map_or_else(|| old.principal.clone(), Name::from),
             fencing_token: ctx.index,
             idempotency_key: None,
+            session: None,
             ..old.clone()
         };
         if new.principal != old.principal {

@@ -38,6 +38,10 @@ pub struct Waiter {
     /// The queuing call's `request_id`: its remembered reply becomes the wait's outcome, so a
     /// retry of the call learns how the wait ended.
     pub request_id: Option<String>,
+    /// The session it waits on (SPEC §4.24). Not encoded: the session keeps its waits, and a
+    /// loaded snapshot names the session here again.
+    #[serde(skip)]
+    pub session: Option<std::num::NonZeroU64>,
 }
 
 /// How a wait ended, for the node holding the blocked call.
@@ -61,6 +65,7 @@ impl Event {
             },
             mode: waiter.mode,
             units: waiter.units,
+            session: waiter.session,
             ..Event::of_resource(kind)
         }
     }
@@ -75,6 +80,7 @@ impl State {
         op: &AcquireOp,
         (units, ttl_ms, wait_ms): (u64, u64, u64),
         why: Refusal,
+        session: Option<std::num::NonZeroU64>,
     ) -> Result<Reply, Rejection> {
         let max_waiters = self.policy_of(&op.resource).max_waiters;
         let rs = self.resource_entry(&op.resource);
@@ -95,6 +101,7 @@ impl State {
             wait_id: ctx.index,
             deadline_ms: now_ms.saturating_add(wait_ms),
             request_id: ctx.request_id.map(str::to_string),
+            session,
         };
         let event = Event::about_waiter(EventKind::Queued, &waiter);
         self.wait_due.insert(wait_due_key(&op.resource, &waiter));
@@ -172,6 +179,23 @@ impl State {
             cancelled: true,
             revision: ctx.index,
         })
+    }
+
+    /// Cancels the wait `wait_id` of `resource` (its session ended).
+    pub(in crate::lease) fn cancel_session_wait(
+        &mut self,
+        index: u64,
+        actor: &str,
+        resource: &str,
+        wait_id: u64,
+    ) {
+        let at = self
+            .resources
+            .get(resource)
+            .and_then(|rs| rs.rare().waiters.iter().position(|w| w.wait_id == wait_id));
+        if let Some(at) = at {
+            self.end_wait(index, actor, resource, at, Refusal::WaitCancelled);
+        }
     }
 
     /// Ends the wait at `at` without a grant, and admits whoever that lets through.
@@ -262,8 +286,13 @@ impl State {
             let Some(head) = rs.rare().waiters.front() else {
                 return;
             };
+            // A lease on a session has no end of its own: every booking ahead is in its way.
+            let reach_ms = match head.session {
+                Some(_) => u64::MAX,
+                None => head.ttl_ms,
+            };
             if self
-                .blocked(resource, head.mode, head.units, head.ttl_ms, &head.holder)
+                .blocked(resource, head.mode, head.units, reach_ms, &head.holder)
                 .is_some()
             {
                 return;
@@ -293,6 +322,7 @@ impl State {
                 acquired_wall_ms: self.clock.wall_ms(),
                 metadata: waiter.metadata.clone(),
                 idempotency_key: waiter.idempotency_key.clone().map(Box::new),
+                session: waiter.session,
             };
             let view = self.grant(index, &waiter.principal.clone(), lease, EventKind::Admitted);
             self.wait_satisfied(resource, waiter, view);

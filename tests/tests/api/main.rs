@@ -1,5 +1,5 @@
 //! The lease API through live clusters (t50, t75–t87): bad input, forwarding to an owner,
-//! the waiting room, watch, bookings, lock delay, the KeepAlive stream. The numbering is in `tests/README.md`.
+//! the waiting room, watch, bookings, lock delay, the KeepAlive stream, sessions. The numbering is in `tests/README.md`.
 
 mod t50_bad_input;
 mod t75_forward;
@@ -8,3 +8,4 @@ mod t82_watch;
 mod t84_bookings;
 mod t86_lock_delay;
 mod t87_keep_alive;
+mod t88_sessions;

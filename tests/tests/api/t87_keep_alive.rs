@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Streaming};
 
 /// A `KeepAlive` stream opened on `addr`, as the holder of `token` when given.
-async fn stream_on(
+pub(crate) async fn stream_on(
     addr: &str,
     token: Option<&str>,
 ) -> (
@@ -61,6 +61,7 @@ fn renewal(seq: u64, lease: &pb::Lease, ttl: Duration) -> pb::KeepAliveRequest {
             ttl: Some(prost_duration(ttl)),
             request_id: String::new(),
         }),
+        session_id: String::new(),
     }
 }
 
@@ -178,6 +179,7 @@ async fn a_refused_renewal_is_answered_on_the_stream_which_stays_open() {
             pb::KeepAliveRequest {
                 seq: 5,
                 renew: None,
+                session_id: String::new(),
             },
             "invalid_argument",
             Code::InvalidArgument,

@@ -394,3 +394,78 @@ async fn cluster_status_lists_the_members_and_names_an_endpoint_that_does_not_an
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_create_acquire_keepalive_get_list_and_close() {
+    let (cluster, tenure) = start().await;
+    let (code, created) = tenure
+        .json_args(&[
+            "session",
+            "create",
+            "--holder",
+            "cli-w",
+            "--ttl",
+            "30s",
+            "--metadata",
+            "pod=p-1",
+        ])
+        .await;
+    assert_eq!(code, Some(0), "{created}");
+    let id = created["session"]["session_id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    assert!(id.starts_with("ses_"), "{created}");
+    assert_eq!(created["session"]["status"], "SESSION_STATUS_ACTIVE");
+    assert_eq!(created["session"]["metadata"]["pod"], "p-1");
+    for resource in ["cli/shard/1", "cli/shard/2"] {
+        let (code, acquired) = tenure
+            .json_args(&["acquire", resource, "--holder", "cli-w", "--session", &id])
+            .await;
+        assert_eq!(code, Some(0), "{acquired}");
+        assert_eq!(acquired["lease"]["session_id"], id.as_str());
+    }
+    // A lease on a session takes no ttl of its own.
+    let refused = tenure
+        .run_args(&[
+            "acquire",
+            "cli/shard/3",
+            "--holder",
+            "cli-w",
+            "--session",
+            &id,
+            "--ttl",
+            "5s",
+        ])
+        .await;
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    let (code, renewed) = tenure
+        .json_args(&["session", "keepalive", &id, "--once"])
+        .await;
+    assert_eq!(code, Some(0), "{renewed}");
+    assert_eq!(renewed["session"]["lease_count"], 2);
+    let (code, got) = tenure.json_args(&["session", "get", &id]).await;
+    assert_eq!(code, Some(0), "{got}");
+    assert_eq!(got["session"]["leases"].as_array().map(Vec::len), Some(2));
+    let text = tenure.run_args(&["session", "get", &id]).await;
+    assert!(
+        text.stdout.contains(&format!("session {id}")),
+        "{}",
+        text.stdout
+    );
+    let (code, listed) = tenure
+        .json_args(&["session", "list", "--holder", "cli-w"])
+        .await;
+    assert_eq!(code, Some(0), "{listed}");
+    assert_eq!(listed["sessions"][0]["session_id"], id.as_str());
+    let (code, closed) = tenure.json_args(&["session", "close", &id]).await;
+    assert_eq!(code, Some(0), "{closed}");
+    assert_eq!(closed["session"]["status"], "SESSION_STATUS_CLOSED");
+    let (code, gone) = tenure.json_args(&["session", "get", &id]).await;
+    assert_eq!(code, Some(2), "{gone}");
+    assert_eq!(gone["reason"], "session_not_found");
+    // A keepalive of a session that is gone says so and exits 1.
+    let lost = tenure.run_args(&["session", "keepalive", &id]).await;
+    assert_eq!(lost.code, Some(1), "{}", lost.stderr);
+    cluster.shutdown().await;
+}

@@ -177,6 +177,7 @@ mod tests {
                     acquired_wall_ms: 0,
                     metadata: Default::default(),
                     idempotency_key: None,
+                    session: None,
                 },
                 status,
                 expires_wall_ms: 0,

@@ -7,6 +7,7 @@
 mod leases;
 mod reads;
 mod resources;
+mod sessions;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +27,7 @@ use crate::lease::{
 pub use leases::*;
 pub use reads::*;
 pub use resources::*;
+pub use sessions::*;
 
 /// Longest `request_id`, `idempotency_key` and `lease_id` accepted.
 pub const MAX_KEY_BYTES: usize = 128;

@@ -84,12 +84,7 @@ pub fn list_leases(req: &pb::ListLeasesRequest) -> Result<(Query, bool), ApiErro
             "holder or principal is required",
         ));
     }
-    let holder = (!req.holder.is_empty())
-        .then(|| name("holder", &req.holder))
-        .transpose()?;
-    let principal = (!req.principal.is_empty())
-        .then(|| label("principal", &req.principal, false))
-        .transpose()?;
+    let (holder, principal) = holder_and_principal(&req.holder, &req.principal)?;
     let after = match req.page_token.split_once('|') {
         _ if req.page_token.is_empty() => None,
         Some((r, l)) if policy::valid_name(r) && lease_order(l).is_some() => {
@@ -106,6 +101,20 @@ pub fn list_leases(req: &pb::ListLeasesRequest) -> Result<(Query, bool), ApiErro
         },
         stale(req.consistency)?,
     ))
+}
+
+/// A listing's `holder` and `principal` filters: empty = none, else a name and a label.
+pub(super) fn holder_and_principal(
+    holder: &str,
+    principal: &str,
+) -> Result<(Option<String>, Option<String>), ApiError> {
+    let holder = (!holder.is_empty())
+        .then(|| name("holder", holder))
+        .transpose()?;
+    let principal = (!principal.is_empty())
+        .then(|| label("principal", principal, false))
+        .transpose()?;
+    Ok((holder, principal))
 }
 
 /// The page token of `History`: `REVISION.SEQ`.

@@ -3,7 +3,7 @@
 use super::Kept;
 use crate::lease::command::{Op, Reply};
 use crate::lease::machine::State;
-use crate::lease::types::{LeaseId, Metadata};
+use crate::lease::types::{Lease, LeaseId};
 
 impl State {
     /// A remembered reply made whole again for a retry: metadata from the lease (or the
@@ -13,37 +13,37 @@ impl State {
             Kept::Resource(name) => return Reply::Resource(Box::new(self.resource_view(&name))),
             Kept::Reply(reply) => reply,
         };
-        match (&mut reply, op) {
-            (Reply::Acquire(outcome), Op::Acquire(op)) => {
+        match (&mut reply, op.acquire_op()) {
+            (Reply::Acquire(outcome), Some(op)) => {
                 if let Some(view) = &mut outcome.lease {
-                    view.lease.metadata = self
-                        .metadata_of(&view.lease.resource, view.lease.lease_id())
-                        .unwrap_or_else(|| op.metadata.clone().into());
+                    let lease = self.remembered(&view.lease.resource, view.lease.lease_id());
+                    view.lease.session = lease.and_then(|l| l.session);
+                    view.lease.metadata =
+                        lease.map_or_else(|| op.metadata.clone().into(), |l| l.metadata.clone());
                 }
                 if !outcome.granted {
                     outcome.holders = self.holders_of(&op.resource);
                 }
             }
             (Reply::Lease(view), _) => {
-                view.lease.metadata = self
-                    .metadata_of(&view.lease.resource, view.lease.lease_id())
-                    .unwrap_or_default();
+                let lease = self.remembered(&view.lease.resource, view.lease.lease_id());
+                view.lease.session = lease.and_then(|l| l.session);
+                view.lease.metadata = lease.map(|l| l.metadata.clone()).unwrap_or_default();
             }
             _ => {}
         }
         reply
     }
 
-    /// The metadata of a live or remembered ended lease.
-    fn metadata_of(&self, resource: &str, lease_id: LeaseId) -> Option<Metadata> {
+    /// A live or remembered ended lease: what a record leaves out (metadata, session) is
+    /// read from it.
+    fn remembered(&self, resource: &str, lease_id: LeaseId) -> Option<&Lease> {
         let rs = self.resources.get(resource)?;
-        rs.lease(lease_id)
-            .or_else(|| {
-                rs.ended
-                    .iter()
-                    .map(|e| &e.lease)
-                    .find(|l| l.lease_id() == lease_id)
-            })
-            .map(|l| l.metadata.clone())
+        rs.lease(lease_id).or_else(|| {
+            rs.ended
+                .iter()
+                .map(|e| &e.lease)
+                .find(|l| l.lease_id() == lease_id)
+        })
     }
 }

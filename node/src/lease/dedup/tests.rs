@@ -92,6 +92,7 @@ fn lease_view(metadata: BTreeMap<String, String>) -> crate::lease::types::LeaseV
             acquired_wall_ms: 0,
             metadata: metadata.into(),
             idempotency_key: None,
+            session: None,
         },
         status: LeaseStatus::Active,
         expires_wall_ms: 0,

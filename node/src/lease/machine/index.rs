@@ -120,6 +120,7 @@ mod tests {
             acquired_wall_ms: 0,
             metadata: Metadata::default(),
             idempotency_key: None,
+            session: None,
         }
     }
 

@@ -28,6 +28,7 @@ use super::history::{self, Event, Retention};
 use super::lease_clock::{LeaderKey, LeaseClock};
 use super::policy::Policy;
 use super::quota::Quotas;
+use super::session::Session;
 use super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Name};
 use super::waiting::WaitOutcome;
 
@@ -139,6 +140,16 @@ pub struct State {
     /// What the entry being applied did besides its reply.
     #[serde(skip)]
     pub(super) effects: Effects,
+    /// Live sessions (SPEC §4.24) by the index of the entry that created each (`ses_<index>`).
+    /// Persistent, like `resources`: a snapshot's copy is O(1).
+    #[serde(default)]
+    pub(in crate::lease) sessions: OrdMap<u64, Arc<Session>>,
+    /// (expires_at + grace, session) of every live session: the next reclaim is first.
+    #[serde(skip)]
+    pub(in crate::lease) session_due: BTreeSet<(u64, u64)>,
+    /// Live leases on sessions (not in `due`).
+    #[serde(skip)]
+    pub(in crate::lease) on_sessions: usize,
 }
 
 /// The side effects of applying one entry, for the node to publish: the events it recorded
@@ -200,6 +211,9 @@ impl State {
             by_holder: LeaseIndex::default(),
             by_principal: LeaseIndex::default(),
             effects: Effects::default(),
+            sessions: OrdMap::new(),
+            session_due: BTreeSet::new(),
+            on_sessions: 0,
         }
     }
 
@@ -220,7 +234,7 @@ impl State {
     }
 
     pub fn live_leases(&self) -> usize {
-        self.due.len()
+        self.due.len() + self.on_sessions
     }
 
     /// Waiters in all waiting rooms.
@@ -254,7 +268,11 @@ impl State {
     /// wait times out, or a lock delay ends that waiters wait behind.
     pub fn next_due_ms(&self) -> Option<u64> {
         let reclaim = self.due.first().map(|(due_ms, _, _)| *due_ms);
-        reclaim.into_iter().chain(self.next_wait_due_ms()).min()
+        reclaim
+            .into_iter()
+            .chain(self.next_wait_due_ms())
+            .chain(self.next_session_due_ms())
+            .min()
     }
 
     /// Up to `limit` live leases due at or before `at_ms`, as (resource, fencing token).
@@ -291,15 +309,18 @@ impl State {
 
     pub(super) fn live_view(&self, lease: &Lease) -> LeaseView {
         let now_ms = self.clock.now_ms();
+        let expires_at_ms = self.expiry_of(lease);
+        let mut lease = lease.clone();
+        lease.expires_at_ms = expires_at_ms;
         LeaseView {
-            lease: lease.clone(),
-            status: if now_ms < lease.expires_at_ms {
+            lease,
+            status: if now_ms < expires_at_ms {
                 LeaseStatus::Active
             } else {
                 LeaseStatus::Grace
             },
-            expires_wall_ms: self.clock.wall_of(lease.expires_at_ms),
-            remaining_ms: lease.expires_at_ms.saturating_sub(now_ms),
+            expires_wall_ms: self.clock.wall_of(expires_at_ms),
+            remaining_ms: expires_at_ms.saturating_sub(now_ms),
         }
     }
 

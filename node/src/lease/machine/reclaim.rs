@@ -39,7 +39,8 @@ impl State {
             budget -= 1;
         }
         self.effects.reclaimed += due.values().map(BTreeSet::len).sum::<usize>();
-        let mut reclaimed = Vec::new();
+        // Sessions past their grace end whole, each in this entry, in what budget is left.
+        let mut reclaimed = self.settle_sessions(index, budget);
         for (name, lease_ids) in due {
             let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) else {
                 continue;
@@ -59,6 +60,7 @@ impl State {
     /// Reclaims the due leases of `name`, which a command is about to read or change: whatever
     /// the per-entry cap left for later, no command sees a lease past its grace.
     pub(super) fn settle_resource(&mut self, index: u64, name: &str) {
+        self.settle_sessions_of(index, name);
         let now_ms = self.clock.now_ms();
         let Some(rs) = self.resources.get(name) else {
             return;
@@ -69,7 +71,9 @@ impl State {
             .as_deref()
             .unwrap_or(&self.default_policy)
             .renewal_grace_ms;
-        let is_due = |l: &Lease| l.expires_at_ms.saturating_add(grace_ms) <= now_ms;
+        // A lease on a session ends with its session (settled above).
+        let is_due =
+            |l: &Lease| l.session.is_none() && l.expires_at_ms.saturating_add(grace_ms) <= now_ms;
         if !rs.leases.iter().any(is_due) {
             return;
         }
@@ -106,10 +110,12 @@ impl State {
         &mut self,
         index: u64,
         actor: &str,
-        lease: Lease,
+        mut lease: Lease,
         status: LeaseStatus,
     ) -> LeaseView {
         let now_ms = self.clock.now_ms();
+        // A lease on a session ended when the session said.
+        lease.expires_at_ms = self.expiry_of(&lease);
         let name = lease.resource.clone();
         let (policy, ad_hoc) = self.policy_and_ad_hoc(&name);
         let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);

@@ -8,7 +8,7 @@ use std::num::NonZeroU64;
 use serde::{Deserialize, Serialize};
 
 use super::super::bookings::{Booking, BookingV1};
-use super::super::history::{self, Event};
+use super::super::history::{self, Event, EventV5};
 use super::super::policy::{Policy, PolicyV1};
 use super::super::types::{Lease, LeaseId, LeaseStatus};
 use super::super::waiting::Waiter;
@@ -164,14 +164,24 @@ impl Serialize for ResourceState {
     }
 }
 
-/// A stored resource with its registration of type `P` and bookings of type `B`: the
-/// current ones, or those of an older snapshot format.
-type Stored<P, B> =
-    StoredResource<Vec<Lease>, Vec<Ended>, VecDeque<Event>, Box<P>, VecDeque<Waiter>, Vec<B>>;
+/// A stored resource with its registration of type `P`, bookings of type `B` and events of
+/// type `E`: the current ones, or those of an older snapshot format.
+type Stored<P, B, E> =
+    StoredResource<Vec<Lease>, Vec<Ended>, VecDeque<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
 
 impl<'de> Deserialize<'de> for ResourceState {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Stored::<Policy, Booking>::deserialize(deserializer).map(ResourceState::from_stored)
+        Stored::<Policy, Booking, Event>::deserialize(deserializer).map(ResourceState::from_stored)
+    }
+}
+
+/// A resource as snapshot format 5 holds it (events without a session).
+pub(in crate::lease) struct ResourceStateV5(pub(in crate::lease) ResourceState);
+
+impl<'de> Deserialize<'de> for ResourceStateV5 {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Stored::<Policy, Booking, EventV5>::deserialize(deserializer)
+            .map(|stored| ResourceStateV5(ResourceState::from_stored(stored)))
     }
 }
 
@@ -181,25 +191,28 @@ pub(in crate::lease) struct ResourceStateV4(pub(in crate::lease) ResourceState);
 
 impl<'de> Deserialize<'de> for ResourceStateV4 {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Stored::<PolicyV1, BookingV1>::deserialize(deserializer)
+        Stored::<PolicyV1, BookingV1, EventV5>::deserialize(deserializer)
             .map(|stored| ResourceStateV4(ResourceState::from_stored(stored)))
     }
 }
 
 impl ResourceState {
-    fn from_stored<P: Into<Policy>, B: Into<Booking>>(stored: Stored<P, B>) -> ResourceState {
+    fn from_stored<P: Into<Policy>, B: Into<Booking>, E: Into<Event>>(
+        stored: Stored<P, B, E>,
+    ) -> ResourceState {
+        let history: VecDeque<Event> = stored.history.into_iter().map(Into::into).collect();
         let rare = Rare {
             registration: stored.registration.map(|p| Box::new((*p).into())),
             closed_until_ms: stored.closed_until_ms,
             waiters: stored.waiters,
             bookings: stored.bookings.into_iter().map(Into::into).collect(),
         };
-        let history_bytes = history::bytes_of(&stored.history);
+        let history_bytes = history::bytes_of(&history);
         let mut rs = ResourceState {
             leases: stored.leases,
             ended: stored.ended,
             revision: stored.revision,
-            history: stored.history,
+            history,
             trimmed_revision: None,
             trimmed_seq: 0,
             history_bytes,

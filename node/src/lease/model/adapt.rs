@@ -67,6 +67,7 @@ pub(super) fn answer_of(reply: &Reply) -> Answer {
         Reply::Resource(view) => panic!("the model registers nothing, yet got {view:?}"),
         Reply::Cancelled { .. } | Reply::Booking(_) => panic!("the model never waits or books"),
         Reply::Quota(_) => panic!("the model sets no quotas"),
+        Reply::Session(_) => panic!("the model makes no sessions"),
     }
 }
 

@@ -9,6 +9,7 @@ use super::bookings::Booking;
 use super::history::{Event, EventKind};
 use super::machine::State;
 use super::policy::Policy;
+use super::session::SessionView;
 use super::types::{lease_order, Lease, LeaseId, LeaseStatus, LeaseView, Name, Rejection};
 use super::waiting::Waiter;
 
@@ -58,6 +59,17 @@ pub enum Query {
         #[serde(default)]
         fsm: Option<(String, String)>,
     },
+    /// A live session (SPEC §4.24), by the index that names it.
+    Session {
+        id: u64,
+    },
+    Sessions {
+        principal: Option<String>,
+        holder: Option<String>,
+        page_size: u32,
+        /// Resume after this session.
+        after: u64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +89,11 @@ pub enum Answer {
     },
     Validate(Validation),
     Rejected(Rejection),
+    Session(Box<SessionView>),
+    Sessions {
+        sessions: Vec<SessionView>,
+        next: Option<u64>,
+    },
 }
 
 impl Query {
@@ -85,6 +102,7 @@ impl Query {
     pub fn items(&self) -> u32 {
         match self {
             Query::Resources { page_size, .. }
+            | Query::Sessions { page_size, .. }
             | Query::Leases { page_size, .. }
             | Query::History { page_size, .. } => match *page_size {
                 0 => DEFAULT_PAGE_SIZE,
@@ -122,6 +140,31 @@ pub fn answer(state: &State, query: &Query) -> Answer {
             fencing_token,
             fsm,
         } => Answer::Validate(state.validate(resource, lease_id, *fencing_token, fsm.as_ref())),
+        Query::Session { id } => match state.session(*id) {
+            Some(session) => Answer::Session(Box::new(state.live_session_view(*id, session))),
+            None => Answer::Rejected(Rejection::SessionNotFound(format!(
+                "{}: it was closed, it expired, or it never existed",
+                super::session::session_name(*id)
+            ))),
+        },
+        Query::Sessions {
+            principal,
+            holder,
+            page_size,
+            after,
+        } => {
+            let size = match *page_size {
+                0 => DEFAULT_PAGE_SIZE,
+                n => n.min(MAX_PAGE_SIZE),
+            };
+            let (sessions, next) = state.list_sessions(
+                principal.as_deref(),
+                holder.as_deref(),
+                size as usize,
+                *after,
+            );
+            Answer::Sessions { sessions, next }
+        }
     }
 }
 
@@ -347,7 +390,7 @@ impl State {
             let view = self.live_view(lease);
             return if fencing_token != 0 && fencing_token != lease.fencing_token {
                 answer(false, stale(lease.fencing_token), Some(view))
-            } else if self.clock.now_ms() >= lease.expires_at_ms {
+            } else if self.clock.now_ms() >= self.expiry_of(lease) {
                 answer(false, "lease expired".into(), Some(view))
             } else if fsm.is_some_and(|(m, t)| !self.policy_of(resource).guards(m, t)) {
                 answer(false, "no matching fsm requirement".into(), Some(view))

@@ -66,6 +66,7 @@ impl State {
     /// A live lease begins (`sign` 1) or ends (-1) on a resource that is `ad_hoc` or not:
     /// counted, and indexed for listings.
     pub(in crate::lease) fn count_lease(&mut self, lease: &Lease, ad_hoc: bool, sign: i64) {
+        self.attach_lease(lease, sign);
         if sign > 0 {
             self.by_holder.insert(&lease.holder, lease);
             self.by_principal.insert(&lease.principal, lease);
@@ -86,6 +87,7 @@ impl State {
 
     /// A wait begins (`sign` 1) or ends (-1).
     pub(in crate::lease) fn count_waiter(&mut self, resource: &str, waiter: &Waiter, sign: i64) {
+        self.attach_wait(resource, waiter.session, waiter.wait_id, sign);
         let ad_hoc = self.is_ad_hoc(resource);
         let principal = &waiter.principal;
         hold(
@@ -158,6 +160,11 @@ impl State {
                 let none = Metadata::default();
                 hold(quotas, &b.principal, &none, ad_hoc, Quota::Bookings, 1);
             }
+        }
+        for session in self.sessions.values() {
+            let bytes = metadata_cost(session.metadata.iter()) as i64;
+            let changes = [(Quota::Sessions, 1), (Quota::MetadataBytes, bytes)];
+            self.quotas.add_all(&session.principal, &changes);
         }
     }
 

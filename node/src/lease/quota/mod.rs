@@ -42,9 +42,11 @@ pub enum Quota {
     /// Open watches of every resource (prefix ""), per node: none unless an admin allows
     /// them (an admin's own are not limited).
     AllResourceWatches,
+    /// Live sessions (SPEC §4.24).
+    Sessions,
 }
 
-pub const ALL: [Quota; 9] = [
+pub const ALL: [Quota; 10] = [
     Quota::Leases,
     Quota::AdHocResources,
     Quota::Waiters,
@@ -54,6 +56,7 @@ pub const ALL: [Quota; 9] = [
     Quota::Watches,
     Quota::Inboxes,
     Quota::AllResourceWatches,
+    Quota::Sessions,
 ];
 
 impl Quota {
@@ -69,6 +72,7 @@ impl Quota {
             Quota::Watches => "watches",
             Quota::Inboxes => "inboxes",
             Quota::AllResourceWatches => "all_resource_watches",
+            Quota::Sessions => "sessions",
         }
     }
 
@@ -83,7 +87,7 @@ impl Quota {
 
 /// One limit per [`Quota`], in [`ALL`]'s order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits(pub [u64; 9]);
+pub struct Limits(pub [u64; 10]);
 
 impl Limits {
     /// What a principal may hold when nobody said otherwise.
@@ -97,6 +101,7 @@ impl Limits {
         1_000,    // watches per node
         1_000,    // inboxes per node
         0,        // watches of every resource per node
+        10_000,   // sessions
     ]);
 
     pub fn get(&self, quota: Quota) -> u64 {
@@ -106,7 +111,7 @@ impl Limits {
 
 /// Limits set for one principal (or for every principal): `None` keeps the default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Overrides(pub [Option<u64>; 9]);
+pub struct Overrides(pub [Option<u64>; 10]);
 
 impl Overrides {
     pub fn get(&self, quota: Quota) -> Option<u64> {
@@ -124,7 +129,7 @@ impl Overrides {
 
 /// What one principal holds now, per [`Quota`] (watches and inboxes are counted by nodes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage(pub [u64; 9]);
+pub struct Usage(pub [u64; 10]);
 
 impl Usage {
     pub fn get(&self, quota: Quota) -> u64 {
@@ -157,6 +162,32 @@ pub fn metadata_cost<'a>(entries: impl IntoIterator<Item = (&'a String, &'a Stri
 
 /// The memory of one metadata entry besides its bytes.
 pub const METADATA_ENTRY_BYTES: u64 = 64;
+
+/// Quotas as snapshot format 5 holds them: nine kinds, before `sessions`.
+#[derive(Deserialize)]
+pub struct QuotasV5 {
+    defaults: [Option<u64>; 9],
+    overrides: Vec<(Name, [Option<u64>; 9])>,
+}
+
+impl From<QuotasV5> for Quotas {
+    fn from(old: QuotasV5) -> Self {
+        let widen = |nine: [Option<u64>; 9]| {
+            let mut all = Overrides::default();
+            all.0[..9].copy_from_slice(&nine);
+            all
+        };
+        Quotas {
+            defaults: widen(old.defaults),
+            overrides: old
+                .overrides
+                .into_iter()
+                .map(|(name, nine)| (name, widen(nine)))
+                .collect(),
+            usage: HashMap::new(),
+        }
+    }
+}
 
 /// The replicated limits and the derived usage.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,6 +229,12 @@ impl Quotas {
             None => self.defaults,
             Some(p) => self.overrides.get(p).copied().unwrap_or_default(),
         }
+    }
+
+    /// The principals with settings of their own.
+    #[cfg(test)]
+    pub fn principals_with_settings(&self) -> impl Iterator<Item = (&Name, &Overrides)> {
+        self.overrides.iter()
     }
 
     /// Changes limits: of every principal (`None`) or of one. A `None` limit goes back to

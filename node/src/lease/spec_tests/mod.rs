@@ -19,6 +19,7 @@ mod mutate;
 mod order;
 mod pipeline;
 mod quotas;
+mod sessions;
 mod time;
 mod transfer;
 mod validate;

@@ -7,7 +7,12 @@ use crate::lease::command::{BookOp, SetQuotaOp};
 use crate::lease::dedup::RECORD_BYTES;
 use crate::lease::quota::{Quota, METADATA_ENTRY_BYTES};
 
-fn set(log: &mut Log, principal: Option<&str>, quota: Quota, limit: Option<u64>) -> Reply {
+pub(super) fn set(
+    log: &mut Log,
+    principal: Option<&str>,
+    quota: Quota,
+    limit: Option<u64>,
+) -> Reply {
     log.propose(
         ROOT,
         Op::SetQuota(SetQuotaOp {
@@ -18,20 +23,20 @@ fn set(log: &mut Log, principal: Option<&str>, quota: Quota, limit: Option<u64>)
 }
 
 #[track_caller]
-fn over_quota(reply: &Reply, quota: Quota) {
+pub(super) fn over_quota(reply: &Reply, quota: Quota) {
     match rejection(reply) {
         Rejection::QuotaExceeded { quota: name, .. } => assert_eq!(name, quota.name()),
         other => panic!("expected the {} quota, got {other:?}", quota.name()),
     }
 }
 
-fn usage(log: &Log, principal: &str, quota: Quota) -> u64 {
+pub(super) fn usage(log: &Log, principal: &str, quota: Quota) -> u64 {
     log.state.quotas.usage(principal).get(quota)
 }
 
 /// What every principal holds, counted from scratch, equals what apply counted as it went.
 #[track_caller]
-fn recount_agrees(log: &Log) {
+pub(super) fn recount_agrees(log: &Log) {
     let mut fresh = log.state.snapshot_copy().restored();
     fresh.recount_usage();
     for principal in ["alice", "bob", "root"] {

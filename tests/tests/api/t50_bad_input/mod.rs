@@ -16,6 +16,7 @@ mod leases;
 mod listing;
 mod registry;
 mod row;
+mod sessions;
 mod waiting;
 mod wire;
 
@@ -42,6 +43,7 @@ fn table(base: &Base) -> Vec<Row> {
     rows.extend(registry::rows(base));
     rows.extend(listing::rows(base));
     rows.extend(waiting::rows());
+    rows.extend(sessions::rows(base));
     rows
 }
 

@@ -57,6 +57,11 @@ calls! {
     Book(pb::BookRequest) => book,
     CancelBooking(pb::CancelBookingRequest) => cancel_booking,
     Watch(pb::WatchRequest) => watch,
+    CreateSession(pb::CreateSessionRequest) => create_session,
+    RenewSession(pb::RenewSessionRequest) => renew_session,
+    CloseSession(pb::CloseSessionRequest) => close_session,
+    GetSession(pb::GetSessionRequest) => get_session,
+    ListSessions(pb::ListSessionsRequest) => list_sessions,
 }
 
 /// One bad request and the answer it must get.

@@ -310,6 +310,9 @@ impl Run {
             Answer::Rejected(rejection) => {
                 assert_eq!(rejection.reason(), "compacted", "{query:?}: {rejection:?}");
             }
+            Answer::Session(_) | Answer::Sessions { .. } => {
+                panic!("the pipeline asks no session reads: {query:?}")
+            }
         }
     }
 

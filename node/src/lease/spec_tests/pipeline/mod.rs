@@ -127,6 +127,7 @@ impl Run {
                         .map(|k| format!("key-{k}"))
                         .unwrap_or_default(),
                     request_id: request_id.clone(),
+                    session_id: String::new(),
                 };
                 request::acquire(&req).map(Op::Acquire)
             }

@@ -1,0 +1,536 @@
+//! Sessions (SPEC §4.24): one liveness record that carries many leases and waits. A session is
+//! renewed as a whole; when it ends (closed, or reclaimed past its expiry and grace) every
+//! lease on it ends and every wait on it is cancelled, in that one entry.
+//!
+//! A lease on a session has no expiry of its own: it shows its session's ([`State::expiry_of`])
+//! and is not in the lease expiry index; only the session is due. Which leases and waits a
+//! session carries is kept in the session ([`Session::leases`], [`Session::waits`]), and each
+//! lease or waiter names its session in memory only, set again when a snapshot loads: the
+//! encodings of leases and waiters (snapshots, remembered replies) are those of before sessions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{CloseSessionOp, CreateSessionOp, RenewSessionOp, Reply};
+use super::history;
+use super::machine::{check_name, check_ttl, Ctx, State};
+use super::policy;
+use super::quota::{metadata_cost, Quota};
+use super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Name, Rejection};
+
+/// Leases and waits one session may carry at once: a session ends all of them in one entry.
+pub const MAX_SESSION_ITEMS: usize = 10_000;
+
+/// One liveness record. Times are lease-clock milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub holder: Name,
+    pub principal: Name,
+    pub ttl_ms: u64,
+    pub created_at_ms: u64,
+    pub created_wall_ms: u64,
+    pub expires_at_ms: u64,
+    pub metadata: Metadata,
+    /// The live leases on it, as (resource, lease id).
+    pub leases: BTreeSet<(Name, LeaseId)>,
+    /// Its waits, as (resource, wait id).
+    pub waits: BTreeSet<(Name, u64)>,
+}
+
+/// A session id as written: `ses_<index>`, the index of the entry that created it.
+pub fn session_name(index: u64) -> String {
+    format!("ses_{index}")
+}
+
+/// The index a session id names, read only in the form it is written; `None` if malformed.
+pub fn parse_session_id(session_id: &str) -> Option<NonZeroU64> {
+    let digits = session_id.strip_prefix("ses_")?;
+    let canonical = !digits.is_empty()
+        && !digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit());
+    canonical.then(|| digits.parse().ok()).flatten()
+}
+
+/// A session id from a request: `invalid_argument` naming `session_id` unless well formed.
+pub(super) fn session_arg(session_id: &str) -> Result<NonZeroU64, Rejection> {
+    parse_session_id(session_id).ok_or_else(|| {
+        Rejection::invalid(
+            "session_id",
+            "must be ses_<number>, as CreateSession answered",
+        )
+    })
+}
+
+/// How a session stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionStatus {
+    Active,
+    /// Past its expiry, inside the renewal grace: still holds what it carries.
+    Grace,
+    /// Ended by `CloseSession`.
+    Closed,
+    /// Reclaimed past its expiry and grace.
+    Expired,
+}
+
+/// A session as replies show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    pub id: u64,
+    pub holder: Name,
+    pub principal: Name,
+    pub ttl_ms: u64,
+    pub created_wall_ms: u64,
+    pub expires_wall_ms: u64,
+    pub remaining_ms: u64,
+    pub status: SessionStatus,
+    pub metadata: Metadata,
+    pub lease_count: u32,
+    pub wait_count: u32,
+    /// The first leases on it, by resource (up to [`SESSION_LEASES_SHOWN`]); for a session that
+    /// just ended, the leases it ended.
+    pub leases: Vec<LeaseView>,
+}
+
+/// Leases a session's view lists.
+pub const SESSION_LEASES_SHOWN: usize = 100;
+
+impl State {
+    /// The session with this index, if it is live.
+    pub fn session(&self, id: u64) -> Option<&Session> {
+        self.sessions.get(&id).map(|s| &**s)
+    }
+
+    /// Live sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// When a lease ends unless renewed: its own expiry, or its session's.
+    pub(in crate::lease) fn expiry_of(&self, lease: &Lease) -> u64 {
+        lease
+            .session
+            .and_then(|id| self.sessions.get(&id.get()))
+            .map_or(lease.expires_at_ms, |s| s.expires_at_ms)
+    }
+
+    fn session_grace_ms(&self) -> u64 {
+        self.default_policy.renewal_grace_ms
+    }
+
+    fn session_due_key(&self, id: u64, session: &Session) -> (u64, u64) {
+        (
+            session
+                .expires_at_ms
+                .saturating_add(self.session_grace_ms()),
+            id,
+        )
+    }
+
+    pub(in crate::lease) fn session_view(
+        &self,
+        id: u64,
+        session: &Session,
+        status: SessionStatus,
+        leases: Vec<LeaseView>,
+    ) -> SessionView {
+        let now_ms = self.clock.now_ms();
+        let ended = matches!(status, SessionStatus::Closed | SessionStatus::Expired);
+        SessionView {
+            id,
+            holder: session.holder.clone(),
+            principal: session.principal.clone(),
+            ttl_ms: session.ttl_ms,
+            created_wall_ms: session.created_wall_ms,
+            expires_wall_ms: self.clock.wall_of(session.expires_at_ms),
+            remaining_ms: if ended {
+                0
+            } else {
+                session.expires_at_ms.saturating_sub(now_ms)
+            },
+            status,
+            metadata: session.metadata.clone(),
+            lease_count: session.leases.len() as u32,
+            wait_count: session.waits.len() as u32,
+            leases,
+        }
+    }
+
+    /// A live session as reads show it: its first leases, and whether it is in its grace.
+    pub fn live_session_view(&self, id: u64, session: &Session) -> SessionView {
+        let status = if self.clock.now_ms() < session.expires_at_ms {
+            SessionStatus::Active
+        } else {
+            SessionStatus::Grace
+        };
+        let leases = session
+            .leases
+            .iter()
+            .take(SESSION_LEASES_SHOWN)
+            .filter_map(|(resource, lease_id)| self.resources.get(resource)?.lease(*lease_id))
+            .map(|l| self.live_view(l))
+            .collect();
+        self.session_view(id, session, status, leases)
+    }
+
+    /// `CreateSession`: holder → ttl (the ad-hoc policy's default and bounds) → metadata →
+    /// the principal's `sessions` and `metadata_bytes` quotas.
+    pub(super) fn create_session(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &CreateSessionOp,
+    ) -> Result<Reply, Rejection> {
+        check_name("holder", &op.holder)?;
+        let ttl_ms = op.ttl_ms.unwrap_or(self.default_policy.default_ttl_ms);
+        check_ttl(&self.default_policy, ttl_ms)?;
+        policy::check_metadata(
+            &op.metadata,
+            self.default_policy.max_metadata_bytes as usize,
+        )?;
+        if !ctx.admin {
+            self.quotas.admit_all(
+                ctx.principal,
+                &[
+                    (Quota::Sessions, 1),
+                    (Quota::MetadataBytes, metadata_cost(&op.metadata)),
+                ],
+            )?;
+        }
+        if self.sessions.contains_key(&ctx.index) {
+            // One session per entry: a command without a resource commits alone.
+            return Err(Rejection::invalid(
+                "session",
+                "only one session may be created per log entry",
+            ));
+        }
+        let now_ms = self.clock.now_ms();
+        let session = Session {
+            holder: op.holder.as_str().into(),
+            principal: ctx.principal.into(),
+            ttl_ms,
+            created_at_ms: now_ms,
+            created_wall_ms: self.clock.wall_ms(),
+            expires_at_ms: now_ms.saturating_add(ttl_ms),
+            metadata: op.metadata.clone().into(),
+            leases: BTreeSet::new(),
+            waits: BTreeSet::new(),
+        };
+        self.count_session(&session, 1);
+        self.session_due
+            .insert(self.session_due_key(ctx.index, &session));
+        let view = self.live_session_view(ctx.index, &session);
+        self.sessions.insert(ctx.index, Arc::new(session));
+        Ok(Reply::Session(Box::new(view)))
+    }
+
+    /// The live session a request names, which the caller may act on: id → existence →
+    /// its principal or an admin.
+    pub(in crate::lease) fn session_for(
+        &self,
+        ctx: &Ctx<'_>,
+        session_id: &str,
+    ) -> Result<(u64, &Session), Rejection> {
+        let id = session_arg(session_id)?.get();
+        let session = self.sessions.get(&id).ok_or_else(|| {
+            Rejection::SessionNotFound(format!(
+                "{session_id}: it was closed, it expired, or it never existed"
+            ))
+        })?;
+        if !ctx.admin && session.principal != ctx.principal {
+            return Err(Rejection::InsufficientPermissions(format!(
+                "only the session's principal or an admin may use session {session_id}"
+            )));
+        }
+        Ok((id, session))
+    }
+
+    /// `RenewSession`: expires_at = now + its ttl; what it carries lives on with it.
+    pub(super) fn renew_session(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &RenewSessionOp,
+    ) -> Result<Reply, Rejection> {
+        let (id, session) = self.session_for(ctx, &op.session_id)?;
+        let old_key = self.session_due_key(id, session);
+        let expires_at_ms = self.clock.now_ms().saturating_add(session.ttl_ms);
+        self.session_due.remove(&old_key);
+        let Some(session) = self.sessions.get_mut(&id).map(Arc::make_mut) else {
+            return Err(Rejection::SessionNotFound(op.session_id.clone()));
+        };
+        session.expires_at_ms = expires_at_ms;
+        let session = Arc::clone(&self.sessions[&id]);
+        self.session_due.insert(self.session_due_key(id, &session));
+        // Counts, not leases: a renewal is a heartbeat, answered small.
+        let status = SessionStatus::Active;
+        Ok(Reply::Session(Box::new(self.session_view(
+            id,
+            &session,
+            status,
+            Vec::new(),
+        ))))
+    }
+
+    /// `CloseSession`: releases every lease on it and cancels every wait, in this entry.
+    pub(super) fn close_session(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &CloseSessionOp,
+    ) -> Result<Reply, Rejection> {
+        let (id, _) = self.session_for(ctx, &op.session_id)?;
+        let (view, _) = self.end_session(ctx.index, ctx.principal, id, SessionStatus::Closed);
+        Ok(Reply::Session(Box::new(view)))
+    }
+
+    /// Ends session `id`: each lease on it released (closed) or reclaimed (expired), each wait
+    /// cancelled, all in the entry `index`. Returns the session's last view and the views of
+    /// the leases it ended.
+    pub(in crate::lease) fn end_session(
+        &mut self,
+        index: u64,
+        actor: &str,
+        id: u64,
+        how: SessionStatus,
+    ) -> (SessionView, Vec<LeaseView>) {
+        let Some(session) = self.sessions.get(&id).cloned() else {
+            return (
+                SessionView {
+                    id,
+                    holder: Name::default(),
+                    principal: Name::default(),
+                    ttl_ms: 0,
+                    created_wall_ms: 0,
+                    expires_wall_ms: 0,
+                    remaining_ms: 0,
+                    status: how,
+                    metadata: Metadata::default(),
+                    lease_count: 0,
+                    wait_count: 0,
+                    leases: Vec::new(),
+                },
+                Vec::new(),
+            );
+        };
+        let status = match how {
+            SessionStatus::Closed => LeaseStatus::Released,
+            _ => LeaseStatus::Reclaimed,
+        };
+        let mut ended = Vec::with_capacity(session.leases.len());
+        for (resource, lease_id) in &session.leases {
+            if let Some(view) = self.end_lease(index, actor, resource, *lease_id, status) {
+                ended.push(view);
+            }
+        }
+        for (resource, wait_id) in &session.waits {
+            self.cancel_session_wait(index, actor, resource, *wait_id);
+        }
+        self.session_due.remove(&self.session_due_key(id, &session));
+        self.sessions.remove(&id);
+        self.count_session(&session, -1);
+        let shown = ended.iter().take(SESSION_LEASES_SHOWN).cloned().collect();
+        let view = self.session_view(id, &session, how, shown);
+        (view, ended)
+    }
+
+    /// Reclaims sessions past their expiry and grace, the longest due first, while `budget`
+    /// (leases this entry may still reclaim) lasts; a session is always ended whole.
+    /// Returns the leases ended and how many.
+    pub(in crate::lease) fn settle_sessions(
+        &mut self,
+        index: u64,
+        mut budget: usize,
+    ) -> Vec<LeaseView> {
+        let now_ms = self.clock.now_ms();
+        let mut reclaimed = Vec::new();
+        while budget > 0 {
+            let Some(&(due_ms, id)) = self.session_due.first() else {
+                break;
+            };
+            if due_ms > now_ms {
+                break;
+            }
+            let (_, ended) =
+                self.end_session(index, history::SYSTEM_ACTOR, id, SessionStatus::Expired);
+            // A session whose record is gone must not be asked for again.
+            self.session_due.remove(&(due_ms, id));
+            self.effects.reclaimed += ended.len();
+            budget = budget.saturating_sub(ended.len().max(1));
+            reclaimed.extend(ended);
+        }
+        reclaimed
+    }
+
+    /// Ends the sessions of `resource`'s leases that are past their expiry and grace, before a
+    /// command reads or changes the resource: no command sees a lease past its session's grace.
+    pub(in crate::lease) fn settle_sessions_of(&mut self, index: u64, resource: &str) {
+        let now_ms = self.clock.now_ms();
+        let grace_ms = self.session_grace_ms();
+        let Some(rs) = self.resources.get(resource) else {
+            return;
+        };
+        let due: BTreeSet<u64> = rs
+            .leases
+            .iter()
+            .filter_map(|l| l.session)
+            .map(NonZeroU64::get)
+            .filter(|id| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|s| s.expires_at_ms.saturating_add(grace_ms) <= now_ms)
+            })
+            .collect();
+        for id in due {
+            let (_, ended) =
+                self.end_session(index, history::SYSTEM_ACTOR, id, SessionStatus::Expired);
+            self.effects.reclaimed += ended.len();
+        }
+    }
+
+    /// The lease-clock instant the next session is due.
+    pub(in crate::lease) fn next_session_due_ms(&self) -> Option<u64> {
+        self.session_due.first().map(|(due_ms, _)| *due_ms)
+    }
+
+    /// A session begins (1) or ends (-1): counted against its principal's quotas.
+    fn count_session(&mut self, session: &Session, sign: i64) {
+        let bytes = metadata_cost(session.metadata.iter()) as i64;
+        self.quotas.add_all(
+            &session.principal,
+            &[
+                (Quota::Sessions, sign),
+                (Quota::MetadataBytes, sign * bytes),
+            ],
+        );
+    }
+
+    /// Refuses a lease or wait on session `id` past what one session may carry.
+    pub(in crate::lease) fn session_room(&self, id: u64) -> Result<(), Rejection> {
+        let Some(session) = self.sessions.get(&id) else {
+            return Ok(());
+        };
+        if session.leases.len() + session.waits.len() >= MAX_SESSION_ITEMS {
+            return Err(Rejection::SessionFull {
+                max: MAX_SESSION_ITEMS as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// A lease on a session begins (1) or ends (-1): the session carries it or no longer.
+    pub(in crate::lease) fn attach_lease(&mut self, lease: &Lease, sign: i64) {
+        let Some(id) = lease.session else {
+            return;
+        };
+        let Some(session) = self.sessions.get_mut(&id.get()).map(Arc::make_mut) else {
+            return;
+        };
+        let key = (lease.resource.clone(), lease.lease_id());
+        if sign > 0 {
+            if session.leases.insert(key) {
+                self.on_sessions += 1;
+            }
+        } else if session.leases.remove(&key) {
+            self.on_sessions -= 1;
+        }
+    }
+
+    /// A wait on a session begins (1) or ends (-1).
+    pub(in crate::lease) fn attach_wait(
+        &mut self,
+        resource: &str,
+        session: Option<NonZeroU64>,
+        wait_id: u64,
+        sign: i64,
+    ) {
+        let Some(id) = session else {
+            return;
+        };
+        let Some(session) = self.sessions.get_mut(&id.get()).map(Arc::make_mut) else {
+            return;
+        };
+        let key = (Name::from(resource), wait_id);
+        if sign > 0 {
+            session.waits.insert(key);
+        } else {
+            session.waits.remove(&key);
+        }
+    }
+
+    /// After a snapshot loads: each lease and waiter names its session again, and the
+    /// sessions are due again.
+    pub(in crate::lease) fn restore_sessions(&mut self) {
+        let mut leases: BTreeMap<Name, Vec<(LeaseId, NonZeroU64)>> = BTreeMap::new();
+        let mut waits: BTreeMap<Name, Vec<(u64, NonZeroU64)>> = BTreeMap::new();
+        let mut due = BTreeSet::new();
+        self.on_sessions = 0;
+        for (&id, session) in &self.sessions {
+            let Some(nz) = NonZeroU64::new(id) else {
+                continue;
+            };
+            self.on_sessions += session.leases.len();
+            due.insert(self.session_due_key(id, session));
+            for (resource, lease_id) in &session.leases {
+                leases
+                    .entry(resource.clone())
+                    .or_default()
+                    .push((*lease_id, nz));
+            }
+            for (resource, wait_id) in &session.waits {
+                waits
+                    .entry(resource.clone())
+                    .or_default()
+                    .push((*wait_id, nz));
+            }
+        }
+        for (resource, on) in leases {
+            if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
+                for (lease_id, id) in on {
+                    if let Some(l) = rs.leases.iter_mut().find(|l| l.lease_id() == lease_id) {
+                        l.session = Some(id);
+                    }
+                }
+            }
+        }
+        for (resource, on) in waits {
+            if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
+                for (wait_id, id) in on {
+                    let waiters = &mut rs.rare_mut().waiters;
+                    if let Some(w) = waiters.iter_mut().find(|w| w.wait_id == wait_id) {
+                        w.session = Some(id);
+                    }
+                }
+            }
+        }
+        self.session_due = due;
+    }
+
+    /// Sessions of `principal` (all with `None`), by id, after `after`: a page of views.
+    pub fn list_sessions(
+        &self,
+        principal: Option<&str>,
+        holder: Option<&str>,
+        page_size: usize,
+        after: u64,
+    ) -> (Vec<SessionView>, Option<u64>) {
+        let mut views = Vec::new();
+        let mut next = None;
+        let matching = self
+            .sessions
+            .range((after.saturating_add(1))..)
+            .filter(|(_, s)| principal.is_none_or(|p| s.principal == p))
+            .filter(|(_, s)| holder.is_none_or(|h| s.holder == h));
+        for (&id, session) in matching {
+            if views.len() == page_size {
+                next = views.last().map(|v: &SessionView| v.id);
+                break;
+            }
+            let mut view = self.live_session_view(id, session);
+            // A listing shows counts; GetSession shows the leases.
+            view.leases = Vec::new();
+            views.push(view);
+        }
+        (views, next)
+    }
+}
