@@ -170,6 +170,18 @@ pub enum Command {
         /// holds the leases once its load is older than the 10-minute window (0: not done).
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         scale_hold: Duration,
+        /// Sessions for the Tenure sessions run (0: none): that many sessions, each holding
+        /// --session-leases leases, kept alive for --session-hold; then the leader's CPU, RSS
+        /// per node, and expiry-to-reclaim times of 100 sessions left to expire.
+        #[arg(long, default_value_t = 0)]
+        sessions: usize,
+        #[arg(long, default_value_t = 100)]
+        session_leases: usize,
+        /// Each session's ttl; it is renewed every ttl/3.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        session_ttl: Duration,
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        session_hold: Duration,
         /// Where results.md and results.json go (default bench-runs/<unix time>).
         #[arg(long)]
         out: Option<PathBuf>,

@@ -52,6 +52,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             failover_clients,
             scale,
             scale_hold,
+            sessions,
+            session_leases,
+            session_ttl,
+            session_hold,
             out,
             bin,
             tenured_args,
@@ -95,6 +99,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 failover_clients,
                 scale: numbers(&scale, "scale")?,
                 scale_hold,
+                sessions: (sessions > 0).then_some(bench::sessions::SessionsOptions {
+                    sessions,
+                    per_session: session_leases,
+                    ttl: session_ttl,
+                    hold: session_hold,
+                }),
                 out_dir: out.unwrap_or_else(|| PathBuf::from(format!("bench-runs/{stamp}"))),
                 tenured: match bin {
                     Some(bin) => bin,
@@ -103,7 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 tenured_args,
             };
             let runtime = tokio::runtime::Runtime::new()?;
-            if !options.workloads.is_empty() {
+            if !options.workloads.is_empty() || options.sessions.is_some() {
                 runtime.block_on(bench::run(&options))?;
                 let table = std::fs::read_to_string(options.out_dir.join("results.md"))?;
                 println!("{table}");

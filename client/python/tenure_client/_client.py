@@ -242,8 +242,12 @@ class Client:
         units: int = 0,
         metadata: Optional[Mapping[str, str]] = None,
         idempotency_key: str = "",
+        session_id: str = "",
     ) -> pb.AcquireResponse:
-        """Contention is an answer, not an error: branch on `granted` (and `reason`)."""
+        """Contention is an answer, not an error: branch on `granted` (and `reason`).
+
+        With `session_id` the lease lives on that session (no `ttl_s` of its own): it ends when
+        the session does (SPEC §4.24)."""
         request = pb.AcquireRequest(
             resource=resource,
             holder=holder,
@@ -253,6 +257,7 @@ class Client:
             metadata=dict(metadata or {}),
             idempotency_key=idempotency_key,
             request_id=_request_id(),
+            session_id=session_id,
         )
         response: pb.AcquireResponse = self._leases("Acquire", request)
         return response
@@ -362,6 +367,52 @@ class Client:
             holder=holder, principal=principal, page_size=page_size, page_token=page_token
         )
         response: pb.ListLeasesResponse = self._leases("ListLeases", request)
+        return response
+
+    # --- sessions (SPEC §4.24) ----------------------------------------------------------------
+
+    def create_session(
+        self,
+        holder: str,
+        ttl_s: Optional[float] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> pb.Session:
+        """A session: one heartbeat (`renew_session` every ttl/3) for every lease acquired with
+        its `session_id`; when it expires or closes they all end together."""
+        request = pb.CreateSessionRequest(
+            holder=holder,
+            ttl=_duration(ttl_s),
+            metadata=dict(metadata or {}),
+            request_id=_request_id(),
+        )
+        response: pb.SessionResponse = self._leases("CreateSession", request)
+        return response.session
+
+    def renew_session(self, session_id: str) -> pb.Session:
+        """New expiry = now + the session's ttl, for the session and everything on it."""
+        request = pb.RenewSessionRequest(session_id=session_id)
+        response: pb.SessionResponse = self._leases("RenewSession", request)
+        return response.session
+
+    def close_session(self, session_id: str) -> pb.Session:
+        """Ends the session: every lease on it released and every wait cancelled, at once."""
+        request = pb.CloseSessionRequest(session_id=session_id, request_id=_request_id())
+        response: pb.SessionResponse = self._leases("CloseSession", request)
+        return response.session
+
+    def get_session(self, session_id: str) -> pb.Session:
+        request = pb.GetSessionRequest(session_id=session_id)
+        response: pb.SessionResponse = self._leases("GetSession", request)
+        return response.session
+
+    def list_sessions(
+        self, principal: str = "", holder: str = "", page_size: int = 100, page_token: str = ""
+    ) -> pb.ListSessionsResponse:
+        """One page of live sessions, by id (filters: principal, holder; empty = any)."""
+        request = pb.ListSessionsRequest(
+            principal=principal, holder=holder, page_size=page_size, page_token=page_token
+        )
+        response: pb.ListSessionsResponse = self._leases("ListSessions", request)
         return response
 
     # --- tenure.v1.Cluster ------------------------------------------------------------------

@@ -200,6 +200,32 @@ def test_an_ad_hoc_lease_is_not_transferable(client: Client, resource: str) -> N
     assert raised.value.reason == "not_transferable"
 
 
+def test_a_session_carries_many_leases_and_ends_them_together(client: Client, resource: str) -> None:
+    session = client.create_session("py-shards", ttl_s=30)
+    assert session.session_id.startswith("ses_")
+    leases = []
+    for k in range(3):
+        answer = client.acquire(f"{resource}/{k}", "py-shards", session_id=session.session_id)
+        assert answer.granted, answer
+        assert answer.lease.session_id == session.session_id
+        leases.append(answer.lease)
+    # A lease on a session is renewed with its session, never alone.
+    with pytest.raises(TenureError) as raised:
+        client.renew(leases[0], ttl_s=30)
+    assert raised.value.reason == "invalid_argument"
+    renewed = client.renew_session(session.session_id)
+    assert renewed.lease_count == 3
+    listed = client.list_sessions(holder="py-shards")
+    assert session.session_id in [s.session_id for s in listed.sessions]
+    closed = client.close_session(session.session_id)
+    assert closed.status == pb.SESSION_STATUS_CLOSED
+    assert {lease.status for lease in closed.leases} == {pb.LEASE_STATUS_RELEASED}
+    with pytest.raises(TenureError) as raised:
+        client.get_session(session.session_id)
+    assert raised.value.reason == "session_not_found"
+    assert raised.value.code == grpc.StatusCode.NOT_FOUND
+
+
 @pytest.mark.parametrize("holder", ["has space", "", "x" * 129, "bad\u00e9"])
 def test_bad_input_is_invalid_argument(client: Client, resource: str, holder: str) -> None:
     with pytest.raises(TenureError) as raised:

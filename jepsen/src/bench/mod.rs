@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod report;
 pub mod scale;
+pub mod sessions;
 pub mod tenure;
 
 mod failover;
@@ -47,6 +48,8 @@ pub struct BenchOptions {
     pub scale: Vec<usize>,
     /// How long after its load each scale size reads RSS again (zero: it does not).
     pub scale_hold: Duration,
+    /// The sessions scale run (Tenure only); None: not run.
+    pub sessions: Option<sessions::SessionsOptions>,
     pub out_dir: PathBuf,
     pub tenured: PathBuf,
     /// Extra flags for every `tenured` (the defaults are what the tables measure).
@@ -85,6 +88,7 @@ pub struct Results {
     pub cells: Vec<Cell>,
     pub failovers: Vec<Failover>,
     pub scale: Vec<scale::ScalePoint>,
+    pub sessions: Option<sessions::SessionsPoint>,
     /// Elections nobody provoked: term changes during the throughput workloads (none are
     /// killed there), per system.
     pub unprovoked_elections: Vec<(System, u64)>,
@@ -109,6 +113,14 @@ pub async fn run(options: &BenchOptions) -> Result<Results> {
         let measured = scale::run(options, &data).await;
         let _ = std::fs::remove_dir_all(&data);
         results.scale = measured?;
+    }
+    if let Some(run) = &options.sessions {
+        let data = options.out_dir.join("data").join("sessions");
+        let measured = sessions::run(options, run, &data).await;
+        let _ = std::fs::remove_dir_all(&data);
+        let point = measured?;
+        eprintln!("bench: sessions {point:?}");
+        results.sessions = Some(point);
     }
     let _ = std::fs::remove_dir(options.out_dir.join("data"));
     let markdown = report::markdown(options, &results);

@@ -154,6 +154,32 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
             );
         }
     }
+    if let Some(p) = &results.sessions {
+        let mib = |b: u64| format!("{:.0}", b as f64 / (1024.0 * 1024.0));
+        let rss = p.rss_bytes.iter().map(|b| mib(*b)).collect::<Vec<_>>();
+        let _ = writeln!(
+            out,
+            "\n| sessions | leases | ttl s | load s | renewals/s (errors) | leader CPU % of a core | 3 nodes CPU % | RSS per node MiB | expiry → all leases reclaimed p50 / p99 / max ms ({} sessions) |",
+            p.expired
+        );
+        let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---|---|");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.0} | {:.0} ({}) | {:.1} | {:.1} | {} | {:.0} / {:.0} / {:.0} |",
+            p.sessions,
+            p.leases,
+            p.ttl_ms / 1000,
+            p.load_seconds,
+            p.renewals_per_s,
+            p.renewal_errors,
+            p.leader_cpu_percent,
+            p.cluster_cpu_percent,
+            rss.join(" / "),
+            p.reclaim_p50_ms,
+            p.reclaim_p99_ms,
+            p.reclaim_max_ms,
+        );
+    }
     out
 }
 
@@ -280,6 +306,7 @@ mod tests {
             failover_clients: 16,
             scale: vec![],
             scale_hold: std::time::Duration::ZERO,
+            sessions: None,
             out_dir: "unused".into(),
             tenured: "unused".into(),
             tenured_args: vec![],
@@ -314,6 +341,7 @@ mod tests {
                 },
             ],
             scale: vec![],
+            sessions: None,
             unprovoked_elections: vec![(System::Tenure, 0)],
         };
         let judged: Vec<(String, bool)> = targets(&results)
