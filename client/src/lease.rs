@@ -68,6 +68,8 @@ pub struct Lease {
 /// What a lease on a session shares with it: its ttl, its local deadline and its loss.
 #[derive(Clone)]
 pub(crate) struct SessionLink {
+    /// The session's id: a grant on it names it.
+    pub(crate) id: String,
     pub(crate) ttl: Duration,
     pub(crate) lost: watch::Receiver<Option<Lost>>,
     pub(crate) deadline: watch::Receiver<Instant>,

@@ -126,7 +126,7 @@ impl Lock {
         let lease = response
             .lease
             .ok_or_else(|| Error::Local("granted without a lease".into()))?;
-        if let Some(session) = session {
+        if let Some(session) = session.filter(|s| s.id == lease.session_id) {
             let lease = Lease::on_session(client, lease, &session);
             return Ok(Acquired::Granted(Box::new(lease)));
         }

@@ -87,12 +87,13 @@ impl Client {
         ));
         Ok(Session {
             client: self.clone(),
-            session,
             link: SessionLink {
+                id: session.session_id.clone(),
                 ttl,
                 lost,
                 deadline,
             },
+            session,
             lost_tx,
             renewer,
         })
@@ -148,12 +149,13 @@ impl Session {
     }
 
     /// Ends the session: every lease on it released and every wait cancelled, in one entry.
-    /// Its leases' `lost()` then resolve with [`Lost::Released`].
+    /// Its leases' `lost()` then resolve with [`Lost::Released`] (or, if the close failed,
+    /// with [`Lost::DeadlinePassed`]: the session is no longer renewed).
     pub async fn close(self) -> Result<pb::Session, Error> {
         self.renewer.abort();
-        let closed = self.client.close_session(&self.session.session_id).await;
+        let closed = self.client.close_session(&self.session.session_id).await?;
         self.lost_tx.send_replace(Some(Lost::Released));
-        closed?
+        closed
             .session
             .ok_or_else(|| Error::Local("closed without a session".into()))
     }

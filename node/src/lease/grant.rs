@@ -93,6 +93,8 @@ impl State {
             ));
         }
         let ttl_ms = session.ttl_ms;
+        // Attaching the lease changes the session in place only while no handle shares it.
+        drop(session);
         if self.policy_of(&acquire.resource).max_lifetime_ms > 0 {
             return Err(Rejection::invalid(
                 "session_id",

@@ -226,15 +226,16 @@ impl State {
         Ok(Reply::Session(Box::new(view)))
     }
 
-    /// The live session a request names, which the caller may act on: id → existence →
-    /// its principal or an admin.
+    /// The live session a request names, which the caller may act on: id → existence (a
+    /// session past its grace is reclaimed first) → its principal or an admin.
     pub(in crate::lease) fn session_for(
-        &self,
+        &mut self,
         ctx: &Ctx<'_>,
         session_id: &str,
-    ) -> Result<(u64, &Session), Rejection> {
+    ) -> Result<(u64, Arc<Session>), Rejection> {
         let id = session_arg(session_id)?.get();
-        let session = self.sessions.get(&id).ok_or_else(|| {
+        self.settle_session(ctx.index, id);
+        let session = self.sessions.get(&id).cloned().ok_or_else(|| {
             Rejection::SessionNotFound(format!(
                 "{session_id}: it was closed, it expired, or it never existed"
             ))
@@ -254,8 +255,10 @@ impl State {
         op: &RenewSessionOp,
     ) -> Result<Reply, Rejection> {
         let (id, session) = self.session_for(ctx, &op.session_id)?;
-        let old_key = self.session_due_key(id, session);
+        let old_key = self.session_due_key(id, &session);
         let expires_at_ms = self.clock.now_ms().saturating_add(session.ttl_ms);
+        // The map's copy is changed in place only while no other handle shares it.
+        drop(session);
         self.session_due.remove(&old_key);
         let Some(session) = self.sessions.get_mut(&id).map(Arc::make_mut) else {
             return Err(Rejection::SessionNotFound(op.session_id.clone()));
@@ -334,32 +337,36 @@ impl State {
         (view, ended)
     }
 
-    /// Reclaims sessions past their expiry and grace, the longest due first, while `budget`
-    /// (leases this entry may still reclaim) lasts; a session is always ended whole.
-    /// Returns the leases ended and how many.
-    pub(in crate::lease) fn settle_sessions(
+    /// Reclaims `sessions` (past their expiry and grace), each whole, in order; returns the
+    /// leases ended.
+    pub(in crate::lease) fn end_sessions(
         &mut self,
         index: u64,
-        mut budget: usize,
+        sessions: &[u64],
     ) -> Vec<LeaseView> {
-        let now_ms = self.clock.now_ms();
         let mut reclaimed = Vec::new();
-        while budget > 0 {
-            let Some(&(due_ms, id)) = self.session_due.first() else {
-                break;
-            };
-            if due_ms > now_ms {
-                break;
-            }
+        for &id in sessions {
             let (_, ended) =
                 self.end_session(index, history::SYSTEM_ACTOR, id, SessionStatus::Expired);
-            // A session whose record is gone must not be asked for again.
-            self.session_due.remove(&(due_ms, id));
             self.effects.reclaimed += ended.len();
-            budget = budget.saturating_sub(ended.len().max(1));
             reclaimed.extend(ended);
         }
         reclaimed
+    }
+
+    /// Ends session `id` if it is past its expiry and grace (the entry's reclaim budget may
+    /// have left it for later): a command that names it never sees it alive.
+    fn settle_session(&mut self, index: u64, id: u64) {
+        let now_ms = self.clock.now_ms();
+        let due = self
+            .sessions
+            .get(&id)
+            .is_some_and(|s| s.expires_at_ms.saturating_add(self.session_grace_ms()) <= now_ms);
+        if due {
+            let (_, ended) =
+                self.end_session(index, history::SYSTEM_ACTOR, id, SessionStatus::Expired);
+            self.effects.reclaimed += ended.len();
+        }
     }
 
     /// Ends the sessions of `resource`'s leases that are past their expiry and grace, before a
@@ -461,8 +468,10 @@ impl State {
     /// After a snapshot loads: each lease and waiter names its session again, and the
     /// sessions are due again.
     pub(in crate::lease) fn restore_sessions(&mut self) {
-        let mut leases: BTreeMap<Name, Vec<(LeaseId, NonZeroU64)>> = BTreeMap::new();
-        let mut waits: BTreeMap<Name, Vec<(u64, NonZeroU64)>> = BTreeMap::new();
+        // Per resource, which of its leases and waits live on which session: one pass over
+        // each resource's lists.
+        let mut leases: BTreeMap<Name, BTreeMap<LeaseId, NonZeroU64>> = BTreeMap::new();
+        let mut waits: BTreeMap<Name, BTreeMap<u64, NonZeroU64>> = BTreeMap::new();
         let mut due = BTreeSet::new();
         self.on_sessions = 0;
         for (&id, session) in &self.sessions {
@@ -475,31 +484,26 @@ impl State {
                 leases
                     .entry(resource.clone())
                     .or_default()
-                    .push((*lease_id, nz));
+                    .insert(*lease_id, nz);
             }
             for (resource, wait_id) in &session.waits {
                 waits
                     .entry(resource.clone())
                     .or_default()
-                    .push((*wait_id, nz));
+                    .insert(*wait_id, nz);
             }
         }
         for (resource, on) in leases {
             if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
-                for (lease_id, id) in on {
-                    if let Some(l) = rs.leases.iter_mut().find(|l| l.lease_id() == lease_id) {
-                        l.session = Some(id);
-                    }
+                for l in &mut rs.leases {
+                    l.session = on.get(&l.lease_id()).copied();
                 }
             }
         }
         for (resource, on) in waits {
             if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
-                for (wait_id, id) in on {
-                    let waiters = &mut rs.rare_mut().waiters;
-                    if let Some(w) = waiters.iter_mut().find(|w| w.wait_id == wait_id) {
-                        w.session = Some(id);
-                    }
+                for w in &mut rs.rare_mut().waiters {
+                    w.session = on.get(&w.wait_id).copied();
                 }
             }
         }

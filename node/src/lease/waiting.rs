@@ -350,7 +350,12 @@ impl State {
             return;
         };
         let waiter = &rs.rare().waiters[at];
-        if waiter.mode != view.lease.mode || waiter.units != view.lease.units {
+        // A wait on a session asked for a lease that lives on the session, and the transferred
+        // lease is the holder's own (SPEC §4.24).
+        if waiter.mode != view.lease.mode
+            || waiter.units != view.lease.units
+            || waiter.session.is_some()
+        {
             // It holds the resource now, but not as it asked: its wait is over, unanswered.
             self.end_wait(index, actor, resource, at, Refusal::WaitCancelled);
             return;

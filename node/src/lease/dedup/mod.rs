@@ -203,9 +203,13 @@ impl Dedup {
             None => Seen::New(ticket),
             Some(seen) if seen.op == ticket.op => match postcard::from_bytes(&seen.kept) {
                 Ok(kept) => Seen::Retry(kept),
-                // Only a record this release cannot read gets here: answer as if it were
-                // another request rather than apply the same request twice.
-                Err(_) => Seen::Conflict,
+                // A record of the release before sessions (a SetQuota's nine quotas).
+                Err(_) => match postcard::from_bytes::<format5::KeptV5>(&seen.kept) {
+                    Ok(kept) => Seen::Retry(kept.into()),
+                    // Only a record this release cannot read gets here: answer as if it were
+                    // another request rather than apply the same request twice.
+                    Err(_) => Seen::Conflict,
+                },
             },
             Some(_) => Seen::Conflict,
         }
@@ -351,6 +355,7 @@ impl Dedup {
 }
 
 mod format4;
+mod format5;
 mod retry;
 
 #[cfg(test)]

@@ -165,3 +165,47 @@ fn the_table_refuses_new_records_past_its_total() {
     let refused = dedup.room().expect_err("over the total");
     assert_eq!(refused.reason(), "resource_exhausted");
 }
+
+/// A SetQuota remembered by the release before sessions (nine quotas in its reply) and
+/// retried after the upgrade gets its answer, the tenth quota at its compiled default.
+#[test]
+fn a_set_quota_remembered_before_sessions_is_answered_after_the_upgrade() {
+    use crate::lease::command::SetQuotaOp;
+    use crate::lease::quota::{Limits, Quota, QuotaViewV5};
+
+    let op = Op::SetQuota(SetQuotaOp {
+        principal: Some("alice".into()),
+        changes: vec![(Quota::Leases, Some(7))],
+    });
+    let old = QuotaViewV5 {
+        principal: Some("alice".into()),
+        settings: [Some(7), None, None, None, None, None, None, None, None],
+        limits: [7, 1, 2, 3, 4, 5, 6, 7, 8],
+        usage: [1, 0, 0, 0, 0, 0, 0, 0, 0],
+    };
+    // Kept::Reply (variant 0) of Reply::Quota (variant 9), as postcard numbers variants.
+    let mut kept = vec![0u8, 9];
+    kept.extend(postcard::to_allocvec(&old).expect("encodes"));
+    let mut dedup = Dedup::default();
+    dedup.entries.insert(
+        key("root", "q-1"),
+        Arc::new(Remembered {
+            principal: "root".into(),
+            op: fingerprint(&op),
+            kept: kept.into(),
+            at_ms: 0,
+        }),
+    );
+    match dedup.check("root", "q-1", &op) {
+        Seen::Retry(Kept::Reply(Reply::Quota(view))) => {
+            assert_eq!(view.limits.get(Quota::Leases), 7);
+            assert_eq!(view.settings.get(Quota::Leases), Some(7));
+            assert_eq!(view.usage.get(Quota::Leases), 1);
+            assert_eq!(
+                view.limits.get(Quota::Sessions),
+                Limits::DEFAULT.get(Quota::Sessions)
+            );
+        }
+        _ => panic!("the old record was not answered"),
+    }
+}

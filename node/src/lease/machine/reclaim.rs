@@ -24,7 +24,27 @@ impl State {
         // What is due by now, by resource, so that each resource's leases are filtered once
         // however many of them expire together.
         let mut due: BTreeMap<Name, BTreeSet<LeaseId>> = BTreeMap::new();
+        // Sessions past their grace, taken in due order with the leases: each ends whole.
+        let mut sessions = Vec::new();
         while budget > 0 {
+            let lease_due = self.due.first().map(|(due_ms, _, _)| *due_ms);
+            let session_due = self
+                .session_due
+                .iter()
+                .map(|(due_ms, _)| *due_ms)
+                .find(|_| true)
+                .filter(|ms| *ms <= now_ms);
+            if let Some(session_due_ms) = session_due {
+                if lease_due.is_none_or(|lease_ms| session_due_ms < lease_ms) {
+                    let Some((_, id)) = self.session_due.pop_first() else {
+                        break;
+                    };
+                    let carried = self.session(id).map_or(0, |s| s.leases.len());
+                    budget = budget.saturating_sub(carried.max(1));
+                    sessions.push(id);
+                    continue;
+                }
+            }
             let Some((due_ms, name, lease_id)) = self.due.pop_first() else {
                 break;
             };
@@ -39,8 +59,7 @@ impl State {
             budget -= 1;
         }
         self.effects.reclaimed += due.values().map(BTreeSet::len).sum::<usize>();
-        // Sessions past their grace end whole, each in this entry, in what budget is left.
-        let mut reclaimed = self.settle_sessions(index, budget);
+        let mut reclaimed = self.end_sessions(index, &sessions);
         for (name, lease_ids) in due {
             let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) else {
                 continue;
@@ -162,9 +181,11 @@ impl State {
     }
 
     /// Keeps an ended lease, without its metadata: the ended list outlives the history that
-    /// bounds metadata by bytes, and how a lease ended needs none of it.
+    /// bounds metadata by bytes, and how a lease ended needs none of it. Nor its session: a
+    /// snapshot does not keep it (its history events do), and every node must show the same.
     pub(in crate::lease) fn remember_ended(&mut self, name: &str, mut ended: Ended) {
         ended.lease.metadata = Default::default();
+        ended.lease.session = None;
         if let Some(rs) = self.resources.get_mut(name).map(Arc::make_mut) {
             rs.ended.push_lean(ended);
             while rs.ended.len() > ENDED_KEPT {

@@ -163,6 +163,34 @@ pub fn metadata_cost<'a>(entries: impl IntoIterator<Item = (&'a String, &'a Stri
 /// The memory of one metadata entry besides its bytes.
 pub const METADATA_ENTRY_BYTES: u64 = 64;
 
+/// A quota call's answer as releases before `sessions` encoded it (nine kinds).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+pub struct QuotaViewV5 {
+    pub principal: Option<String>,
+    pub settings: [Option<u64>; 9],
+    pub limits: [u64; 9],
+    pub usage: [u64; 9],
+}
+
+impl From<QuotaViewV5> for QuotaView {
+    fn from(old: QuotaViewV5) -> Self {
+        let mut settings = Overrides::default();
+        settings.0[..9].copy_from_slice(&old.settings);
+        // The kind the old release did not know held its compiled default then.
+        let mut limits = Limits::DEFAULT;
+        limits.0[..9].copy_from_slice(&old.limits);
+        let mut usage = Usage::default();
+        usage.0[..9].copy_from_slice(&old.usage);
+        QuotaView {
+            principal: old.principal,
+            settings,
+            limits,
+            usage,
+        }
+    }
+}
+
 /// Quotas as snapshot format 5 holds them: nine kinds, before `sessions`.
 #[derive(Deserialize)]
 pub struct QuotasV5 {

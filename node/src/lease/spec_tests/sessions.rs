@@ -453,7 +453,9 @@ fn s4_24_a_snapshot_keeps_sessions_and_what_they_carry() {
     let mut log = Log::new();
     granted(&log.acquire(BOB, acq_ttl("busy", "other", 60_000)));
     let id = open(&mut log, ALICE, "w", 5_000);
-    hold_many(&mut log, &id, "w", "r", 3);
+    let held = hold_many(&mut log, &id, "w", "r", 4);
+    // An ended lease of the session is remembered as every node remembers it.
+    lease(&log.release(ALICE, release_of(&held[3])));
     log.propose(ALICE, on(&id, wait("busy", "w")));
     let body = crate::store::snapshot::encode_state(&log.state.snapshot_copy()).expect("encode");
     let restored = crate::store::snapshot::decode_state(&body).expect("decode");
@@ -464,4 +466,51 @@ fn s4_24_a_snapshot_keeps_sessions_and_what_they_carry() {
     log.elapse(5_000);
     assert!(matches!(log.tick(), Reply::Reclaimed(v) if v.len() == 3));
     assert_eq!(log.state.waiters(), 0, "its wait was cancelled with it");
+}
+
+#[test]
+fn s4_24_a_session_past_its_grace_is_never_renewed_even_when_the_reclaim_budget_left_it() {
+    let mut log = Log::new();
+    // More plain leases due before the session than one entry reclaims.
+    for k in 0..(crate::lease::machine::RECLAIMS_PER_ENTRY + 10) {
+        granted(&log.acquire(BOB, acq_ttl(&format!("plain/{k}"), "b", 5_000)));
+    }
+    log.elapse(500);
+    let id = open(&mut log, ALICE, "w", 5_000);
+    hold_many(&mut log, &id, "w", "s", 2);
+    log.elapse(6_000);
+    // This entry's reclaims go to the leases due first; the session is due too, and the
+    // renewal that names it finds it reclaimed, not revived.
+    let gone = rejection(&log.propose(ALICE, renew_session(&id)));
+    assert_eq!(gone.reason(), "session_not_found");
+    assert_eq!(
+        log.newest_events("s0", 1),
+        vec![(log.index, EventKind::Reclaimed)]
+    );
+    let refused = rejection(&log.propose(ALICE, on(&id, acq("s9", "w"))));
+    assert_eq!(refused.reason(), "session_not_found");
+}
+
+#[test]
+fn s4_24_a_transfer_to_a_holder_waiting_on_a_session_ends_that_wait() {
+    let mut log = Log::new();
+    log.register(
+        "t",
+        Policy {
+            transferable: true,
+            ..Policy::registered()
+        },
+    );
+    let first = granted(&log.acquire(ALICE, acq_ttl("t", "a", 60_000)));
+    let id = open(&mut log, ALICE, "w", 10_000);
+    let index = log.index;
+    log.propose(ALICE, on(&id, wait("t", "w")));
+    let moved = lease(&log.transfer(ALICE, transfer_of(&first, "w", None)));
+    // The holder holds the resource now, with a lease of its own, not on the session.
+    assert_eq!(moved.lease.session, None);
+    let waits = log.state.effects().waits.clone();
+    assert_eq!(waits.len(), 1);
+    assert_eq!(waits[0].outcome.refusal, Some(Refusal::WaitCancelled));
+    assert_eq!(log.state.session(index).map(|s| s.waits.len()), Some(0));
+    assert_eq!(log.state.waiters(), 0);
 }
