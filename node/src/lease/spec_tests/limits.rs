@@ -268,13 +268,7 @@ fn s2_an_ad_hoc_name_with_no_live_lease_may_be_registered() {
     let mut log = Log::new();
     let a = granted(&log.acquire(ALICE, acq("r", "a")));
     lease(&log.release(ALICE, release_of(&a)));
-    log.register(
-        "r",
-        Policy {
-            transferable: true,
-            ..Policy::registered()
-        },
-    );
+    log.register("r", transferable());
     let view = log.state.resource_view("r");
     assert!(!view.ad_hoc && view.policy.transferable);
     assert_eq!(log.events("r").len(), 3, "its history is kept");

@@ -347,6 +347,14 @@ pub(super) fn capped() -> (Log, LeaseView) {
     (log, a)
 }
 
+/// The registered defaults, transferable.
+pub(super) fn transferable() -> Policy {
+    Policy {
+        transferable: true,
+        ..Policy::registered()
+    }
+}
+
 pub(super) fn shared_policy(modes: &[Mode], total_units: u64) -> Policy {
     Policy {
         shared_modes: modes.to_vec(),

@@ -71,13 +71,7 @@ fn s4_3_renew_with_a_stale_token_names_expected_and_got() {
 #[test]
 fn s4_3_another_principal_may_not_renew_release_or_transfer_but_an_admin_may() {
     let mut log = Log::new();
-    log.register(
-        "r",
-        Policy {
-            transferable: true,
-            ..Policy::registered()
-        },
-    );
+    log.register("r", transferable());
     let a = granted(&log.acquire(ALICE, acq_ttl("r", "a", 10_000)));
     for reply in [
         log.renew(BOB, renew_of(&a, None)),

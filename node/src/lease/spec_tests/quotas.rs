@@ -72,13 +72,7 @@ fn only_an_admin_sets_quotas_and_the_override_beats_the_default() {
 #[test]
 fn the_lease_quota_counts_live_leases_and_frees_on_release_reclaim_and_transfer() {
     let mut log = Log::new();
-    log.register(
-        "t",
-        Policy {
-            transferable: true,
-            ..Policy::registered()
-        },
-    );
+    log.register("t", transferable());
     set(&mut log, Some("alice"), Quota::Leases, Some(2));
     let a = granted(&log.acquire(ALICE, acq("r1", "a")));
     granted(&log.acquire(ALICE, acq_ttl("r2", "a", 1_000)));

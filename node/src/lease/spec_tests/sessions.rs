@@ -407,13 +407,7 @@ fn s4_24_a_mass_expiry_ends_each_session_whole_in_one_entry() {
 #[test]
 fn s4_24_a_transferred_lease_leaves_the_session_and_keeps_its_expiry() {
     let mut log = Log::new();
-    log.register(
-        "t",
-        Policy {
-            transferable: true,
-            ..Policy::registered()
-        },
-    );
+    log.register("t", transferable());
     let id = open(&mut log, ALICE, "w", 10_000);
     let index = log.index;
     let view = granted(&log.propose(ALICE, on(&id, acq("t", "w"))));
@@ -494,13 +488,7 @@ fn s4_24_a_session_past_its_grace_is_never_renewed_even_when_the_reclaim_budget_
 #[test]
 fn s4_24_a_transfer_to_a_holder_waiting_on_a_session_ends_that_wait() {
     let mut log = Log::new();
-    log.register(
-        "t",
-        Policy {
-            transferable: true,
-            ..Policy::registered()
-        },
-    );
+    log.register("t", transferable());
     let first = granted(&log.acquire(ALICE, acq_ttl("t", "a", 60_000)));
     let id = open(&mut log, ALICE, "w", 10_000);
     let index = log.index;

@@ -4,13 +4,6 @@ use super::*;
 use crate::lease::history::{EventKind, Successor};
 use crate::lease::types::LeaseStatus;
 
-fn transferable() -> Policy {
-    Policy {
-        transferable: true,
-        ..Policy::registered()
-    }
-}
-
 /// Registers "r" (index 1), alice acquires with metadata at lease time 0 (index 2), time moves
 /// 3 s, alice transfers to holder "b" (index 3).
 fn handed_over(to_principal: Option<&str>) -> (Log, LeaseView, LeaseView) {

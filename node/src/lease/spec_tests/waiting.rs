@@ -334,13 +334,7 @@ fn s4_11_a_waiting_ad_hoc_resource_is_not_forgotten() {
 #[test]
 fn s4_7_a_transfer_to_a_waiting_holder_ends_its_wait_admitted_with_that_lease() {
     let mut log = Log::new();
-    log.register(
-        "r",
-        Policy {
-            transferable: true,
-            ..Policy::registered()
-        },
-    );
+    log.register("r", transferable());
     let a = granted(&log.acquire(ALICE, acq("r", "a")));
     queued(&log.acquire(ALICE, wait("r", "b", 60_000)));
     log.transfer(ALICE, transfer_of(&a, "b", None));
