@@ -190,6 +190,21 @@ impl Running {
         .expect("SIGINT");
     }
 
+    /// Sends SIGINT until it exits (within [`GUARD`]). A command started with SIGINT ignored
+    /// (what a non-interactive shell does to its background jobs, such as a CI run) loses a
+    /// SIGINT that arrives before it has set up its own handler; the next one reaches it.
+    /// Its output stays in the pipes for [`Running::end`].
+    pub async fn interrupt_until_exited(&mut self) {
+        let deadline = tokio::time::Instant::now() + GUARD;
+        while self.exited().is_none() {
+            self.interrupt();
+            let exited = tokio::time::timeout(Duration::from_millis(500), self.child.wait());
+            if exited.await.is_ok() || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+        }
+    }
+
     /// Waits for its end: the exit code and the output not yet read.
     pub async fn finish(self) -> Ran {
         self.end().await.unwrap_or_else(|why| panic!("{why}"))

@@ -800,7 +800,7 @@ impl Runner {
                 let why = format!("ended by itself ({status}) before Ctrl-C");
                 return self.fail(&started.command, &started.ran_as, why);
             }
-            started.running.interrupt();
+            started.running.interrupt_until_exited().await;
         }
         let ran = match started.running.end().await {
             Ok(ran) => ran,
