@@ -82,44 +82,20 @@ pub async fn run(
     let stop = Arc::new(tokio::sync::Notify::new());
     let renewals = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    // Keepers run from the first session on: the load takes longer than a ttl.
+    // Keepers run from the first session on (the load takes longer than a ttl), each on a
+    // KeepAlive stream of its own to the leader, as a client library holding many sessions
+    // would renew them.
+    let leader = super::tenure::leader(&cluster.endpoints).await?;
+    let counters = Counters {
+        kept: kept.clone(),
+        stop: stop.clone(),
+        renewals: renewals.clone(),
+        errors: errors.clone(),
+    };
     let mut keepers = JoinSet::new();
     for k in 0..KEEPERS {
-        let client = Client::new(super::rotated(&cluster.endpoints, k))?;
-        let (kept, stop, renewals, errors) =
-            (kept.clone(), stop.clone(), renewals.clone(), errors.clone());
-        let every = sessions.ttl / 3;
-        keepers.spawn(async move {
-            loop {
-                let round = Instant::now();
-                let count = kept.lock().unwrap_or_else(|e| e.into_inner()).len();
-                for i in (k..count).step_by(KEEPERS) {
-                    let id = {
-                        let kept = kept.lock().unwrap_or_else(|e| e.into_inner());
-                        match kept.get(i) {
-                            Some(one) if !one.expiring => one.id.clone(),
-                            _ => continue,
-                        }
-                    };
-                    match client.renew_session(&id).await {
-                        Ok(_) => {
-                            renewals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
-                            if let Some(one) = kept.get_mut(i) {
-                                one.answered = Instant::now();
-                            }
-                        }
-                        Err(_) => {
-                            errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    }
-                }
-                tokio::select! {
-                    () = stop.notified() => return,
-                    () = tokio::time::sleep_until(round + every) => {}
-                }
-            }
-        });
+        let addr = cluster.endpoints[leader as usize - 1].clone();
+        keepers.spawn(keeper(addr, k, counters.clone(), sessions.ttl / 3));
     }
     let load_seconds = load(&cluster.endpoints, sessions, &kept).await?;
     eprintln!(
@@ -128,7 +104,6 @@ pub async fn run(
     );
 
     // The hold: only keepalives run.
-    let leader = super::tenure::leader(&cluster.endpoints).await?;
     let (renewed_before, cpu_before, leader_cpu_before) = (
         renewals.load(std::sync::atomic::Ordering::Relaxed),
         cluster.cpu_time(),
@@ -144,6 +119,9 @@ pub async fn run(
         .cpu_time(leader)
         .unwrap_or_default()
         .saturating_sub(leader_cpu_before);
+    if let Some(ended) = keepers.try_join_next() {
+        bail!("a keeper stopped during the hold: {:?}", ended?);
+    }
     if super::tenure::leader(&cluster.endpoints).await? != leader {
         bail!("the leader changed during the hold: its CPU is not the keepalives'");
     }
@@ -226,6 +204,75 @@ pub async fn run(
         reclaim_p99_ms: at(0.99),
         reclaim_max_ms: at(1.0),
     })
+}
+
+/// What the keepers share with the run.
+#[derive(Clone)]
+struct Counters {
+    kept: Arc<Mutex<Vec<Kept>>>,
+    stop: Arc<tokio::sync::Notify>,
+    renewals: Arc<std::sync::atomic::AtomicU64>,
+    errors: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Renews sessions `k`, `k + KEEPERS`, … every `every` on one KeepAlive stream to `addr`,
+/// one message at a time, until stopped (or the stream breaks: then its sessions expire and
+/// the run fails).
+async fn keeper(addr: String, k: usize, counters: Counters, every: Duration) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (requests, outgoing) = tokio::sync::mpsc::channel::<pb::KeepAliveRequest>(16);
+    let outgoing = futures::stream::unfold(outgoing, |mut rx| async move {
+        rx.recv().await.map(|message| (message, rx))
+    });
+    let mut answers =
+        tenure_proto::v1::leases_client::LeasesClient::connect(format!("http://{addr}"))
+            .await?
+            .keep_alive(outgoing)
+            .await?
+            .into_inner();
+    let mut seq = 0;
+    loop {
+        let round = Instant::now();
+        let count = counters
+            .kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        for i in (k..count).step_by(KEEPERS) {
+            let id = {
+                let kept = counters.kept.lock().unwrap_or_else(|e| e.into_inner());
+                match kept.get(i) {
+                    Some(one) if !one.expiring => one.id.clone(),
+                    _ => continue,
+                }
+            };
+            seq += 1;
+            requests
+                .send(pb::KeepAliveRequest {
+                    seq,
+                    renew: None,
+                    session_id: id,
+                })
+                .await?;
+            let answer = answers
+                .message()
+                .await?
+                .context("the KeepAlive stream ended")?;
+            if answer.session.is_some() {
+                counters.renewals.fetch_add(1, Relaxed);
+                let mut kept = counters.kept.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(one) = kept.get_mut(i) {
+                    one.answered = Instant::now();
+                }
+            } else {
+                counters.errors.fetch_add(1, Relaxed);
+            }
+        }
+        tokio::select! {
+            () = counters.stop.notified() => return Ok(()),
+            () = tokio::time::sleep_until(round + every) => {}
+        }
+    }
 }
 
 /// Creates the sessions and acquires `per_session` leases on each (`sess/<s>/<k>`) from 64
