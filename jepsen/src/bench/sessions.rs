@@ -254,9 +254,11 @@ async fn keeper(addr: String, k: usize, counters: Counters, every: Duration) -> 
                     session_id: id,
                 })
                 .await?;
-            let answer = answers
-                .message()
-                .await?
+            // A stalled stream fails the keeper (and the run), rather than let its sessions
+            // expire unnoticed.
+            let answer = tokio::time::timeout(every, answers.message())
+                .await
+                .context("no KeepAlive answer within ttl/3")??
                 .context("the KeepAlive stream ended")?;
             if answer.session.is_some() {
                 counters.renewals.fetch_add(1, Relaxed);

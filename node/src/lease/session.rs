@@ -109,6 +109,15 @@ impl State {
         self.sessions.len()
     }
 
+    /// Whether `session` is past its expiry and grace (ended by the next entry that settles
+    /// it): reads show it as gone.
+    pub(in crate::lease) fn session_is_due(&self, session: &Session) -> bool {
+        session
+            .expires_at_ms
+            .saturating_add(self.session_grace_ms())
+            <= self.clock.now_ms()
+    }
+
     /// When a lease ends unless renewed: its own expiry, or its session's.
     pub(in crate::lease) fn expiry_of(&self, lease: &Lease) -> u64 {
         lease
@@ -297,44 +306,55 @@ impl State {
         id: u64,
         how: SessionStatus,
     ) -> (SessionView, Vec<LeaseView>) {
-        let Some(session) = self.sessions.get(&id).cloned() else {
-            return (
-                SessionView {
-                    id,
-                    holder: Name::default(),
-                    principal: Name::default(),
-                    ttl_ms: 0,
-                    created_wall_ms: 0,
-                    expires_wall_ms: 0,
-                    remaining_ms: 0,
-                    status: how,
-                    metadata: Metadata::default(),
-                    lease_count: 0,
-                    wait_count: 0,
-                    leases: Vec::new(),
-                },
-                Vec::new(),
-            );
+        // Its lists are taken out of the map's copy (changed in place): the leases and waits
+        // ended below detach from an empty list instead of each copying a shared one.
+        let Some(live) = self.sessions.get_mut(&id).map(Arc::make_mut) else {
+            return (self.empty_view(id, how), Vec::new());
         };
+        let leases = std::mem::take(&mut live.leases);
+        let waits = std::mem::take(&mut live.waits);
+        self.on_sessions -= leases.len();
         let status = match how {
             SessionStatus::Closed => LeaseStatus::Released,
             _ => LeaseStatus::Reclaimed,
         };
-        let mut ended = Vec::with_capacity(session.leases.len());
-        for (resource, lease_id) in &session.leases {
+        let mut ended = Vec::with_capacity(leases.len());
+        for (resource, lease_id) in &leases {
             if let Some(view) = self.end_lease(index, actor, resource, *lease_id, status) {
                 ended.push(view);
             }
         }
-        for (resource, wait_id) in &session.waits {
+        for (resource, wait_id) in &waits {
             self.cancel_session_wait(index, actor, resource, *wait_id);
         }
+        let Some(session) = self.sessions.remove(&id) else {
+            return (self.empty_view(id, how), ended);
+        };
+        let mut session = Arc::unwrap_or_clone(session);
+        (session.leases, session.waits) = (leases, waits);
         self.session_due.remove(&self.session_due_key(id, &session));
-        self.sessions.remove(&id);
         self.count_session(&session, -1);
         let shown = ended.iter().take(SESSION_LEASES_SHOWN).cloned().collect();
         let view = self.session_view(id, &session, how, shown);
         (view, ended)
+    }
+
+    /// The view of a session this state does not hold (ended already).
+    fn empty_view(&self, id: u64, how: SessionStatus) -> SessionView {
+        SessionView {
+            id,
+            holder: Name::default(),
+            principal: Name::default(),
+            ttl_ms: 0,
+            created_wall_ms: 0,
+            expires_wall_ms: 0,
+            remaining_ms: 0,
+            status: how,
+            metadata: Metadata::default(),
+            lease_count: 0,
+            wait_count: 0,
+            leases: Vec::new(),
+        }
     }
 
     /// Reclaims `sessions` (past their expiry and grace), each whole, in order; returns the
@@ -356,7 +376,7 @@ impl State {
 
     /// Ends session `id` if it is past its expiry and grace (the entry's reclaim budget may
     /// have left it for later): a command that names it never sees it alive.
-    fn settle_session(&mut self, index: u64, id: u64) {
+    pub(in crate::lease) fn settle_session(&mut self, index: u64, id: u64) {
         let now_ms = self.clock.now_ms();
         let due = self
             .sessions
@@ -524,7 +544,8 @@ impl State {
             .sessions
             .range((after.saturating_add(1))..)
             .filter(|(_, s)| principal.is_none_or(|p| s.principal == p))
-            .filter(|(_, s)| holder.is_none_or(|h| s.holder == h));
+            .filter(|(_, s)| holder.is_none_or(|h| s.holder == h))
+            .filter(|(_, s)| !self.session_is_due(s));
         for (&id, session) in matching {
             if views.len() == page_size {
                 next = views.last().map(|v: &SessionView| v.id);

@@ -286,6 +286,25 @@ impl State {
             let Some(head) = rs.rare().waiters.front() else {
                 return;
             };
+            // A wait on a session past its grace (that the reclaim budget left for later) is
+            // never admitted: its session ends now, and the wait with it.
+            if let Some(id) = head.session {
+                let count = rs.rare().waiters.len();
+                self.settle_session(index, id.get());
+                let left = self
+                    .resources
+                    .get(resource)
+                    .map_or(0, |rs| rs.rare().waiters.len());
+                if left < count {
+                    continue;
+                }
+            }
+            let Some(rs) = self.resources.get(resource) else {
+                return;
+            };
+            let Some(head) = rs.rare().waiters.front() else {
+                return;
+            };
             // A lease on a session has no end of its own: every booking ahead is in its way.
             let reach_ms = match head.session {
                 Some(_) => u64::MAX,

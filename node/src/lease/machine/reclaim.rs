@@ -30,16 +30,17 @@ impl State {
             let lease_due = self.due.first().map(|(due_ms, _, _)| *due_ms);
             let session_due = self
                 .session_due
-                .iter()
+                .first()
                 .map(|(due_ms, _)| *due_ms)
-                .find(|_| true)
                 .filter(|ms| *ms <= now_ms);
             if let Some(session_due_ms) = session_due {
                 if lease_due.is_none_or(|lease_ms| session_due_ms < lease_ms) {
                     let Some((_, id)) = self.session_due.pop_first() else {
                         break;
                     };
-                    let carried = self.session(id).map_or(0, |s| s.leases.len());
+                    let carried = self
+                        .session(id)
+                        .map_or(0, |s| s.leases.len() + s.waits.len());
                     budget = budget.saturating_sub(carried.max(1));
                     sessions.push(id);
                     continue;

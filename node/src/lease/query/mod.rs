@@ -140,7 +140,7 @@ pub fn answer(state: &State, query: &Query) -> Answer {
             fencing_token,
             fsm,
         } => Answer::Validate(state.validate(resource, lease_id, *fencing_token, fsm.as_ref())),
-        Query::Session { id } => match state.session(*id) {
+        Query::Session { id } => match state.session(*id).filter(|s| !state.session_is_due(s)) {
             Some(session) => Answer::Session(Box::new(state.live_session_view(*id, session))),
             None => Answer::Rejected(Rejection::SessionNotFound(format!(
                 "{}: it was closed, it expired, or it never existed",

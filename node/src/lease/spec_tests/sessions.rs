@@ -502,3 +502,27 @@ fn s4_24_a_transfer_to_a_holder_waiting_on_a_session_ends_that_wait() {
     assert_eq!(log.state.session(index).map(|s| s.waits.len()), Some(0));
     assert_eq!(log.state.waiters(), 0);
 }
+
+#[test]
+fn s4_24_a_wait_on_a_session_past_its_grace_is_never_admitted() {
+    let mut log = Log::new();
+    // "a-r" is held by a plain lease due first; more plain leases fall due with it than one
+    // entry reclaims, so the session waiting for "a-r" is left for later by the budget.
+    granted(&log.acquire(BOB, acq_ttl("a-r", "b", 5_000)));
+    for k in 0..crate::lease::machine::RECLAIMS_PER_ENTRY + 10 {
+        granted(&log.acquire(BOB, acq_ttl(&format!("plain/{k}"), "b", 5_000)));
+    }
+    log.elapse(500);
+    let id = open(&mut log, ALICE, "w", 5_000);
+    let index = log.index;
+    log.propose(ALICE, on(&id, wait("a-r", "w")));
+    log.elapse(6_000);
+    log.tick();
+    // The reclaim of "a-r" freed it, and its head waiter's session was past its grace: the
+    // session ended, its wait cancelled, nothing granted on it.
+    assert!(log.holders("a-r").is_empty(), "{:?}", log.holders("a-r"));
+    let decided = log.state.effects().waits.clone();
+    assert_eq!(decided.len(), 1);
+    assert_eq!(decided[0].outcome.refusal, Some(Refusal::WaitCancelled));
+    assert_eq!(log.state.session(index).map(|s| s.leases.len()), None);
+}
