@@ -52,16 +52,7 @@ pub async fn run(options: &BenchOptions, data: &Path) -> Result<Vec<ScalePoint>>
 }
 
 async fn one_size(options: &BenchOptions, data: &Path, leases: usize) -> Result<ScalePoint> {
-    let mut cluster = LocalCluster::start(
-        System::Tenure,
-        data,
-        &options.tenured,
-        &options.tenured_args,
-    )?;
-    await_ready("tenure", Duration::from_secs(30), || {
-        super::ready(System::Tenure, &cluster.endpoints, &[true; NODES as usize])
-    })
-    .await?;
+    let mut cluster = started_tenure(options, data).await?;
     let load_seconds = load(&cluster.endpoints, leases).await?;
     let loaded_at = Instant::now();
     // Let followers apply what the leader acknowledged before reading their memory, and let
@@ -117,6 +108,21 @@ async fn one_size(options: &BenchOptions, data: &Path, leases: usize) -> Result<
         rss_after_restart_bytes: cluster.rss_bytes(),
         rss_after_hold_bytes,
     })
+}
+
+/// A fresh three-node Tenure cluster under `data`, ready to serve.
+pub(super) async fn started_tenure(options: &BenchOptions, data: &Path) -> Result<LocalCluster> {
+    let cluster = LocalCluster::start(
+        System::Tenure,
+        data,
+        &options.tenured,
+        &options.tenured_args,
+    )?;
+    await_ready("tenure", Duration::from_secs(30), || {
+        super::ready(System::Tenure, &cluster.endpoints, &[true; NODES as usize])
+    })
+    .await?;
+    Ok(cluster)
 }
 
 /// Acquires `leases` distinct resources (`scale/N`) with a long ttl from 64 clients.

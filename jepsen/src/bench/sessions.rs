@@ -14,7 +14,6 @@ use tenure_client::{pb, prost_duration, Client};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::cluster::{await_ready, LocalCluster, System, NODES};
 use super::BenchOptions;
 
 /// Tasks creating sessions and acquiring their leases.
@@ -68,16 +67,7 @@ pub async fn run(
     sessions: &SessionsOptions,
     data: &Path,
 ) -> Result<SessionsPoint> {
-    let cluster = LocalCluster::start(
-        System::Tenure,
-        data,
-        &options.tenured,
-        &options.tenured_args,
-    )?;
-    await_ready("tenure", Duration::from_secs(30), || {
-        super::ready(System::Tenure, &cluster.endpoints, &[true; NODES as usize])
-    })
-    .await?;
+    let cluster = super::scale::started_tenure(options, data).await?;
     let kept: Arc<Mutex<Vec<Kept>>> = Arc::default();
     let stop = Arc::new(tokio::sync::Notify::new());
     let renewals = Arc::new(std::sync::atomic::AtomicU64::new(0));

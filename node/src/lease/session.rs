@@ -377,11 +377,10 @@ impl State {
     /// Ends session `id` if it is past its expiry and grace (the entry's reclaim budget may
     /// have left it for later): a command that names it never sees it alive.
     pub(in crate::lease) fn settle_session(&mut self, index: u64, id: u64) {
-        let now_ms = self.clock.now_ms();
         let due = self
             .sessions
             .get(&id)
-            .is_some_and(|s| s.expires_at_ms.saturating_add(self.session_grace_ms()) <= now_ms);
+            .is_some_and(|s| self.session_is_due(s));
         if due {
             let (_, ended) =
                 self.end_session(index, history::SYSTEM_ACTOR, id, SessionStatus::Expired);
@@ -392,26 +391,17 @@ impl State {
     /// Ends the sessions of `resource`'s leases that are past their expiry and grace, before a
     /// command reads or changes the resource: no command sees a lease past its session's grace.
     pub(in crate::lease) fn settle_sessions_of(&mut self, index: u64, resource: &str) {
-        let now_ms = self.clock.now_ms();
-        let grace_ms = self.session_grace_ms();
         let Some(rs) = self.resources.get(resource) else {
             return;
         };
-        let due: BTreeSet<u64> = rs
+        let sessions: BTreeSet<u64> = rs
             .leases
             .iter()
             .filter_map(|l| l.session)
             .map(NonZeroU64::get)
-            .filter(|id| {
-                self.sessions
-                    .get(id)
-                    .is_some_and(|s| s.expires_at_ms.saturating_add(grace_ms) <= now_ms)
-            })
             .collect();
-        for id in due {
-            let (_, ended) =
-                self.end_session(index, history::SYSTEM_ACTOR, id, SessionStatus::Expired);
-            self.effects.reclaimed += ended.len();
+        for id in sessions {
+            self.settle_session(index, id);
         }
     }
 

@@ -526,3 +526,73 @@ fn s4_24_a_wait_on_a_session_past_its_grace_is_never_admitted() {
     assert_eq!(decided[0].outcome.refusal, Some(Refusal::WaitCancelled));
     assert_eq!(log.state.session(index).map(|s| s.leases.len()), None);
 }
+
+#[test]
+fn s4_24_a_lease_on_a_session_has_no_end_for_bookings() {
+    let mut log = Log::new();
+    log.register(
+        "room",
+        Policy {
+            bookable: true,
+            ..Policy::registered()
+        },
+    );
+    let book = |holder: &str, start_wall_ms: u64| {
+        Op::Book(crate::lease::command::BookOp {
+            resource: "room".into(),
+            holder: holder.into(),
+            start_wall_ms,
+            duration_ms: 60_000,
+            ad_hoc_bookable: false,
+        })
+    };
+    let id = open(&mut log, ALICE, "w", 10_000);
+    granted(&log.propose(ALICE, on(&id, acq("room", "w"))));
+    // Far past the session's ttl, yet refused: the session may be renewed into it.
+    let far = log.state.clock().wall_ms() + 3_600_000;
+    let held_into = rejection(&log.propose(BOB, book("other", far)));
+    assert_eq!(held_into.reason(), "resource_unavailable", "{held_into}");
+    session(&log.propose(ALICE, close_session(&id)));
+    // The other way round: a booking ahead, however far, is in a session lease's way.
+    assert!(matches!(
+        log.propose(BOB, book("other", far)),
+        Reply::Booking(_)
+    ));
+    let id = open(&mut log, ALICE, "w", 10_000);
+    let (why, _) = refused(&log.propose(ALICE, on(&id, acq("room", "w"))));
+    assert!(matches!(why, Refusal::ResourceBooked { .. }), "{why:?}");
+}
+
+#[test]
+fn s4_24_every_event_about_a_lease_or_wait_on_a_session_names_it() {
+    let mut log = Log::new();
+    let blocker = granted(&log.acquire(BOB, acq_ttl("r", "other", 60_000)));
+    let id = open(&mut log, ALICE, "w", 10_000);
+    let index = log.index;
+    log.propose(ALICE, on(&id, wait("r", "w")));
+    log.release(BOB, release_of(&blocker));
+    let admitted = log.holders("r");
+    assert_eq!(admitted[0].0, "w");
+    session(&log.propose(ALICE, close_session(&id)));
+    let events = log.events("r");
+    for kind in [EventKind::Queued, EventKind::Admitted, EventKind::Released] {
+        let named: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == kind && e.holder == "w")
+            .map(|e| e.session.map(|s| s.get()))
+            .collect();
+        assert_eq!(named, vec![Some(index)], "{kind:?}");
+    }
+    let first = log
+        .events("r")
+        .into_iter()
+        .find(|e| e.kind == EventKind::Acquired)
+        .expect("the blocker's acquire");
+    assert_eq!(first.session, None, "a lease of its own names none");
+    let id = open(&mut log, ALICE, "w", 10_000);
+    let index = log.index;
+    granted(&log.propose(ALICE, on(&id, acq("s", "w"))));
+    let acquired = log.events("s");
+    assert_eq!(acquired[0].kind, EventKind::Acquired);
+    assert_eq!(acquired[0].session.map(|s| s.get()), Some(index));
+}
