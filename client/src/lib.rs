@@ -54,7 +54,8 @@
 //!
 //! Beyond one lease: [`Client::lock`] builds an acquire that can queue in the waiting room
 //! (`wait(timeout)`, a blocking lock); [`Client::session`] holds many leases on one heartbeat
-//! ([`Session::lock`]), all lost together; [`Client::campaign`] and [`Client::observe`] elect and
+//! ([`Session::lock`]), all lost together; [`Client::lock_many`] takes several resources
+//! in one step, all or none, and waits for them without deadlock; [`Client::campaign`] and [`Client::observe`] elect and
 //! follow a leader; [`Client::watch_resuming`] is a `Watch` that survives node failures; and
 //! [`Fence`] is the downstream check that refuses a write with a stale fencing token.
 
@@ -66,6 +67,7 @@ mod error;
 mod fence;
 mod lease;
 mod lock;
+mod many;
 mod observe;
 mod owner;
 mod retry;
@@ -81,6 +83,7 @@ pub use lease::{
     Lease, Lost,
 };
 pub use lock::Lock;
+pub use many::{AcquiredMany, LockMany};
 pub use observe::{Leader, Leaders};
 pub use owner::{Forwarded, Inbox, DEFAULT_FORWARD_TIMEOUT, MAX_PAYLOAD_BYTES};
 pub use session::Session;

@@ -126,15 +126,26 @@ impl Lock {
         let lease = response
             .lease
             .ok_or_else(|| Error::Local("granted without a lease".into()))?;
-        if let Some(session) = session.filter(|s| s.id == lease.session_id) {
-            let lease = Lease::on_session(client, lease, &session);
-            return Ok(Acquired::Granted(Box::new(lease)));
-        }
-        let ttl = requested_ttl
-            .or_else(|| lease.ttl.as_ref().map(from_prost_duration))
-            .filter(|ttl| !ttl.is_zero())
-            .ok_or_else(|| Error::Local("granted without a ttl".into()))?;
-        let lease = Lease::hold(client, lease, ttl, sent).await?;
+        let lease = held(client, lease, session.as_ref(), requested_ttl, sent).await?;
         Ok(Acquired::Granted(Box::new(lease)))
     }
+}
+
+/// The handle of a granted `lease`, asked for at `sent` with `requested_ttl`: on `session`
+/// if the grant names it, renewing itself otherwise.
+pub(crate) async fn held(
+    client: Client,
+    lease: pb::Lease,
+    session: Option<&SessionLink>,
+    requested_ttl: Option<Duration>,
+    sent: Instant,
+) -> Result<Lease, Error> {
+    if let Some(session) = session.filter(|s| s.id == lease.session_id) {
+        return Ok(Lease::on_session(client, lease, session));
+    }
+    let ttl = requested_ttl
+        .or_else(|| lease.ttl.as_ref().map(from_prost_duration))
+        .filter(|ttl| !ttl.is_zero())
+        .ok_or_else(|| Error::Local("granted without a ttl".into()))?;
+    Lease::hold(client, lease, ttl, sent).await
 }

@@ -116,6 +116,14 @@ impl Session {
         &self.session
     }
 
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn link(&self) -> &SessionLink {
+        &self.link
+    }
+
     /// The ttl every renewal extends it by.
     pub fn ttl(&self) -> Duration {
         self.link.ttl

@@ -46,19 +46,37 @@ impl Client {
         mut request: pb::AcquireRequest,
     ) -> Result<pb::AcquireResponse, Error> {
         ensure_request_id(&mut request.request_id);
-        let waits = request.on_conflict == pb::OnConflict::Wait as i32;
-        let deadline = if waits {
-            let wait = request
-                .wait_timeout
-                .as_ref()
-                .map(crate::lease::from_prost_duration)
-                .filter(|d| !d.is_zero())
-                .unwrap_or(DEFAULT_WAIT_TIMEOUT);
-            self.deadline() + wait
-        } else {
-            self.deadline()
-        };
+        let deadline = self.wait_deadline(request.on_conflict, request.wait_timeout.as_ref());
         leases_call!(self, deadline, request, acquire)
+    }
+
+    /// `AcquireMany` (SPEC §4.25): every claim in one entry, or none. Sets a `request_id`
+    /// when the request has none; with `on_conflict = WAIT` it blocks, as [`Client::acquire`]
+    /// does, until the log admits it in every room or its wait ends.
+    pub async fn acquire_many(
+        &self,
+        mut request: pb::AcquireManyRequest,
+    ) -> Result<pb::AcquireManyResponse, Error> {
+        ensure_request_id(&mut request.request_id);
+        let deadline = self.wait_deadline(request.on_conflict, request.wait_timeout.as_ref());
+        leases_call!(self, deadline, request, acquire_many)
+    }
+
+    /// An acquire's deadline: with `WAIT`, its `wait_timeout` (60 s when unset) on top of the
+    /// client's timeout.
+    fn wait_deadline(
+        &self,
+        on_conflict: i32,
+        wait_timeout: Option<&prost_types::Duration>,
+    ) -> Instant {
+        if on_conflict != pb::OnConflict::Wait as i32 {
+            return self.deadline();
+        }
+        let wait = wait_timeout
+            .map(crate::lease::from_prost_duration)
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_WAIT_TIMEOUT);
+        self.deadline() + wait
     }
 
     /// `CancelWait`: removes `holder`'s entry from the resource's waiting room.

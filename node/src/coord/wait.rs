@@ -1,7 +1,8 @@
-//! A `WAIT` acquire's blocked call (SPEC §4.7). The node the client reached proposes the
-//! acquire (through the leader), then waits on its own applied state for the entry that
-//! decides the wait: an admission or a removal. The call answers only with an outcome the
-//! log decided; if the client goes away first, this node proposes the removal.
+//! A `WAIT` acquire's blocked call (SPEC §4.7), of one resource or several (SPEC §4.25). The
+//! node the client reached proposes the acquire (through the leader), then waits on its own
+//! applied state for the entry that decides the wait: an admission or a removal. The call
+//! answers only with an outcome the log decided; if the client goes away first, this node
+//! proposes the removal.
 
 use std::sync::Arc;
 
@@ -9,21 +10,17 @@ use tracing::Instrument;
 
 use crate::coord::Node;
 use crate::error::ApiError;
-use crate::lease::{AcquireOp, AcquireOutcome, CancelWaitOp, Op, Proposal, Reply};
+use crate::lease::{CancelWaitOp, Op, Proposal, Reply, WaitOutcome};
 use crate::store::notify::Decided;
 
 /// Proposes `request` (an acquire with `wait_ms`) and, if it queued, blocks until its wait is
 /// decided. `request.request_id` must be set: a retry of it learns the decided outcome.
 pub async fn acquire(node: &Arc<Node>, request: Proposal) -> Result<Reply, ApiError> {
-    let Some(AcquireOp {
-        resource, holder, ..
-    }) = request.op.acquire_op()
-    else {
+    let Some(target) = Target::of(&request.op) else {
         return node.propose(request).await;
     };
-    let (resource, holder) = (resource.clone(), holder.clone());
     // Listen before proposing: an admission applied right after the queuing entry is heard.
-    let mut registration = node.sm.notify.register(&resource, &holder);
+    let mut registration = node.sm.notify.register(&target.resource, &target.holder);
     // From here until the call answers, a client that goes away has its wait removed.
     let mut guard = CancelOnDrop {
         node: node.clone(),
@@ -39,24 +36,19 @@ pub async fn acquire(node: &Arc<Node>, request: Proposal) -> Result<Reply, ApiEr
             return Err(error);
         }
     };
-    let wait_id = match &reply {
-        Reply::Acquire(AcquireOutcome {
-            wait_id: Some(id), ..
-        }) => *id,
-        _ => {
-            guard.disarm();
-            return Ok(reply);
-        }
+    let Some(wait_id) = waiting_id(&reply) else {
+        guard.disarm();
+        return Ok(reply);
     };
     guard.wait_id = Some(wait_id);
     let mut check_state = true;
     loop {
         if check_state {
-            match decided_before(node, &resource, &holder, wait_id) {
+            match decided_before(node, &target, wait_id) {
                 Decision::Pending => {}
-                Decision::Known(outcome) => {
+                Decision::Known(reply) => {
                     guard.disarm();
-                    return Ok(Reply::Acquire(*outcome));
+                    return Ok(*reply);
                 }
                 Decision::Forgotten => {
                     // Decided, but history no longer says how: the request's remembered reply
@@ -71,7 +63,7 @@ pub async fn acquire(node: &Arc<Node>, request: Proposal) -> Result<Reply, ApiEr
         match registration.next().await {
             Some(Decided::Outcome(decided)) if decided.wait_id == wait_id => {
                 guard.disarm();
-                return Ok(Reply::Acquire(decided.outcome));
+                return Ok(decided_reply(*decided));
             }
             Some(Decided::Outcome(_)) => {}
             Some(Decided::Reset) => check_state = true,
@@ -87,27 +79,85 @@ pub async fn acquire(node: &Arc<Node>, request: Proposal) -> Result<Reply, ApiEr
     }
 }
 
+/// Whether `op` may wait (an acquire of one resource or several with `WAIT`).
+pub fn waits(op: &Op) -> bool {
+    match op {
+        Op::AcquireMany(op) => op.wait_ms.is_some(),
+        op => op.acquire_op().is_some_and(|a| a.wait_ms.is_some()),
+    }
+}
+
+/// What a waiting call listens on: its resource (a multi-wait's first) and holder, and a
+/// multi-wait's resources.
+struct Target {
+    resource: String,
+    holder: String,
+    many: Option<Vec<String>>,
+}
+
+impl Target {
+    fn of(op: &Op) -> Option<Target> {
+        match op {
+            Op::AcquireMany(op) => Some(Target {
+                resource: op.claims.first()?.resource.clone(),
+                holder: op.holder.clone(),
+                many: Some(op.claims.iter().map(|c| c.resource.clone()).collect()),
+            }),
+            op => op.acquire_op().map(|op| Target {
+                resource: op.resource.clone(),
+                holder: op.holder.clone(),
+                many: None,
+            }),
+        }
+    }
+}
+
+/// The wait a reply names, if the call now waits.
+fn waiting_id(reply: &Reply) -> Option<u64> {
+    match reply {
+        Reply::Acquire(outcome) => outcome.wait_id,
+        Reply::Many(outcome) => outcome.wait_id,
+        _ => None,
+    }
+}
+
+/// What a blocked call answers when its wait is decided.
+fn decided_reply(decided: WaitOutcome) -> Reply {
+    match decided.many {
+        Some(many) => Reply::Many(many),
+        None => Reply::Acquire(decided.outcome),
+    }
+}
+
 /// What this node's applied state says of a wait.
 enum Decision {
     /// Not applied yet, or still waiting: an entry will decide it.
     Pending,
     /// Decided before this call listened (a retried or re-attached request, or a snapshot
     /// install skipped the decision): the outcome history records.
-    Known(Box<AcquireOutcome>),
+    Known(Box<Reply>),
     /// Decided, and history no longer holds how.
     Forgotten,
 }
 
-fn decided_before(node: &Node, resource: &str, holder: &str, wait_id: u64) -> Decision {
+fn decided_before(node: &Node, target: &Target, wait_id: u64) -> Decision {
     let applied = node.sm.read();
     let applied_index = applied.last_applied.map_or(0, |id| id.index);
-    if applied_index < wait_id || applied.state.is_waiting(resource, holder, wait_id) {
+    let state = &applied.state;
+    if applied_index < wait_id || state.is_waiting(&target.resource, &target.holder, wait_id) {
         return Decision::Pending;
     }
-    match applied.state.wait_outcome(resource, holder, wait_id) {
-        Some(outcome) => Decision::Known(Box::new(outcome)),
-        None => Decision::Forgotten,
-    }
+    let known = match &target.many {
+        Some(resources) => state
+            .many_outcome(resources, &target.holder, wait_id)
+            .map(|outcome| Reply::Many(Box::new(outcome))),
+        None => state
+            .wait_outcome(&target.resource, &target.holder, wait_id)
+            .map(Reply::Acquire),
+    };
+    known.map_or(Decision::Forgotten, |reply| {
+        Decision::Known(Box::new(reply))
+    })
 }
 
 /// Proposes the removal of a wait whose call went away before the log decided it.
@@ -143,18 +193,19 @@ impl Drop for CancelOnDrop {
                 let wait_id = match known {
                     Some(id) => Some(id),
                     None => match node.propose(request.clone()).await {
-                        Ok(Reply::Acquire(outcome)) => outcome.wait_id,
+                        Ok(reply) => waiting_id(&reply),
                         _ => None,
                     },
                 };
-                let (Some(wait_id), Some(op)) = (wait_id, request.op.acquire_op()) else {
+                let (Some(wait_id), Some(target)) = (wait_id, Target::of(&request.op)) else {
                     return;
                 };
+                // A multi-wait's removal in one room ends it in every room.
                 let removal = Proposal {
                     request_id: Some(uuid::Uuid::new_v4().to_string()),
                     op: Op::CancelWait(CancelWaitOp {
-                        resource: op.resource.clone(),
-                        holder: op.holder.clone(),
+                        resource: target.resource,
+                        holder: target.holder,
                         wait_id: Some(wait_id),
                     }),
                     ..request.clone()

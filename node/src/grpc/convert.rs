@@ -4,8 +4,9 @@ use tenure_proto::v1 as pb;
 
 use crate::error::ApiError;
 use crate::lease::session::session_name;
+use crate::lease::ManyOutcome;
 use crate::lease::{
-    Booking, Event, EventKind, LeaseStatus, LeaseView, Mode, Policy, Reply, ResourceView,
+    Booking, Event, EventKind, LeaseStatus, LeaseView, Mode, Policy, Refusal, Reply, ResourceView,
     SessionStatus, SessionView,
 };
 
@@ -252,4 +253,36 @@ pub fn booking_reply(resource: &str, reply: Reply) -> Result<pb::Booking, ApiErr
 /// A reply of another kind than the call's: a bug, reported as `internal`.
 pub fn unexpected(what: impl std::fmt::Debug) -> ApiError {
     ApiError::Internal(format!("unexpected reply {what:?}"))
+}
+
+/// A refusal's `booked_from`: the start of the booking in the way.
+pub fn booked_from(refusal: Option<Refusal>) -> Option<prost_types::Timestamp> {
+    match refusal {
+        Some(Refusal::ResourceBooked { start_wall_ms }) => Some(timestamp(start_wall_ms)),
+        _ => None,
+    }
+}
+
+/// An `AcquireMany` answer (SPEC §4.25).
+pub fn acquire_many(outcome: &ManyOutcome) -> pb::AcquireManyResponse {
+    let reason = |refusal: Option<Refusal>| refusal.map(|r| r.reason().to_string());
+    pb::AcquireManyResponse {
+        granted: outcome.granted,
+        leases: outcome.leases.iter().map(lease).collect(),
+        reason: match outcome.granted {
+            true => String::new(),
+            false => reason(outcome.summary().refusal).unwrap_or_default(),
+        },
+        claims: outcome
+            .claims
+            .iter()
+            .map(|claim| pb::ClaimOutcome {
+                resource: claim.resource.clone(),
+                reason: reason(claim.refusal).unwrap_or_default(),
+                holders: claim.holders.iter().map(lease).collect(),
+                queue_position: claim.queue_position,
+                booked_from: booked_from(claim.refusal),
+            })
+            .collect(),
+    }
 }

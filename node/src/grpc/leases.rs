@@ -35,12 +35,40 @@ impl LeasesApi {
     ) -> Result<Reply, ApiError> {
         let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         crate::metrics::record_request_id(Some(&request_id));
-        let waits = op.acquire_op().is_some_and(|a| a.wait_ms.is_some());
+        let waits = crate::coord::wait::waits(&op);
         let request = self.node.proposal(caller, request_id, op);
         if waits {
             crate::coord::wait::acquire(&self.node, request).await
         } else {
             self.node.propose(request).await
+        }
+    }
+
+    /// Proposes an acquire (of one resource or several) as the caller of `request`. A `WAIT`
+    /// holds a place among the open streams instead of one in flight, and ends as when its
+    /// client goes away if a reload revokes the caller's token.
+    async fn propose_acquire<T>(
+        &self,
+        request: &Request<T>,
+        request_id: Option<String>,
+        op: Op,
+    ) -> Result<Reply, ApiError> {
+        let caller = self.caller(request)?;
+        let waits = crate::coord::wait::waits(&op);
+        let _open_stream = if waits {
+            let open_stream = self.node.streams.enter()?;
+            if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
+                in_flight.release();
+            }
+            Some(open_stream)
+        } else {
+            None
+        };
+        let proposed = self.propose(caller, request_id, op);
+        let credential = crate::auth::credential_in(request.extensions()).filter(|_| waits);
+        tokio::select! {
+            reply = proposed => reply,
+            () = self.node.revoked(credential) => Err(ApiError::revoked()),
         }
     }
 
@@ -138,19 +166,7 @@ impl Leases for LeasesApi {
             .into());
         }
         let request_id = validate::request_id(&req.request_id)?;
-        let caller = self.caller(&request)?;
-        let waits = op.wait_ms.is_some();
         let resource = op.resource.clone();
-        // A wait holds a place among the open streams instead of one in flight.
-        let _open_stream = if waits {
-            let open_stream = self.node.streams.enter()?;
-            if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
-                in_flight.release();
-            }
-            Some(open_stream)
-        } else {
-            None
-        };
         let op = match session_id {
             None => Op::Acquire(op),
             Some(session_id) => Op::AcquireOnSession(SessionAcquireOp {
@@ -158,13 +174,7 @@ impl Leases for LeasesApi {
                 acquire: op,
             }),
         };
-        let proposed = self.propose(caller, request_id, op);
-        // A wait ends as when its client goes away if a reload revokes the caller's token.
-        let credential = crate::auth::credential_in(request.extensions()).filter(|_| waits);
-        let reply = tokio::select! {
-            reply = proposed => reply?,
-            () = self.node.revoked(credential) => return Err(ApiError::revoked().into()),
-        };
+        let reply = self.propose_acquire(&request, request_id, op).await?;
         match reply {
             Reply::Acquire(outcome) => Ok(Response::new(pb::AcquireResponse {
                 granted: outcome.granted,
@@ -175,12 +185,7 @@ impl Leases for LeasesApi {
                     .unwrap_or_default(),
                 holders: outcome.holders.iter().map(convert::lease).collect(),
                 queue_position: outcome.queue_position,
-                booked_from: match outcome.refusal {
-                    Some(Refusal::ResourceBooked { start_wall_ms }) => {
-                        Some(convert::timestamp(start_wall_ms))
-                    }
-                    _ => None,
-                },
+                booked_from: convert::booked_from(outcome.refusal),
                 // Read here, not kept in the reply: replies travel between nodes and sit in
                 // exactly-once records in a fixed encoding. This node's applied state has the
                 // reclaim that closed the resource unless it lags behind it.
@@ -398,6 +403,23 @@ impl Leases for LeasesApi {
         request: Request<pb::ForwardRequest>,
     ) -> Result<Response<pb::ForwardResponse>, Status> {
         super::owner::forward(&self.node, request).await
+    }
+
+    async fn acquire_many(
+        &self,
+        request: Request<pb::AcquireManyRequest>,
+    ) -> Result<Response<pb::AcquireManyResponse>, Status> {
+        let req = request.get_ref();
+        let op = validate::acquire_many(req)?;
+        let request_id = validate::request_id(&req.request_id)?;
+        match self
+            .propose_acquire(&request, request_id, Op::AcquireMany(op))
+            .await?
+        {
+            Reply::Many(outcome) => Ok(Response::new(convert::acquire_many(&outcome))),
+            Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
+            other => Err(unexpected(other).into()),
+        }
     }
 
     async fn create_session(

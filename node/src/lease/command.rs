@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::bookings::Booking;
+use super::many::ManyOutcome;
 use super::policy::{Policy, PolicyV1};
 use super::query::ResourceView;
 use super::quota::{Quota, QuotaView};
@@ -105,6 +106,8 @@ pub enum Op {
     CloseSession(CloseSessionOp),
     /// An acquire whose lease (or wait) lives on a session.
     AcquireOnSession(SessionAcquireOp),
+    /// All of several resources in one entry, or none (SPEC §4.25).
+    AcquireMany(AcquireManyOp),
 }
 
 impl Op {
@@ -132,7 +135,9 @@ impl Op {
             | Op::Tick
             | Op::SetQuota(_)
             | Op::CreateSession(_)
-            | Op::CloseSession(_) => None,
+            | Op::CloseSession(_)
+            // Its grants share its entry's index as their token: an entry of its own.
+            | Op::AcquireMany(_) => None,
         }
     }
 
@@ -180,6 +185,30 @@ pub struct SessionAcquireOp {
     pub session_id: String,
     /// Its `ttl_ms` is None: the lease lives while the session lives.
     pub acquire: AcquireOp,
+}
+
+/// SPEC §4.25: every named resource, granted together in one entry, or none.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireManyOp {
+    pub holder: String,
+    /// Distinct resources, in the caller's order (the order of the granted leases).
+    pub claims: Vec<Claim>,
+    /// None = each resource's policy default (or the session's ttl).
+    pub ttl_ms: Option<u64>,
+    /// `ses_<n>` as written: every lease lives on this session.
+    pub session_id: Option<String>,
+    /// Every lease's metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// `on_conflict = WAIT`: queue in every room for at most this long. None = FAIL.
+    pub wait_ms: Option<u64>,
+}
+
+/// One resource of an [`AcquireManyOp`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub resource: String,
+    pub mode: Mode,
+    pub units: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,4 +338,6 @@ pub enum Reply {
     Quota(Box<QuotaView>),
     /// CreateSession, RenewSession, CloseSession: the session as the entry left it.
     Session(Box<SessionView>),
+    /// AcquireMany: all granted, or why not, resource by resource.
+    Many(Box<ManyOutcome>),
 }

@@ -9,6 +9,7 @@ use super::machine::{check_name, check_names, check_ttl, Ctx, PushLean, Resource
 use super::policy;
 use super::quota::Quota;
 use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Name, Refusal, Rejection};
+use super::waiting::Waiter;
 
 impl State {
     /// Registers a resource: argument checks → existence (`already_exists`) → admin role.
@@ -76,39 +77,57 @@ impl State {
     ) -> Result<Reply, Rejection> {
         let acquire = &op.acquire;
         check_names(&acquire.resource, &acquire.holder)?;
-        let (id, session) = self.session_for(ctx, &op.session_id)?;
-        if session.holder != acquire.holder {
+        let (id, ttl_ms) =
+            self.session_terms(ctx, &op.session_id, &acquire.holder, acquire.ttl_ms)?;
+        self.session_lease_allowed(&acquire.resource)?;
+        let acquire = AcquireOp {
+            ttl_ms: Some(ttl_ms),
+            ..acquire.clone()
+        };
+        self.acquire(ctx, &acquire, Some(id))
+    }
+
+    /// The session a lease is asked on (its id, its principal or an admin), its holder the
+    /// lease's, no ttl of the lease's own: the session's id and ttl.
+    pub(super) fn session_terms(
+        &mut self,
+        ctx: &Ctx<'_>,
+        session_id: &str,
+        holder: &str,
+        ttl_ms: Option<u64>,
+    ) -> Result<(NonZeroU64, u64), Rejection> {
+        let (id, session) = self.session_for(ctx, session_id)?;
+        if session.holder != holder {
             return Err(Rejection::invalid(
                 "holder",
                 format!(
-                    "is not the holder of session {} ({})",
-                    op.session_id, session.holder
+                    "is not the holder of session {session_id} ({})",
+                    session.holder
                 ),
             ));
         }
-        if acquire.ttl_ms.is_some() {
+        if ttl_ms.is_some() {
             return Err(Rejection::invalid(
                 "ttl",
                 "a lease on a session lives while its session lives: leave ttl unset",
             ));
         }
-        let ttl_ms = session.ttl_ms;
-        // Attaching the lease changes the session in place only while no handle shares it.
-        drop(session);
-        if self.policy_of(&acquire.resource).max_lifetime_ms > 0 {
+        let id =
+            NonZeroU64::new(id).ok_or_else(|| Rejection::SessionNotFound(session_id.into()))?;
+        Ok((id, session.ttl_ms))
+    }
+
+    /// A lease on a session has no end of its own: a policy with a `max_lifetime` refuses it.
+    pub(super) fn session_lease_allowed(&self, resource: &str) -> Result<(), Rejection> {
+        if self.policy_of(resource).max_lifetime_ms > 0 {
             return Err(Rejection::invalid(
                 "session_id",
                 format!(
-                    "resource {}'s policy has a max_lifetime, and a lease on a session has no end of its own",
-                    acquire.resource
+                    "resource {resource}'s policy has a max_lifetime, and a lease on a session has no end of its own"
                 ),
             ));
         }
-        let acquire = AcquireOp {
-            ttl_ms: Some(ttl_ms),
-            ..acquire.clone()
-        };
-        self.acquire(ctx, &acquire, NonZeroU64::new(id))
+        Ok(())
     }
 
     pub(super) fn acquire(
@@ -118,35 +137,17 @@ impl State {
         session: Option<NonZeroU64>,
     ) -> Result<Reply, Rejection> {
         check_names(&op.resource, &op.holder)?;
-        let rs = self.resources.get(op.resource.as_str());
-        if ctx.require_registration && rs.and_then(|rs| rs.rare().registration.as_ref()).is_none() {
-            return Err(Rejection::ResourceNotFound(op.resource.clone()));
-        }
-        let policy = self.policy_of(&op.resource);
-        if !policy.allows(op.mode) {
-            return Err(Rejection::InvalidMode { mode: op.mode });
-        }
-        let ttl_ms = op.ttl_ms.unwrap_or(policy.default_ttl_ms);
-        check_ttl(policy, ttl_ms)?;
-        policy::check_metadata(&op.metadata, policy.max_metadata_bytes as usize)?;
-        // Units count only for shared leases of a resource with a pool; otherwise 0.
-        let units = if op.mode == Mode::Exclusive || policy.total_units == 0 {
-            0
-        } else {
-            op.units.max(1)
-        };
-        if units > policy.total_units {
-            return Err(Rejection::invalid(
-                "units",
-                format!(
-                    "more than the resource's total_units ({})",
-                    policy.total_units
-                ),
-            ));
-        }
-
+        let (ttl_ms, units) = self.claim_terms(
+            ctx,
+            &op.resource,
+            (op.mode, op.units, op.ttl_ms),
+            &op.metadata,
+        )?;
         let empty = ResourceState::default();
-        let rs = rs.map_or(&empty, |rs| &**rs);
+        let rs = self
+            .resources
+            .get(op.resource.as_str())
+            .map_or(&empty, |rs| &**rs);
         if let Some(own) = rs.leases.iter().find(|l| l.holder == op.holder) {
             if !ctx.admin && own.principal != ctx.principal {
                 // Handing the lease (and its token) to another principal would let it fence
@@ -206,26 +207,13 @@ impl State {
                 "already used by another holder on this resource",
             ));
         }
-        let now_wall_ms = self.clock.wall_ms();
-        let in_own_window = rs
-            .rare()
-            .bookings
-            .iter()
-            .any(|b| b.holder == op.holder && b.covers(now_wall_ms));
         // A lease on a session has no end of its own: every booking ahead is in its way.
         let reach_ms = if session.is_some() { u64::MAX } else { ttl_ms };
-        let refusal = if rs.rare().waiters.is_empty() || in_own_window {
-            self.blocked(&op.resource, op.mode, units, reach_ms, &op.holder)
-        } else {
-            // Nobody barges past a waiter, even into room the head cannot use (SPEC §4.1) —
-            // except a booking's holder during its window, which the booking reserved for it
-            // (SPEC §4.8), ahead of waiters whose leases would reach into it.
-            Some(Refusal::ResourceUnavailable)
-        };
+        let refusal = self.refusal_for(&op.resource, &op.holder, (op.mode, units, reach_ms));
         if let Some(refusal) = refusal {
             if let Some(wait_ms) = op.wait_ms {
                 if let Some(id) = session {
-                    self.session_room(id.get())?;
+                    self.session_room(id.get(), 1)?;
                 }
                 return self.queue(ctx, op, (units, ttl_ms, wait_ms), refusal, session);
             }
@@ -235,34 +223,92 @@ impl State {
         let ad_hoc = rs.rare().registration.is_none();
         self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Leases)?;
         if let Some(id) = session {
-            self.session_room(id.get())?;
+            self.session_room(id.get(), 1)?;
         }
-        let now_ms = self.clock.now_ms();
-        let lease = Lease {
-            position: self.next_position(),
-            resource: op.resource.as_str().into(),
+        let claim = Waiter {
             holder: op.holder.as_str().into(),
             principal: Name::from(ctx.principal),
             mode: op.mode,
             units,
-            fencing_token: ctx.index,
-            acquired_at_ms: now_ms,
-            expires_at_ms: now_ms.saturating_add(ttl_ms),
             ttl_ms,
-            acquired_wall_ms: self.clock.wall_ms(),
             metadata: op.metadata.clone().into(),
-            idempotency_key: op
-                .idempotency_key
-                .as_deref()
-                .map(|key| Box::new(Name::from(key))),
+            idempotency_key: op.idempotency_key.as_deref().map(Name::from),
+            wait_id: ctx.index,
+            deadline_ms: 0,
+            request_id: None,
             session,
         };
+        let lease = self.lease_from(ctx.index, &op.resource, claim);
         Ok(granted(self.grant(
             ctx.index,
             ctx.principal,
             lease,
             EventKind::Acquired,
         )))
+    }
+
+    /// Why a new claim on `resource` by `holder` of (mode, units, reach) cannot be granted
+    /// now: anyone waiting ahead, then [`State::blocked`].
+    pub(super) fn refusal_for(
+        &self,
+        resource: &str,
+        holder: &str,
+        (mode, units, reach_ms): (Mode, u64, u64),
+    ) -> Option<Refusal> {
+        let rs = self.resources.get(resource)?;
+        let now_wall_ms = self.clock.wall_ms();
+        let in_own_window = rs
+            .rare()
+            .bookings
+            .iter()
+            .any(|b| b.holder == holder && b.covers(now_wall_ms));
+        if rs.rare().waiters.is_empty() || in_own_window {
+            self.blocked(resource, mode, units, reach_ms, holder)
+        } else {
+            // Nobody barges past a waiter, even into room the head cannot use (SPEC §4.1) —
+            // except a booking's holder during its window, which the booking reserved for it
+            // (SPEC §4.8), ahead of waiters whose leases would reach into it.
+            Some(Refusal::ResourceUnavailable)
+        }
+    }
+
+    /// The resource's argument rules for a claim of (mode, units, ttl): existence when
+    /// registration is required, mode, ttl, metadata, units. Returns the ttl (the policy's
+    /// default if none) and the units the grant draws (only shared leases of a resource with a
+    /// pool draw any).
+    pub(super) fn claim_terms(
+        &self,
+        ctx: &Ctx<'_>,
+        resource: &str,
+        (mode, units, ttl_ms): (Mode, u64, Option<u64>),
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(u64, u64), Rejection> {
+        let rs = self.resources.get(resource);
+        if ctx.require_registration && rs.and_then(|rs| rs.rare().registration.as_ref()).is_none() {
+            return Err(Rejection::ResourceNotFound(resource.to_string()));
+        }
+        let policy = self.policy_of(resource);
+        if !policy.allows(mode) {
+            return Err(Rejection::InvalidMode { mode });
+        }
+        let ttl_ms = ttl_ms.unwrap_or(policy.default_ttl_ms);
+        check_ttl(policy, ttl_ms)?;
+        policy::check_metadata(metadata, policy.max_metadata_bytes as usize)?;
+        let units = if mode == Mode::Exclusive || policy.total_units == 0 {
+            0
+        } else {
+            units.max(1)
+        };
+        if units > policy.total_units {
+            return Err(Rejection::invalid(
+                "units",
+                format!(
+                    "more than the resource's total_units ({})",
+                    policy.total_units
+                ),
+            ));
+        }
+        Ok((ttl_ms, units))
     }
 
     /// Why a claim on `resource` (mode, units, ttl) by `holder` cannot be granted now, if it

@@ -13,6 +13,7 @@ mod grant;
 pub mod history;
 pub mod lease_clock;
 pub mod machine;
+pub mod many;
 mod mutate;
 pub mod policy;
 pub mod query;
@@ -29,13 +30,14 @@ mod spec_tests;
 
 pub use bookings::Booking;
 pub use command::{
-    AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, CloseSessionOp, Command, CreateOp,
-    CreateSessionOp, Op, Proposal, ReleaseOp, RenewOp, RenewSessionOp, Reply, SessionAcquireOp,
-    Stamp, TransferOp,
+    AcquireManyOp, AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, Claim, CloseSessionOp,
+    Command, CreateOp, CreateSessionOp, Op, Proposal, ReleaseOp, RenewOp, RenewSessionOp, Reply,
+    SessionAcquireOp, Stamp, TransferOp,
 };
 pub use history::{Event, EventKind};
 pub use lease_clock::{LeaderKey, LeaseClock};
 pub use machine::{apply, check_name, Effects, EntryMeta, State};
+pub use many::{ClaimOutcome, ManyOutcome};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
 pub use session::{Session, SessionStatus, SessionView};

@@ -423,11 +423,11 @@ impl State {
     }
 
     /// Refuses a lease or wait on session `id` past what one session may carry.
-    pub(in crate::lease) fn session_room(&self, id: u64) -> Result<(), Rejection> {
+    pub(in crate::lease) fn session_room(&self, id: u64, more: usize) -> Result<(), Rejection> {
         let Some(session) = self.sessions.get(&id) else {
             return Ok(());
         };
-        if session.leases.len() + session.waits.len() >= MAX_SESSION_ITEMS {
+        if session.leases.len() + session.waits.len() + more > MAX_SESSION_ITEMS {
             return Err(Rejection::SessionFull {
                 max: MAX_SESSION_ITEMS as u64,
             });

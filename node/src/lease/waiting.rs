@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::command::{AcquireOp, CancelWaitOp, Reply};
 use super::history::{self, Event, EventKind};
 use super::machine::{check_names, Ctx, State};
+use super::many::ManyOutcome;
 use super::query::HOLDERS_SHOWN;
 use super::quota::Quota;
 use super::types::{
@@ -50,12 +51,15 @@ pub struct WaitOutcome {
     pub resource: String,
     pub holder: String,
     pub wait_id: u64,
-    /// What the blocked acquire answers: granted, or `wait_timeout` / `wait_cancelled`.
+    /// What the blocked acquire answers: granted, or `wait_timeout` / `wait_cancelled`. For a
+    /// multi-wait, its summary ([`ManyOutcome::summary`]).
     pub outcome: AcquireOutcome,
+    /// A multi-wait's outcome (SPEC §4.25), told on its first resource.
+    pub many: Option<Box<ManyOutcome>>,
 }
 
 impl Event {
-    fn about_waiter(kind: EventKind, waiter: &Waiter) -> Self {
+    pub(super) fn about_waiter(kind: EventKind, waiter: &Waiter) -> Self {
         Event {
             holder: waiter.holder.clone(),
             metadata: if kind == EventKind::Queued {
@@ -198,14 +202,34 @@ impl State {
         }
     }
 
-    /// Ends the wait at `at` without a grant, and admits whoever that lets through.
+    /// Ends the wait at `at` without a grant, and admits whoever that lets through. A wait of
+    /// a multi-wait ends it in every room.
     fn end_wait(&mut self, index: u64, actor: &str, resource: &str, at: usize, why: Refusal) {
-        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
+        let Some(waiter) = self.remove_waiter((index, actor), resource, at, why) else {
             return;
         };
-        let Some(waiter) = rs.rare_mut().waiters.remove(at) else {
+        if let Some(id) = self.group_of(&waiter) {
+            self.end_group((index, actor), id, (resource, at as u32 + 1), why);
             return;
+        }
+        let outcome = AcquireOutcome {
+            queue_position: at as u32 + 1,
+            ..self.refused(resource, why)
         };
+        self.wait_ended(resource, waiter, outcome);
+    }
+
+    /// Takes the wait at `at` out of `resource`'s room, ended without a grant (`why`): its
+    /// timeout, counts and session forget it, history records it, and the room is touched.
+    pub(super) fn remove_waiter(
+        &mut self,
+        (index, actor): (u64, &str),
+        resource: &str,
+        at: usize,
+        why: Refusal,
+    ) -> Option<Waiter> {
+        let rs = self.resources.get_mut(resource).map(Arc::make_mut)?;
+        let waiter = rs.rare_mut().waiters.remove(at)?;
         rs.revision = index;
         self.wait_due.remove(&wait_due_key(resource, &waiter));
         self.count_waiter(resource, &waiter, -1);
@@ -214,12 +238,8 @@ impl State {
             _ => EventKind::WaitCancelled,
         };
         self.record(index, actor, resource, Event::about_waiter(kind, &waiter));
-        let outcome = AcquireOutcome {
-            queue_position: at as u32 + 1,
-            ..self.refused(resource, why)
-        };
-        self.wait_ended(resource, waiter, outcome);
         self.effects.touched.insert(Name::from(resource));
+        Some(waiter)
     }
 
     /// Hands a wait's outcome to the blocked call and to the queuing request's dedup entry.
@@ -237,6 +257,7 @@ impl State {
             holder: waiter.holder.to_string(),
             wait_id: waiter.wait_id,
             outcome,
+            many: None,
         });
     }
 
@@ -271,9 +292,10 @@ impl State {
         }
     }
 
-    /// Admits waiters of every resource this entry touched, head first, while they fit.
+    /// Admits waiters of every resource this entry touched, head first, while they fit. A
+    /// multi-wait admitted touches its other rooms, whose next waiters are considered too.
     pub(super) fn admit_touched(&mut self, index: u64) {
-        for resource in std::mem::take(&mut self.effects.touched) {
+        while let Some(resource) = self.effects.touched.pop_first() {
             self.admit(index, &resource);
         }
     }
@@ -305,15 +327,14 @@ impl State {
             let Some(head) = rs.rare().waiters.front() else {
                 return;
             };
-            // A lease on a session has no end of its own: every booking ahead is in its way.
-            let reach_ms = match head.session {
-                Some(_) => u64::MAX,
-                None => head.ttl_ms,
-            };
-            if self
-                .blocked(resource, head.mode, head.units, reach_ms, &head.holder)
-                .is_some()
-            {
+            // A multi-wait at the head is admitted in every room at once, or waits on.
+            if let Some(id) = self.group_of(head) {
+                if self.admit_group(index, id) {
+                    continue;
+                }
+                return;
+            }
+            if self.refusal_of_head(resource, head).is_some() {
                 return;
             }
             let Some(waiter) = self
@@ -326,25 +347,41 @@ impl State {
             };
             self.wait_due.remove(&wait_due_key(resource, &waiter));
             self.count_waiter(resource, &waiter, -1);
-            let now_ms = self.clock.now_ms();
-            let lease = Lease {
-                position: self.next_position(),
-                resource: Name::from(resource),
-                holder: waiter.holder.clone(),
-                principal: waiter.principal.clone(),
-                mode: waiter.mode,
-                units: waiter.units,
-                fencing_token: index,
-                acquired_at_ms: now_ms,
-                expires_at_ms: now_ms.saturating_add(waiter.ttl_ms),
-                ttl_ms: waiter.ttl_ms,
-                acquired_wall_ms: self.clock.wall_ms(),
-                metadata: waiter.metadata.clone(),
-                idempotency_key: waiter.idempotency_key.clone().map(Box::new),
-                session: waiter.session,
-            };
-            let view = self.grant(index, &waiter.principal.clone(), lease, EventKind::Admitted);
+            let principal = waiter.principal.clone();
+            let lease = self.lease_from(index, resource, waiter.clone());
+            let view = self.grant(index, &principal, lease, EventKind::Admitted);
             self.wait_satisfied(resource, waiter, view);
+        }
+    }
+
+    /// Why the head of `resource`'s room cannot be admitted now, if it cannot.
+    pub(super) fn refusal_of_head(&self, resource: &str, head: &Waiter) -> Option<Refusal> {
+        // A lease on a session has no end of its own: every booking ahead is in its way.
+        let reach_ms = match head.session {
+            Some(_) => u64::MAX,
+            None => head.ttl_ms,
+        };
+        self.blocked(resource, head.mode, head.units, reach_ms, &head.holder)
+    }
+
+    /// The lease a claim (a wait, or a request made one) gets when granted by entry `index`.
+    pub(super) fn lease_from(&mut self, index: u64, resource: &str, claim: Waiter) -> Lease {
+        let now_ms = self.clock.now_ms();
+        Lease {
+            position: self.next_position(),
+            resource: Name::from(resource),
+            holder: claim.holder,
+            principal: claim.principal,
+            mode: claim.mode,
+            units: claim.units,
+            fencing_token: index,
+            acquired_at_ms: now_ms,
+            expires_at_ms: now_ms.saturating_add(claim.ttl_ms),
+            ttl_ms: claim.ttl_ms,
+            acquired_wall_ms: self.clock.wall_ms(),
+            metadata: claim.metadata,
+            idempotency_key: claim.idempotency_key.map(Box::new),
+            session: claim.session,
         }
     }
 
@@ -357,28 +394,25 @@ impl State {
         resource: &str,
         view: LeaseView,
     ) {
-        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
+        let Some((position, waiter)) = self.waiting(resource, &view.lease.holder) else {
             return;
         };
-        let Some(at) = rs
-            .rare()
-            .waiters
-            .iter()
-            .position(|w| w.holder == view.lease.holder)
-        else {
-            return;
-        };
-        let waiter = &rs.rare().waiters[at];
+        let at = position as usize - 1;
         // A wait on a session asked for a lease that lives on the session, and the transferred
-        // lease is the holder's own (SPEC §4.24).
+        // lease is the holder's own (SPEC §4.24); a multi-wait asked for all of its resources
+        // together (SPEC §4.25).
         if waiter.mode != view.lease.mode
             || waiter.units != view.lease.units
             || waiter.session.is_some()
+            || self.group_of(waiter).is_some()
         {
             // It holds the resource now, but not as it asked: its wait is over, unanswered.
             self.end_wait(index, actor, resource, at, Refusal::WaitCancelled);
             return;
         }
+        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
+            return;
+        };
         if let Some(waiter) = rs.rare_mut().waiters.remove(at) {
             self.wait_due.remove(&wait_due_key(resource, &waiter));
             self.count_waiter(resource, &waiter, -1);

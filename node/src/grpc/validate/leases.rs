@@ -7,27 +7,7 @@ pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {
     let holder = name("holder", &req.holder)?;
     let ttl_ms = ttl("ttl", req.ttl.as_ref())?;
     let mode = mode(req.mode)?;
-    let wait_ms = match pb::OnConflict::try_from(req.on_conflict) {
-        Ok(pb::OnConflict::Unspecified | pb::OnConflict::Fail) => None,
-        Ok(pb::OnConflict::Wait) => {
-            let wait_ms = duration_ms("wait_timeout", req.wait_timeout.as_ref())?
-                .filter(|ms| *ms > 0)
-                .unwrap_or(DEFAULT_WAIT_TIMEOUT_MS);
-            if wait_ms > MAX_TTL_CEILING_MS {
-                return Err(ApiError::invalid(
-                    "wait_timeout",
-                    format!("must be at most {MAX_TTL_CEILING_MS} ms"),
-                ));
-            }
-            Some(wait_ms)
-        }
-        Err(_) => {
-            return Err(ApiError::invalid(
-                "on_conflict",
-                format!("unknown OnConflict {}", req.on_conflict),
-            ))
-        }
-    };
+    let wait_ms = wait_ms(req.on_conflict, req.wait_timeout.as_ref())?;
     let metadata = req.metadata.clone().into_iter().collect();
     policy::check_metadata(&metadata, MAX_METADATA_BYTES)?;
     Ok(AcquireOp {
@@ -39,6 +19,84 @@ pub fn acquire(req: &pb::AcquireRequest) -> Result<AcquireOp, ApiError> {
         metadata,
         idempotency_key: key("idempotency_key", &req.idempotency_key)?,
         wait_ms,
+    })
+}
+
+/// `on_conflict` and `wait_timeout`: None = FAIL, or how long a `WAIT` stays queued.
+fn wait_ms(
+    on_conflict: i32,
+    wait_timeout: Option<&prost_types::Duration>,
+) -> Result<Option<u64>, ApiError> {
+    match pb::OnConflict::try_from(on_conflict) {
+        Ok(pb::OnConflict::Unspecified | pb::OnConflict::Fail) => Ok(None),
+        Ok(pb::OnConflict::Wait) => {
+            let wait_ms = duration_ms("wait_timeout", wait_timeout)?
+                .filter(|ms| *ms > 0)
+                .unwrap_or(DEFAULT_WAIT_TIMEOUT_MS);
+            if wait_ms > MAX_TTL_CEILING_MS {
+                return Err(ApiError::invalid(
+                    "wait_timeout",
+                    format!("must be at most {MAX_TTL_CEILING_MS} ms"),
+                ));
+            }
+            Ok(Some(wait_ms))
+        }
+        Err(_) => Err(ApiError::invalid(
+            "on_conflict",
+            format!("unknown OnConflict {on_conflict}"),
+        )),
+    }
+}
+
+/// `AcquireMany` (SPEC §4.25): each claim's name and mode, 1 to 64 distinct resources, and
+/// the fields an acquire has.
+pub fn acquire_many(req: &pb::AcquireManyRequest) -> Result<AcquireManyOp, ApiError> {
+    let holder = name("holder", &req.holder)?;
+    if req.claims.is_empty() {
+        return Err(ApiError::invalid("claims", "name at least one resource"));
+    }
+    if req.claims.len() > MAX_CLAIMS {
+        return Err(ApiError::invalid(
+            "claims",
+            format!("at most {MAX_CLAIMS} resources in one AcquireMany"),
+        ));
+    }
+    let mut claims = Vec::with_capacity(req.claims.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for (k, claim) in req.claims.iter().enumerate() {
+        let resource = name(&format!("claims[{k}].resource"), &claim.resource)?;
+        if !seen.insert(resource.clone()) {
+            return Err(ApiError::invalid(
+                "claims",
+                format!("names resource {resource} twice"),
+            ));
+        }
+        claims.push(Claim {
+            resource,
+            mode: mode_in(&format!("claims[{k}].mode"), claim.mode)?,
+            units: claim.units,
+        });
+    }
+    let ttl_ms = ttl("ttl", req.ttl.as_ref())?;
+    let session_id = match req.session_id.as_str() {
+        "" => None,
+        id => Some(super::session_id(id)?),
+    };
+    if session_id.is_some() && ttl_ms.is_some() {
+        return Err(ApiError::invalid(
+            "ttl",
+            "a lease on a session lives while its session lives: leave ttl unset",
+        ));
+    }
+    let metadata = req.metadata.clone().into_iter().collect();
+    policy::check_metadata(&metadata, MAX_METADATA_BYTES)?;
+    Ok(AcquireManyOp {
+        holder,
+        claims,
+        ttl_ms,
+        session_id,
+        metadata,
+        wait_ms: wait_ms(req.on_conflict, req.wait_timeout.as_ref())?,
     })
 }
 

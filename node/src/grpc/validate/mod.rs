@@ -15,13 +15,14 @@ use tenure_proto::v1 as pb;
 
 use crate::error::ApiError;
 use crate::lease::command::SetQuotaOp;
+use crate::lease::many::MAX_CLAIMS;
 use crate::lease::policy::{self, MAX_METADATA_BYTES, MAX_TTL_CEILING_MS, MIN_TTL_MS};
 use crate::lease::query::MAX_PAGE_SIZE;
 use crate::lease::quota::{self, Quota};
 use crate::lease::types::lease_order;
 use crate::lease::{
-    AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, CreateOp, EventKind, FsmRequirement, Mode,
-    Policy, Query, Rejection, ReleaseOp, RenewOp, TransferOp,
+    AcquireManyOp, AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, Claim, CreateOp, EventKind,
+    FsmRequirement, Mode, Policy, Query, Rejection, ReleaseOp, RenewOp, TransferOp,
 };
 
 pub use leases::*;
@@ -84,12 +85,17 @@ fn ttl(field: &str, value: Option<&prost_types::Duration>) -> Result<Option<u64>
 }
 
 fn mode(value: i32) -> Result<Mode, ApiError> {
+    mode_in("mode", value)
+}
+
+/// A `LeaseMode` in `field`.
+fn mode_in(field: &str, value: i32) -> Result<Mode, ApiError> {
     match pb::LeaseMode::try_from(value) {
         Ok(pb::LeaseMode::Unspecified | pb::LeaseMode::Exclusive) => Ok(Mode::Exclusive),
         Ok(pb::LeaseMode::Read) => Ok(Mode::Read),
         Ok(pb::LeaseMode::Write) => Ok(Mode::Write),
         Err(_) => Err(ApiError::invalid(
-            "mode",
+            field,
             format!("unknown LeaseMode {value}"),
         )),
     }

@@ -89,6 +89,14 @@ impl Kept {
                 }
             }
             Reply::Lease(view) => view.lease.metadata = Metadata::default(),
+            Reply::Many(outcome) => {
+                for claim in &mut outcome.claims {
+                    claim.holders = Vec::new();
+                }
+                for view in &mut outcome.leases {
+                    view.lease.metadata = Metadata::default();
+                }
+            }
             _ => {}
         }
         Kept::Reply(reply)
@@ -114,6 +122,10 @@ impl Kept {
                         .is_none_or(|view| view.lease.metadata.is_empty())
             }
             Reply::Lease(view) => view.lease.metadata.is_empty(),
+            Reply::Many(outcome) => {
+                outcome.claims.iter().all(|c| c.holders.is_empty())
+                    && outcome.leases.iter().all(|v| v.lease.metadata.is_empty())
+            }
             _ => true,
         };
         if whole {

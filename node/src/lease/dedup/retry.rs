@@ -3,7 +3,9 @@
 use super::Kept;
 use crate::lease::command::{Op, Reply};
 use crate::lease::machine::State;
-use crate::lease::types::{Lease, LeaseId};
+use std::collections::BTreeMap;
+
+use crate::lease::types::{Lease, LeaseId, LeaseView};
 
 impl State {
     /// A remembered reply made whole again for a retry: metadata from the lease (or the
@@ -13,26 +15,42 @@ impl State {
             Kept::Resource(name) => return Reply::Resource(Box::new(self.resource_view(&name))),
             Kept::Reply(reply) => reply,
         };
-        match (&mut reply, op.acquire_op()) {
-            (Reply::Acquire(outcome), Some(op)) => {
+        match (&mut reply, op) {
+            (Reply::Acquire(outcome), op) => {
+                let Some(op) = op.acquire_op() else {
+                    return reply;
+                };
                 if let Some(view) = &mut outcome.lease {
-                    let lease = self.remembered(&view.lease.resource, view.lease.lease_id());
-                    view.lease.session = lease.and_then(|l| l.session);
-                    view.lease.metadata =
-                        lease.map_or_else(|| op.metadata.clone().into(), |l| l.metadata.clone());
+                    self.make_whole(view, Some(&op.metadata));
                 }
                 if !outcome.granted {
                     outcome.holders = self.holders_of(&op.resource);
                 }
             }
-            (Reply::Lease(view), _) => {
-                let lease = self.remembered(&view.lease.resource, view.lease.lease_id());
-                view.lease.session = lease.and_then(|l| l.session);
-                view.lease.metadata = lease.map(|l| l.metadata.clone()).unwrap_or_default();
+            (Reply::Many(outcome), Op::AcquireMany(op)) => {
+                for view in &mut outcome.leases {
+                    self.make_whole(view, Some(&op.metadata));
+                }
+                for claim in &mut outcome.claims {
+                    claim.holders = self.claim_holders(&claim.resource);
+                }
             }
+            (Reply::Lease(view), _) => self.make_whole(view, None),
             _ => {}
         }
         reply
+    }
+
+    /// A kept lease view with its session and metadata again, read from the lease (or, if
+    /// no longer remembered, the request's `asked` metadata).
+    fn make_whole(&self, view: &mut LeaseView, asked: Option<&BTreeMap<String, String>>) {
+        let lease = self.remembered(&view.lease.resource, view.lease.lease_id());
+        view.lease.session = lease.and_then(|l| l.session);
+        view.lease.metadata = match (lease, asked) {
+            (Some(l), _) => l.metadata.clone(),
+            (None, Some(asked)) => asked.clone().into(),
+            (None, None) => Default::default(),
+        };
     }
 
     /// A live or remembered ended lease: what a record leaves out (metadata, session) is

@@ -99,6 +99,7 @@ impl State {
             ),
             Op::Acquire(op) => self.acquire(ctx, op, None),
             Op::AcquireOnSession(op) => self.acquire_on_session(ctx, op),
+            Op::AcquireMany(op) => self.acquire_many(ctx, op),
             Op::CreateSession(op) => self.create_session(ctx, op),
             Op::RenewSession(op) => self.renew_session(ctx, op),
             Op::CloseSession(op) => self.close_session(ctx, op),

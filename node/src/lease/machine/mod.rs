@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::dedup::Dedup;
 use super::history::{self, Event, Retention};
 use super::lease_clock::{LeaderKey, LeaseClock};
+use super::many::Group;
 use super::policy::Policy;
 use super::quota::Quotas;
 use super::session::Session;
@@ -150,6 +151,9 @@ pub struct State {
     /// Live leases on sessions (not in `due`).
     #[serde(skip)]
     pub(in crate::lease) on_sessions: usize,
+    /// Multi-waits (SPEC §4.25) by the index of the entry that queued each.
+    #[serde(default)]
+    pub(in crate::lease) groups: OrdMap<u64, Arc<Group>>,
 }
 
 /// The side effects of applying one entry, for the node to publish: the events it recorded
@@ -214,6 +218,7 @@ impl State {
             sessions: OrdMap::new(),
             session_due: BTreeSet::new(),
             on_sessions: 0,
+            groups: OrdMap::new(),
         }
     }
 

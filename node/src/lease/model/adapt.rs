@@ -68,6 +68,7 @@ pub(super) fn answer_of(reply: &Reply) -> Answer {
         Reply::Cancelled { .. } | Reply::Booking(_) => panic!("the model never waits or books"),
         Reply::Quota(_) => panic!("the model sets no quotas"),
         Reply::Session(_) => panic!("the model makes no sessions"),
+        Reply::Many(_) => panic!("the model acquires one resource at a time"),
     }
 }
 

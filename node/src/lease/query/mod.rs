@@ -234,7 +234,24 @@ impl State {
 
     /// The first of `live` (at most `limit`, about [`LEASES_SHOWN_BYTES`]) as replies show them.
     pub(super) fn leases_shown(&self, live: &[Lease], limit: usize) -> Vec<LeaseView> {
-        bounded(live.iter(), limit, LEASES_SHOWN_BYTES, |l| lease_bytes(l))
+        self.leases_within(live, limit, LEASES_SHOWN_BYTES)
+    }
+
+    /// The first live leases of `resource`, at most `limit` and about `budget` bytes.
+    pub(in crate::lease) fn holders_within(
+        &self,
+        resource: &str,
+        limit: usize,
+        budget: usize,
+    ) -> Vec<LeaseView> {
+        self.resources
+            .get(resource)
+            .map(|rs| self.leases_within(&rs.leases, limit, budget))
+            .unwrap_or_default()
+    }
+
+    fn leases_within(&self, live: &[Lease], limit: usize, budget: usize) -> Vec<LeaseView> {
+        bounded(live.iter(), limit, budget, |l| lease_bytes(l))
             .0
             .into_iter()
             .map(|l| self.live_view(l))

@@ -43,15 +43,35 @@ impl State {
         metadata: &BTreeMap<String, String>,
         what: Quota,
     ) -> Result<(), Rejection> {
+        self.admit_holdings(ctx, principal, &[ad_hoc], metadata, what)
+    }
+
+    /// [`State::admit_holding`] for one new `what` on each of several resources at once, each
+    /// ad hoc or not, all with `metadata`.
+    pub(in crate::lease) fn admit_holdings(
+        &self,
+        ctx: &Ctx<'_>,
+        principal: &str,
+        ad_hoc: &[bool],
+        metadata: &BTreeMap<String, String>,
+        what: Quota,
+    ) -> Result<(), Rejection> {
         if ctx.admin {
             return Ok(());
         }
+        let count = ad_hoc.len() as u64;
         self.quotas.admit_all(
             principal,
             &[
-                (what, 1),
-                (Quota::MetadataBytes, metadata_cost(metadata)),
-                (Quota::AdHocResources, u64::from(ad_hoc)),
+                (what, count),
+                (
+                    Quota::MetadataBytes,
+                    metadata_cost(metadata).saturating_mul(count),
+                ),
+                (
+                    Quota::AdHocResources,
+                    ad_hoc.iter().filter(|a| **a).count() as u64,
+                ),
             ],
         )
     }

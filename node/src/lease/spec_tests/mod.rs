@@ -15,6 +15,7 @@ mod exactly_once;
 mod history;
 mod limits;
 mod listing;
+mod many;
 mod mutate;
 mod order;
 mod pipeline;

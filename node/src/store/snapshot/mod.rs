@@ -43,9 +43,12 @@ pub fn meta_at(last_log_id: Option<LogId>, last_membership: StoredMembership) ->
 /// 5: exactly-once records keep their principal and a slim reply; quotas; policies with
 /// `bookable` and `max_holders`, bookings that need not deny earlier leases.
 /// 6: sessions; events name the session of their lease; the `sessions` quota.
-/// Formats 2 to 5 are still read (2 and 3 without a checksum to check), so a node upgrades in
+/// 7: multi-waits (`AcquireMany` with `WAIT`).
+/// Formats 2 to 6 are still read (2 and 3 without a checksum to check), so a node upgrades in
 /// place.
-const FORMAT_VERSION: u32 = 6;
+const FORMAT_VERSION: u32 = 7;
+/// The format before multi-waits.
+const FORMAT_BEFORE_GROUPS: u32 = 6;
 /// The format before sessions.
 const FORMAT_BEFORE_SESSIONS: u32 = 5;
 /// The first format with a checksum.
@@ -83,6 +86,7 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
     let state = match version {
         FORMAT_VERSION => postcard::from_bytes(body)?,
+        FORMAT_BEFORE_GROUPS => State::from_format_6(body)?,
         FORMAT_BEFORE_SESSIONS => State::from_format_5(body)?,
         UNCHECKED_FORMAT | CHECKSUM_SINCE => State::from_format_4(body)?,
         _ => return Err(unreadable(version.into())),

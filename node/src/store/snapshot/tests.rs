@@ -159,8 +159,8 @@ fn an_older_format_is_refused_by_name() {
     let error = decode_state(br#"{"format_version":1,"state":{}}"#).expect_err("refused");
     assert!(error.to_string().contains("snapshot format 1"), "{error}");
     let error =
-        decode_state(&postcard::to_allocvec(&(7u32, 0u8)).expect("encode")).expect_err("refused");
-    assert!(error.to_string().contains("snapshot format 7"), "{error}");
+        decode_state(&postcard::to_allocvec(&(8u32, 0u8)).expect("encode")).expect_err("refused");
+    assert!(error.to_string().contains("snapshot format 8"), "{error}");
 }
 
 /// A node upgraded in place loads the format-5 snapshot the release before sessions wrote:
@@ -197,6 +197,48 @@ fn a_format_5_snapshot_loads_as_it_was() {
             .get(crate::lease::quota::Quota::Leases),
         7
     );
+}
+
+/// A node upgraded in place loads the format-6 snapshot the release before multi-waits wrote:
+/// its sessions, the leases and waits on them, as they were.
+#[test]
+fn a_format_6_snapshot_loads_as_it_was() {
+    use crate::lease::command::{CreateSessionOp, SessionAcquireOp};
+    let mut state = State::default();
+    entry(
+        &mut state,
+        1,
+        Op::CreateSession(CreateSessionOp {
+            holder: "first".into(),
+            ttl_ms: Some(10_000),
+            metadata: Default::default(),
+        }),
+    );
+    let op = exclusive_acquire();
+    let on_session = |acquire: AcquireOp| {
+        Op::AcquireOnSession(SessionAcquireOp {
+            session_id: "ses_1".into(),
+            acquire: AcquireOp {
+                holder: "first".into(),
+                ttl_ms: None,
+                ..acquire
+            },
+        })
+    };
+    entry(&mut state, 2, on_session(op.clone()));
+    entry(
+        &mut state,
+        3,
+        Op::Acquire(AcquireOp {
+            holder: "second".into(),
+            wait_ms: Some(60_000),
+            ..op.clone()
+        }),
+    );
+    let restored = decode_state(&state.format_6_body()).expect("format 6 reads");
+    assert_eq!(restored, state);
+    assert_eq!(restored.waiters(), 1);
+    assert_eq!(restored.live_leases(), 1);
 }
 
 /// A node upgraded in place loads the JSON snapshot the release before wrote, and still
