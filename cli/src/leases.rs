@@ -16,6 +16,26 @@ pub struct AcquireArgs {
     resource: String,
     #[arg(long)]
     holder: String,
+    #[arg(long, default_value = "")]
+    idempotency_key: String,
+    #[command(flatten)]
+    pub terms: AcquireTerms,
+}
+
+#[derive(Args)]
+pub struct AcquireManyArgs {
+    /// The resources, all granted together or none (at most 64, each once).
+    #[arg(required = true)]
+    resources: Vec<String>,
+    #[arg(long)]
+    holder: String,
+    #[command(flatten)]
+    pub terms: AcquireTerms,
+}
+
+/// What `acquire` and `acquire-many` ask of every lease.
+#[derive(Args)]
+pub struct AcquireTerms {
     /// Lease ttl, e.g. 30s or 2h (default: the resource policy's).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     ttl: Option<Duration>,
@@ -28,10 +48,9 @@ pub struct AcquireArgs {
     /// KEY=VALUE stored with the lease; repeatable.
     #[arg(long, value_parser = key_value)]
     metadata: Vec<(String, String)>,
-    #[arg(long, default_value = "")]
-    idempotency_key: String,
-    /// Queue for the resource when it is taken and block until granted or this long has
-    /// passed (e.g. 10s); exit 1 with the place in the queue if the wait ends first.
+    /// Queue when a resource is taken (in every resource's waiting room) and block until
+    /// granted or this long has passed (e.g. 10s); exit 1 with the place in the queue if the
+    /// wait ends first.
     #[arg(long, allow_hyphen_values = true, value_parser = crate::duration)]
     pub wait: Option<Duration>,
     /// Reuse to retry a call exactly once (default: a fresh one).
@@ -41,6 +60,29 @@ pub struct AcquireArgs {
     /// ttl of its own: it lives while the session lives.
     #[arg(long, default_value = "", conflicts_with = "ttl")]
     session: String,
+}
+
+impl AcquireTerms {
+    fn mode(&self) -> i32 {
+        self.mode.map_or(pb::LeaseMode::Unspecified, Mode::pb) as i32
+    }
+
+    fn metadata(&self) -> HashMap<String, String> {
+        self.metadata.iter().cloned().collect()
+    }
+
+    /// Without a wait: answered at once.
+    pub fn answers_at_once(&self) -> bool {
+        self.wait.is_none_or(|wait| wait.is_zero())
+    }
+
+    /// WAIT unless `--wait` is absent or zero.
+    fn on_conflict(&self) -> i32 {
+        match self.wait {
+            Some(wait) if !wait.is_zero() => pb::OnConflict::Wait as i32,
+            _ => pb::OnConflict::Unspecified as i32,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -113,23 +155,20 @@ pub fn key_value(pair: &str) -> Result<(String, String), String> {
 }
 
 pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result<ExitCode, Error> {
-    let on_conflict = match args.wait {
-        Some(wait) if !wait.is_zero() => pb::OnConflict::Wait,
-        _ => pb::OnConflict::Unspecified,
-    };
+    let terms = &args.terms;
     let response = client
         .acquire(pb::AcquireRequest {
             resource: args.resource.clone(),
             holder: args.holder.clone(),
-            ttl: args.ttl.map(prost_duration),
-            mode: args.mode.map_or(pb::LeaseMode::Unspecified, Mode::pb) as i32,
-            units: args.units.unwrap_or(0),
-            metadata: args.metadata.iter().cloned().collect::<HashMap<_, _>>(),
+            ttl: terms.ttl.map(prost_duration),
+            mode: terms.mode(),
+            units: terms.units.unwrap_or(0),
+            metadata: terms.metadata(),
             idempotency_key: args.idempotency_key.clone(),
-            on_conflict: on_conflict as i32,
-            wait_timeout: args.wait.map(prost_duration),
-            request_id: args.request_id.clone(),
-            session_id: args.session.clone(),
+            on_conflict: terms.on_conflict(),
+            wait_timeout: terms.wait.map(prost_duration),
+            request_id: terms.request_id.clone(),
+            session_id: terms.session.clone(),
         })
         .await?;
     let value = json!({
@@ -158,6 +197,84 @@ pub async fn acquire(out: Output, client: &Client, args: &AcquireArgs) -> Result
                 .chain(response.holders.iter().map(output::lease_text));
             lines.collect::<Vec<_>>().join("\n")
         }
+    });
+    Ok(output::answered(response.granted))
+}
+
+/// `tenure acquire-many`: every resource in one entry, or none (SPEC §4.25).
+pub async fn acquire_many(
+    out: Output,
+    client: &Client,
+    args: &AcquireManyArgs,
+) -> Result<ExitCode, Error> {
+    let terms = &args.terms;
+    let response = client
+        .acquire_many(pb::AcquireManyRequest {
+            holder: args.holder.clone(),
+            claims: args
+                .resources
+                .iter()
+                .map(|resource| pb::ResourceClaim {
+                    resource: resource.clone(),
+                    mode: terms.mode(),
+                    units: terms.units.unwrap_or(0),
+                })
+                .collect(),
+            ttl: terms.ttl.map(prost_duration),
+            metadata: terms.metadata(),
+            on_conflict: terms.on_conflict(),
+            wait_timeout: terms.wait.map(prost_duration),
+            request_id: terms.request_id.clone(),
+            session_id: terms.session.clone(),
+        })
+        .await?;
+    let claims: Vec<_> = response
+        .claims
+        .iter()
+        .map(|claim| {
+            json!({
+                "resource": claim.resource,
+                "reason": claim.reason,
+                "holders": claim.holders.iter().map(output::lease_json).collect::<Vec<_>>(),
+                "queue_position": claim.queue_position,
+                "booked_from": output::instant(&claim.booked_from),
+            })
+        })
+        .collect();
+    let value = json!({
+        "granted": response.granted,
+        "reason": response.reason,
+        "leases": response.leases.iter().map(output::lease_json).collect::<Vec<_>>(),
+        "claims": claims,
+    });
+    output::print(out, &value, || {
+        if response.granted {
+            let token = response.leases.first().map_or(0, |l| l.fencing_token);
+            let head = format!(
+                "granted {} leases, fencing token {token}",
+                response.leases.len()
+            );
+            let lines = std::iter::once(head).chain(response.leases.iter().map(output::lease_text));
+            return lines.collect::<Vec<_>>().join("\n");
+        }
+        let mut lines = vec![format!("not granted: {}", response.reason)];
+        for claim in &response.claims {
+            let mut why = match claim.reason.as_str() {
+                "" => "would fit".to_string(),
+                reason => reason.to_string(),
+            };
+            if claim.queue_position > 0 {
+                why.push_str(&format!(" (queue position {})", claim.queue_position));
+            }
+            lines.push(format!("{}: {why}", claim.resource));
+            lines.extend(
+                claim
+                    .holders
+                    .iter()
+                    .map(|l| format!("  {}", output::lease_text(l))),
+            );
+        }
+        lines.join("\n")
     });
     Ok(output::answered(response.granted))
 }

@@ -58,6 +58,9 @@ enum Command {
     /// Acquire RESOURCE for a holder; prints the lease and its fencing token. With --wait,
     /// queue and block until granted or the wait ends.
     Acquire(leases::AcquireArgs),
+    /// Acquire every RESOURCE for a holder in one step, all or none (one fencing token for
+    /// all). With --wait, queue in every waiting room and block until all are granted at once.
+    AcquireMany(leases::AcquireManyArgs),
     /// Take a holder out of RESOURCE's waiting room (exit 1 if it was not waiting).
     CancelWait(leases::CancelWaitArgs),
     /// Renew a lease: replaces its expiry with now + ttl.
@@ -217,7 +220,8 @@ impl Command {
     /// catch-up or benchmark. Only such a call says so when no node answers for a while.
     fn answers_at_once(&self) -> bool {
         match self {
-            Command::Acquire(args) => args.wait.is_none_or(|wait| wait.is_zero()),
+            Command::Acquire(args) => args.terms.answers_at_once(),
+            Command::AcquireMany(args) => args.terms.answers_at_once(),
             Command::Watch(_) | Command::Elect(_) | Command::Bench(_) => false,
             Command::Cluster { command } => matches!(command, ClusterCommand::Status),
             Command::Session { command } => command.answers_at_once(),
@@ -295,6 +299,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
     let out = cli.output;
     match &cli.command {
         Command::Acquire(args) => leases::acquire(out, client, args).await,
+        Command::AcquireMany(args) => leases::acquire_many(out, client, args).await,
         Command::CancelWait(args) => leases::cancel_wait(out, client, args).await,
         Command::Renew(args) => leases::renew(out, client, args).await,
         Command::Release(lease) => leases::release(out, client, lease).await,

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::lease::{from_prost_duration, prost_duration, Lease, SessionLink};
+use crate::lease::{from_prost_duration, prost_duration, release_request, Lease, SessionLink};
 use crate::lock::held;
 use crate::session::Session;
 
@@ -120,14 +120,22 @@ impl LockMany {
         self
     }
 
-    /// `resource`'s claim in a shared mode its policy lists, drawing `units` from its pool.
+    /// `resource`'s claim in a shared mode its policy lists, drawing `units` from its pool
+    /// (a resource not named yet is added).
     pub fn shared(mut self, resource: &str, mode: pb::LeaseMode, units: u64) -> Self {
-        for claim in &mut self.request.claims {
-            if claim.resource == resource {
-                claim.mode = mode as i32;
-                claim.units = units;
+        let claims = &mut self.request.claims;
+        let at = match claims.iter().position(|c| c.resource == resource) {
+            Some(at) => at,
+            None => {
+                claims.push(pb::ResourceClaim {
+                    resource: resource.into(),
+                    ..Default::default()
+                });
+                claims.len() - 1
             }
-        }
+        };
+        claims[at].mode = mode as i32;
+        claims[at].units = units;
         self
     }
 
@@ -171,10 +179,39 @@ impl LockMany {
                 claims: response.claims,
             });
         }
-        let mut leases = Vec::with_capacity(response.leases.len());
-        for lease in response.leases {
-            leases.push(held(client.clone(), lease, session.as_ref(), requested_ttl, sent).await?);
+        // Every handle at once (a grant after a long wait renews each first); if any fails,
+        // every lease is let go rather than left held with nobody renewing it.
+        let handles = futures::future::join_all(response.leases.iter().map(|lease| {
+            held(
+                client.clone(),
+                lease.clone(),
+                session.as_ref(),
+                requested_ttl,
+                sent,
+            )
+        }))
+        .await;
+        let mut leases = Vec::with_capacity(handles.len());
+        let mut failed = None;
+        for handle in handles {
+            match handle {
+                Ok(lease) => leases.push(lease),
+                Err(error) => failed = failed.or(Some(error)),
+            }
         }
-        Ok(AcquiredMany::Granted(leases))
+        let Some(error) = failed else {
+            return Ok(AcquiredMany::Granted(leases));
+        };
+        drop(leases);
+        let releases = response
+            .leases
+            .iter()
+            .map(|lease| client.release(release_request(lease)));
+        for released in futures::future::join_all(releases).await {
+            if let Err(error) = released {
+                tracing::debug!(%error, "could not release a lease of a failed acquire_many");
+            }
+        }
+        Err(error)
     }
 }

@@ -119,6 +119,26 @@ pub async fn next_event(
     }
 }
 
+/// The next `n` events of `kind`, across as many messages as they come in (one entry's
+/// events on several resources come in one message).
+pub async fn next_events(
+    stream: &mut tonic::Streaming<pb::WatchResponse>,
+    kind: pb::EventType,
+    n: usize,
+) -> Vec<pb::HistoryEntry> {
+    let mut found = Vec::with_capacity(n);
+    while found.len() < n {
+        let message = next_message(stream).await;
+        found.extend(
+            message
+                .events
+                .into_iter()
+                .filter(|e| e.event == kind as i32),
+        );
+    }
+    found
+}
+
 /// Asserts that a call failed with `code` and the SPEC §3 `reason`.
 #[track_caller]
 pub fn refused<T: std::fmt::Debug>(

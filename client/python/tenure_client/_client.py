@@ -199,8 +199,11 @@ class Client:
                     return self.endpoints.index(addr)
         return None
 
-    def _call(self, stub: Callable[[grpc.Channel], Any], method: str, request: M) -> Any:
-        deadline = time.monotonic() + self.timeout
+    def _call(
+        self, stub: Callable[[grpc.Channel], Any], method: str, request: M, extra_s: float = 0.0
+    ) -> Any:
+        """`extra_s`: seconds the call may block on top of `timeout` (a wait's timeout)."""
+        deadline = time.monotonic() + self.timeout + extra_s
         index = self._preferred
         backoff = 0.01
         while True:
@@ -228,8 +231,8 @@ class Client:
             self._preferred = leader if leader is not None else index
             return response
 
-    def _leases(self, method: str, request: M) -> Any:
-        return self._call(leases_pb2_grpc.LeasesStub, method, request)
+    def _leases(self, method: str, request: M, extra_s: float = 0.0) -> Any:
+        return self._call(leases_pb2_grpc.LeasesStub, method, request, extra_s)
 
     # --- tenure.v1.Leases -------------------------------------------------------------------
 
@@ -260,6 +263,36 @@ class Client:
             session_id=session_id,
         )
         response: pb.AcquireResponse = self._leases("Acquire", request)
+        return response
+
+    def acquire_many(
+        self,
+        holder: str,
+        resources: Sequence[str],
+        ttl_s: Optional[float] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        session_id: str = "",
+        wait_s: Optional[float] = None,
+    ) -> pb.AcquireManyResponse:
+        """Every one of `resources` (exclusive) in one step, all with one fencing token, or
+        none: branch on `granted`; when not granted, `claims` says what blocks each resource.
+
+        With `wait_s` it queues in every resource's waiting room and blocks until all are
+        granted at once or `wait_s` has passed (`reason` = `wait_timeout`). Two callers that
+        name the same resources in opposite orders never deadlock (SPEC §4.25)."""
+        request = pb.AcquireManyRequest(
+            holder=holder,
+            claims=[pb.ResourceClaim(resource=r) for r in resources],
+            ttl=_duration(ttl_s),
+            metadata=dict(metadata or {}),
+            on_conflict=pb.ON_CONFLICT_WAIT if wait_s else pb.ON_CONFLICT_FAIL,
+            wait_timeout=_duration(wait_s),
+            request_id=_request_id(),
+            session_id=session_id,
+        )
+        response: pb.AcquireManyResponse = self._leases(
+            "AcquireMany", request, extra_s=wait_s or 0.0
+        )
         return response
 
     def renew(self, lease: pb.Lease, ttl_s: Optional[float] = None) -> pb.Lease:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import grpc
@@ -224,6 +225,37 @@ def test_a_session_carries_many_leases_and_ends_them_together(client: Client, re
         client.get_session(session.session_id)
     assert raised.value.reason == "session_not_found"
     assert raised.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_acquire_many_is_all_or_nothing_and_waits_in_every_room(
+    client: Client, resource: str
+) -> None:
+    x, y, z = (f"{resource}/{name}" for name in "xyz")
+    both = client.acquire_many("py-a", [x, y], ttl_s=30)
+    assert both.granted, both
+    assert [lease.resource for lease in both.leases] == [x, y]
+    assert len({lease.fencing_token for lease in both.leases}) == 1
+    # y is held: nothing of z and y is granted, and each resource says why.
+    refused = client.acquire_many("py-b", [z, y], ttl_s=30)
+    assert not refused.granted
+    assert refused.reason == "resource_unavailable"
+    assert [(c.resource, c.reason) for c in refused.claims] == [
+        (z, ""),
+        (y, "resource_unavailable"),
+    ]
+    assert [h.holder for h in refused.claims[1].holders] == ["py-a"]
+    assert not client.get_resource(z).leases
+    # Waiting in both rooms: admitted at once when py-a lets go of y.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(client.acquire_many, "py-b", [z, y], 30, None, "", 60)
+        while client.get_resource(y).waiting == 0:
+            time.sleep(0.01)
+        for lease in both.leases:
+            client.release(lease)
+        admitted = waiting.result(timeout=60)
+    assert admitted.granted, admitted
+    assert [lease.holder for lease in admitted.leases] == ["py-b", "py-b"]
+    assert len({lease.fencing_token for lease in admitted.leases}) == 1
 
 
 @pytest.mark.parametrize("holder", ["has space", "", "x" * 129, "bad\u00e9"])

@@ -63,7 +63,7 @@ pub async fn acquire(node: &Arc<Node>, request: Proposal) -> Result<Reply, ApiEr
         match registration.next().await {
             Some(Decided::Outcome(decided)) if decided.wait_id == wait_id => {
                 guard.disarm();
-                return Ok(decided_reply(*decided));
+                return Ok(target.reply(*decided));
             }
             Some(Decided::Outcome(_)) => {}
             Some(Decided::Reset) => check_state = true,
@@ -96,6 +96,14 @@ struct Target {
 }
 
 impl Target {
+    /// What the blocked call answers when its wait is decided.
+    fn reply(&self, decided: WaitOutcome) -> Reply {
+        match (&self.many, decided.many) {
+            (Some(_), Some(many)) => Reply::Many(many),
+            _ => Reply::Acquire(decided.outcome),
+        }
+    }
+
     fn of(op: &Op) -> Option<Target> {
         match op {
             Op::AcquireMany(op) => Some(Target {
@@ -118,14 +126,6 @@ fn waiting_id(reply: &Reply) -> Option<u64> {
         Reply::Acquire(outcome) => outcome.wait_id,
         Reply::Many(outcome) => outcome.wait_id,
         _ => None,
-    }
-}
-
-/// What a blocked call answers when its wait is decided.
-fn decided_reply(decided: WaitOutcome) -> Reply {
-    match decided.many {
-        Some(many) => Reply::Many(many),
-        None => Reply::Acquire(decided.outcome),
     }
 }
 

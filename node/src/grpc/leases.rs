@@ -72,6 +72,26 @@ impl LeasesApi {
         }
     }
 
+    /// A `lock_delay` refusal's `closed_until`. Read here, not kept in the reply: replies travel
+    /// between nodes and sit in exactly-once records in a fixed encoding. This node's applied
+    /// state has the reclaim that closed the resource unless it lags behind it.
+    fn closed_until(
+        &self,
+        refusal: Option<Refusal>,
+        resource: &str,
+    ) -> Option<prost_types::Timestamp> {
+        match refusal {
+            Some(Refusal::LockDelay) => self
+                .node
+                .sm
+                .read()
+                .state
+                .closed_until_wall_ms(resource)
+                .map(convert::timestamp),
+            _ => None,
+        }
+    }
+
     /// Authenticates, then answers a read; a rejection in the answer becomes the error.
     async fn read<T>(
         &self,
@@ -186,19 +206,7 @@ impl Leases for LeasesApi {
                 holders: outcome.holders.iter().map(convert::lease).collect(),
                 queue_position: outcome.queue_position,
                 booked_from: convert::booked_from(outcome.refusal),
-                // Read here, not kept in the reply: replies travel between nodes and sit in
-                // exactly-once records in a fixed encoding. This node's applied state has the
-                // reclaim that closed the resource unless it lags behind it.
-                closed_until: match outcome.refusal {
-                    Some(Refusal::LockDelay) => self
-                        .node
-                        .sm
-                        .read()
-                        .state
-                        .closed_until_wall_ms(&resource)
-                        .map(convert::timestamp),
-                    _ => None,
-                },
+                closed_until: self.closed_until(outcome.refusal, &resource),
             })),
             Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
             other => Err(unexpected(other).into()),
@@ -416,7 +424,13 @@ impl Leases for LeasesApi {
             .propose_acquire(&request, request_id, Op::AcquireMany(op))
             .await?
         {
-            Reply::Many(outcome) => Ok(Response::new(convert::acquire_many(&outcome))),
+            Reply::Many(outcome) => {
+                let mut response = convert::acquire_many(&outcome);
+                for (claim, shown) in outcome.claims.iter().zip(&mut response.claims) {
+                    shown.closed_until = self.closed_until(claim.refusal, &claim.resource);
+                }
+                Ok(Response::new(response))
+            }
             Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
             other => Err(unexpected(other).into()),
         }

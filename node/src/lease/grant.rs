@@ -174,6 +174,15 @@ impl State {
                     op.holder
                 )));
             }
+            if let Some(id) = self.group_of(waiter) {
+                return Err(Rejection::invalid(
+                    "resource",
+                    format!(
+                        "holder {} waits for this resource in an AcquireMany (wait {id}): cancel that wait first",
+                        op.holder
+                    ),
+                ));
+            }
             if waiter.session != session {
                 return Err(Rejection::invalid(
                     "session_id",

@@ -124,6 +124,13 @@ impl State {
                 ));
             }
         }
+        // Its waits are named by its entry's index: one multi-wait per entry.
+        if op.wait_ms.is_some() && self.groups.contains_key(&ctx.index) {
+            return Err(Rejection::invalid(
+                "claims",
+                "an AcquireMany that may wait commits in an entry of its own",
+            ));
+        }
         let (session, ttl_ms) = match &op.session_id {
             Some(id) => {
                 let (id, ttl_ms) = self.session_terms(ctx, id, &op.holder, op.ttl_ms)?;
@@ -196,6 +203,9 @@ impl State {
                 wait_id: None,
             })));
         }
+        if let Some(id) = session {
+            self.session_room(id.get(), names.len())?;
+        }
         for name in &names {
             let max_waiters = self.policy_of(name).max_waiters;
             let full = self
@@ -207,9 +217,6 @@ impl State {
             }
         }
         self.admit_holdings(ctx, ctx.principal, &ad_hoc, &op.metadata, Quota::Waiters)?;
-        if let Some(id) = session {
-            self.session_room(id.get(), names.len())?;
-        }
         for (name, waiter) in names.iter().zip(waiters) {
             let event = Event::about_waiter(EventKind::Queued, &waiter);
             self.wait_due.insert(wait_due_key(name, &waiter));
@@ -241,29 +248,38 @@ impl State {
         op: &AcquireManyOp,
         claims: &[Waiter],
     ) -> Result<Option<Reply>, Rejection> {
+        // Whose the holdings are first (for every claim), then whether they are as asked.
+        let owned: Vec<_> = op
+            .claims
+            .iter()
+            .zip(claims)
+            .filter_map(|(claim, asked)| {
+                let rs = self.resources.get(claim.resource.as_str())?;
+                Some((
+                    claim,
+                    asked,
+                    rs.leases.iter().find(|l| l.holder == op.holder)?,
+                ))
+            })
+            .collect();
+        if let Some((claim, _, _)) = owned
+            .iter()
+            .find(|(_, _, own)| !ctx.admin && own.principal != ctx.principal)
+        {
+            return Err(Rejection::InsufficientPermissions(format!(
+                "holder {} holds {} for another principal",
+                op.holder, claim.resource
+            )));
+        }
         let mut held = Vec::new();
-        for (claim, asked) in op.claims.iter().zip(claims) {
-            let Some(rs) = self.resources.get(claim.resource.as_str()) else {
-                continue;
-            };
-            if let Some(own) = rs.leases.iter().find(|l| l.holder == op.holder) {
-                if !ctx.admin && own.principal != ctx.principal {
-                    return Err(Rejection::InsufficientPermissions(format!(
-                        "holder {} holds {} for another principal",
-                        op.holder, claim.resource
-                    )));
-                }
-                if own.mode != asked.mode
-                    || own.units != asked.units
-                    || own.session != asked.session
-                {
-                    return Err(Rejection::AlreadyHeld {
-                        mode: own.mode,
-                        units: own.units,
-                    });
-                }
-                held.push(self.live_view(own));
+        for (_, asked, own) in owned {
+            if own.mode != asked.mode || own.units != asked.units || own.session != asked.session {
+                return Err(Rejection::AlreadyHeld {
+                    mode: own.mode,
+                    units: own.units,
+                });
             }
+            held.push(self.live_view(own));
         }
         if !held.is_empty() {
             if held.len() == op.claims.len() {

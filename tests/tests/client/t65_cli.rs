@@ -469,3 +469,57 @@ async fn session_create_acquire_keepalive_get_list_and_close() {
     assert_eq!(lost.code, Some(1), "{}", lost.stderr);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_many_grants_all_with_one_token_or_explains_each_refusal() {
+    let (cluster, tenure) = start().await;
+    let (code, both) = tenure
+        .json_args(&[
+            "acquire-many",
+            "cli/acct/a",
+            "cli/acct/b",
+            "--holder",
+            "mover",
+            "--ttl",
+            "30s",
+        ])
+        .await;
+    assert_eq!(code, Some(0), "{both}");
+    let leases = both["leases"].as_array().expect("leases");
+    assert_eq!(leases.len(), 2);
+    assert_eq!(leases[0]["resource"], "cli/acct/a");
+    assert_eq!(leases[0]["fencing_token"], leases[1]["fencing_token"]);
+    // b is held: nothing of c and b is granted, and the answer says why, resource by resource.
+    let refused = tenure
+        .run_args(&[
+            "acquire-many",
+            "cli/acct/c",
+            "cli/acct/b",
+            "--holder",
+            "other",
+        ])
+        .await;
+    assert_eq!(refused.code, Some(1));
+    assert!(
+        refused
+            .stdout
+            .starts_with("not granted: resource_unavailable"),
+        "{}",
+        refused.stdout
+    );
+    assert!(
+        refused.stdout.contains("cli/acct/c: would fit"),
+        "{}",
+        refused.stdout
+    );
+    assert!(
+        refused.stdout.contains("cli/acct/b: resource_unavailable"),
+        "{}",
+        refused.stdout
+    );
+    let (code, c) = tenure.json_args(&["status", "cli/acct/c"]).await;
+    assert_eq!(code, Some(0), "{c}");
+    assert_eq!(c["leases"], serde_json::json!([]), "{c}");
+    assert_eq!(c["revision"], 0, "nothing ever happened to c: {c}");
+    cluster.shutdown().await;
+}

@@ -3,6 +3,7 @@
 
 use super::super::command::{BookOp, Command, CreateOp, Op, Proposal, Reply};
 use super::super::dedup::Seen;
+use super::super::many::MAX_CLAIMS;
 use super::super::quota::Quota;
 use super::super::types::{LeaseView, Rejection};
 use super::{Ctx, Effects, EntryMeta, State};
@@ -34,8 +35,18 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
     let reclaimed = state.settle_due(meta.index);
     state.settle_waits(meta.index);
     state.settle_bookings();
-    if let Some(name) = proposal.op.resource_key() {
-        state.settle_resource(meta.index, name);
+    match &proposal.op {
+        // Every resource an AcquireMany names (as many as it may name: more is refused).
+        Op::AcquireMany(op) => {
+            for claim in op.claims.iter().take(MAX_CLAIMS) {
+                state.settle_resource(meta.index, &claim.resource);
+            }
+        }
+        op => {
+            if let Some(name) = op.resource_key() {
+                state.settle_resource(meta.index, name);
+            }
+        }
     }
     state.admit_touched(meta.index);
     let ctx = Ctx {

@@ -529,3 +529,52 @@ fn s4_25_waits_are_ordered_by_queuing_entry_in_every_room_so_every_wait_is_admit
         assert_eq!(log.state.waiters(), 0);
     }
 }
+
+#[test]
+fn s4_25_an_acquire_many_never_sees_a_lease_past_its_grace() {
+    let mut log = Log::new();
+    let count = crate::lease::machine::RECLAIMS_PER_ENTRY + 6;
+    for k in 0..count {
+        granted(&log.acquire(
+            ALICE,
+            acq_ttl(&format!("r{k:05}"), &format!("h{k}"), 10_000),
+        ));
+    }
+    log.elapse(3_600_000);
+    // The entry's reclaim budget leaves the newest leases for later; the AcquireMany's own
+    // resources are settled before it looks.
+    let last = format!("r{:05}", count - 1);
+    let reply = log.propose(BOB, many("other", &[&last], None));
+    assert_eq!(granted_all(&reply), triples(&[(&last, "other", log.index)]));
+}
+
+#[test]
+fn s4_25_a_single_acquire_does_not_join_a_multi_wait() {
+    let mut log = Log::new();
+    granted(&log.acquire(BOB, acq("y", "b")));
+    waiting(&log.propose(ALICE, many("c", &["x", "y"], Some(60_000))));
+    for resource in ["x", "y"] {
+        let reply = log.acquire(
+            ALICE,
+            AcquireOp {
+                wait_ms: Some(60_000),
+                ..acq(resource, "c")
+            },
+        );
+        assert_eq!(invalid_field(&reply), "resource", "{resource}");
+    }
+    assert_eq!(log.state.waiters(), 2);
+}
+
+#[test]
+fn s4_25_a_multi_wait_takes_an_entry_of_its_own() {
+    let mut log = Log::new();
+    granted(&log.acquire(BOB, acq("y", "b")));
+    let replies = log.propose_batch(vec![
+        (ALICE, many("c", &["x", "y"], Some(60_000))),
+        (ALICE, many("d", &["z", "y"], Some(60_000))),
+    ]);
+    waiting(&replies[0]);
+    assert_eq!(invalid_field(&replies[1]), "claims");
+    assert_eq!(log.state.waiters(), 2);
+}

@@ -9,11 +9,12 @@
 //!
 //! The table is [`row::Row`]s, one file per request family: [`leases`] (acquire, renew,
 //! release, validate, get), [`registry`] (create and transfer), [`listing`] (lists, history),
-//! [`waiting`] (the waiting room, bookings, watch); [`wire`] sends what no generated client
-//! would.
+//! [`waiting`] (the waiting room, bookings, watch), [`sessions`], [`many`] (`AcquireMany`);
+//! [`wire`] sends what no generated client would.
 
 mod leases;
 mod listing;
+mod many;
 mod registry;
 mod row;
 mod sessions;
@@ -44,6 +45,7 @@ fn table(base: &Base) -> Vec<Row> {
     rows.extend(listing::rows(base));
     rows.extend(waiting::rows());
     rows.extend(sessions::rows(base));
+    rows.extend(many::rows());
     rows
 }
 

@@ -58,6 +58,7 @@ calls! {
     CancelBooking(pb::CancelBookingRequest) => cancel_booking,
     Watch(pb::WatchRequest) => watch,
     CreateSession(pb::CreateSessionRequest) => create_session,
+    AcquireMany(pb::AcquireManyRequest) => acquire_many,
     RenewSession(pb::RenewSessionRequest) => renew_session,
     CloseSession(pb::CloseSessionRequest) => close_session,
     GetSession(pb::GetSessionRequest) => get_session,
