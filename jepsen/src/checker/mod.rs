@@ -23,6 +23,7 @@
 
 mod invariants;
 mod linear;
+mod many;
 mod model;
 mod quota;
 mod retention;
@@ -39,6 +40,7 @@ use serde::Serialize;
 use tenure_proto::contract::Reason;
 
 use crate::history::{History, Nanos, Op};
+pub use many::ManyStats;
 use model::{at, compile, describe_op, describe_state, Compiled, Holders, Rules};
 pub use quota::QuotaStats;
 pub use waiting::WaitStats;
@@ -105,6 +107,8 @@ pub struct CheckReport {
     pub search_exhausted: Vec<String>,
     /// The waits and the waiting-room checks.
     pub waits: WaitStats,
+    /// The `AcquireMany` calls and their checks.
+    pub many: ManyStats,
     /// The watchers and the watch checks.
     pub watch: WatchStats,
     /// The refusals for a quota and the quota checks.
@@ -168,6 +172,7 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         linearizable: true,
         search_exhausted: Vec::new(),
         waits: WaitStats::default(),
+        many: ManyStats::default(),
         watch: WatchStats::default(),
         quota: QuotaStats::default(),
     };
@@ -232,6 +237,9 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
     let (found, waits) = waiting::check(history, t0);
     report.anomalies.extend(found);
     report.waits = waits;
+    let (found, many) = many::check(history, t0);
+    report.anomalies.extend(found);
+    report.many = many;
     let (found, watch) = watch::check(history, t0);
     report.anomalies.extend(found);
     report.watch = watch;

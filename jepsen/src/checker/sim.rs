@@ -116,6 +116,7 @@ pub fn correct_history(
                         mode: Mode::Exclusive,
                         units: 0,
                         wait_ms: 0,
+                        many: 0,
                     };
                     let outcome = match truth {
                         None => {

@@ -20,6 +20,10 @@ pub enum Call {
         /// `on_conflict = WAIT` with this `wait_timeout`; 0 = `FAIL`.
         #[serde(default, skip_serializing_if = "is_zero")]
         wait_ms: u64,
+        /// This resource's part of an `AcquireMany` (SPEC §4.25): the call's number, shared
+        /// by the record of each resource it named; 0 = a plain `Acquire`.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        many: u64,
     },
     Renew {
         resource: String,
@@ -115,6 +119,7 @@ impl Call {
                 mode,
                 units,
                 wait_ms,
+                many,
                 ..
             } => {
                 let mode = match mode {
@@ -125,7 +130,11 @@ impl Call {
                     0 => String::new(),
                     ms => format!(", wait {ms}ms"),
                 };
-                format!("acquire({holder}, {mode}ttl {ttl_ms}ms{wait})")
+                let many = match many {
+                    0 => String::new(),
+                    n => format!(", many #{n}"),
+                };
+                format!("acquire({holder}, {mode}ttl {ttl_ms}ms{wait}{many})")
             }
             Call::Renew {
                 holder,

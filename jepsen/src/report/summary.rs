@@ -137,6 +137,8 @@ pub struct Summary {
     pub search_exhausted: Vec<String>,
     /// `WAIT` acquires and what they came to.
     pub waits: WaitStats,
+    /// The `AcquireMany` calls (SPEC §4.25).
+    pub many: crate::checker::ManyStats,
     /// The watchers and what they were sent.
     pub watch: WatchStats,
     pub pass: bool,
@@ -376,6 +378,7 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         linearizable: check.linearizable,
         search_exhausted: check.search_exhausted.clone(),
         waits: check.waits.clone(),
+        many: check.many.clone(),
         watch: check.watch.clone(),
         pass,
         verdict,

@@ -64,6 +64,7 @@ pub(super) fn tenures(history: &History, span: Span) -> BTreeMap<String, Vec<Ten
                     mode,
                     units,
                     wait_ms,
+                    ..
                 },
                 Outcome::Ok {
                     value: Value::Granted { token, lease_id },

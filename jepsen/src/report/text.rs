@@ -89,6 +89,18 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
             p.undone
         );
     }
+    if s.many.calls > 0 {
+        let m = &s.many;
+        w!(
+            out,
+            "acquire_many {}: granted {} ({} entries granted several rooms at once) | multi-waits queued {}, ended {}\n",
+            m.calls,
+            m.granted,
+            m.admitted_together,
+            m.queued,
+            m.ended
+        );
+    }
     if s.waits.waits > 0 || s.watch.watchers > 0 {
         let (w, v) = (&s.waits, &s.watch);
         w!(

@@ -16,7 +16,7 @@ use crate::hosts::Hosts;
 use crate::nemesis::{Fault, Nemesis, Targets};
 use crate::procs::Procs;
 use crate::secure::Connect;
-use crate::workload::{self, Env, FencedStore, Recorder};
+use crate::workload::{self, Env, FencedStore, Kind, Recorder, WorkloadConfig};
 
 /// The resource the run acquires once every fault is healed, to show progress.
 const PROGRESS: &str = "progress";
@@ -165,6 +165,13 @@ pub(super) async fn drive(
             }
         }
     }
+    if healed {
+        // Every wait ends by its admission, timeout or cancel: the histories are read once
+        // the waiting rooms are empty (or the waits have had their time and more), and a wait
+        // still queued then is the checker's to judge.
+        let longest = Duration::from_millis(options.workload.wait_max_ms) + Duration::from_secs(10);
+        drain_waits(&env.client, &options.workload, Instant::now() + longest).await;
+    }
     let progress_deadline = Instant::now() + Duration::from_secs(15);
     let mut progress = false;
     while healed && !progress && Instant::now() < progress_deadline {
@@ -222,4 +229,30 @@ pub(super) async fn drive(
         watches,
     };
     Ok((history, progress))
+}
+
+/// Waits until no resource of the run has anyone in its waiting room, or `deadline`.
+async fn drain_waits(client: &Client, workload: &WorkloadConfig, deadline: Instant) {
+    let rooms: Vec<String> = workload
+        .all_resources()
+        .into_iter()
+        .filter(|(_, kind)| matches!(kind, Kind::Waiting | Kind::Many))
+        .map(|(name, _)| name)
+        .collect();
+    while Instant::now() < deadline {
+        let mut waiting = 0;
+        for name in &rooms {
+            let read = client
+                .get_resource(tenure_client::pb::GetResourceRequest {
+                    name: name.clone(),
+                    ..Default::default()
+                })
+                .await;
+            waiting += read.ok().and_then(|r| r.resource).map_or(1, |r| r.waiting);
+        }
+        if waiting == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -33,6 +34,10 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
     }
     while Instant::now() < deadline {
         let (resource, kind) = &resources[rng.random_range(0..resources.len())];
+        if *kind == Kind::Many {
+            take_many(&env, process, &mut rng, &resources).await;
+            continue;
+        }
         if rng.random_bool(0.15) {
             env.read(process, resource, rng.random_range(1..=nodes))
                 .await;
@@ -68,6 +73,49 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
             transferable: *kind == Kind::Transfer,
         };
         hold(&env, process, &mut rng, lease, ttl_ms, false).await;
+    }
+}
+
+/// Two or three `many` resources in a random order with one waiting `AcquireMany` (sometimes
+/// given up on); granted, each is written to with the one token, held a quarter ttl (or, at
+/// times, past the ttl), written again, and all are released (or left to expire).
+async fn take_many(env: &Arc<Env>, process: u64, rng: &mut SmallRng, all: &[(String, Kind)]) {
+    let config = &env.config;
+    let mut names: Vec<String> = all
+        .iter()
+        .filter(|(_, kind)| *kind == Kind::Many)
+        .map(|(name, _)| name.clone())
+        .collect();
+    names.shuffle(rng);
+    names.truncate(rng.random_range(2..=3).min(names.len()));
+    let ttl_ms = rng.random_range(config.ttl_min_ms..=config.ttl_max_ms);
+    let timeout_ms = rng.random_range(config.wait_min_ms..=config.wait_max_ms);
+    let wait = Wait {
+        timeout_ms,
+        give_up_after: rng
+            .random_bool(config.give_up_probability)
+            .then(|| Duration::from_millis(rng.random_range(timeout_ms / 4..=timeout_ms))),
+    };
+    let Some(leases) = env.acquire_many(process, &names, ttl_ms, wait).await else {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
+        return;
+    };
+    for lease in &leases {
+        env.write(process, lease);
+    }
+    let pause = if rng.random_bool(config.stall_probability) {
+        ttl_ms * 3 / 2
+    } else {
+        ttl_ms / 4
+    };
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+    for lease in &leases {
+        env.write(process, lease);
+    }
+    if rng.random_bool(0.8) {
+        for lease in &leases {
+            env.release(process, lease).await;
+        }
     }
 }
 

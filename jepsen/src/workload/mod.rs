@@ -13,6 +13,10 @@
 //!   release or reclaim that frees the resource. Some cancel their own wait with `CancelWait`
 //!   from another task; some give up before the wait ends (their outcome is unknown); some try a
 //!   plain acquire, which must not barge past the queue.
+//! * `many`: registered, exclusive-only `m0…` that clients take two or three at a time, in a
+//!   random order, with one `AcquireMany` that waits 1–5 s (SPEC §4.25): all granted in one
+//!   entry with one token, or none; each resource's part is recorded as an acquire of that
+//!   resource (`many` names the call), so every per-resource check judges it too.
 //!
 //! Some holders stall past their ttl before writing, as a paused process would. Every call is
 //! recorded as invoke → ok / fail / quota_exceeded / unknown. Watchers (`watchers`) keep
@@ -39,10 +43,17 @@ pub enum Kind {
     Shared,
     Transfer,
     Waiting,
+    Many,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Exclusive, Kind::Shared, Kind::Transfer, Kind::Waiting];
+    pub const ALL: [Kind; 5] = [
+        Kind::Exclusive,
+        Kind::Shared,
+        Kind::Transfer,
+        Kind::Waiting,
+        Kind::Many,
+    ];
 
     pub fn parse(name: &str) -> anyhow::Result<Kind> {
         Ok(match name.trim() {
@@ -50,9 +61,10 @@ impl Kind {
             "shared" => Kind::Shared,
             "transfer" => Kind::Transfer,
             "waiting" => Kind::Waiting,
-            other => {
-                anyhow::bail!("unknown workload `{other}` (exclusive, shared, transfer, waiting)")
-            }
+            "many" => Kind::Many,
+            other => anyhow::bail!(
+                "unknown workload `{other}` (exclusive, shared, transfer, waiting, many)"
+            ),
         })
     }
 
@@ -62,16 +74,18 @@ impl Kind {
             Kind::Shared => "shared",
             Kind::Transfer => "transfer",
             Kind::Waiting => "waiting",
+            Kind::Many => "many",
         }
     }
 
-    /// The first letter of the kind's resource names (`r0`, `s0`, `x0`, `w0`).
+    /// The first letter of the kind's resource names (`r0`, `s0`, `x0`, `w0`, `m0`).
     pub fn prefix(self) -> &'static str {
         match self {
             Kind::Exclusive => "r",
             Kind::Shared => "s",
             Kind::Transfer => "x",
             Kind::Waiting => "w",
+            Kind::Many => "m",
         }
     }
 }
@@ -88,6 +102,8 @@ pub struct WorkloadConfig {
     pub transfer_resources: u64,
     /// Registered resources acquired with `WAIT` (kind `waiting`).
     pub waiting_resources: u64,
+    /// Registered resources taken several at a time with `AcquireMany` (kind `many`).
+    pub many_resources: u64,
     /// The range of a `WAIT` acquire's `wait_timeout`.
     pub wait_min_ms: u64,
     pub wait_max_ms: u64,
@@ -122,6 +138,7 @@ impl Default for WorkloadConfig {
             shared_resources: 2,
             transfer_resources: 2,
             waiting_resources: 2,
+            many_resources: 4,
             wait_min_ms: 1_000,
             wait_max_ms: 5_000,
             cancel_probability: 0.15,
@@ -149,6 +166,7 @@ impl WorkloadConfig {
                 Kind::Shared => self.shared_resources,
                 Kind::Transfer => self.transfer_resources,
                 Kind::Waiting => self.waiting_resources,
+                Kind::Many => self.many_resources,
             };
             out.extend((0..n).map(|i| (format!("{}{i}", kind.prefix()), kind)));
         }
@@ -177,13 +195,18 @@ impl WorkloadConfig {
     /// handed to it; a lease left to expire stays live (and counted) until it is reclaimed. So
     /// the clients together hold about as many leases as there are clients, at the limit about
     /// a sixth of the time (measured: a 30 s run with every nemesis refuses 10–15 acquires of
-    /// some 450). Waits queue on the `waiting` resources only: three at once is reached
-    /// about a quarter of the time.
+    /// some 450). Waits queue on the `waiting` resources (three at once is reached about a
+    /// quarter of the time) and, two or three places each, on the `many` ones (twelve more).
     pub fn quota_limits(&self) -> BTreeMap<String, u64> {
         let mut limits = BTreeMap::new();
         limits.insert("leases".to_owned(), self.clients.max(2));
         if self.kinds.contains(&Kind::Waiting) && self.waiting_resources > 0 {
             limits.insert("waiters".to_owned(), 3);
+        }
+        // A multi-wait holds a place in two or three rooms, and a few wait at once.
+        if self.kinds.contains(&Kind::Many) && self.many_resources > 1 {
+            let waiters = limits.get("waiters").copied().unwrap_or(0);
+            limits.insert("waiters".to_owned(), waiters + 12);
         }
         limits
     }
@@ -198,7 +221,7 @@ impl WorkloadConfig {
         };
         match kind {
             Kind::Exclusive => None,
-            Kind::Waiting => Some(registered),
+            Kind::Waiting | Kind::Many => Some(registered),
             Kind::Shared => Some(ResourcePolicy {
                 shared_modes: vec![Mode::Read, Mode::Write],
                 total_units: self.total_units,

@@ -114,6 +114,7 @@ pub(crate) fn compile(
                 mode,
                 units,
                 wait_ms,
+                many,
                 ..
             },
             outcome,
@@ -187,14 +188,18 @@ pub(crate) fn compile(
                     }
                 }
                 Outcome::Ok { value } => unexpected(value),
-                Outcome::Fail { reason } if reason == ALREADY_HELD => Compiled::Model {
-                    op: MOp::AlreadyHeld {
-                        holder,
-                        mode,
-                        units,
-                    },
-                    required: true,
-                },
+                // An `AcquireMany` refused as a whole grants nothing anywhere, and its reason
+                // may concern another of its resources (the all-or-nothing check is `many`'s).
+                Outcome::Fail { reason } if reason == ALREADY_HELD && *many == 0 => {
+                    Compiled::Model {
+                        op: MOp::AlreadyHeld {
+                            holder,
+                            mode,
+                            units,
+                        },
+                        required: true,
+                    }
+                }
                 Outcome::Fail { .. } => Compiled::Ignored,
                 // Refused for a quota: nothing happened to the resource, a legal no-op at any
                 // point of the call (whether the quota was full is the quota checker's).

@@ -3,7 +3,7 @@
 //!
 //! * `quota_refused_below_limit`: a call refused for the `leases` (`waiters`) quota with limit
 //!   `n` needs a moment inside the call at which the principal could have held `n` live leases
-//!   (queued waits). The checker counts, for each such refusal, what may have been held then —
+//!   (queued waits), or more than `n − k` for an `AcquireMany` of `k` resources. The checker counts, for each such refusal, what may have been held then —
 //!   a sound upper bound, over every holder of the run (the clients share one principal;
 //!   counting others' too only raises the bound) — and reports the refusal when that is below
 //!   `n`;
@@ -33,7 +33,7 @@
 
 mod holdings;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -154,6 +154,15 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, QuotaStats) 
     }
     let revealed = Revealed::of(history);
     let holdings = holdings(history);
+    // An `AcquireMany` needs a lease (a wait) for every resource it names, all at once.
+    let mut parts: HashMap<u64, u64> = HashMap::new();
+    for op in &history.ops {
+        if let Call::Acquire { many, .. } = &op.call {
+            if *many != 0 {
+                *parts.entry(*many).or_default() += 1;
+            }
+        }
+    }
     let set = history.quotas.as_ref().map(|q| &q.limits);
     let mut out = Vec::new();
     for (op, quota, limit) in refusals {
@@ -181,7 +190,11 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, QuotaStats) 
             .filter(|h| h.kind == kind)
             .filter(|h| h.may_be_held((op.invoke_ns, op.complete_ns), applied, bound))
             .collect();
-        if (held.len() as u64) >= limit {
+        let needs = match &op.call {
+            Call::Acquire { many, .. } if *many != 0 => parts.get(many).copied().unwrap_or(1),
+            _ => 1,
+        };
+        if held.len() as u64 + needs > limit {
             continue;
         }
         let what = match kind {
@@ -200,8 +213,12 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, QuotaStats) 
             "quota_refused_below_limit",
             op,
             format!(
-                "quota refusal while at most {} of {limit} {what} could be held: {} (decided by an entry above {applied} and at or below {bound}; the call ran {}..{}); could be held: {}",
+                "quota refusal while at most {} of {limit} {what} could be held{}: {} (decided by an entry above {applied} and at or below {bound}; the call ran {}..{}); could be held: {}",
                 held.len(),
+                match needs {
+                    1 => String::new(),
+                    n => format!(" (an AcquireMany needing {n})"),
+                },
                 describe_op(op, t0),
                 at(op.invoke_ns, t0),
                 at(op.complete_ns, t0),

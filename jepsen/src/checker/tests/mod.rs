@@ -11,6 +11,7 @@
 //! * `quota`: quota refusals against what the principal could hold, and the model's no-op.
 
 mod exclusive;
+mod many;
 mod pool;
 mod quota;
 mod reference;
@@ -147,6 +148,7 @@ fn acquire_in(holder: &str, mode: Mode, units: u64, ttl_ms: u64) -> Call {
         mode,
         units,
         wait_ms: 0,
+        many: 0,
     }
 }
 fn renew(holder: &str, token: u64, ttl_ms: u64) -> Call {

@@ -78,6 +78,7 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, WaitStats) {
             granted.entry((resource, holder, *token)).or_insert(op);
         }
     }
+    let together = admitted_together(history);
     for (resource, events) in &history.events {
         let floor = retention.floor(events);
         stats.queued_events += events
@@ -92,13 +93,46 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, WaitStats) {
             stats.resources_checked += 1;
             out.extend(queue_order(resource, events, &granted, t0));
         }
-        out.extend(admissions(resource, events, floor, &granted, t0));
+        out.extend(admissions(
+            resource,
+            events,
+            floor,
+            (&granted, &together),
+            t0,
+        ));
     }
     out.extend(answers(history, &retention, &mut stats, t0));
     (out, stats)
 }
 
-fn anomaly(kind: &str, resource: &str, message: String, ops: Vec<u64>) -> Anomaly {
+/// (holder, revision) of admissions recorded in several rooms in one entry (a multi-wait,
+/// SPEC §4.25), and whether anything freed any of those rooms in that entry: such a wait is
+/// admitted when its last room frees, and its other rooms were free before.
+pub(super) type Together<'a> = HashMap<(&'a str, u64), bool>;
+
+fn admitted_together(history: &History) -> Together<'_> {
+    let mut rooms: HashMap<(&str, u64), (usize, bool)> = HashMap::new();
+    for events in history.events.values() {
+        for (i, event) in events.iter().enumerate() {
+            if event.kind != EventKind::Admitted {
+                continue;
+            }
+            let freed = queue::freed_before(events, i);
+            let entry = rooms
+                .entry((event.holder.as_str(), event.revision))
+                .or_default();
+            entry.0 += 1;
+            entry.1 |= freed;
+        }
+    }
+    rooms
+        .into_iter()
+        .filter(|(_, (count, _))| *count > 1)
+        .map(|(key, (_, freed))| (key, freed))
+        .collect()
+}
+
+pub(super) fn anomaly(kind: &str, resource: &str, message: String, ops: Vec<u64>) -> Anomaly {
     Anomaly {
         kind: kind.into(),
         resource: resource.to_owned(),

@@ -115,11 +115,29 @@ pub(super) fn queue_order(
 
 /// Each admission above the retention floor happened in an entry that freed capacity, with
 /// that entry's index as its token.
+/// Whether anything freed capacity in the entry of `events[i]`, recorded before it.
+pub(super) fn freed_before(events: &[Event], i: usize) -> bool {
+    let revision = events[i].revision;
+    events[..i]
+        .iter()
+        .rev()
+        .take_while(|e| e.revision == revision)
+        .any(|e| {
+            matches!(
+                e.kind,
+                EventKind::Released
+                    | EventKind::Reclaimed
+                    | EventKind::WaitTimedOut
+                    | EventKind::WaitCancelled
+            )
+        })
+}
+
 pub(super) fn admissions(
     resource: &str,
     events: &[Event],
     floor: u64,
-    granted: &HashMap<Grant<'_>, &Op>,
+    (granted, together): (&HashMap<Grant<'_>, &Op>, &super::Together<'_>),
     t0: Nanos,
 ) -> Vec<Anomaly> {
     let mut out = Vec::new();
@@ -131,15 +149,10 @@ pub(super) fn admissions(
             .iter()
             .rev()
             .take_while(|e| e.revision == event.revision);
-        let freed = entry.clone().any(|e| {
-            matches!(
-                e.kind,
-                EventKind::Released
-                    | EventKind::Reclaimed
-                    | EventKind::WaitTimedOut
-                    | EventKind::WaitCancelled
-            )
-        });
+        let freed = match together.get(&(event.holder.as_str(), event.revision)) {
+            Some(freed_any_room) => *freed_any_room,
+            None => freed_before(events, i),
+        };
         let why = if event.token != event.revision {
             format!(
                 "its token {} is not the index of the entry that admitted it",

@@ -42,6 +42,7 @@ fn acquire(r: &str, h: &str) -> Call {
         mode: crate::history::Mode::Exclusive,
         units: 0,
         wait_ms: 0,
+        many: 0,
     }
 }
 
@@ -262,6 +263,7 @@ fn sample() -> (History, CheckReport, u64) {
         linearizable: false,
         search_exhausted: Vec::new(),
         waits: Default::default(),
+        many: Default::default(),
         watch: Default::default(),
         quota: Default::default(),
     };
@@ -550,6 +552,7 @@ fn a_long_run_stays_a_sane_size() {
         linearizable: true,
         search_exhausted: Vec::new(),
         waits: Default::default(),
+        many: Default::default(),
         watch: Default::default(),
         quota: Default::default(),
     };

@@ -15,6 +15,7 @@ fn shared_leases_and_transfers_are_drawn() {
         mode,
         units,
         wait_ms: 0,
+        many: 0,
     };
     b.op(1, shared("c1", Mode::Read, 2), 100, 5, granted(3));
     b.op(2, shared("c2", Mode::Write, 1), 120, 5, granted(4));

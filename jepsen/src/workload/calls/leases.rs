@@ -25,6 +25,7 @@ impl Env {
             mode,
             units,
             wait_ms: wait.map_or(0, |w| w.timeout_ms),
+            many: 0,
         };
         let pending = self.recorder.invoke(process, call);
         let request = pb::AcquireRequest {
@@ -82,6 +83,104 @@ impl Env {
             } => Some((token, lease_id)),
             _ => None,
         }
+    }
+
+    /// `AcquireMany` of every one of `resources` (exclusive), waiting with `wait`: each
+    /// resource's part recorded as an acquire of it, numbered alike. The leases if granted.
+    pub async fn acquire_many(
+        &self,
+        process: u64,
+        resources: &[String],
+        ttl_ms: u64,
+        wait: Wait,
+    ) -> Option<Vec<Tenancy>> {
+        let holder = holder_name(process);
+        let many = self.recorder.next_many();
+        let pending: Vec<_> = resources
+            .iter()
+            .map(|resource| {
+                let call = Call::Acquire {
+                    resource: resource.clone(),
+                    holder: holder.clone(),
+                    ttl_ms,
+                    mode: Mode::Exclusive,
+                    units: 0,
+                    wait_ms: wait.timeout_ms,
+                    many,
+                };
+                self.recorder.invoke(process, call)
+            })
+            .collect();
+        let request = pb::AcquireManyRequest {
+            holder,
+            claims: resources
+                .iter()
+                .map(|resource| pb::ResourceClaim {
+                    resource: resource.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
+            on_conflict: pb::OnConflict::Wait as i32,
+            wait_timeout: Some(prost_duration(Duration::from_millis(wait.timeout_ms))),
+            ..Default::default()
+        };
+        let sent = self.client.acquire_many(request);
+        let answer = match wait.give_up_after {
+            Some(after) => tokio::time::timeout(after, sent).await.unwrap_or_else(|_| {
+                Err(Error::Local(format!(
+                    "gave up waiting after {}ms",
+                    after.as_millis()
+                )))
+            }),
+            None => sent.await,
+        };
+        let mut leases = Vec::new();
+        for (k, pending) in pending.into_iter().enumerate() {
+            let resource = &resources[k];
+            let outcome = match &answer {
+                Ok(r) if r.granted => match r.leases.iter().find(|l| &l.resource == resource) {
+                    Some(lease) => {
+                        leases.push(Tenancy {
+                            resource: resource.clone(),
+                            lease_id: lease.lease_id.clone(),
+                            token: lease.fencing_token,
+                            mode: Mode::Exclusive,
+                            transferable: false,
+                        });
+                        Outcome::Ok {
+                            value: Value::Granted {
+                                token: lease.fencing_token,
+                                lease_id: lease.lease_id.clone(),
+                            },
+                        }
+                    }
+                    None => Outcome::Unknown {
+                        error: format!("granted without a lease on {resource}"),
+                    },
+                },
+                Ok(r) => {
+                    let holders = r
+                        .claims
+                        .iter()
+                        .find(|c| &c.resource == resource)
+                        .map(|c| c.holders.as_slice())
+                        .unwrap_or_default();
+                    let current = holders.first();
+                    Outcome::Ok {
+                        value: Value::Refused {
+                            reason: r.reason.clone(),
+                            holder: current.map(|l| l.holder.clone()),
+                            token: current.map(|l| l.fencing_token),
+                            holders: holders.iter().map(held).collect(),
+                        },
+                    }
+                }
+                Err(e) => classify(e),
+            };
+            self.recorder.complete(pending, outcome);
+        }
+        (leases.len() == resources.len()).then_some(leases)
     }
 
     /// `CancelWait` of this client's wait on `resource`.

@@ -21,6 +21,8 @@ use outcome::classify;
 #[derive(Default)]
 pub struct Recorder {
     next_id: AtomicU64,
+    /// The last number given to an `AcquireMany` call (its records' `many`).
+    last_many: AtomicU64,
     ops: Mutex<Vec<Op>>,
 }
 
@@ -39,6 +41,11 @@ impl Recorder {
             call,
             invoke_ns: now_ns(),
         }
+    }
+
+    /// A number for an `AcquireMany` call, never 0.
+    pub fn next_many(&self) -> u64 {
+        self.last_many.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     pub fn complete(&self, pending: Pending, outcome: Outcome) -> Outcome {

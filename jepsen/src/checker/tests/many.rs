@@ -1,0 +1,100 @@
+//! `AcquireMany` (SPEC §4.25): one call's parts on two resources, against the cluster's record.
+//! Each history has one anomaly, or none.
+
+use super::*;
+use crate::history::EventKind::{Acquired, Admitted, Queued, Released, WaitTimedOut};
+
+const X: &str = "m0";
+const Y: &str = "m1";
+
+fn part(resource: &str, holder: &str, wait_ms: u64, many: u64) -> Call {
+    Call::Acquire {
+        resource: resource.into(),
+        holder: holder.into(),
+        ttl_ms: 5_000,
+        mode: Mode::Exclusive,
+        units: 0,
+        wait_ms,
+        many,
+    }
+}
+
+/// b holds y (token 2); a waits for x and y together (queued at 3), and is admitted in both
+/// rooms by b's release at 5.
+fn admitted_together() -> Builder {
+    let mut h = Builder::new();
+    h.op(part(Y, "b", 0, 1), 0, 10, granted(2));
+    h.op(part(X, "b", 0, 1), 0, 10, granted(2));
+    h.event(X, 2, Acquired, "b");
+    h.event(Y, 2, Acquired, "b");
+    h.op(release("b", 2), 15, 18, ok(Value::Released { token: 2 }));
+    h.event(X, 4, Released, "b");
+    for resource in [X, Y] {
+        h.op(part(resource, "a", 3_000, 2), 20, 300, granted(5));
+        h.event(resource, 3, Queued, "a");
+    }
+    h.event(Y, 5, Released, "b");
+    h.event(X, 5, Admitted, "a");
+    h.event(Y, 5, Admitted, "a");
+    h
+}
+
+#[test]
+fn a_multi_wait_admitted_in_every_room_by_one_entry_passes() {
+    let report = admitted_together().check();
+    assert!(
+        !kinds(&report).iter().any(|k| k.starts_with("multi_wait")
+            || *k == "partial_grant"
+            || *k == "admission_not_at_free"),
+        "{:?}",
+        report.anomalies
+    );
+    assert_eq!(report.many.calls, 2);
+    assert_eq!(report.many.granted, 2);
+    assert_eq!(report.many.queued, 2);
+    assert_eq!(report.many.ended, 2);
+}
+
+#[test]
+fn a_grant_of_some_of_the_named_resources_is_partial() {
+    let mut h = Builder::new();
+    h.op(part(X, "a", 0, 1), 0, 10, granted(2));
+    h.op(part(Y, "a", 0, 1), 0, 10, granted(2));
+    h.event(X, 2, Acquired, "a");
+    let report = h.check();
+    assert_eq!(the(&report, "partial_grant").resource, X);
+}
+
+#[test]
+fn answers_with_different_tokens_are_partial() {
+    let mut h = Builder::new();
+    h.op(part(X, "a", 0, 1), 0, 10, granted(2));
+    h.op(part(Y, "a", 0, 1), 0, 10, granted(3));
+    h.event(X, 2, Acquired, "a");
+    h.event(Y, 3, Acquired, "a");
+    assert!(kinds(&h.check()).contains(&"partial_grant"));
+}
+
+#[test]
+fn a_wait_that_never_ends_is_reported() {
+    let mut h = admitted_together();
+    h.op(part(X, "c", 3_000, 3), 30, 3_100, unknown());
+    h.op(part(Y, "c", 3_000, 3), 30, 3_100, unknown());
+    h.event(X, 6, Queued, "c");
+    h.event(Y, 6, Queued, "c");
+    h.event(Y, 9, WaitTimedOut, "c");
+    let report = h.check();
+    assert_eq!(the(&report, "multi_wait_unended").resource, X);
+}
+
+#[test]
+fn waits_of_one_call_that_end_apart_are_split() {
+    let mut h = admitted_together();
+    h.op(part(X, "c", 3_000, 3), 30, 3_100, unknown());
+    h.op(part(Y, "c", 3_000, 3), 30, 3_100, unknown());
+    h.event(X, 6, Queued, "c");
+    h.event(Y, 6, Queued, "c");
+    h.event(X, 8, WaitTimedOut, "c");
+    h.event(Y, 9, WaitTimedOut, "c");
+    assert!(kinds(&h.check()).contains(&"multi_wait_split"));
+}
