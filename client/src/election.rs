@@ -23,7 +23,9 @@ use tenure_proto::contract::Reason;
 use crate::client::Client;
 use crate::error::Error;
 use crate::lease::{Acquired, Lease, Lost};
+use crate::lock::Lock;
 use crate::retry;
+use crate::session::Session;
 
 /// How long one queued acquire of a campaign waits before it is re-queued. A candidate whose
 /// process and node both died stays queued at most this long (and, if admitted meanwhile,
@@ -48,35 +50,45 @@ impl Client {
         candidate_id: &str,
         ttl: Duration,
     ) -> Result<Leadership, Error> {
-        // Queues until granted; a wait that ran out, or a grant lost before it arrived, queues
-        // again at once. The errors left are a failure to reach the cluster, retried after a
-        // delay, or a refusal for good.
-        let queue = || async {
-            loop {
-                let attempt = self.lock(key, candidate_id).ttl(ttl).wait(CAMPAIGN_WAIT);
-                match attempt.await {
-                    Ok(Acquired::Granted(lease)) => return Ok(*lease),
-                    Ok(Acquired::Refused { reason, .. })
-                        if Reason::WaitTimeout == reason.as_str() => {}
-                    Ok(Acquired::Refused { reason, .. }) => {
-                        return Err(Error::NotGranted { reason })
-                    }
-                    // Admitted, but the lease ended before the handle could renew it.
-                    Err(error) if lost_on_arrival(&error) => {}
-                    Err(error) => return Err(error),
-                }
-            }
-        };
-        let lease = queue
-            .retry(retry::RECONNECT)
-            .when(Error::is_retryable)
-            .notify(|error, _| tracing::debug!(%error, key, "campaign: no answer; retrying"))
-            .await?;
-        Ok(Leadership {
-            key: key.to_string(),
-            lease,
-        })
+        campaign_with(key, || self.lock(key, candidate_id).ttl(ttl)).await
     }
+}
+
+impl Session {
+    /// [`Client::campaign`] with the session's holder as the candidate and its lease on the
+    /// session (SPEC §4.24): the session's one heartbeat keeps this leadership with everything
+    /// else it carries, and the leadership is lost when the session is (its wait, too, ends
+    /// with the session: `NotGranted` with `wait_cancelled`).
+    pub async fn campaign(&self, key: &str) -> Result<Leadership, Error> {
+        campaign_with(key, || self.lock(key)).await
+    }
+}
+
+/// Queues `lock` for `key` until granted; a wait that ran out, or a grant lost before it
+/// arrived, queues again at once. The errors left are a failure to reach the cluster, retried
+/// after a delay, or a refusal for good.
+async fn campaign_with(key: &str, lock: impl Fn() -> Lock) -> Result<Leadership, Error> {
+    let queue = || async {
+        loop {
+            match lock().wait(CAMPAIGN_WAIT).await {
+                Ok(Acquired::Granted(lease)) => return Ok(*lease),
+                Ok(Acquired::Refused { reason, .. }) if Reason::WaitTimeout == reason.as_str() => {}
+                Ok(Acquired::Refused { reason, .. }) => return Err(Error::NotGranted { reason }),
+                // Admitted, but the lease ended before the handle could renew it.
+                Err(error) if lost_on_arrival(&error) => {}
+                Err(error) => return Err(error),
+            }
+        }
+    };
+    let lease = queue
+        .retry(retry::RECONNECT)
+        .when(Error::is_retryable)
+        .notify(|error, _| tracing::debug!(%error, key, "campaign: no answer; retrying"))
+        .await?;
+    Ok(Leadership {
+        key: key.to_string(),
+        lease,
+    })
 }
 
 fn lost_on_arrival(error: &Error) -> bool {

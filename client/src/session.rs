@@ -45,7 +45,7 @@ pub struct Session {
 
 impl Client {
     /// Starts a session with `ttl` for a holder made up for it (`session-<uuid>`), renewed every
-    /// ttl/3 in the background.
+    /// ttl/3 in the background on the client's `KeepAlive` stream.
     pub async fn session(&self, ttl: Duration) -> Result<Session, Error> {
         let holder = format!("session-{}", uuid::Uuid::new_v4());
         self.session_for(&holder, ttl).await
@@ -75,7 +75,12 @@ impl Client {
             let (client, id) = (self.clone(), session.session_id.clone());
             move |deadline| {
                 let (client, id) = (client.clone(), id.clone());
-                async move { client.renew_session_until(&id, deadline).await.map(drop) }
+                async move {
+                    client
+                        .renew_session_on_stream(&id, deadline)
+                        .await
+                        .map(drop)
+                }
             }
         };
         let renewer = tokio::spawn(renew_loop(

@@ -1,9 +1,9 @@
-//! One `KeepAlive` stream per client (SPEC §2.3) for every lease handle's renewals, instead of
-//! one call per lease per tick. Opened at the first renewal on the preferred endpoint (the
+//! One `KeepAlive` stream per client (SPEC §2.3) for every lease handle's and session handle's
+//! renewals, instead of one call per lease per tick. Opened at the first renewal on the preferred endpoint (the
 //! leader, once a reply named it), and again at the next renewal after it breaks; renewals in
 //! flight when it breaks are answered `unavailable` (a renewal is safe to send again). Where
 //! no stream can be opened (a node of an older release, or no place among its open streams),
-//! a renewal goes as a unary `Renew`.
+//! a renewal goes as a unary `Renew` (`RenewSession`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -38,7 +38,8 @@ const NO_STREAM_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 pub(super) type KeepAlives = mpsc::UnboundedSender<Renewal>;
 
 pub(super) struct Renewal {
-    renew: pb::RenewRequest,
+    /// The message to send, its `seq` set when sent: a lease's renewal or a session's.
+    message: pb::KeepAliveRequest,
     answer: oneshot::Sender<Answer>,
     /// When the renewal's caller gives up.
     deadline: Instant,
@@ -56,8 +57,8 @@ struct Waiting {
 const LEAST_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A renewal's answer from the stream task: the stream's (renewed or refused), or None when
-/// no stream could be opened and it is to go as a unary `Renew`.
-type Answer = Option<Result<pb::Lease, Error>>;
+/// no stream could be opened and it is to go as a unary call.
+type Answer = Option<Result<pb::KeepAliveResponse, Error>>;
 
 impl Client {
     /// Renews on the client's one `KeepAlive` stream, shared with every lease handle of the
@@ -73,19 +74,60 @@ impl Client {
         renew: pb::RenewRequest,
         deadline: Instant,
     ) -> Result<pb::Lease, Error> {
+        // Renewals are not remembered (SPEC §4.18): on the stream they go without a
+        // request_id, a few dozen bytes fewer in every entry.
+        let message = pb::KeepAliveRequest {
+            renew: Some(pb::RenewRequest {
+                request_id: String::new(),
+                ..renew.clone()
+            }),
+            ..Default::default()
+        };
+        let renewed = match self.send_on_stream(message, deadline).await {
+            Some(answered) => answered?.lease,
+            None => self.renew_until(renew, deadline).await?.lease,
+        };
+        renewed.ok_or_else(|| Error::Local("renewed without a lease".into()))
+    }
+
+    /// Renews session `session_id` on the client's `KeepAlive` stream (a unary `RenewSession`
+    /// where no stream opens), until `deadline`: the session with its new expiry.
+    pub(crate) async fn renew_session_on_stream(
+        &self,
+        session_id: &str,
+        deadline: Instant,
+    ) -> Result<pb::Session, Error> {
+        let message = pb::KeepAliveRequest {
+            session_id: session_id.into(),
+            ..Default::default()
+        };
+        let renewed = match self.send_on_stream(message, deadline).await {
+            Some(answered) => answered?.session,
+            None => {
+                self.renew_session_until(session_id, deadline)
+                    .await?
+                    .session
+            }
+        };
+        renewed.ok_or_else(|| Error::Local("renewed without a session".into()))
+    }
+
+    /// Sends `message` on the client's stream (opened at the first renewal and again after it
+    /// breaks) and waits for its answer until `deadline`; None when no stream could be opened
+    /// and the renewal is to go call by call.
+    async fn send_on_stream(
+        &self,
+        message: pb::KeepAliveRequest,
+        deadline: Instant,
+    ) -> Option<Result<pb::KeepAliveResponse, Error>> {
         let keep_alives = self.inner.keep_alives.get_or_init(|| {
             let (renewals, taken) = mpsc::unbounded_channel();
             tokio::spawn(run(Arc::downgrade(&self.inner), taken));
             renewals
         });
         let (answer, answered) = oneshot::channel();
-        // Renewals are not remembered (SPEC §4.18): on the stream they go without a
-        // request_id, a few dozen bytes fewer in every entry.
         let sent = keep_alives.send(Renewal {
-            renew: pb::RenewRequest {
-                request_id: String::new(),
-                ..renew.clone()
-            },
+            message,
             answer,
             deadline,
         });
@@ -94,15 +136,11 @@ impl Client {
             Err(_) => Ok(Ok(None)),
         };
         match answer {
-            Ok(Ok(Some(result))) => result,
-            Ok(Ok(None)) => {
-                let renewed = self.renew_until(renew, deadline).await?;
-                renewed
-                    .lease
-                    .ok_or_else(|| Error::Local("renewed without a lease".into()))
-            }
+            Ok(Ok(answer)) => answer,
             // The task ended (the runtime is shutting down), or no answer in time.
-            Ok(Err(_)) | Err(_) => Err(unavailable("no answer on the KeepAlive stream in time")),
+            Ok(Err(_)) | Err(_) => Some(Err(unavailable(
+                "no answer on the KeepAlive stream in time",
+            ))),
         }
     }
 
@@ -166,18 +204,16 @@ fn unavailable(message: &str) -> Error {
     }
 }
 
-/// What one answer on the stream means to the renewal that asked.
-fn answer_of(response: pb::KeepAliveResponse) -> Result<pb::Lease, Error> {
-    match (response.lease, response.refusal) {
-        (Some(lease), None) => Ok(lease),
-        (_, Some(refusal)) => Err(Error::Status {
+/// What one answer on the stream means to the renewal that asked: renewed (its lease or
+/// session), or the refusal a unary call would have ended with.
+fn answer_of(response: pb::KeepAliveResponse) -> Result<pb::KeepAliveResponse, Error> {
+    match response.refusal {
+        Some(refusal) => Err(Error::Status {
             code: Code::from_i32(refusal.code),
             reason: refusal.reason,
             message: refusal.message,
         }),
-        (None, None) => Err(Error::Local(
-            "a KeepAlive answer with neither a lease nor a refusal".into(),
-        )),
+        None => Ok(response),
     }
 }
 
@@ -234,8 +270,7 @@ async fn run(client: Weak<Inner>, mut renewals: mpsc::UnboundedReceiver<Renewal>
                     waiting.insert(seq, Waiting { answer: renewal.answer, stuck_at: now + patience });
                     permit.send(pb::KeepAliveRequest {
                         seq,
-                        renew: Some(renewal.renew),
-                        session_id: String::new(),
+                        ..renewal.message
                     });
                 }
                 renewal = renewals.recv(), if next.is_none() && waiting.len() < OUTSTANDING => {

@@ -2,13 +2,19 @@
 //! cluster recorded (every resource's history, read after the run, once every wait ended):
 //!
 //! * `partial_grant`: an `AcquireMany` answered granted got a lease on every resource it
-//!   named, all with one token; and the grants the cluster recorded for one holder at one
-//!   revision on these resources are exactly the resources one of that holder's calls named
-//!   (never some of them);
+//!   named, all with one token (or each the one the holder already had); the rooms one entry
+//!   granted one holder at once are exactly the rooms one of that holder's calls named; and a
+//!   wait, tied to its queuing entry by replaying each room's queue, was queued in exactly one
+//!   call's rooms and admitted in all of them or none;
 //! * `multi_wait_unended`: every wait queued on these resources ended (admitted, timed out or
-//!   cancelled) before the run's histories were read: no deadlock, no lost wait;
+//!   cancelled) before the run's histories were read (the run drains the waiting rooms first):
+//!   a lost wait, or one whose timeout never fired, is caught; a wait that a deadlock kept out
+//!   would still end by its timeout (deadlock freedom is the FIFO checks' and the tests');
 //! * `multi_wait_split`: the waits one call queued (one holder, one queuing entry) ended in one
 //!   entry, in every room.
+//!
+//! The cluster's record is judged only when every room was read, above what retention may have
+//! dropped in any of them.
 //!
 //! Each resource's part of a call is also an acquire of that resource, so the lease model, the
 //! invariants and the waiting checker judge it as they judge any acquire.
@@ -19,9 +25,9 @@ use serde::Serialize;
 
 use super::model::describe_op;
 use super::retention::Retention;
-use super::waiting::anomaly;
+use super::waiting::{acquires_granted, anomaly};
 use super::Anomaly;
-use crate::history::{Call, EventKind, History, Nanos, Op, Outcome, Value};
+use crate::history::{Call, Event, EventKind, History, Nanos, Op, Outcome, Value};
 
 /// What the `AcquireMany` calls of a run came to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -48,6 +54,11 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
         }
     }
     stats.calls = calls.len();
+    // Which ops were told of each (resource, holder, token) grant.
+    let mut granted_by: HashMap<(&str, &str, u64), Vec<u64>> = HashMap::new();
+    for (grant, op) in acquires_granted(history) {
+        granted_by.entry(grant).or_default().push(op.id);
+    }
     // What each holder's calls named.
     let mut named: HashMap<&str, Vec<BTreeSet<&str>>> = HashMap::new();
     for parts in calls.values() {
@@ -81,7 +92,18 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
         if granted > 0 {
             stats.granted += 1;
         }
-        if granted > 0 && (granted < parts.len() || tokens.len() > 1) {
+        // Several tokens are right only when every lease was already the holder's (the same
+        // call again answers the leases it has, each with its own token).
+        let held_before = |op: &&Op| match &op.outcome {
+            Outcome::Ok {
+                value: Value::Granted { token, .. },
+            } => granted_by
+                .get(&(op.call.resource(), holder, *token))
+                .is_some_and(|ids| ids.iter().any(|id| *id != op.id)),
+            _ => false,
+        };
+        let mixed = tokens.len() > 1 && !parts.iter().all(held_before);
+        if granted > 0 && (granted < parts.len() || mixed) {
             out.push(anomaly(
                 "partial_grant",
                 parts[0].call.resource(),
@@ -99,8 +121,13 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
         .flatten()
         .map(|op| op.call.resource())
         .collect();
+    // The cluster's record is judged only whole: every room read, and only entries above
+    // what retention may have dropped in any of them.
+    if rooms.iter().any(|room| history.unread.contains_key(*room)) {
+        return (out, stats);
+    }
     let retention = Retention::of(history);
-    let events: Vec<(&str, &[crate::history::Event])> = history
+    let events: Vec<(&str, &[Event])> = history
         .events
         .iter()
         .filter(|(name, _)| rooms.contains(name.as_str()))
@@ -111,25 +138,52 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
         .map(|(_, events)| retention.floor(events))
         .max()
         .unwrap_or(0);
+    let whole_call = |holder: &str, set: &BTreeSet<&str>| {
+        named.get(holder).is_some_and(|sets| sets.contains(set))
+    };
 
-    // The grants of one entry to one holder, across the rooms.
-    let mut grants: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    // Grants at once: the rooms one entry granted one holder are one call's.
+    let mut at_once: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    // Waits, each tied to its queuing entry by replaying every room's queue.
+    let mut waits: BTreeMap<(&str, u64), Wait<'_>> = BTreeMap::new();
     for (name, events) in &events {
+        let mut open: HashMap<&str, u64> = HashMap::new();
         for e in events.iter().filter(|e| e.revision > floor) {
-            if matches!(e.kind, EventKind::Acquired | EventKind::Admitted) {
-                grants
-                    .entry((e.holder.as_str(), e.revision))
-                    .or_default()
-                    .insert(name);
+            let holder = e.holder.as_str();
+            match e.kind {
+                EventKind::Acquired => {
+                    at_once
+                        .entry((holder, e.revision))
+                        .or_default()
+                        .insert(name);
+                }
+                EventKind::Queued => {
+                    open.insert(holder, e.revision);
+                    waits
+                        .entry((holder, e.revision))
+                        .or_default()
+                        .queued
+                        .insert(name);
+                }
+                EventKind::Admitted | EventKind::WaitTimedOut | EventKind::WaitCancelled => {
+                    let Some(queued) = open.remove(holder) else {
+                        continue;
+                    };
+                    let wait = waits.entry((holder, queued)).or_default();
+                    wait.ended.insert(name, e.revision);
+                    if e.kind == EventKind::Admitted {
+                        wait.admitted.insert(name);
+                    }
+                }
+                _ => {}
             }
         }
     }
-    for ((holder, revision), granted) in &grants {
+    for ((holder, revision), granted) in &at_once {
         if granted.len() > 1 {
             stats.admitted_together += 1;
         }
-        let asked = named.get(holder).is_some_and(|sets| sets.contains(granted));
-        if !asked {
+        if !whole_call(holder, granted) {
             out.push(anomaly(
                 "partial_grant",
                 granted.first().copied().unwrap_or_default(),
@@ -140,35 +194,36 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
             ));
         }
     }
-
-    // Every wait ends, and the waits of one call end together.
-    let mut ends: BTreeMap<(&str, u64), Vec<RoomEnd<'_>>> = BTreeMap::new();
-    for (name, events) in &events {
-        if retention.floor(events) > 0 {
-            continue;
+    for ((holder, queued), wait) in &waits {
+        let room = wait.queued.first().copied().unwrap_or_default();
+        stats.queued += wait.queued.len();
+        stats.ended += wait.ended.len();
+        if !whole_call(holder, &wait.queued) {
+            out.push(anomaly(
+                "partial_grant",
+                room,
+                format!(
+                    "{holder} queued at revision {queued} in {:?}, which none of its AcquireMany calls named whole",
+                    wait.queued
+                ),
+                Vec::new(),
+            ));
         }
-        for (i, queued) in events.iter().enumerate() {
-            if queued.kind != EventKind::Queued {
-                continue;
-            }
-            stats.queued += 1;
-            let end = events[i + 1..].iter().find(|e| {
-                e.holder == queued.holder
-                    && matches!(
-                        e.kind,
-                        EventKind::Admitted | EventKind::WaitTimedOut | EventKind::WaitCancelled
-                    )
-            });
-            if end.is_some() {
-                stats.ended += 1;
-            }
-            ends.entry((queued.holder.as_str(), queued.revision))
-                .or_default()
-                .push((name, end.map(|e| e.revision)));
+        if !wait.admitted.is_empty() && wait.admitted != wait.queued {
+            out.push(anomaly(
+                "partial_grant",
+                room,
+                format!(
+                    "the wait {holder} queued at revision {queued} in {:?} was admitted in {:?} only",
+                    wait.queued, wait.admitted
+                ),
+                Vec::new(),
+            ));
         }
-    }
-    for ((holder, queued), rooms) in &ends {
-        for (name, _) in rooms.iter().filter(|(_, end)| end.is_none()) {
+        if wait.admitted.len() > 1 {
+            stats.admitted_together += 1;
+        }
+        for name in wait.queued.iter().filter(|n| !wait.ended.contains_key(*n)) {
             out.push(anomaly(
                 "multi_wait_unended",
                 name,
@@ -178,14 +233,14 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
                 Vec::new(),
             ));
         }
-        let revisions: BTreeSet<u64> = rooms.iter().filter_map(|(_, end)| *end).collect();
+        let revisions: BTreeSet<u64> = wait.ended.values().copied().collect();
         if revisions.len() > 1 {
             out.push(anomaly(
                 "multi_wait_split",
-                rooms[0].0,
+                room,
                 format!(
                     "the waits {holder} queued at revision {queued} in {:?} ended at different revisions {revisions:?}",
-                    rooms.iter().map(|(name, _)| *name).collect::<Vec<_>>()
+                    wait.queued
                 ),
                 Vec::new(),
             ));
@@ -194,5 +249,11 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
     (out, stats)
 }
 
-/// A room a wait was queued in, and the revision its wait ended at (None: never).
-type RoomEnd<'a> = (&'a str, Option<u64>);
+/// One wait of one call, tied together by its queuing entry: the rooms it was queued in, the
+/// revision it ended at in each, and the rooms it was admitted in.
+#[derive(Default)]
+struct Wait<'a> {
+    queued: BTreeSet<&'a str>,
+    ended: BTreeMap<&'a str, u64>,
+    admitted: BTreeSet<&'a str>,
+}

@@ -165,13 +165,6 @@ pub(super) async fn drive(
             }
         }
     }
-    if healed {
-        // Every wait ends by its admission, timeout or cancel: the histories are read once
-        // the waiting rooms are empty (or the waits have had their time and more), and a wait
-        // still queued then is the checker's to judge.
-        let longest = Duration::from_millis(options.workload.wait_max_ms) + Duration::from_secs(10);
-        drain_waits(&env.client, &options.workload, Instant::now() + longest).await;
-    }
     let progress_deadline = Instant::now() + Duration::from_secs(15);
     let mut progress = false;
     while healed && !progress && Instant::now() < progress_deadline {
@@ -182,6 +175,13 @@ pub(super) async fn drive(
         if !progress {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+    if healed {
+        // Every wait ends by its admission, timeout or cancel: the histories are read once
+        // the waiting rooms are empty (or the waits have had their time and more), and a wait
+        // still queued then is the checker's to judge.
+        let longest = Duration::from_millis(options.workload.wait_max_ms) + Duration::from_secs(10);
+        drain_waits(&env.client, &options.workload, Instant::now() + longest).await;
     }
     let _ = stop_tx.send(true);
     let leaders = observer.await.unwrap_or_default();
@@ -255,4 +255,5 @@ async fn drain_waits(client: &Client, workload: &WorkloadConfig, deadline: Insta
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    tracing::warn!("waiting rooms still not empty when the histories are read");
 }

@@ -196,17 +196,20 @@ impl WorkloadConfig {
     /// the clients together hold about as many leases as there are clients, at the limit about
     /// a sixth of the time (measured: a 30 s run with every nemesis refuses 10–15 acquires of
     /// some 450). Waits queue on the `waiting` resources (three at once is reached about a
-    /// quarter of the time) and, two or three places each, on the `many` ones (twelve more).
+    /// quarter of the time) and, two or three places each, on the `many` ones (two per client
+    /// more; and a lease per client more for their grants).
     pub fn quota_limits(&self) -> BTreeMap<String, u64> {
         let mut limits = BTreeMap::new();
         limits.insert("leases".to_owned(), self.clients.max(2));
         if self.kinds.contains(&Kind::Waiting) && self.waiting_resources > 0 {
             limits.insert("waiters".to_owned(), 3);
         }
-        // A multi-wait holds a place in two or three rooms, and a few wait at once.
+        // A multi-wait holds a place in two or three rooms, a grant as many leases.
         if self.kinds.contains(&Kind::Many) && self.many_resources > 1 {
             let waiters = limits.get("waiters").copied().unwrap_or(0);
-            limits.insert("waiters".to_owned(), waiters + 12);
+            limits.insert("waiters".to_owned(), waiters + 2 * self.clients);
+            let leases = limits.get("leases").copied().unwrap_or(0);
+            limits.insert("leases".to_owned(), leases + self.clients);
         }
         limits
     }

@@ -80,3 +80,45 @@ async fn every_lease_on_a_session_is_lost_when_the_session_is() {
     assert_eq!(b.lost().await, lost);
     cluster.shutdown().await;
 }
+
+/// `session.campaign(key)`: the leadership lives on the session, and when the session closes
+/// the next candidate's session leads, with a higher token, admitted by the closing entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_on_a_session_leads_while_the_session_lives() {
+    let (cluster, _) = started(3).await;
+    let client = cluster.client();
+    let ttl = Duration::from_secs(2);
+    let first = client.session(ttl).await.expect("first session");
+    let second = cluster
+        .client_of(2)
+        .session(ttl)
+        .await
+        .expect("second session");
+    let leading = first
+        .campaign("client/session/leader")
+        .await
+        .expect("first leads");
+    assert_eq!(leading.candidate_id(), first.holder());
+    assert_eq!(leading.lease().info().session_id, first.id());
+    let next = tokio::spawn(async move {
+        let leadership = second.campaign("client/session/leader").await;
+        (second, leadership)
+    });
+    // Past the ttl, on renewals of the session alone, the first still leads.
+    tokio::select! {
+        lost = leading.lost() => panic!("lost a leadership on a renewed session: {lost:?}"),
+        _ = tokio::time::sleep(ttl * 2) => {}
+    }
+    assert!(
+        !next.is_finished(),
+        "the second cannot lead while the first does"
+    );
+    let token = leading.fencing_token();
+    first.close().await.expect("close");
+    assert_eq!(leading.lost().await, Lost::Released);
+    let (second, leadership) = next.await.expect("joined");
+    let leadership = leadership.expect("the second leads");
+    assert!(leadership.fencing_token() > token);
+    assert_eq!(leadership.lease().info().session_id, second.id());
+    cluster.shutdown().await;
+}

@@ -3,10 +3,11 @@
 //!
 //! * `quota_refused_below_limit`: a call refused for the `leases` (`waiters`) quota with limit
 //!   `n` needs a moment inside the call at which the principal could have held `n` live leases
-//!   (queued waits), or more than `n − k` for an `AcquireMany` of `k` resources. The checker counts, for each such refusal, what may have been held then —
-//!   a sound upper bound, over every holder of the run (the clients share one principal;
-//!   counting others' too only raises the bound) — and reports the refusal when that is below
-//!   `n`;
+//!   (queued waits), or more than `n − k` for an `AcquireMany` of `k` resources. The checker
+//!   counts, for each such refusal, what may have been held then — a sound upper bound, over
+//!   every holder of the run (the clients share one principal; counting others' too only
+//!   raises the bound) — and reports the refusal when that plus what the call asked for (1, or
+//!   `k`) is at most `n`;
 //! * `quota_limit_mismatch`: a refusal names another limit than the one the run set before its
 //!   clients started (every later decision of the cluster holds them to it).
 //!

@@ -98,3 +98,37 @@ fn waits_of_one_call_that_end_apart_are_split() {
     h.event(Y, 9, WaitTimedOut, "c");
     assert!(kinds(&h.check()).contains(&"multi_wait_split"));
 }
+
+#[test]
+fn the_same_call_again_may_answer_the_tokens_the_holder_already_had() {
+    let mut h = Builder::new();
+    h.op(part(X, "a", 0, 1), 0, 10, granted(2));
+    h.op(part(Y, "a", 0, 1), 0, 10, granted(2));
+    h.event(X, 2, Acquired, "a");
+    h.event(Y, 2, Acquired, "a");
+    h.op(part(Y, "a", 0, 2), 20, 30, granted(2));
+    h.op(part("m2", "a", 0, 2), 20, 30, granted(4));
+    h.op(part("m2", "a", 0, 3), 15, 18, granted(4));
+    h.op(part("m3", "a", 0, 3), 15, 18, granted(4));
+    h.event("m2", 4, Acquired, "a");
+    h.event("m3", 4, Acquired, "a");
+    let report = h.check();
+    assert!(
+        !kinds(&report).contains(&"partial_grant"),
+        "{:?}",
+        report.anomalies
+    );
+}
+
+#[test]
+fn a_wait_admitted_in_some_of_its_rooms_only_is_partial() {
+    let mut h = admitted_together();
+    h.op(part(X, "c", 3_000, 3), 30, 3_100, unknown());
+    h.op(part(Y, "c", 3_000, 3), 30, 3_100, unknown());
+    h.event(X, 6, Queued, "c");
+    h.event(Y, 6, Queued, "c");
+    h.event(X, 7, Released, "a");
+    h.event(X, 7, Admitted, "c");
+    h.event(Y, 9, WaitTimedOut, "c");
+    assert!(kinds(&h.check()).contains(&"partial_grant"));
+}

@@ -59,24 +59,32 @@ pub struct WaitStats {
 /// (resource, holder, token) of a lease a client was told it holds.
 type Grant<'a> = (&'a str, &'a str, u64);
 
+/// Every acquire told granted, with the (resource, holder, token) it was told.
+pub(super) fn acquires_granted(history: &History) -> impl Iterator<Item = (Grant<'_>, &Op)> {
+    history
+        .ops
+        .iter()
+        .filter_map(|op| match (&op.call, &op.outcome) {
+            (
+                Call::Acquire {
+                    resource, holder, ..
+                },
+                Outcome::Ok {
+                    value: Value::Granted { token, .. },
+                },
+            ) => Some(((resource.as_str(), holder.as_str(), *token), op)),
+            _ => None,
+        })
+}
+
 /// The waiting-room anomalies of `history`, and its wait numbers.
 pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, WaitStats) {
     let retention = Retention::of(history);
     let mut stats = WaitStats::default();
     let mut out = Vec::new();
     let mut granted: HashMap<Grant<'_>, &Op> = HashMap::new();
-    for op in &history.ops {
-        if let (
-            Call::Acquire {
-                resource, holder, ..
-            },
-            Outcome::Ok {
-                value: Value::Granted { token, .. },
-            },
-        ) = (&op.call, &op.outcome)
-        {
-            granted.entry((resource, holder, *token)).or_insert(op);
-        }
+    for (grant, op) in acquires_granted(history) {
+        granted.entry(grant).or_insert(op);
     }
     let together = admitted_together(history);
     for (resource, events) in &history.events {
@@ -111,8 +119,27 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, WaitStats) {
 pub(super) type Together<'a> = HashMap<(&'a str, u64), bool>;
 
 fn admitted_together(history: &History) -> Together<'_> {
+    let many_rooms: std::collections::BTreeSet<&str> = history
+        .ops
+        .iter()
+        .filter(|op| matches!(op.call, Call::Acquire { many, .. } if many != 0))
+        .map(|op| op.call.resource())
+        .collect();
+    // Where a room of these is unread, or retention may have dropped its events, an admission
+    // there may have had company in another room: it is not judged alone.
+    let retention = Retention::of(history);
+    let blind = many_rooms
+        .iter()
+        .any(|room| history.unread.contains_key(*room));
+    let floor = many_rooms
+        .iter()
+        .filter_map(|room| history.events.get(*room))
+        .map(|events| retention.floor(events))
+        .max()
+        .unwrap_or(0);
     let mut rooms: HashMap<(&str, u64), (usize, bool)> = HashMap::new();
-    for events in history.events.values() {
+    for (name, events) in &history.events {
+        let unsure = many_rooms.contains(name.as_str());
         for (i, event) in events.iter().enumerate() {
             if event.kind != EventKind::Admitted {
                 continue;
@@ -123,6 +150,11 @@ fn admitted_together(history: &History) -> Together<'_> {
                 .or_default();
             entry.0 += 1;
             entry.1 |= freed;
+            if unsure && (blind || event.revision <= floor) {
+                // Counted as company, and as freed: nothing here can say otherwise.
+                entry.0 += 1;
+                entry.1 = true;
+            }
         }
     }
     rooms

@@ -113,8 +113,6 @@ pub(super) fn queue_order(
     out
 }
 
-/// Each admission above the retention floor happened in an entry that freed capacity, with
-/// that entry's index as its token.
 /// Whether anything freed capacity in the entry of `events[i]`, recorded before it.
 pub(super) fn freed_before(events: &[Event], i: usize) -> bool {
     let revision = events[i].revision;
@@ -133,6 +131,8 @@ pub(super) fn freed_before(events: &[Event], i: usize) -> bool {
         })
 }
 
+/// Each admission above the retention floor happened in an entry that freed capacity, with
+/// that entry's index as its token.
 pub(super) fn admissions(
     resource: &str,
     events: &[Event],
