@@ -41,17 +41,11 @@ impl Env {
             wait_timeout: wait.map(|w| prost_duration(Duration::from_millis(w.timeout_ms))),
             ..Default::default()
         };
-        let answer = match wait.and_then(|w| w.give_up_after) {
-            Some(after) => tokio::time::timeout(after, self.client.acquire(request))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Error::Local(format!(
-                        "gave up waiting after {}ms",
-                        after.as_millis()
-                    )))
-                }),
-            None => self.client.acquire(request).await,
-        };
+        let answer = give_up(
+            wait.and_then(|w| w.give_up_after),
+            self.client.acquire(request),
+        )
+        .await;
         let outcome = match answer {
             Ok(r) if r.granted => match r.lease {
                 Some(lease) => Outcome::Ok {
@@ -125,16 +119,7 @@ impl Env {
             wait_timeout: Some(prost_duration(Duration::from_millis(wait.timeout_ms))),
             ..Default::default()
         };
-        let sent = self.client.acquire_many(request);
-        let answer = match wait.give_up_after {
-            Some(after) => tokio::time::timeout(after, sent).await.unwrap_or_else(|_| {
-                Err(Error::Local(format!(
-                    "gave up waiting after {}ms",
-                    after.as_millis()
-                )))
-            }),
-            None => sent.await,
-        };
+        let answer = give_up(wait.give_up_after, self.client.acquire_many(request)).await;
         let mut leases = Vec::new();
         for (k, pending) in pending.into_iter().enumerate() {
             let resource = &resources[k];
@@ -296,5 +281,22 @@ impl Env {
             Err(e) => classify(&e),
         };
         self.recorder.complete(pending, outcome)
+    }
+}
+
+/// `call`, abandoned after `after` if set (a client giving up on its wait: the outcome is then
+/// unknown).
+async fn give_up<T>(
+    after: Option<Duration>,
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match after {
+        Some(after) => tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
+            Err(Error::Local(format!(
+                "gave up waiting after {}ms",
+                after.as_millis()
+            )))
+        }),
+        None => call.await,
     }
 }

@@ -578,3 +578,61 @@ fn s4_25_a_multi_wait_takes_an_entry_of_its_own() {
     assert_eq!(invalid_field(&replies[1]), "claims");
     assert_eq!(log.state.waiters(), 2);
 }
+
+#[test]
+fn s4_25_a_full_waiting_room_in_any_named_resource_refuses_the_wait_in_all() {
+    let mut log = Log::new();
+    log.register(
+        "y",
+        Policy {
+            max_waiters: 1,
+            ..Policy::registered()
+        },
+    );
+    granted(&log.acquire(BOB, acq("y", "b")));
+    granted(&log.acquire(BOB, acq("x", "b")));
+    log.acquire(
+        BOB,
+        AcquireOp {
+            wait_ms: Some(60_000),
+            ..acq("y", "first")
+        },
+    );
+    let reply = log.propose(ALICE, many("c", &["x", "y"], Some(60_000)));
+    assert!(matches!(
+        rejection(&reply),
+        Rejection::WaitingRoomFull { max_waiters: 1 }
+    ));
+    // Not queued in x either.
+    assert_eq!(waiters_of(&log, "x"), Vec::<String>::new());
+}
+
+#[test]
+fn s4_25_holdings_of_another_principal_are_judged_before_already_held() {
+    let mut log = Log::new();
+    // h holds x for Alice on a session (not as asked below), and y for Bob: the first claim
+    // alone would be already_held, but y's principal is judged first.
+    let created = log.propose(
+        ALICE,
+        Op::CreateSession(CreateSessionOp {
+            holder: "h".into(),
+            ttl_ms: Some(10_000),
+            metadata: Default::default(),
+        }),
+    );
+    assert!(matches!(created, Reply::Session(_)));
+    let mut on_session = many_op("h", &["x"], None);
+    on_session.session_id = Some(session_name(log.index));
+    on_session.ttl_ms = None;
+    assert!(outcome(&log.propose(ALICE, Op::AcquireMany(on_session))).granted);
+    granted(&log.acquire(BOB, acq("y", "h")));
+    let reply = log.propose(ALICE, many("h", &["x", "y"], None));
+    assert!(matches!(
+        rejection(&reply),
+        Rejection::InsufficientPermissions(_)
+    ));
+    // Holding x as asked but not y: already_held.
+    granted(&log.acquire(ALICE, acq("z", "k")));
+    let reply = log.propose(ALICE, many("k", &["z", "w"], None));
+    assert!(matches!(rejection(&reply), Rejection::AlreadyHeld { .. }));
+}
