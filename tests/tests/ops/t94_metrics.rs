@@ -116,6 +116,15 @@ async fn health_is_serving_only_while_the_node_knows_a_leader() {
         service: service.into(),
     };
     let client = cluster.client_of(survivor);
+    // The node's health follows its Raft metrics a moment after they change: wait for the
+    // first SERVING the health stream reports, then every way of asking must agree. The node
+    // sets "" first and then "tenure.v1.Leases", so the stream watches the second.
+    let mut updates = health
+        .watch(request("tenure.v1.Leases"))
+        .await
+        .expect("watch")
+        .into_inner();
+    while next_status(&mut updates).await != ServingStatus::Serving {}
     assert!(
         client.node_serving(0).await.expect("health"),
         "tenure health: serving"
@@ -129,26 +138,29 @@ async fn health_is_serving_only_while_the_node_knows_a_leader() {
         );
     }
     // Alone, the survivor loses its leader at its next election and stops serving.
-    let mut updates = health.watch(request("")).await.expect("watch").into_inner();
     for id in cluster.live_ids() {
         if id != survivor {
             cluster.kill(id).await;
         }
     }
-    loop {
-        let update = updates
-            .message()
-            .await
-            .expect("a health update")
-            .expect("the stream stays open");
-        if update.status() == ServingStatus::NotServing {
-            break;
-        }
-    }
+    while next_status(&mut updates).await != ServingStatus::NotServing {}
     drop(updates);
     assert!(
         !client.node_serving(0).await.expect("health"),
         "tenure health: not serving"
     );
     cluster.shutdown().await;
+}
+
+/// The next status a `grpc.health.v1` watch stream reports; a node that never changes its
+/// status fails the test rather than hanging it.
+async fn next_status(
+    updates: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
+) -> tonic_health::pb::health_check_response::ServingStatus {
+    tokio::time::timeout(std::time::Duration::from_secs(30), updates.message())
+        .await
+        .expect("a health update within 30 s")
+        .expect("a health update")
+        .expect("the stream stays open")
+        .status()
 }
