@@ -47,7 +47,10 @@ pub enum Command {
         /// (READ/WRITE with a unit pool, s0…), transfer (transferable, x0…), waiting (acquired
         /// with on_conflict=WAIT, w0…), many (two or three at a time with one waiting
         /// AcquireMany, m0…).
-        #[arg(long, default_value = "exclusive,shared,transfer,waiting,many")]
+        #[arg(
+            long,
+            default_value = "exclusive,shared,transfer,waiting,many,sessions"
+        )]
         workload: String,
         /// Tasks that keep Watch streams open (every resource, one kind's prefix, one
         /// resource, in turn) and whose events are checked against the cluster's history.

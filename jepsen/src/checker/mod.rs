@@ -27,6 +27,7 @@ mod many;
 mod model;
 mod quota;
 mod retention;
+mod sessions;
 pub mod sim;
 mod waiting;
 mod watch;
@@ -43,6 +44,7 @@ use crate::history::{History, Nanos, Op};
 pub use many::ManyStats;
 use model::{at, compile, describe_op, describe_state, Compiled, Holders, Rules};
 pub use quota::QuotaStats;
+pub use sessions::SessionStats;
 pub use waiting::WaitStats;
 pub use watch::WatchStats;
 
@@ -109,6 +111,8 @@ pub struct CheckReport {
     pub waits: WaitStats,
     /// The `AcquireMany` calls and their checks.
     pub many: ManyStats,
+    /// The sessions and their checks.
+    pub sessions: SessionStats,
     /// The watchers and the watch checks.
     pub watch: WatchStats,
     /// The refusals for a quota and the quota checks.
@@ -134,7 +138,9 @@ pub struct Anomaly {
     /// `transfer_token_not_higher`, `stale_token_accepted`, `stale_write_accepted`,
     /// `fresh_write_rejected`, `unexpected_value`; the waiting room's `fifo_violated`,
     /// `barging`, `admission_not_at_free`, `grant_unrecorded`, `wait_end_unrecorded`,
-    /// `cancel_revision_wrong`; the
+    /// `cancel_revision_wrong`; `AcquireMany`'s `partial_grant`, `multi_wait_unended`,
+    /// `multi_wait_split`; the sessions' `session_ended_early`, `session_revived`,
+    /// `session_split`, `session_end_unrecorded`, `outlived_session`; the
     /// watches' `watch_gap`, `watch_duplicate`, `watch_out_of_order`, `watch_unknown_event`,
     /// `watch_dishonest_compaction`; the quotas' `quota_refused_below_limit`,
     /// `quota_limit_mismatch`; `node_would_not_start` (after a power cut).
@@ -159,10 +165,7 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         first_invoke
     };
 
-    let mut by_resource: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
-    for op in &history.ops {
-        by_resource.entry(op.call.resource()).or_default().push(op);
-    }
+    let by_resource = by_resource(history);
 
     let mut report = CheckReport {
         anomalies: Vec::new(),
@@ -173,6 +176,7 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         search_exhausted: Vec::new(),
         waits: WaitStats::default(),
         many: ManyStats::default(),
+        sessions: SessionStats::default(),
         watch: WatchStats::default(),
         quota: QuotaStats::default(),
     };
@@ -240,6 +244,9 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
     let (found, many) = many::check(history, t0);
     report.anomalies.extend(found);
     report.many = many;
+    let (found, sessions) = sessions::check(history, eps, t0);
+    report.anomalies.extend(found);
+    report.sessions = sessions;
     let (found, watch) = watch::check(history, t0);
     report.anomalies.extend(found);
     report.watch = watch;
@@ -265,6 +272,29 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         anomaly.ops.dedup();
     }
     report
+}
+
+/// The ops of each resource. A session's renewals and its close concern every resource its
+/// holder (the session's own, in the harness) acquired: they join those resources' ops.
+fn by_resource(history: &History) -> BTreeMap<&str, Vec<&Op>> {
+    let mut by_resource: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    let mut on_sessions: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for op in history.ops.iter().filter(|op| !op.call.is_session()) {
+        by_resource.entry(op.call.resource()).or_default().push(op);
+        if let (Some(holder), Some(_)) = (op.call.holder(), op.call.session_id()) {
+            on_sessions
+                .entry(holder)
+                .or_default()
+                .insert(op.call.resource());
+        }
+    }
+    for op in history.ops.iter().filter(|op| op.call.is_session()) {
+        let resources = op.call.holder().and_then(|h| on_sessions.get(h));
+        for resource in resources.into_iter().flatten() {
+            by_resource.entry(resource).or_default().push(op);
+        }
+    }
+    by_resource
 }
 
 fn nonlinearizable(

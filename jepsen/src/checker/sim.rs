@@ -117,6 +117,8 @@ pub fn correct_history(
                         units: 0,
                         wait_ms: 0,
                         many: 0,
+                        session_id: String::new(),
+                        session_alive_ns: 0,
                     };
                     let outcome = match truth {
                         None => {

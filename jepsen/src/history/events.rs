@@ -58,6 +58,9 @@ pub struct Event {
     pub to_holder: String,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub to_token: u64,
+    /// The session of the lease or wait the event is about (SPEC §4.24), if any.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub session: String,
 }
 
 /// Where an event sorts in a watch: (revision, resource, seq).

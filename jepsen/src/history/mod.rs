@@ -18,7 +18,7 @@ pub use events::{
     kind_name, Event, EventKey, EventKind, SessionEnd, WatchMessage, WatchScope, WatchSession,
 };
 pub use lease::{Held, Mode, ResourcePolicy};
-pub use ops::{Call, Value};
+pub use ops::{Call, Ended, Value};
 
 /// Nanoseconds on the harness's CLOCK_MONOTONIC (one clock for every client and the nemesis).
 pub type Nanos = u64;

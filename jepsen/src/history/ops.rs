@@ -24,6 +24,15 @@ pub enum Call {
         /// by the record of each resource it named; 0 = a plain `Acquire`.
         #[serde(default, skip_serializing_if = "is_zero")]
         many: u64,
+        /// A lease on this session (SPEC §4.24; `ttl_ms` is then the session's): it lives
+        /// while the session does. Empty = a lease of its own.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        session_id: String,
+        /// With `session_id`: the invocation of the session's creation, or of a renewal of it,
+        /// that was answered before this call. The session, and so the lease, lives at least
+        /// until then + `ttl_ms`·(1−ε) unless it is closed (sessions have no grace).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        session_alive_ns: u64,
     },
     Renew {
         resource: String,
@@ -55,6 +64,17 @@ pub enum Call {
     ListLeases { resource: String, holder: String },
     /// `CancelWait` of the holder's wait on the resource.
     CancelWait { resource: String, holder: String },
+    /// `CreateSession` for `holder` (SPEC §4.24). The harness gives every session a holder
+    /// of its own, so a session's leases are exactly its holder's.
+    CreateSession { holder: String, ttl_ms: u64 },
+    /// `RenewSession` of the holder's session, whose ttl is `ttl_ms`.
+    RenewSession {
+        holder: String,
+        session_id: String,
+        ttl_ms: u64,
+    },
+    /// `CloseSession`: every lease of the holder ends, every wait of it is cancelled.
+    CloseSession { holder: String, session_id: String },
     /// A write to the simulated downstream fenced store (local to the harness). `shared`: the
     /// writer holds a shared lease (its token does not raise the store's bar).
     Write {
@@ -79,9 +99,32 @@ impl Call {
             Call::ListLeases { .. } => "list",
             Call::CancelWait { .. } => "cancel_wait",
             Call::Write { .. } => "write",
+            Call::CreateSession { .. } => "create_session",
+            Call::RenewSession { .. } => "renew_session",
+            Call::CloseSession { .. } => "close_session",
         }
     }
 
+    /// The session the call concerns, if it names one.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Call::Acquire { session_id, .. } if !session_id.is_empty() => Some(session_id),
+            Call::RenewSession { session_id, .. } | Call::CloseSession { session_id, .. } => {
+                Some(session_id)
+            }
+            _ => None,
+        }
+    }
+
+    /// A call on a session as a whole (create, renew, close): it names no resource.
+    pub fn is_session(&self) -> bool {
+        matches!(
+            self,
+            Call::CreateSession { .. } | Call::RenewSession { .. } | Call::CloseSession { .. }
+        )
+    }
+
+    /// The resource the call concerns; "" for a call on a session as a whole.
     pub fn resource(&self) -> &str {
         match self {
             Call::Acquire { resource, .. }
@@ -93,6 +136,9 @@ impl Call {
             | Call::ListLeases { resource, .. }
             | Call::CancelWait { resource, .. }
             | Call::Write { resource, .. } => resource,
+            Call::CreateSession { .. } | Call::RenewSession { .. } | Call::CloseSession { .. } => {
+                ""
+            }
         }
     }
 
@@ -105,7 +151,10 @@ impl Call {
             | Call::Transfer { holder, .. }
             | Call::ListLeases { holder, .. }
             | Call::CancelWait { holder, .. }
-            | Call::Write { holder, .. } => Some(holder),
+            | Call::Write { holder, .. }
+            | Call::CreateSession { holder, .. }
+            | Call::RenewSession { holder, .. }
+            | Call::CloseSession { holder, .. } => Some(holder),
             Call::Validate { .. } | Call::Read { .. } => None,
         }
     }
@@ -120,6 +169,7 @@ impl Call {
                 units,
                 wait_ms,
                 many,
+                session_id,
                 ..
             } => {
                 let mode = match mode {
@@ -134,7 +184,22 @@ impl Call {
                     0 => String::new(),
                     n => format!(", many #{n}"),
                 };
-                format!("acquire({holder}, {mode}ttl {ttl_ms}ms{wait}{many})")
+                let on = match session_id.as_str() {
+                    "" => String::new(),
+                    id => format!(", on {id}"),
+                };
+                format!("acquire({holder}, {mode}ttl {ttl_ms}ms{wait}{many}{on})")
+            }
+            Call::CreateSession { holder, ttl_ms } => {
+                format!("create_session({holder}, ttl {ttl_ms}ms)")
+            }
+            Call::RenewSession {
+                holder, session_id, ..
+            } => {
+                format!("renew_session({holder}, {session_id})")
+            }
+            Call::CloseSession { holder, session_id } => {
+                format!("close_session({holder}, {session_id})")
             }
             Call::Renew {
                 holder,
@@ -164,6 +229,13 @@ impl Call {
             }
         }
     }
+}
+
+/// A lease a session's end ended, as `CloseSession` answered it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ended {
+    pub resource: String,
+    pub token: u64,
 }
 
 /// What the cluster (or the store) answered, when it answered.
@@ -222,6 +294,17 @@ pub enum Value {
     WaitCancelled {
         cancelled: bool,
         revision: u64,
+    },
+    /// `CreateSession`: the new session's id.
+    Session {
+        session_id: String,
+    },
+    /// `RenewSession` renewed the session.
+    SessionRenewed,
+    /// `CloseSession` ended the session, and with it these leases.
+    SessionClosed {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        leases: Vec<Ended>,
     },
     /// The fenced store took the write.
     StoreAccepted,
@@ -312,6 +395,19 @@ impl Value {
                 true => format!("cancelled the wait at revision {revision}"),
                 false => format!("no wait to cancel (revision {revision})"),
             },
+            Value::Session { session_id } => format!("created {session_id}"),
+            Value::SessionRenewed => "renewed".to_owned(),
+            Value::SessionClosed { leases } => format!(
+                "closed, ending {}",
+                match leases.len() {
+                    0 => "no lease".to_owned(),
+                    _ => leases
+                        .iter()
+                        .map(|l| format!("{} token {}", l.resource, l.token))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            ),
             Value::StoreAccepted => "accepted".to_owned(),
             Value::StoreRejected { highest } => format!("rejected (store saw {highest})"),
         }

@@ -13,6 +13,7 @@ fn a_history_round_trips_through_json_lines() {
         token: 5,
         to_holder: String::new(),
         to_token: 0,
+        session: String::new(),
     };
     let history = History {
         seed: 7,
@@ -31,6 +32,8 @@ fn a_history_round_trips_through_json_lines() {
                 units: 2,
                 wait_ms: 2500,
                 many: 0,
+                session_id: String::new(),
+                session_alive_ns: 0,
             },
             invoke_ns: 10,
             complete_ns: 20,
@@ -54,6 +57,8 @@ fn a_history_round_trips_through_json_lines() {
                     units: 0,
                     wait_ms: 0,
                     many: 0,
+                    session_id: String::new(),
+                    session_alive_ns: 0,
                 },
                 invoke_ns: 11,
                 complete_ns: 21,

@@ -68,6 +68,7 @@ text.tok{fill:#fff;font-size:9.5px;pointer-events:none}
 .k-validate{fill:#f59f00;stroke:#f59f00}.k-read{fill:#15aabf;stroke:#15aabf}.k-write{fill:#495057;stroke:#495057}
 .k-transfer{fill:#d6336c;stroke:#d6336c}.k-list{fill:#74b816;stroke:#74b816}
 .k-cancel_wait{fill:#f76707;stroke:#f76707}
+.k-create_session,.k-renew_session,.k-close_session{fill:#0b7285;stroke:#0b7285}
 circle.u{fill:none;stroke-width:1}
 details{margin:2px 0}summary{cursor:pointer}code{font-size:12px}
 "#;

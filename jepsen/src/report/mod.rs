@@ -41,7 +41,7 @@ pub use text::text;
 use text::{counts, fmt_ms, op_list};
 
 /// The call kinds, in the order they are shown.
-const KINDS: [&str; 9] = [
+const KINDS: [&str; 12] = [
     "acquire",
     "renew",
     "release",
@@ -50,6 +50,9 @@ const KINDS: [&str; 9] = [
     "read",
     "list",
     "cancel_wait",
+    "create_session",
+    "renew_session",
+    "close_session",
     "write",
 ];
 

@@ -46,12 +46,15 @@ pub struct Calls {
     pub read: CallStats,
     pub list: CallStats,
     pub cancel_wait: CallStats,
+    pub create_session: CallStats,
+    pub renew_session: CallStats,
+    pub close_session: CallStats,
     pub write: CallStats,
 }
 
 impl Calls {
     /// `(kind, stats)` in display order.
-    pub fn iter(&self) -> [(&'static str, &CallStats); 9] {
+    pub fn iter(&self) -> [(&'static str, &CallStats); 12] {
         [
             ("acquire", &self.acquire),
             ("renew", &self.renew),
@@ -61,6 +64,9 @@ impl Calls {
             ("read", &self.read),
             ("list", &self.list),
             ("cancel_wait", &self.cancel_wait),
+            ("create_session", &self.create_session),
+            ("renew_session", &self.renew_session),
+            ("close_session", &self.close_session),
             ("write", &self.write),
         ]
     }
@@ -75,6 +81,9 @@ impl Calls {
             "read" => &mut self.read,
             "list" => &mut self.list,
             "cancel_wait" => &mut self.cancel_wait,
+            "create_session" => &mut self.create_session,
+            "renew_session" => &mut self.renew_session,
+            "close_session" => &mut self.close_session,
             _ => &mut self.write,
         }
     }
@@ -139,6 +148,8 @@ pub struct Summary {
     pub waits: WaitStats,
     /// The `AcquireMany` calls (SPEC §4.25).
     pub many: crate::checker::ManyStats,
+    /// The sessions (SPEC §4.24).
+    pub sessions: crate::checker::SessionStats,
     /// The watchers and what they were sent.
     pub watch: WatchStats,
     pub pass: bool,
@@ -379,6 +390,7 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         search_exhausted: check.search_exhausted.clone(),
         waits: check.waits.clone(),
         many: check.many.clone(),
+        sessions: check.sessions.clone(),
         watch: check.watch.clone(),
         pass,
         verdict,

@@ -101,6 +101,19 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
             m.ended
         );
     }
+    if s.sessions.created > 0 {
+        let x = &s.sessions;
+        w!(
+            out,
+            "sessions {}: renewed {} times, closed {}, expired {} | leases on them {}; ends that ended several at once {}\n",
+            x.created,
+            x.renewals,
+            x.closed,
+            x.expired,
+            x.leases,
+            x.ended_together
+        );
+    }
     if s.waits.waits > 0 || s.watch.watchers > 0 {
         let (w, v) = (&s.waits, &s.watch);
         w!(
@@ -139,7 +152,7 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
         }
         w!(
             out,
-            "  {kind:<8} ok {:>7}  fail {:>6}",
+            "  {kind:<14} ok {:>7}  fail {:>6}",
             stats.ok,
             stats.fail
         );

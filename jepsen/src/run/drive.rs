@@ -169,7 +169,7 @@ pub(super) async fn drive(
     let mut progress = false;
     while healed && !progress && Instant::now() < progress_deadline {
         progress = env
-            .acquire(0, PROGRESS, 5_000, (Mode::Exclusive, 0), None)
+            .acquire(0, PROGRESS, 5_000, (Mode::Exclusive, 0), None, None)
             .await
             .is_some();
         if !progress {

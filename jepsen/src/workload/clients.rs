@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::sessions::session_round;
 use super::{calls, Env, Handoff, Kind, Tenancy, Wait};
 use crate::history::{Mode, Outcome, Value};
 
@@ -32,11 +33,20 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
     if resources.is_empty() {
         return;
     }
+    let mut sessions = 0;
     while Instant::now() < deadline {
         let (resource, kind) = &resources[rng.random_range(0..resources.len())];
-        if *kind == Kind::Many {
-            take_many(&env, process, &mut rng, &resources).await;
-            continue;
+        match kind {
+            Kind::Many => {
+                take_many(&env, process, &mut rng, &resources).await;
+                continue;
+            }
+            Kind::Sessions => {
+                sessions += 1;
+                session_round(&env, process, sessions, &mut rng, &resources).await;
+                continue;
+            }
+            _ => {}
         }
         if rng.random_bool(0.15) {
             env.read(process, resource, rng.random_range(1..=nodes))
@@ -57,7 +67,7 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
                 wait_turn(&env, process, &mut rng, resource, ttl_ms).await
             }
             _ => {
-                env.acquire(process, resource, ttl_ms, (mode, units), None)
+                env.acquire(process, resource, ttl_ms, (mode, units), None, None)
                     .await
             }
         };
@@ -67,6 +77,7 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
         };
         let lease = Tenancy {
             resource: resource.clone(),
+            holder: calls::holder_name(process),
             lease_id,
             token,
             mode,
@@ -140,7 +151,14 @@ async fn wait_turn(
         timeout_ms,
         give_up_after,
     };
-    let acquire = env.acquire(process, resource, ttl_ms, (Mode::Exclusive, 0), Some(wait));
+    let acquire = env.acquire(
+        process,
+        resource,
+        ttl_ms,
+        (Mode::Exclusive, 0),
+        Some(wait),
+        None,
+    );
     let Some(cancel_after) = cancel_after else {
         return acquire.await;
     };
@@ -181,6 +199,7 @@ pub async fn receiver_loop(
             Handoff::Maybe { resource } => match env.list_leases(process, &resource).await {
                 Some(found) => Tenancy {
                     resource,
+                    holder: calls::holder_name(process),
                     mode: calls::held(&found).mode,
                     lease_id: found.lease_id,
                     token: found.fencing_token,
@@ -266,6 +285,7 @@ async fn hand_over(
             },
         } => {
             let _ = inbox.send(Handoff::Known(Tenancy {
+                holder: calls::holder_name(to),
                 lease_id,
                 token,
                 ..lease.clone()

@@ -17,6 +17,11 @@
 //!   random order, with one `AcquireMany` that waits 1–5 s (SPEC §4.25): all granted in one
 //!   entry with one token, or none; each resource's part is recorded as an acquire of that
 //!   resource (`many` names the call), so every per-resource check judges it too.
+//! * `sessions`: registered, exclusive-only `e0…` taken on sessions (SPEC §4.24): a client
+//!   creates a session with a holder of its own (`c3.s2`) and a ttl of 2–3 s, renews it from a
+//!   second task every third of its ttl (which at times stalls past the ttl, as a paused
+//!   process would), puts one to three leases on it (some waiting), writes with their tokens,
+//!   at times releases one, and then closes the session or walks away and lets it expire.
 //!
 //! Some holders stall past their ttl before writing, as a paused process would. Every call is
 //! recorded as invoke → ok / fail / quota_exceeded / unknown. Watchers (`watchers`) keep
@@ -24,12 +29,13 @@
 
 mod calls;
 mod clients;
+mod sessions;
 mod watchers;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use calls::{holder_name, Env, FencedStore, Recorder, Tenancy, Wait};
+pub use calls::{holder_name, Env, FencedStore, Recorder, SessionRef, Tenancy, Wait};
 use clients::client_rng;
 pub use clients::{client_loop, receiver_loop};
 pub use watchers::{read_events, watch_loop};
@@ -44,15 +50,17 @@ pub enum Kind {
     Transfer,
     Waiting,
     Many,
+    Sessions,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Exclusive,
         Kind::Shared,
         Kind::Transfer,
         Kind::Waiting,
         Kind::Many,
+        Kind::Sessions,
     ];
 
     pub fn parse(name: &str) -> anyhow::Result<Kind> {
@@ -62,8 +70,9 @@ impl Kind {
             "transfer" => Kind::Transfer,
             "waiting" => Kind::Waiting,
             "many" => Kind::Many,
+            "sessions" => Kind::Sessions,
             other => anyhow::bail!(
-                "unknown workload `{other}` (exclusive, shared, transfer, waiting, many)"
+                "unknown workload `{other}` (exclusive, shared, transfer, waiting, many, sessions)"
             ),
         })
     }
@@ -75,10 +84,11 @@ impl Kind {
             Kind::Transfer => "transfer",
             Kind::Waiting => "waiting",
             Kind::Many => "many",
+            Kind::Sessions => "sessions",
         }
     }
 
-    /// The first letter of the kind's resource names (`r0`, `s0`, `x0`, `w0`, `m0`).
+    /// The first letter of the kind's resource names (`r0`, `s0`, `x0`, `w0`, `m0`, `e0`).
     pub fn prefix(self) -> &'static str {
         match self {
             Kind::Exclusive => "r",
@@ -86,6 +96,7 @@ impl Kind {
             Kind::Transfer => "x",
             Kind::Waiting => "w",
             Kind::Many => "m",
+            Kind::Sessions => "e",
         }
     }
 }
@@ -104,6 +115,11 @@ pub struct WorkloadConfig {
     pub waiting_resources: u64,
     /// Registered resources taken several at a time with `AcquireMany` (kind `many`).
     pub many_resources: u64,
+    /// Registered resources taken on sessions (kind `sessions`).
+    pub session_resources: u64,
+    /// The range of a session's ttl.
+    pub session_ttl_min_ms: u64,
+    pub session_ttl_max_ms: u64,
     /// The range of a `WAIT` acquire's `wait_timeout`.
     pub wait_min_ms: u64,
     pub wait_max_ms: u64,
@@ -139,6 +155,9 @@ impl Default for WorkloadConfig {
             transfer_resources: 2,
             waiting_resources: 2,
             many_resources: 4,
+            session_resources: 4,
+            session_ttl_min_ms: 2_000,
+            session_ttl_max_ms: 3_000,
             wait_min_ms: 1_000,
             wait_max_ms: 5_000,
             cancel_probability: 0.15,
@@ -167,6 +186,7 @@ impl WorkloadConfig {
                 Kind::Transfer => self.transfer_resources,
                 Kind::Waiting => self.waiting_resources,
                 Kind::Many => self.many_resources,
+                Kind::Sessions => self.session_resources,
             };
             out.extend((0..n).map(|i| (format!("{}{i}", kind.prefix()), kind)));
         }
@@ -224,6 +244,11 @@ impl WorkloadConfig {
         match kind {
             Kind::Exclusive => None,
             Kind::Waiting | Kind::Many => Some(registered),
+            // A lease on a session lives as its session does, and sessions have no grace.
+            Kind::Sessions => Some(ResourcePolicy {
+                renewal_grace_ms: 0,
+                ..registered
+            }),
             Kind::Shared => Some(ResourcePolicy {
                 shared_modes: vec![Mode::Read, Mode::Write],
                 total_units: self.total_units,

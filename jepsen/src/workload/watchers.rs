@@ -169,6 +169,7 @@ fn event(entry: &pb::HistoryEntry) -> Event {
         token: entry.fencing_token,
         to_holder: entry.to_holder.clone(),
         to_token: entry.to_fencing_token,
+        session: entry.session_id.clone(),
     }
 }
 

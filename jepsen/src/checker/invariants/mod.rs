@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 pub(crate) use store::fenced_store;
 pub(crate) use tokens::{stale_token_accepted, token_not_increasing, transfer_token_not_higher};
 
-use super::model::{at, describe_op, ttl_floor_ns};
+use super::model::{alive_since, at, describe_op, ttl_floor_ns};
 use super::Anomaly;
 use crate::history::{Call, Mode, Nanos, Op, Outcome, ResourcePolicy, Value};
 
@@ -160,9 +160,9 @@ pub(crate) fn tenures<'a>(ops: &[&'a Op], eps: f64, policy: &ResourcePolicy) -> 
         let mut deadline = Nanos::MAX;
         for op in &f.creators {
             let bound = match &op.call {
-                Call::Acquire { ttl_ms, .. } => op
-                    .invoke_ns
-                    .max(after)
+                // A lease on a session lives at least as long as the session was known to.
+                Call::Acquire { ttl_ms, .. } => alive_since(op)
+                    .unwrap_or(op.invoke_ns.max(after))
                     .saturating_add(ttl_floor_ns(*ttl_ms, eps)),
                 // The expiry is kept: the replaced lease's bound, if known; else none at all.
                 Call::Transfer { holder, token, .. } => expiries
@@ -190,6 +190,10 @@ pub(crate) fn tenures<'a>(ops: &[&'a Op], eps: f64, policy: &ResourcePolicy) -> 
                 token: t,
                 ..
             } => h == holder && *t == token,
+            // A session's renewals and close concern every lease of its holder.
+            Call::RenewSession { holder: h, .. } | Call::CloseSession { holder: h, .. } => {
+                h == holder
+            }
             _ => false,
         };
         let renews_ok: Vec<&Op> = ops
@@ -203,6 +207,11 @@ pub(crate) fn tenures<'a>(ops: &[&'a Op], eps: f64, policy: &ResourcePolicy) -> 
                         Outcome::Ok {
                             value: Value::Renewed { .. }
                         }
+                    ) | (
+                        Call::RenewSession { .. },
+                        Outcome::Ok {
+                            value: Value::SessionRenewed
+                        }
                     )
                 )
             })
@@ -213,7 +222,7 @@ pub(crate) fn tenures<'a>(ops: &[&'a Op], eps: f64, policy: &ResourcePolicy) -> 
             // the one giving the earliest bound.
             deadline = Nanos::MAX;
             for op in renews_ok.iter().filter(|op| op.complete_ns >= last_invoke) {
-                if let Call::Renew { ttl_ms, .. } = op.call {
+                if let Call::Renew { ttl_ms, .. } | Call::RenewSession { ttl_ms, .. } = op.call {
                     let bound = op.invoke_ns.saturating_add(ttl_floor_ns(ttl_ms, eps));
                     if bound < deadline {
                         deadline = bound;
@@ -227,15 +236,19 @@ pub(crate) fn tenures<'a>(ops: &[&'a Op], eps: f64, policy: &ResourcePolicy) -> 
         for op in ops.iter().filter(mine) {
             match (&op.call, &op.outcome) {
                 // An unknown renew may be applied late and shorten the lease.
-                (Call::Renew { ttl_ms, .. }, Outcome::Unknown { .. }) => {
+                (
+                    Call::Renew { ttl_ms, .. } | Call::RenewSession { ttl_ms, .. },
+                    Outcome::Unknown { .. },
+                ) => {
                     let bound = op.invoke_ns.saturating_add(ttl_floor_ns(*ttl_ms, eps));
                     if bound < expiry {
                         expiry = bound;
                         ended_by = Some(op.id);
                     }
                 }
-                // The holder gives the lease up when it asks to release or transfer it.
-                (Call::Release { .. }, _) | (Call::Transfer { .. }, _) => {
+                // The holder gives the lease up when it asks to release or transfer it, or
+                // to close its session.
+                (Call::Release { .. } | Call::Transfer { .. } | Call::CloseSession { .. }, _) => {
                     end_ops.push((op.invoke_ns, op.id));
                 }
                 _ => {}

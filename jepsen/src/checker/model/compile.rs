@@ -6,7 +6,7 @@ use tenure_proto::contract::Reason;
 
 use super::{HolderId, MOp, Refusal, Seen};
 use crate::checker::proves_not_live;
-use crate::history::{Call, Held, Op, Outcome, ResourcePolicy, Value};
+use crate::history::{Call, Held, Nanos, Op, Outcome, ResourcePolicy, Value};
 
 /// Holder names of one resource.
 #[derive(Default)]
@@ -93,20 +93,28 @@ pub(crate) fn compile(
 ) -> Compiled {
     let unexpected =
         |value: &Value| Compiled::Unexpected(format!("{} answered {:?}", op.call.name(), value));
-    // Lower bounds of a lease's expiry and of its reclaim, for a grant or renew invoked now.
+    // Lower bounds of a lease's expiry and of its reclaim, for a grant or renew invoked now
+    // (a lease on a session: from when its session was last known alive; sessions have no
+    // grace).
     let bounds = |ttl_ms: u64| {
+        let (from, grace) = match alive_since(op) {
+            Some(alive) => (alive, 0),
+            None => (op.invoke_ns, policy.renewal_grace_ms),
+        };
         (
-            op.invoke_ns.saturating_add(ttl_floor_ns(ttl_ms, eps)),
-            op.invoke_ns.saturating_add(ttl_floor_ns(
-                ttl_ms.saturating_add(policy.renewal_grace_ms),
-                eps,
-            )),
+            from.saturating_add(ttl_floor_ns(ttl_ms, eps)),
+            from.saturating_add(ttl_floor_ns(ttl_ms.saturating_add(grace), eps)),
         )
     };
     match (&op.call, &op.outcome) {
         (Call::Write { .. }, _) => Compiled::Write,
         // The waiting room is the waiting checker's: a cancelled wait changes no lease.
         (Call::CancelWait { .. }, _) => Compiled::Ignored,
+        (Call::CreateSession { .. }, _) => Compiled::Ignored,
+        (Call::RenewSession { holder, .. }, _) | (Call::CloseSession { holder, .. }, _) => {
+            let holder = holders.intern(holder);
+            session_call(op, holder, bounds, unexpected)
+        }
         (
             Call::Acquire {
                 holder,
@@ -200,6 +208,14 @@ pub(crate) fn compile(
                         required: true,
                     }
                 }
+                // Its session had ended, and with it every lease of its holder.
+                Outcome::Fail { reason } if reason == SESSION_NOT_FOUND => Compiled::Model {
+                    op: MOp::Holding {
+                        holder,
+                        lease: None,
+                    },
+                    required: true,
+                },
                 Outcome::Fail { .. } => Compiled::Ignored,
                 // Refused for a quota: nothing happened to the resource, a legal no-op at any
                 // point of the call (whether the quota was full is the quota checker's).
@@ -372,6 +388,75 @@ pub(crate) fn compile(
         },
     }
 }
+
+/// Where a lease on a session is known alive from: the `session_alive_ns` of its acquire, or
+/// the invocation of a renewal of its session. `None`: not a call on a session.
+pub(crate) fn alive_since(op: &Op) -> Option<Nanos> {
+    match &op.call {
+        Call::Acquire {
+            session_id,
+            session_alive_ns,
+            ..
+        } if !session_id.is_empty() => Some(*session_alive_ns),
+        Call::RenewSession { .. } => Some(op.invoke_ns),
+        _ => None,
+    }
+}
+
+/// A session's renewal or close, as far as it concerns its holder's lease on one resource:
+/// renewed, the lease (if any) has new bounds; closed, it is gone; `session_not_found`, the
+/// session had ended and the holder holds nothing here.
+fn session_call(
+    op: &Op,
+    holder: HolderId,
+    bounds: impl Fn(u64) -> (Nanos, Nanos),
+    unexpected: impl Fn(&Value) -> Compiled,
+) -> Compiled {
+    let effect = match &op.call {
+        Call::RenewSession { ttl_ms, .. } => {
+            let (expiry, bound) = bounds(*ttl_ms);
+            MOp::SessionRenewed {
+                holder,
+                expiry,
+                bound,
+            }
+        }
+        _ => MOp::SessionClosed { holder },
+    };
+    match (&op.outcome, &effect) {
+        (
+            Outcome::Ok {
+                value: Value::SessionRenewed,
+            },
+            MOp::SessionRenewed { .. },
+        )
+        | (
+            Outcome::Ok {
+                value: Value::SessionClosed { .. },
+            },
+            MOp::SessionClosed { .. },
+        ) => Compiled::Model {
+            op: effect,
+            required: true,
+        },
+        (Outcome::Ok { value }, _) => unexpected(value),
+        (Outcome::Fail { reason }, _) if reason == SESSION_NOT_FOUND => Compiled::Model {
+            op: MOp::Holding {
+                holder,
+                lease: None,
+            },
+            required: true,
+        },
+        (Outcome::Fail { .. } | Outcome::QuotaExceeded { .. }, _) => Compiled::Ignored,
+        (Outcome::Unknown { .. }, _) => Compiled::Model {
+            op: effect,
+            required: false,
+        },
+    }
+}
+
+/// A call naming a session that had ended (SPEC §4.24).
+const SESSION_NOT_FOUND: &str = Reason::SessionNotFound.as_str();
 
 /// A renew, release or transfer: it took effect (`answered`), proved the lease not live (a
 /// not-live failure), constrains nothing (other failures, a quota refusal), or may have taken

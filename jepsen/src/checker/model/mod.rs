@@ -56,7 +56,7 @@ mod tests;
 
 use std::hash::{Hash, Hasher};
 
-pub(crate) use compile::{compile, ttl_floor_ns, Compiled, Holders};
+pub(crate) use compile::{alive_since, compile, ttl_floor_ns, Compiled, Holders};
 pub(crate) use describe::{at, describe_op, describe_state};
 pub(crate) use step::{dead, step, MOp, Refusal, Seen};
 

@@ -102,6 +102,17 @@ pub(crate) enum MOp {
         holder: HolderId,
         lease: Option<Seen>,
     },
+    /// The holder's session was renewed (or, not required, may have been): its lease here, if
+    /// it has one, gets new bounds (SPEC §4.24; the harness gives each session its own holder).
+    SessionRenewed {
+        holder: HolderId,
+        expiry: Nanos,
+        bound: Nanos,
+    },
+    /// The holder's session was closed (or may have been): its lease here, if any, is gone.
+    SessionClosed {
+        holder: HolderId,
+    },
 }
 
 fn mode_code(mode: Mode) -> u64 {
@@ -142,6 +153,8 @@ impl MOp {
             MOp::Validate { token, valid } => (9, valid as HolderId, token, 0),
             MOp::Read { .. } => (10, 0, 0, 0),
             MOp::Holding { holder, .. } => (11, holder, 0, 0),
+            MOp::SessionRenewed { holder, .. } => (12, holder, 0, 0),
+            MOp::SessionClosed { holder } => (13, holder, 0, 0),
         }
     }
 
@@ -150,7 +163,8 @@ impl MOp {
         match *self {
             MOp::AcquireGranted { bound, .. }
             | MOp::AcquireUnknown { bound, .. }
-            | MOp::Renew { bound, .. } => Some(bound),
+            | MOp::Renew { bound, .. }
+            | MOp::SessionRenewed { bound, .. } => Some(bound),
             _ => None,
         }
     }
@@ -329,6 +343,25 @@ pub(crate) fn step(rules: &Rules, state: &State, op: &MOp) -> Option<State> {
         MOp::Release { holder, token } => {
             let i = own(&mut next, holder, token)?;
             next.remove(i);
+            Some(next)
+        }
+        MOp::SessionRenewed {
+            holder,
+            expiry,
+            bound,
+        } => {
+            if let Some(i) = next.find(holder) {
+                let lease = &mut next.leases_mut()[i];
+                lease.expiry = expiry;
+                lease.bound = bound;
+                lease.grace = false;
+            }
+            Some(next)
+        }
+        MOp::SessionClosed { holder } => {
+            if let Some(i) = next.find(holder) {
+                next.remove(i);
+            }
             Some(next)
         }
         MOp::Transfer {

@@ -16,6 +16,8 @@ fn part(resource: &str, holder: &str, wait_ms: u64, many: u64) -> Call {
         units: 0,
         wait_ms,
         many,
+        session_id: String::new(),
+        session_alive_ns: 0,
     }
 }
 

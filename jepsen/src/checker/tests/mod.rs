@@ -9,12 +9,14 @@
 //! * `waiting`: the waiting room, on the cluster's recorded events and the clients' answers;
 //! * `watch`: watch sessions against the recorded events;
 //! * `quota`: quota refusals against what the principal could hold, and the model's no-op.
+//! * `sessions`: leases on sessions in the model, the answers about sessions, their ends.
 
 mod exclusive;
 mod many;
 mod pool;
 mod quota;
 mod reference;
+mod sessions;
 mod shared;
 mod synthetic;
 mod waiting;
@@ -71,6 +73,7 @@ impl Builder {
             token,
             to_holder: String::new(),
             to_token: 0,
+            session: String::new(),
         };
         events.push(event.clone());
         event
@@ -149,6 +152,8 @@ fn acquire_in(holder: &str, mode: Mode, units: u64, ttl_ms: u64) -> Call {
         units,
         wait_ms: 0,
         many: 0,
+        session_id: String::new(),
+        session_alive_ns: 0,
     }
 }
 fn renew(holder: &str, token: u64, ttl_ms: u64) -> Call {

@@ -43,6 +43,8 @@ fn acquire(r: &str, h: &str) -> Call {
         units: 0,
         wait_ms: 0,
         many: 0,
+        session_id: String::new(),
+        session_alive_ns: 0,
     }
 }
 
@@ -264,6 +266,7 @@ fn sample() -> (History, CheckReport, u64) {
         search_exhausted: Vec::new(),
         waits: Default::default(),
         many: Default::default(),
+        sessions: Default::default(),
         watch: Default::default(),
         quota: Default::default(),
     };
@@ -553,6 +556,7 @@ fn a_long_run_stays_a_sane_size() {
         search_exhausted: Vec::new(),
         waits: Default::default(),
         many: Default::default(),
+        sessions: Default::default(),
         watch: Default::default(),
         quota: Default::default(),
     };

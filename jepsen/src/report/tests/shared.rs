@@ -16,6 +16,8 @@ fn shared_leases_and_transfers_are_drawn() {
         units,
         wait_ms: 0,
         many: 0,
+        session_id: String::new(),
+        session_alive_ns: 0,
     };
     b.op(1, shared("c1", Mode::Read, 2), 100, 5, granted(3));
     b.op(2, shared("c2", Mode::Write, 1), 120, 5, granted(4));

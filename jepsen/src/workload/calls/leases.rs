@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use tenure_client::{pb, prost_duration, Error};
 
-use super::{classify, held, holder_name, mode_of, pb_mode, Env, Tenancy, Wait};
+use super::{classify, held, holder_name, mode_of, pb_mode, Env, SessionRef, Tenancy, Wait};
 use crate::history::{Call, Mode, Outcome, Value};
 
 impl Env {
-    /// `Acquire`, waiting in the queue with `wait`; the lease if granted.
+    /// `Acquire`, waiting in the queue with `wait`, on `session` if given (as its holder, with
+    /// its ttl); the lease if granted.
     pub async fn acquire(
         &self,
         process: u64,
@@ -16,8 +17,12 @@ impl Env {
         ttl_ms: u64,
         (mode, units): (Mode, u64),
         wait: Option<Wait>,
+        session: Option<&SessionRef>,
     ) -> Option<(u64, String)> {
-        let holder = holder_name(process);
+        let (holder, ttl_ms) = match session {
+            Some(s) => (s.holder.clone(), s.ttl_ms),
+            None => (holder_name(process), ttl_ms),
+        };
         let call = Call::Acquire {
             resource: resource.into(),
             holder: holder.clone(),
@@ -26,12 +31,18 @@ impl Env {
             units,
             wait_ms: wait.map_or(0, |w| w.timeout_ms),
             many: 0,
+            session_id: session.map(|s| s.id.clone()).unwrap_or_default(),
+            session_alive_ns: session.map_or(0, |s| s.alive_ns()),
         };
         let pending = self.recorder.invoke(process, call);
         let request = pb::AcquireRequest {
             resource: resource.into(),
             holder,
-            ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
+            ttl: match session {
+                Some(_) => None,
+                None => Some(prost_duration(Duration::from_millis(ttl_ms))),
+            },
+            session_id: session.map(|s| s.id.clone()).unwrap_or_default(),
             mode: pb_mode(mode) as i32,
             units,
             on_conflict: match wait {
@@ -71,7 +82,11 @@ impl Env {
             }
             Err(e) => classify(&e),
         };
-        match self.recorder.complete(pending, outcome) {
+        let outcome = self.recorder.complete(pending, outcome);
+        if let Some(session) = session {
+            session.learn(&outcome);
+        }
+        match outcome {
             Outcome::Ok {
                 value: Value::Granted { token, lease_id },
             } => Some((token, lease_id)),
@@ -101,6 +116,8 @@ impl Env {
                     units: 0,
                     wait_ms: wait.timeout_ms,
                     many,
+                    session_id: String::new(),
+                    session_alive_ns: 0,
                 };
                 self.recorder.invoke(process, call)
             })
@@ -128,6 +145,7 @@ impl Env {
                     Some(lease) => {
                         leases.push(Tenancy {
                             resource: resource.clone(),
+                            holder: holder_name(process),
                             lease_id: lease.lease_id.clone(),
                             token: lease.fencing_token,
                             mode: Mode::Exclusive,
@@ -194,7 +212,7 @@ impl Env {
     }
 
     pub async fn renew(&self, process: u64, lease: &Tenancy, ttl_ms: u64) -> Outcome {
-        let holder = holder_name(process);
+        let holder = lease.holder.clone();
         let call = Call::Renew {
             resource: lease.resource.clone(),
             holder: holder.clone(),
@@ -221,7 +239,7 @@ impl Env {
     }
 
     pub async fn release(&self, process: u64, lease: &Tenancy) -> Outcome {
-        let holder = holder_name(process);
+        let holder = lease.holder.clone();
         let call = Call::Release {
             resource: lease.resource.clone(),
             holder: holder.clone(),
@@ -247,7 +265,7 @@ impl Env {
 
     /// `Transfer` of `lease` to client `to`.
     pub async fn transfer(&self, process: u64, lease: &Tenancy, to: u64) -> Outcome {
-        let holder = holder_name(process);
+        let holder = lease.holder.clone();
         let call = Call::Transfer {
             resource: lease.resource.clone(),
             holder: holder.clone(),

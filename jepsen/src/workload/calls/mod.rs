@@ -4,6 +4,7 @@
 mod leases;
 mod outcome;
 mod reads;
+mod sessions;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +17,7 @@ use tokio::sync::mpsc;
 use super::{Handoff, WorkloadConfig};
 use crate::history::{now_ns, Call, Held, Mode, Op, Outcome, Value};
 use outcome::classify;
+pub use sessions::SessionRef;
 
 /// Collects the history's ops.
 #[derive(Default)]
@@ -31,6 +33,12 @@ pub struct Pending {
     process: u64,
     call: Call,
     invoke_ns: u64,
+}
+
+impl Pending {
+    pub fn invoke_ns(&self) -> u64 {
+        self.invoke_ns
+    }
 }
 
 impl Recorder {
@@ -95,6 +103,8 @@ impl FencedStore {
 #[derive(Clone, Debug)]
 pub struct Tenancy {
     pub resource: String,
+    /// The client's name, or its session's holder for a lease on a session.
+    pub holder: String,
     pub lease_id: String,
     pub token: u64,
     pub mode: Mode,
@@ -162,7 +172,7 @@ impl Env {
         let shared = !lease.mode.is_exclusive();
         let call = Call::Write {
             resource: lease.resource.clone(),
-            holder: holder_name(process),
+            holder: lease.holder.clone(),
             token: lease.token,
             shared,
         };

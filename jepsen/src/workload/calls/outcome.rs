@@ -18,6 +18,7 @@ const DEFINITE_FAILURES: &[Reason] = &[
     Reason::NotTransferable,
     Reason::ResourceExhausted,
     Reason::WaitingRoomFull,
+    Reason::SessionNotFound,
 ];
 
 /// The quota and limit of a refusal for a quota: `resource_exhausted` with the message
