@@ -190,7 +190,7 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         let mut holders = Holders::default();
         let mut sops = Vec::new();
         for (src, op) in ops.iter().enumerate() {
-            match compile(op, eps, &policy, &mut holders) {
+            match compile(op, resource, eps, &policy, &mut holders) {
                 Compiled::Model { op: mop, required } => {
                     sops.push(linear::SOp::new(src, op, mop, required))
                 }

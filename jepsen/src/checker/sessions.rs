@@ -12,7 +12,10 @@
 //!   every lease on it at one revision, and the leases its close answered are released at one
 //!   revision (each has its `released` event, else `session_end_unrecorded`);
 //! * `outlived_session`: once a session ended (the revision of that entry), no lease on it
-//!   ends later, and nothing is granted or queued on it after.
+//!   ends later, and nothing is granted or queued on it after; a session closed ok was not
+//!   also reclaimed, and every lease on it ended;
+//! * `session_unnamed`: every event about a lease or wait of a session's holder (`acquired`,
+//!   `admitted`, `queued`, `released`, `reclaimed`, `transferred`) names that session.
 //!
 //! The lease model sees a lease on a session as its holder's lease: acquired on the session,
 //! renewed by each renewal of the session, gone at its close (`model::compile`).
@@ -110,7 +113,55 @@ pub(crate) fn check(history: &History, eps: f64, t0: Nanos) -> (Vec<Anomaly>, Se
         out.extend(answers(id, known, eps, t0));
     }
     out.extend(record(history, &sessions, &mut stats));
+    out.extend(unnamed(history));
     (out, stats)
+}
+
+/// Events about a session holder's leases and waits that do not name its session.
+fn unnamed(history: &History) -> Vec<Anomaly> {
+    let holders: HashMap<&str, &str> = history
+        .ops
+        .iter()
+        .filter_map(|op| match (&op.call, &op.outcome) {
+            (
+                Call::CreateSession { holder, .. },
+                Outcome::Ok {
+                    value: Value::Session { session_id },
+                },
+            ) => Some((holder.as_str(), session_id.as_str())),
+            _ => None,
+        })
+        .collect();
+    let about_session = [
+        EventKind::Acquired,
+        EventKind::Admitted,
+        EventKind::Queued,
+        EventKind::Released,
+        EventKind::Reclaimed,
+        EventKind::Transferred,
+    ];
+    history
+        .events
+        .values()
+        .flatten()
+        .filter(|e| about_session.contains(&e.kind))
+        .filter_map(|e| {
+            let id = holders.get(e.holder.as_str())?;
+            (e.session != *id).then(|| {
+                anomaly(
+                    "session_unnamed",
+                    &e.resource,
+                    format!(
+                        "{} is about a lease or wait of {}'s holder but names {:?}",
+                        e.describe(),
+                        id,
+                        e.session
+                    ),
+                    Vec::new(),
+                )
+            })
+        })
+        .collect()
 }
 
 /// What the clients were told: no session ends before it can have expired, and none comes
@@ -317,9 +368,32 @@ fn one_session(
                 vec![close.id],
             ));
         }
+        if !reclaimed.is_empty() {
+            out.push(anomaly(
+                "outlived_session",
+                room,
+                format!(
+                    "{id} was closed (answered ok) and also reclaimed at revisions {reclaimed:?}"
+                ),
+                vec![close.id],
+            ));
+        }
         end = end.or(at.first().copied());
     }
     let Some(end) = end else {
+        // Closed with nothing to show the entry: still, nothing on it may be left.
+        if let Some((close, _)) = closed {
+            for ((resource, token), _) in leases.iter().filter(|(_, (_, e))| e.is_none()) {
+                out.push(anomaly(
+                    "outlived_session",
+                    resource,
+                    format!(
+                        "the lease with token {token} on {id} was still live after {id} was closed"
+                    ),
+                    vec![close.id],
+                ));
+            }
+        }
         return out;
     };
     let ended_here = leases.values().filter(|(_, e)| *e == Some(end)).count();

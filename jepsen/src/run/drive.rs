@@ -177,11 +177,17 @@ pub(super) async fn drive(
         }
     }
     if healed {
-        // Every wait ends by its admission, timeout or cancel: the histories are read once
-        // the waiting rooms are empty (or the waits have had their time and more), and a wait
-        // still queued then is the checker's to judge.
-        let longest = Duration::from_millis(options.workload.wait_max_ms) + Duration::from_secs(10);
-        drain_waits(&env.client, &options.workload, Instant::now() + longest).await;
+        // Every wait ends by its admission, timeout or cancel, and every session by its close
+        // or expiry: the histories are read once the waiting rooms are empty and no session
+        // is left (or they have had their time and more), so that each resource's history
+        // shows how each ended; what is still queued or live then is the checkers' to judge.
+        let longest = Duration::from_millis(
+            options
+                .workload
+                .wait_max_ms
+                .max(options.workload.session_ttl_max_ms),
+        ) + Duration::from_secs(10);
+        drain(&env.client, &options.workload, Instant::now() + longest).await;
     }
     let _ = stop_tx.send(true);
     let leaders = observer.await.unwrap_or_default();
@@ -231,16 +237,18 @@ pub(super) async fn drive(
     Ok((history, progress))
 }
 
-/// Waits until no resource of the run has anyone in its waiting room, or `deadline`.
-async fn drain_waits(client: &Client, workload: &WorkloadConfig, deadline: Instant) {
+/// Waits until no resource of the run has anyone in its waiting room and the clients have no
+/// session left, or `deadline`.
+async fn drain(client: &Client, workload: &WorkloadConfig, deadline: Instant) {
     let rooms: Vec<String> = workload
         .all_resources()
         .into_iter()
-        .filter(|(_, kind)| matches!(kind, Kind::Waiting | Kind::Many))
+        .filter(|(_, kind)| matches!(kind, Kind::Waiting | Kind::Many | Kind::Sessions))
         .map(|(name, _)| name)
         .collect();
+    let sessions = workload.kinds.contains(&Kind::Sessions);
     while Instant::now() < deadline {
-        let mut waiting = 0;
+        let mut left = 0;
         for name in &rooms {
             let read = client
                 .get_resource(tenure_client::pb::GetResourceRequest {
@@ -248,12 +256,18 @@ async fn drain_waits(client: &Client, workload: &WorkloadConfig, deadline: Insta
                     ..Default::default()
                 })
                 .await;
-            waiting += read.ok().and_then(|r| r.resource).map_or(1, |r| r.waiting);
+            left += read.ok().and_then(|r| r.resource).map_or(1, |r| r.waiting);
         }
-        if waiting == 0 {
+        if sessions {
+            let live = client
+                .list_sessions(tenure_client::pb::ListSessionsRequest::default())
+                .await;
+            left += live.map_or(1, |r| r.sessions.len() as u32);
+        }
+        if left == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tracing::warn!("waiting rooms still not empty when the histories are read");
+    tracing::warn!("waiting rooms or sessions still left when the histories are read");
 }

@@ -43,7 +43,7 @@ pub async fn client_loop(env: Arc<Env>, process: u64, seed: u64, deadline: Insta
             }
             Kind::Sessions => {
                 sessions += 1;
-                session_round(&env, process, sessions, &mut rng, &resources).await;
+                session_round(&env, process, sessions, &mut rng, &resources, deadline).await;
                 continue;
             }
             _ => {}

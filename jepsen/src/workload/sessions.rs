@@ -7,6 +7,7 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::{holder_name, Env, Kind, SessionRef, Tenancy, Wait};
 use crate::history::Mode;
@@ -14,13 +15,15 @@ use crate::history::Mode;
 /// One session of client `process` (its `n`th): created with a holder of its own and a ttl of
 /// 2–3 s, renewed from a second task ([`keep_alive`]), carrying one to three leases on the
 /// `sessions` resources (some acquired with `WAIT`), each written to with its token; at times
-/// one is released. Then the session is closed or, at times, left to expire.
+/// one is released. Then the session is closed or, at times, left to expire. No lease is
+/// asked for past `deadline`.
 pub(super) async fn session_round(
     env: &Arc<Env>,
     process: u64,
     n: u64,
     rng: &mut SmallRng,
     all: &[(String, Kind)],
+    deadline: Instant,
 ) {
     let config = &env.config;
     let holder = format!("{}.s{n}", holder_name(process));
@@ -53,7 +56,7 @@ pub(super) async fn session_round(
     names.truncate(rng.random_range(1..=3));
     let mut held: Vec<Tenancy> = Vec::new();
     for resource in names {
-        if session.ended() {
+        if session.ended() || Instant::now() >= deadline {
             break;
         }
         let wait = rng.random_bool(0.4).then(|| Wait {
@@ -120,6 +123,10 @@ async fn keep_alive(
         tokio::select! {
             _ = &mut stop => return,
             _ = tokio::time::sleep(pause) => {}
+        }
+        // Closed meanwhile: a renewal now would only be told the session is gone.
+        if session.ended() {
+            return;
         }
         env.renew_session(process, &session).await;
     }

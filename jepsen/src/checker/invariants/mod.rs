@@ -235,11 +235,9 @@ pub(crate) fn tenures<'a>(ops: &[&'a Op], eps: f64, policy: &ResourcePolicy) -> 
         let mut end_ops: Vec<(Nanos, u64)> = Vec::new();
         for op in ops.iter().filter(mine) {
             match (&op.call, &op.outcome) {
-                // An unknown renew may be applied late and shorten the lease.
-                (
-                    Call::Renew { ttl_ms, .. } | Call::RenewSession { ttl_ms, .. },
-                    Outcome::Unknown { .. },
-                ) => {
+                // An unknown renew may be applied late and shorten the lease (a session's
+                // renewal cannot: its ttl is the session's, always).
+                (Call::Renew { ttl_ms, .. }, Outcome::Unknown { .. }) => {
                     let bound = op.invoke_ns.saturating_add(ttl_floor_ns(*ttl_ms, eps));
                     if bound < expiry {
                         expiry = bound;

@@ -84,9 +84,10 @@ fn seen(holders: &mut Holders, held: &Held, policy: &ResourcePolicy) -> Seen {
     }
 }
 
-/// Compiles one op of a resource with policy `policy`; `eps` bounds the clock-rate error.
+/// Compiles one op of `resource` with policy `policy`; `eps` bounds the clock-rate error.
 pub(crate) fn compile(
     op: &Op,
+    resource: &str,
     eps: f64,
     policy: &ResourcePolicy,
     holders: &mut Holders,
@@ -113,7 +114,7 @@ pub(crate) fn compile(
         (Call::CreateSession { .. }, _) => Compiled::Ignored,
         (Call::RenewSession { holder, .. }, _) | (Call::CloseSession { holder, .. }, _) => {
             let holder = holders.intern(holder);
-            session_call(op, holder, bounds, unexpected)
+            session_call(op, resource, holder, bounds, unexpected)
         }
         (
             Call::Acquire {
@@ -403,11 +404,13 @@ pub(crate) fn alive_since(op: &Op) -> Option<Nanos> {
     }
 }
 
-/// A session's renewal or close, as far as it concerns its holder's lease on one resource:
-/// renewed, the lease (if any) has new bounds; closed, it is gone; `session_not_found`, the
-/// session had ended and the holder holds nothing here.
+/// A session's renewal or close, as far as it concerns its holder's lease on `resource`:
+/// renewed, the lease (if any) has new bounds; closed, the lease the close answered it ended
+/// here is released (and, if it named none here, the holder held nothing here); told
+/// `session_not_found`, the session had ended and the holder holds nothing here.
 fn session_call(
     op: &Op,
+    resource: &str,
     holder: HolderId,
     bounds: impl Fn(u64) -> (Nanos, Nanos),
     unexpected: impl Fn(&Value) -> Compiled,
@@ -423,22 +426,33 @@ fn session_call(
         }
         _ => MOp::SessionClosed { holder },
     };
+    let required = |op| Compiled::Model { op, required: true };
     match (&op.outcome, &effect) {
         (
             Outcome::Ok {
                 value: Value::SessionRenewed,
             },
             MOp::SessionRenewed { .. },
-        )
-        | (
+        ) => required(effect),
+        (
             Outcome::Ok {
-                value: Value::SessionClosed { .. },
+                value: Value::SessionClosed { leases },
             },
             MOp::SessionClosed { .. },
-        ) => Compiled::Model {
-            op: effect,
-            required: true,
-        },
+        ) => {
+            match leases.iter().find(|l| l.resource == resource) {
+                Some(ended) => required(MOp::Release {
+                    holder,
+                    token: ended.token,
+                }),
+                // The answer lists every lease the close ended, unless it was cut short.
+                None if leases.len() < SESSION_LEASES_SHOWN => required(MOp::Holding {
+                    holder,
+                    lease: None,
+                }),
+                None => required(effect),
+            }
+        }
         (Outcome::Ok { value }, _) => unexpected(value),
         (Outcome::Fail { reason }, _) if reason == SESSION_NOT_FOUND => Compiled::Model {
             op: MOp::Holding {
@@ -457,6 +471,9 @@ fn session_call(
 
 /// A call naming a session that had ended (SPEC §4.24).
 const SESSION_NOT_FOUND: &str = Reason::SessionNotFound.as_str();
+
+/// A session's answer lists at most this many of its leases.
+const SESSION_LEASES_SHOWN: usize = 100;
 
 /// A renew, release or transfer: it took effect (`answered`), proved the lease not live (a
 /// not-live failure), constrains nothing (other failures, a quota refusal), or may have taken

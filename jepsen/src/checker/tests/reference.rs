@@ -61,7 +61,7 @@ pub(super) fn compiled(history: &History) -> Vec<linear::SOp> {
     let mut out = Vec::new();
     for (src, op) in ops.iter().enumerate() {
         if let model::Compiled::Model { op: mop, required } =
-            model::compile(op, history.clock_epsilon, &policy, &mut holders)
+            model::compile(op, R, history.clock_epsilon, &policy, &mut holders)
         {
             out.push(linear::SOp::new(src, op, mop, required));
         }

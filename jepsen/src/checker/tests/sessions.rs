@@ -240,3 +240,50 @@ fn a_close_releases_what_it_answered_in_one_entry() {
     h.events.get_mut("res2").map(|e| e.pop());
     the(&h.check(), "session_end_unrecorded");
 }
+
+#[test]
+fn a_close_that_answers_a_lease_the_holder_did_not_hold_is_not_linearizable() {
+    let mut h = renewed_past_its_first_ttl();
+    let ended = |token| {
+        ok(Value::SessionClosed {
+            leases: vec![Ended {
+                resource: R.into(),
+                token,
+            }],
+        })
+    };
+    h.op(close(), 6_100, 6_110, ended(7));
+    the(&h.check(), "nonlinearizable");
+
+    // Nor one that names nothing here while the holder held a lease here.
+    let mut h = renewed_past_its_first_ttl();
+    h.op(
+        close(),
+        6_100,
+        6_110,
+        ok(Value::SessionClosed { leases: vec![] }),
+    );
+    the(&h.check(), "nonlinearizable");
+}
+
+#[test]
+fn an_event_about_a_session_holder_that_does_not_name_the_session_is_reported() {
+    let mut h = two_leases();
+    h.event(R, 10, Released, HOLDER);
+    if let Some(e) = h.events.get_mut(R).and_then(|e| e.last_mut()) {
+        e.token = 2;
+    }
+    assert_eq!(the(&h.check(), "session_unnamed").resource, R);
+}
+
+#[test]
+fn a_session_both_closed_and_reclaimed_is_reported() {
+    let mut h = reclaimed_together();
+    h.op(
+        close(),
+        100,
+        110,
+        ok(Value::SessionClosed { leases: vec![] }),
+    );
+    the(&h.check(), "outlived_session");
+}

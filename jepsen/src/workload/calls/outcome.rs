@@ -18,6 +18,9 @@ const DEFINITE_FAILURES: &[Reason] = &[
     Reason::NotTransferable,
     Reason::ResourceExhausted,
     Reason::WaitingRoomFull,
+    // Decided on apply, and a retried acquire or close gets its first answer back. A retried
+    // `RenewSession` (not exactly-once) may be told so after an earlier attempt renewed: the
+    // checkers then just miss that renewal, which only makes them more lenient.
     Reason::SessionNotFound,
 ];
 
