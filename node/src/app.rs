@@ -38,6 +38,8 @@ pub struct Running {
     pub node: Arc<Node>,
     /// Where `GET /metrics` is served (`--metrics-listen`), once bound.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where the HTTP/JSON gateway is served (`--http-listen`), once bound.
+    pub http_addr: Option<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     timers: JoinHandle<()>,
@@ -134,20 +136,24 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     }
 
     let (stop, stop_rx) = watch::channel(false);
-    let mut metrics_addr = None;
-    if let Some(addr) = &node.config.metrics_listen {
-        let metrics = TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: {e}"))?;
-        let bound = metrics.local_addr()?;
-        tracing::info!(addr = %bound, "serving Prometheus metrics at /metrics");
-        metrics_addr = Some(bound);
-        tokio::spawn(crate::metrics::serve(
-            node.clone(),
-            metrics,
-            stop_rx.clone(),
-        ));
-    }
+    let metrics_addr = bind_http(
+        &node,
+        node.config.metrics_listen.as_deref(),
+        "--metrics-listen",
+        "serving Prometheus metrics at /metrics",
+        &stop_rx,
+        crate::metrics::serve,
+    )
+    .await?;
+    let http_addr = bind_http(
+        &node,
+        node.config.http_listen.as_deref(),
+        "--http-listen",
+        "serving the HTTP/JSON gateway at /v1/",
+        &stop_rx,
+        crate::gateway::serve,
+    )
+    .await?;
     let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));
     tokio::spawn(crate::store::compaction::run(
         raft.clone(),
@@ -180,10 +186,36 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     Ok(Running {
         node,
         metrics_addr,
+        http_addr,
         stop,
         server,
         timers,
     })
+}
+
+/// Binds `addr` (the setting `flag`), if set, and serves it with `serve` until stopped; the
+/// address bound.
+async fn bind_http<F>(
+    node: &Arc<Node>,
+    addr: Option<&str>,
+    flag: &str,
+    serving: &str,
+    stop: &watch::Receiver<bool>,
+    serve: impl FnOnce(Arc<Node>, TcpListener, watch::Receiver<bool>) -> F,
+) -> anyhow::Result<Option<std::net::SocketAddr>>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("{flag} {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    tracing::info!(addr = %bound, "{serving}");
+    tokio::spawn(serve(node.clone(), listener, stop.clone()));
+    Ok(Some(bound))
 }
 
 async fn serve(

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod config;
 pub mod coord;
 pub mod error;
+pub mod gateway;
 pub mod grpc;
 pub mod guard;
 pub mod lease;

@@ -65,8 +65,12 @@ pub struct Tls {
 pub enum Speaks {
     /// gRPC: HTTP/2.
     Grpc,
-    /// The metrics endpoint: HTTP/1.1.
+    /// The metrics endpoint: HTTP/1.1, for the cluster's own scrapers (a client certificate
+    /// the cluster CA signed is required).
     Http1,
+    /// The HTTP/JSON gateway: HTTP/1.1 for any client (bearer tokens say who calls; a client
+    /// certificate is optional, as on the gRPC port).
+    Gateway,
 }
 
 /// The server side, one config for each protocol.
@@ -74,6 +78,7 @@ pub enum Speaks {
 struct Servers {
     grpc: Arc<rustls::ServerConfig>,
     http1: Arc<rustls::ServerConfig>,
+    gateway: Arc<rustls::ServerConfig>,
 }
 
 /// What one reading of the three files gives.
@@ -112,9 +117,10 @@ fn load(cert: &Path, key: &Path, ca: &Path) -> anyhow::Result<Loaded> {
     // A client certificate is optional (clients have none), but one that is presented must be
     // signed by the cluster CA.
     let roots = Arc::new(roots);
-    // gRPC: a client certificate is optional (clients have none; the gate requires one of
-    // peers), but one that is presented must be the cluster CA's. Metrics: required, so that
-    // TLS does not only hide them but keeps them to the cluster's own scrapers.
+    // gRPC and the gateway: a client certificate is optional (clients have none; the gate
+    // requires one of peers), but one that is presented must be the cluster CA's. Metrics:
+    // required, so that TLS does not only hide them but keeps them to the cluster's own
+    // scrapers.
     let server = |client_certificate_required: bool, alpn: &[u8]| {
         let mut verifier =
             rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), crypto());
@@ -134,6 +140,7 @@ fn load(cert: &Path, key: &Path, ca: &Path) -> anyhow::Result<Loaded> {
     let server = Servers {
         grpc: server(false, b"h2")?,
         http1: server(true, b"http/1.1")?,
+        gateway: server(false, b"http/1.1")?,
     };
     let peer = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca_pem))
@@ -182,6 +189,7 @@ impl Tls {
         TlsAcceptor::from(match speaks {
             Speaks::Grpc => servers.grpc.clone(),
             Speaks::Http1 => servers.http1.clone(),
+            Speaks::Gateway => servers.gateway.clone(),
         })
     }
 }

@@ -125,6 +125,11 @@ impl InProcessCluster {
         self.running.get(&id)?.metrics_addr
     }
 
+    /// Where node `id` serves the HTTP/JSON gateway (with `--http-listen`).
+    pub fn http_addr(&self, id: u64) -> Option<std::net::SocketAddr> {
+        self.running.get(&id)?.http_addr
+    }
+
     /// A live node other than `leader` (the lowest id).
     pub fn follower_of(&self, leader: u64) -> u64 {
         self.live_ids()

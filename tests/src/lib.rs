@@ -5,6 +5,7 @@
 //! one runner of the `tenure` binary.
 
 pub mod cli;
+pub mod http;
 pub mod in_process;
 pub mod process;
 pub mod scenario;

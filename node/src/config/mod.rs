@@ -101,6 +101,13 @@ pub struct Config {
     #[arg(long, env = "TENURED_METRICS_LISTEN", value_parser = parse_metrics_listen)]
     pub metrics_listen: Option<String>,
 
+    /// Serve the HTTP/JSON gateway (every client call as a route under /v1/, Watch as
+    /// Server-Sent Events, /v1/openapi.json) on this address, e.g. 127.0.0.1:8080, or just a
+    /// port (loopback). The same bearer tokens as gRPC; over TLS with the node's certificate
+    /// when TLS is on. Default: off.
+    #[arg(long, env = "TENURED_HTTP_LISTEN", value_parser = parse_metrics_listen)]
+    pub http_listen: Option<String>,
+
     /// This node's TLS certificate chain (PEM). With --tls-key and --tls-ca, clients and
     /// peers reach this node over TLS only, and peers over mutual TLS. The certificate must
     /// name the host of this node's --peers entry (DNS name or IP) as a subject alternative
@@ -238,7 +245,7 @@ fn file_args(text: &str) -> Result<Vec<OsString>, String> {
     Ok(flags)
 }
 
-/// A metrics address: `HOST:PORT`, or a bare port on loopback.
+/// A metrics or gateway address: `HOST:PORT`, or a bare port on loopback.
 fn parse_metrics_listen(text: &str) -> Result<String, String> {
     let text = text.trim().trim_start_matches(':');
     Ok(match text.parse::<u16>() {
@@ -332,6 +339,24 @@ impl Config {
     /// auth off (unless `--insecure`), or the peer token in clear to a non-loopback peer
     /// (unless `--insecure-transport`).
     fn check_exposure(&self) -> anyhow::Result<()> {
+        if let Some(http) = self.http_listen.as_deref() {
+            let open = !tenure_proto::is_loopback(http);
+            anyhow::ensure!(
+                !open || self.token_file.is_some() || self.insecure,
+                "refusing to serve the HTTP gateway on {http} without auth: anyone who reaches \
+                 it could make every admin call. Add --token-file FILE, bind it to loopback \
+                 (e.g. --http-listen 8080), or pass --insecure to run open on purpose"
+            );
+            anyhow::ensure!(
+                !open
+                    || self.token_file.is_none()
+                    || self.tls_cert.is_some()
+                    || self.insecure_transport,
+                "refusing to take bearer tokens in clear on {http}: anyone on the path could \
+                 read them and call as their owners. Add --tls-cert, --tls-key and --tls-ca \
+                 (the gateway then speaks HTTPS), or pass --insecure-transport"
+            );
+        }
         let exposed = std::iter::once(self.listen.as_str())
             .chain(self.peers.values().map(String::as_str))
             .find(|addr| !tenure_proto::is_loopback(addr));

@@ -148,3 +148,28 @@ fn metrics_in_plain_http_stay_on_loopback_unless_tls_or_insecure() {
     );
     assert_eq!(config.metrics_listen.as_deref(), Some("127.0.0.1:9101"));
 }
+
+#[test]
+fn a_gateway_on_a_network_needs_auth_and_tls_unless_told_otherwise() {
+    let gateway = |listen: &str, extra: &[&str]| {
+        let mut flags = vec!["--http-listen", listen];
+        flags.extend(extra);
+        exposure("127.0.0.1:7101", "1=127.0.0.1:7101", &flags)
+    };
+    gateway("127.0.0.1:8080", &[]).expect("loopback");
+    gateway("8080", &[]).expect("a bare port is loopback");
+    let error = gateway("0.0.0.0:8080", &[]).expect_err("open");
+    assert!(error.to_string().contains("without auth"), "{error}");
+    gateway("0.0.0.0:8080", &["--insecure"]).expect("--insecure");
+    let auth = ["--token-file", "tokens"];
+    let error = gateway("0.0.0.0:8080", &auth).expect_err("tokens in clear");
+    assert!(error.to_string().contains("in clear"), "{error}");
+    let mut flags = auth.to_vec();
+    flags.push("--insecure-transport");
+    gateway("0.0.0.0:8080", &flags).expect("--insecure-transport");
+    let mut flags = auth.to_vec();
+    flags.extend(["--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca"]);
+    gateway("0.0.0.0:8080", &flags).expect("HTTPS");
+    let config = parsed("127.0.0.1:1", "1=127.0.0.1:1", &["--http-listen", "8080"]);
+    assert_eq!(config.http_listen.as_deref(), Some("127.0.0.1:8080"));
+}

@@ -241,6 +241,11 @@ fn every_error_maps_to_its_spec_reason_and_code() {
 /// The rows of one reasons table of `docs/spec.md` (the section starting at `heading`):
 /// reason → the second column.
 fn spec_table(heading: &str) -> std::collections::BTreeMap<String, String> {
+    spec_columns(heading, 2)
+}
+
+/// The rows of one reasons table of `docs/spec.md`: reason → the column `column`.
+fn spec_columns(heading: &str, column: usize) -> std::collections::BTreeMap<String, String> {
     let spec = include_str!("../../../docs/spec.md");
     let section = spec
         .split_once(heading)
@@ -255,22 +260,12 @@ fn spec_table(heading: &str) -> std::collections::BTreeMap<String, String> {
             if !reason.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
                 return None; // the header row
             }
-            Some((reason.to_string(), cells.get(2)?.to_string()))
+            Some((reason.to_string(), cells.get(column)?.to_string()))
         })
         .collect()
 }
 
-/// `ResourceExhausted` → `RESOURCE_EXHAUSTED`, as the spec names codes.
-fn code_name(code: Code) -> String {
-    let mut name = String::new();
-    for (i, c) in format!("{code:?}").chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            name.push('_');
-        }
-        name.push(c.to_ascii_uppercase());
-    }
-    name
-}
+use crate::gateway::error::code_name;
 
 #[test]
 fn the_spec_lists_every_reason_there_is_and_no_other() {
@@ -317,6 +312,24 @@ fn every_error_has_the_code_the_spec_gives_its_reason() {
             samples.iter().any(|(_, r, _)| r == reason),
             "no error of this table maps to {reason}"
         );
+    }
+}
+
+#[test]
+fn every_error_has_the_http_status_the_spec_gives_its_reason() {
+    let statuses = spec_columns("### 3.2 Reasons", 3);
+    for (error, reason, code) in &samples() {
+        let listed = &statuses[*reason];
+        let gateway = crate::gateway::error::http_status(*code);
+        assert_eq!(
+            listed,
+            gateway.as_str(),
+            "the HTTP status of {reason} ({error:?})"
+        );
+        let (status, body) = crate::gateway::error::body_of(&Status::from(error.clone()));
+        assert_eq!(status, gateway);
+        assert_eq!(body["reason"], *reason, "{error:?}");
+        assert_eq!(body["code"], code_name(*code).as_str(), "{error:?}");
     }
 }
 

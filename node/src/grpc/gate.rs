@@ -134,6 +134,25 @@ fn strike(node: &Node, connection: &Connection, why: &str) {
     );
 }
 
+/// Admits a call to the client API from its headers alone (the gRPC gate's, and the HTTP
+/// gateway's): the caller its bearer token names, then a place among the calls in flight.
+/// The caller, its credential and the place go into `extensions` for the handlers.
+pub fn admit_client(
+    node: &Node,
+    headers: &http::HeaderMap,
+    extensions: &mut http::Extensions,
+) -> Result<crate::limits::InFlight, ApiError> {
+    let auth = node.auth();
+    let (caller, credential) = auth.client(headers)?;
+    let in_flight = node.enter_in_flight(&caller, auth.is_on())?;
+    extensions.insert(in_flight.clone());
+    extensions.insert(caller);
+    if let Some(credential) = credential {
+        extensions.insert(credential);
+    }
+    Ok(in_flight)
+}
+
 #[derive(Clone)]
 pub struct GateLayer {
     node: Arc<Node>,
@@ -260,14 +279,10 @@ impl<S> Gate<S> {
                 Ok(Admitted::Peer)
             }
             Door::Client => {
-                let (caller, credential) = auth.client(request.headers())?;
-                let in_flight = self.node.enter_in_flight(&caller, auth.is_on())?;
-                request.extensions_mut().insert(in_flight.clone());
-                request.extensions_mut().insert(caller);
-                if let Some(credential) = credential {
-                    request.extensions_mut().insert(credential);
-                }
-                Ok(Admitted::Client(in_flight))
+                let mut extensions = std::mem::take(request.extensions_mut());
+                let admitted = admit_client(&self.node, request.headers(), &mut extensions);
+                *request.extensions_mut() = extensions;
+                Ok(Admitted::Client(admitted?))
             }
         }
     }

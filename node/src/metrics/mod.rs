@@ -113,7 +113,7 @@ impl axum::serve::Listener for TlsListener {
 /// Serves `GET /metrics` on `listener` until `stop`: over TLS with the node's certificate when
 /// TLS is on, plain HTTP otherwise (which `Config::validate` allows on loopback only, or with
 /// `--insecure`).
-pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+pub async fn serve(node: Arc<Node>, listener: TcpListener, stop: watch::Receiver<bool>) {
     let registry = Arc::new(registry(&node));
     let tls = node.tls.clone();
     drop(node);
@@ -132,16 +132,30 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Rece
             }
         }),
     );
+    let tls = tls.map(|tls| (tls, crate::tls::Speaks::Http1));
+    serve_app(app, listener, tls, stop, "the metrics endpoint").await;
+}
+
+/// Serves `app` over HTTP/1.1 on `listener` until `stop`: after a TLS handshake with the
+/// node's certificate, of the kind `Speaks` says, when `tls` is given. `what` names it in the
+/// log if it stops on an error.
+pub async fn serve_app(
+    app: axum::Router,
+    listener: TcpListener,
+    tls: Option<(Arc<crate::tls::Tls>, crate::tls::Speaks)>,
+    mut stop: watch::Receiver<bool>,
+    what: &str,
+) {
     let shutdown = async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
     let served = match tls {
-        Some(tls) => match listener.local_addr() {
+        Some((tls, speaks)) => match listener.local_addr() {
             Ok(addr) => {
                 let incoming = crate::tls::TlsIncoming::new(
                     tonic::transport::server::TcpIncoming::from(listener),
                     tls,
-                    crate::tls::Speaks::Http1,
+                    speaks,
                 );
                 let listener = TlsListener { incoming, addr };
                 axum::serve(listener, app)
@@ -157,6 +171,6 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Rece
         }
     };
     if let Err(e) = served {
-        tracing::error!("the metrics endpoint stopped: {e}");
+        tracing::error!("{what} stopped: {e}");
     }
 }

@@ -305,15 +305,7 @@ async fn with_tls_on_metrics_are_served_over_tls_to_scrapers_with_a_cluster_cert
     let (cluster, _) = started_with(1, BTreeMap::from([(1, node_flags)])).await;
     let addr = cluster.metrics_addr(1).expect("metrics bound");
 
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = rustls::pki_types::CertificateDer::from_pem_slice(cluster_pki.ca_pem.as_bytes())
-        .expect("CA");
-    roots.add(ca).expect("root");
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots);
+    let builder = trusting(&cluster_pki);
     // A scraper without a certificate of the cluster CA gets nothing.
     let anonymous = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
         builder.clone().with_no_client_auth(),
@@ -366,4 +358,57 @@ async fn with_tls_on_metrics_are_served_over_tls_to_scrapers_with_a_cluster_cert
         "metrics in plain HTTP"
     );
     cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_on_the_http_gateway_speaks_https_to_clients_without_a_certificate() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster_pki = pki("cluster");
+    let mut node_flags = flags(dir.path(), &cluster_pki);
+    node_flags.extend(["--http-listen".to_string(), "127.0.0.1:0".to_string()]);
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, node_flags)])).await;
+    let addr = cluster.http_addr(1).expect("gateway bound");
+
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        trusting(&cluster_pki).with_no_client_auth(),
+    ));
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut tls = connector.connect(name, tcp).await.expect("a TLS handshake");
+    tls.write_all(b"GET /v1/openapi.json HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut text = String::new();
+    tls.read_to_string(&mut text).await.expect("response");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"openapi\""), "{text}");
+
+    // Plain HTTP gets nothing.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    plain
+        .write_all(b"GET /v1/openapi.json HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer).await;
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("\"openapi\""),
+        "the gateway in plain HTTP"
+    );
+    cluster.shutdown().await;
+}
+
+/// A TLS client configuration that trusts `pki`'s CA (its client identity still to choose).
+fn trusting(
+    pki: &Pki,
+) -> rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert> {
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls::pki_types::CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).expect("CA");
+    roots.add(ca).expect("root");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
 }
