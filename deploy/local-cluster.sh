@@ -66,7 +66,7 @@ Try:
   $bin/tenure acquire world/eu-1 --holder server-7 --ttl 30s
   $bin/tenure status world/eu-1
   $bin/tenure cluster status
-  curl -s -X POST http://127.0.0.1:8101/v1/resources/world%2Feu-2:acquire -d '{"holder": "server-8", "ttl": "30s"}'
+  curl -s -X POST http://127.0.0.1:8101/v1/resources/world%2Feu-2:acquire -H 'content-type: application/json' -d '{"holder": "server-8", "ttl": "30s"}'
   curl -s http://127.0.0.1:8101/v1/resources/world%2Feu-2
 
 Ctrl-C stops all three nodes.

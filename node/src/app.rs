@@ -42,6 +42,8 @@ pub struct Running {
     pub http_addr: Option<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    /// The metrics endpoint and the HTTP gateway, when they serve.
+    http_servers: Vec<JoinHandle<()>>,
     timers: JoinHandle<()>,
 }
 
@@ -136,6 +138,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     }
 
     let (stop, stop_rx) = watch::channel(false);
+    let mut http_servers = Vec::new();
     let metrics_addr = bind_http(
         &node,
         node.config.metrics_listen.as_deref(),
@@ -144,7 +147,11 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         &stop_rx,
         crate::metrics::serve,
     )
-    .await?;
+    .await?
+    .map(|(addr, task)| {
+        http_servers.push(task);
+        addr
+    });
     let http_addr = bind_http(
         &node,
         node.config.http_listen.as_deref(),
@@ -153,7 +160,11 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         &stop_rx,
         crate::gateway::serve,
     )
-    .await?;
+    .await?
+    .map(|(addr, task)| {
+        http_servers.push(task);
+        addr
+    });
     let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));
     tokio::spawn(crate::store::compaction::run(
         raft.clone(),
@@ -187,6 +198,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         node,
         metrics_addr,
         http_addr,
+        http_servers,
         stop,
         server,
         timers,
@@ -194,7 +206,7 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
 }
 
 /// Binds `addr` (the setting `flag`), if set, and serves it with `serve` until stopped; the
-/// address bound.
+/// address bound and the serving task.
 async fn bind_http<F>(
     node: &Arc<Node>,
     addr: Option<&str>,
@@ -202,7 +214,7 @@ async fn bind_http<F>(
     serving: &str,
     stop: &watch::Receiver<bool>,
     serve: impl FnOnce(Arc<Node>, TcpListener, watch::Receiver<bool>) -> F,
-) -> anyhow::Result<Option<std::net::SocketAddr>>
+) -> anyhow::Result<Option<(std::net::SocketAddr, JoinHandle<()>)>>
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
@@ -214,8 +226,8 @@ where
         .map_err(|e| anyhow::anyhow!("{flag} {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     tracing::info!(addr = %bound, "{serving}");
-    tokio::spawn(serve(node.clone(), listener, stop.clone()));
-    Ok(Some(bound))
+    let task = tokio::spawn(serve(node.clone(), listener, stop.clone()));
+    Ok(Some((bound, task)))
 }
 
 async fn serve(
@@ -359,6 +371,14 @@ impl Running {
             );
             server.abort();
         }
+        for mut task in self.http_servers {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
         let _ = self.timers.await;
         let _ = self.node.raft.shutdown().await;
     }
@@ -368,9 +388,15 @@ impl Running {
         self.node.sm.notify.shut_down();
         self.server.abort();
         self.timers.abort();
-        // Until the aborted server task is dropped, it holds the listening socket: a restart
-        // on the same port right after would find it in use.
+        for task in &self.http_servers {
+            task.abort();
+        }
+        // Until the aborted server tasks are dropped, they hold the listening sockets: a
+        // restart on the same port right after would find them in use.
         let _ = self.server.await;
+        for task in self.http_servers {
+            let _ = task.await;
+        }
         let _ = self.node.raft.shutdown().await;
     }
 }

@@ -75,7 +75,24 @@ impl Http {
 
     /// `method path` with `body` (sent as is).
     pub async fn raw(&self, method: &str, path: &str, body: impl Into<Vec<u8>>) -> Answer {
-        let response = self.send(self.request(method, path, body.into())).await;
+        self.raw_with(method, path, body, &[]).await
+    }
+
+    /// [`Http::raw`] with more (or other) headers.
+    pub async fn raw_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: impl Into<Vec<u8>>,
+        headers: &[(&'static str, &str)],
+    ) -> Answer {
+        let mut request = self.request(method, path, body.into());
+        for (name, value) in headers {
+            request
+                .headers_mut()
+                .insert(*name, http::HeaderValue::from_str(value).expect("a header"));
+        }
+        let response = self.send(request).await;
         let (parts, body) = response.into_parts();
         let bytes = tokio::time::timeout(PATIENCE, body.collect())
             .await

@@ -97,7 +97,7 @@ pub fn request(
     query: &[(String, String)],
     path: &[(&str, String)],
 ) -> Result<Vec<u8>, BadJson> {
-    let mut object = if body.iter().all(u8::is_ascii_whitespace) {
+    let given = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {
         match serde_json::from_slice::<Value>(body) {
@@ -106,6 +106,18 @@ pub fn request(
             Err(e) => return Err(BadJson::new("", format!("the body is not JSON: {e}"))),
         }
     };
+    // Each field once, under its JSON name, whichever name the body used.
+    let mut object = Map::new();
+    for (key, value) in given {
+        let key = match field(input, &key) {
+            Some(f) => f.json_name().to_string(),
+            None => key,
+        };
+        if object.contains_key(&key) {
+            return Err(BadJson::new(key, "given twice (under both of its names)"));
+        }
+        object.insert(key, value);
+    }
     for (name, text) in query {
         let Some(f) = field(input, name) else {
             return Err(BadJson::new(
@@ -251,6 +263,11 @@ mod tests {
         assert_eq!(bad.field, "nope");
         let bad = acquire("", &[("holder", "a"), ("holder", "b")]).expect_err("refused");
         assert_eq!(bad.field, "holder");
+        let bad = acquire(r#"{"requestId": "a", "request_id": "b"}"#, &[]).expect_err("refused");
+        assert_eq!(bad.field, "requestId");
+        // A path field cannot be overridden under its other name either.
+        let bad = acquire(r#"{"resource": "accounts/alice", "resource": "x"}"#, &[]);
+        assert!(bad.is_err() || bad.is_ok_and(|r| r.resource == "accounts/alice"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod error;
 pub mod json;
 pub mod openapi;
 pub mod routes;
+pub mod serve;
 pub mod sse;
 
 use std::sync::Arc;
@@ -31,8 +32,22 @@ use crate::coord::Node;
 use crate::error::ApiError;
 use error::Failure;
 
-/// The largest request body the gateway reads (the gRPC transport's bound, SPEC §3.5).
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// The largest request body the gateway reads: room for the largest call (a `Forward` of a
+/// 1 MiB payload, base64) and not much more, since JSON takes many times its size in memory
+/// while it is decoded.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// A request's body must arrive within this once its head did.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Bytes of JSON being decoded at once, node-wide: a request waits for its share.
+pub const DECODING_BYTES: usize = 16 * 1024 * 1024;
+
+/// The node-wide budget of [`DECODING_BYTES`].
+fn decoding() -> &'static tokio::sync::Semaphore {
+    static BUDGET: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    BUDGET.get_or_init(|| tokio::sync::Semaphore::new(DECODING_BYTES))
+}
 
 /// A JSON response.
 pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
@@ -46,35 +61,102 @@ pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
 
 /// The gateway's routes, for `node`.
 pub fn router(node: Arc<Node>) -> axum::Router {
-    let openapi = Arc::new(openapi::document().to_string());
-    axum::Router::new()
-        .route(
-            "/v1/openapi.json",
-            axum::routing::get(move || {
-                let openapi = openapi.clone();
-                async move {
-                    (
+    let openapi: Arc<str> = openapi::document().to_string().into();
+    axum::Router::new().fallback(move |request: http::Request<Body>| {
+        let (node, openapi) = (node.clone(), openapi.clone());
+        async move {
+            if request.uri().path() == "/v1/openapi.json" {
+                return match request.method() == Method::GET {
+                    true => (
                         [(http::header::CONTENT_TYPE, "application/json")],
-                        openapi.as_str().to_owned(),
+                        openapi.to_string(),
                     )
-                }
-            }),
-        )
-        .fallback(move |request: http::Request<Body>| {
-            let node = node.clone();
-            async move { handle(node, request).await }
-        })
+                        .into_response(),
+                    false => no_route(
+                        request.method(),
+                        "/v1/openapi.json",
+                        routes::NoRoute::Method(vec![Method::GET]),
+                    ),
+                };
+            }
+            handle(node, request).await
+        }
+    })
 }
 
 /// Serves the gateway on `listener` until `stop` (over TLS with the node's certificate when
-/// TLS is on).
+/// TLS is on), with the gRPC port's protections ([`serve`]).
 pub async fn serve(node: Arc<Node>, listener: TcpListener, stop: watch::Receiver<bool>) {
-    let tls = node
-        .tls
-        .clone()
-        .map(|tls| (tls, crate::tls::Speaks::Gateway));
-    let app = router(node);
-    crate::metrics::serve_app(app, listener, tls, stop, "the HTTP gateway").await;
+    serve::serve(node, listener, stop).await;
+}
+
+/// An `invalid_argument` refusal with its own HTTP status (a request the routes cannot take).
+fn refused(status: StatusCode, code: &str, message: String) -> Response {
+    let reason = crate::error::Reason::InvalidArgument.as_str();
+    let body = serde_json::json!({
+        "code": code,
+        "reason": reason,
+        "message": message,
+        "metadata": {},
+    });
+    let mut response = json_response(status, &body);
+    response.headers_mut().insert(
+        crate::error::REASON_HEADER,
+        HeaderValue::from_static(reason),
+    );
+    response
+}
+
+/// Refuses what a web page could send on a user's behalf: a cross-site request, a body that
+/// is not JSON (a form or plain text needs no preflight), and, with auth off on a loopback
+/// gateway, a `Host` that is not this machine (DNS rebinding).
+fn browser_check(node: &Node, parts: &http::request::Parts) -> Result<(), Response> {
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let forbidden = |message: String| {
+        Err(Failure::from(ApiError::from(
+            crate::lease::Rejection::InsufficientPermissions(message),
+        ))
+        .into_response())
+    };
+    if header("sec-fetch-site") == Some("cross-site") {
+        return forbidden("cross-site calls are refused".into());
+    }
+    if let (Some(origin), Some(host)) = (header("origin"), header("host")) {
+        let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+        if authority != host {
+            return forbidden(format!("calls from the origin {origin} are refused"));
+        }
+    }
+    let loopback_gateway = node
+        .config
+        .http_listen
+        .as_deref()
+        .is_some_and(tenure_proto::is_loopback);
+    if !node.auth().is_on()
+        && loopback_gateway
+        && !header("host").is_some_and(tenure_proto::is_loopback)
+    {
+        return forbidden(
+            "with auth off the gateway answers only calls addressed to this machine".into(),
+        );
+    }
+    let has_body = !matches!(parts.method, Method::GET | Method::DELETE | Method::HEAD);
+    let json = header("content-type").is_some_and(|t| {
+        t.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if has_body && !json {
+        return Err(refused(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "INVALID_ARGUMENT",
+            format!(
+                "{} takes a body of content-type application/json",
+                parts.method
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// One API call: admitted from its headers, then its body read, transcoded and answered.
@@ -91,15 +173,18 @@ async fn handle(node: Arc<Node>, request: http::Request<Body>) -> Response {
     let histogram = node
         .rpc_latency
         .get_or_create_owned(&crate::metrics::RpcLabels { method });
+    if let Err(refusal) = browser_check(&node, &parts) {
+        return refusal;
+    }
     // The gate's admission, from the headers alone: the body is not read for a caller it
     // refuses.
     let in_flight =
         match crate::grpc::gate::admit_client(&node, &parts.headers, &mut parts.extensions) {
             Ok(in_flight) => in_flight,
-            Err(refused) => return refusal(&node, refused),
+            Err(refused) => return refusal(&node, refused, &parts.extensions),
         };
     let answered = async {
-        let body = match read_body(body).await {
+        let body = match read_body(&parts.headers, body).await {
             Ok(body) => body,
             Err(failure) => return failure.into_response(),
         };
@@ -107,8 +192,18 @@ async fn handle(node: Arc<Node>, request: http::Request<Body>) -> Response {
             return Failure(tonic::Status::internal("a route without its messages"))
                 .into_response();
         };
-        let query = query_pairs(parts.uri.query());
-        let encoded = match json::request(&input, &body, &query, &found.fields) {
+        let query = match query_pairs(&parts.method, parts.uri.query()) {
+            Ok(query) => query,
+            Err(failure) => return failure.into_response(),
+        };
+        let encoded = {
+            // A share of the decoding budget while the JSON is in memory twice.
+            let _share = decoding()
+                .acquire_many(body.len().clamp(1, DECODING_BYTES) as u32)
+                .await;
+            json::request(&input, &body, &query, &found.fields)
+        };
+        let encoded = match encoded {
             Ok(encoded) => encoded,
             Err(bad) => {
                 return Failure::from(ApiError::invalid(&bad.field, bad.to_string()))
@@ -116,11 +211,17 @@ async fn handle(node: Arc<Node>, request: http::Request<Body>) -> Response {
             }
         };
         if route.rpc == routes::WATCH {
-            let last_event_id = parts
-                .headers
-                .get("last-event-id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
+            let last_event_id = match parts.headers.get("last-event-id").map(|v| v.to_str()) {
+                None => None,
+                Some(Ok(id)) => Some(id.to_owned()),
+                Some(Err(_)) => {
+                    return Failure::from(ApiError::invalid(
+                        "Last-Event-ID",
+                        "not a revision (not ASCII)",
+                    ))
+                    .into_response()
+                }
+            };
             return sse::watch(&node, input, encoded, last_event_id, parts.extensions).await;
         }
         match call::unary(&node, route.service, route.rpc, &encoded, parts.extensions).await {
@@ -147,23 +248,51 @@ async fn handle(node: Arc<Node>, request: http::Request<Body>) -> Response {
     response
 }
 
-/// A caller the gate refused, answered as the gRPC gate would, in JSON.
-fn refusal(node: &Node, refused: ApiError) -> Response {
+/// A caller the gate refused, answered as the gRPC gate would, in JSON; a refusal for its
+/// credentials spends a strike of its connection.
+fn refusal(node: &Node, refused: ApiError, extensions: &http::Extensions) -> Response {
+    let credentials = matches!(
+        refused.reason_and_code().0,
+        crate::error::Reason::Unauthenticated | crate::error::Reason::InsufficientPermissions
+    );
+    if let (true, Some(on)) = (credentials, extensions.get::<serve::OnConnection>()) {
+        crate::grpc::gate::strike(node, &on.0, "calls refused for their credentials");
+    }
     let response = Failure::from(refused).into_response();
     node.refusals.count(response.headers());
     response
 }
 
-/// Reads at most [`MAX_BODY_BYTES`] of the body.
-async fn read_body(body: Body) -> Result<Bytes, Failure> {
+/// Refuses a body too large for [`MAX_BODY_BYTES`].
+fn too_large() -> Failure {
+    Failure(error::status(
+        tonic::Code::ResourceExhausted,
+        crate::error::Reason::ResourceExhausted,
+        format!("the body exceeds the {MAX_BODY_BYTES}-byte limit"),
+    ))
+}
+
+/// Reads at most [`MAX_BODY_BYTES`] of the body, within [`BODY_TIMEOUT`]; a body that says
+/// it is larger is refused unread.
+async fn read_body(headers: &http::HeaderMap, body: Body) -> Result<Bytes, Failure> {
+    let announced = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
     let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
-    match limited.collect().await {
+    let Ok(read) = tokio::time::timeout(BODY_TIMEOUT, limited.collect()).await else {
+        return Err(Failure(error::status(
+            tonic::Code::DeadlineExceeded,
+            crate::error::Reason::InvalidArgument,
+            format!("the body did not arrive within {BODY_TIMEOUT:?}"),
+        )));
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Failure(error::status(
-            tonic::Code::ResourceExhausted,
-            crate::error::Reason::ResourceExhausted,
-            format!("the body exceeds the {MAX_BODY_BYTES}-byte limit"),
-        ))),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err(Failure::from(ApiError::invalid(
             "",
             format!("the body could not be read: {e}"),
@@ -171,21 +300,37 @@ async fn read_body(body: Body) -> Result<Bytes, Failure> {
     }
 }
 
-/// The query's `key=value` pairs, percent-decoded (`+` is a space).
-fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+/// The query's `key=value` pairs, percent-decoded (`+` is a space): for `GET` and `DELETE`
+/// only (the others take a body).
+fn query_pairs(method: &Method, query: Option<&str>) -> Result<Vec<(String, String)>, Failure> {
+    let query = query.unwrap_or_default();
+    if query.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !matches!(*method, Method::GET | Method::DELETE) {
+        return Err(Failure::from(ApiError::invalid(
+            "",
+            format!("{method} takes its fields in a JSON body, not the query"),
+        )));
+    }
     let decode = |text: &str| {
         let spaced = text.replace('+', " ");
         percent_encoding::percent_decode_str(&spaced)
-            .decode_utf8_lossy()
-            .into_owned()
+            .decode_utf8()
+            .map(|t| t.into_owned())
+            .map_err(|_| {
+                Failure::from(ApiError::invalid(
+                    "",
+                    "the query is not percent-encoded UTF-8",
+                ))
+            })
     };
     query
-        .unwrap_or_default()
         .split('&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| match pair.split_once('=') {
-            Some((key, value)) => (decode(key), decode(value)),
-            None => (decode(pair), String::new()),
+            Some((key, value)) => Ok((decode(key)?, decode(value)?)),
+            None => Ok((decode(pair)?, String::new())),
         })
         .collect()
 }
@@ -213,13 +358,7 @@ fn no_route(method: &Method, path: &str, refused: routes::NoRoute) -> Response {
             format!("{path}: a path segment is not percent-encoded UTF-8"),
         ),
     };
-    let body = serde_json::json!({
-        "code": "INVALID_ARGUMENT",
-        "reason": crate::error::Reason::InvalidArgument.as_str(),
-        "message": message,
-        "metadata": {},
-    });
-    let mut response = json_response(status, &body);
+    let mut response = self::refused(status, "INVALID_ARGUMENT", message);
     if let routes::NoRoute::Method(allowed) = refused {
         let allow = allowed
             .iter()

@@ -44,9 +44,9 @@ pub async fn watch(
         Ok(stream) => stream,
         Err(status) => return Failure(status).into_response(),
     };
-    let events = stream.map(move |item| match item {
-        Ok(response) => (message(&output, &response), false),
-        Err(status) => {
+    let events = stream.map(move |item| match item.map(|r| message(&output, &r)) {
+        Ok(Ok(event)) => (event, false),
+        Ok(Err(status)) | Err(status) => {
             let (_, body) = body_of(&status);
             (Event::default().event("error").data(body.to_string()), true)
         }
@@ -64,15 +64,18 @@ pub async fn watch(
         .into_response()
 }
 
-/// One `WatchResponse` as an event.
-fn message(output: &MessageDescriptor, response: &pb::WatchResponse) -> Event {
+/// One `WatchResponse` as an event; a message that does not convert ends the stream with an
+/// error rather than skip its events under a later id.
+fn message(
+    output: &MessageDescriptor,
+    response: &pb::WatchResponse,
+) -> Result<Event, tonic::Status> {
     let data = super::json::reply(output, &response.encode_to_vec())
-        .map(|json| json.to_string())
-        .unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e));
-    Event::default()
+        .map_err(|e| tonic::Status::internal(format!("a watch message to JSON: {e}")))?;
+    Ok(Event::default()
         .event("watch")
         .id(response.revision.to_string())
-        .data(data)
+        .data(data.to_string()))
 }
 
 /// The watch request with `start_revision` taken from a `Last-Event-ID`.

@@ -108,7 +108,7 @@ impl Drop for CancelWatch {
 }
 
 /// Spends a strike of `connection`; one out of strikes is cut, and its address kept out.
-fn strike(node: &Node, connection: &Connection, why: &str) {
+pub fn strike(node: &Node, connection: &Connection, why: &str) {
     let limits = &node.config.limits;
     if connection.is_over() || !connection.strike(limits.connection_strikes) {
         return;

@@ -476,8 +476,37 @@ async fn the_gate_refuses_from_the_headers_with_the_reason() {
     // The body is not read for a caller the gate refuses: a request that announces 1 GiB and
     // sends nothing is answered at once.
     let addr = cluster.http_addr(leader).expect("gateway");
-    let answer = announce_and_send_nothing(addr).await;
+    let answer = announce_and_send_nothing(addr, None).await;
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+
+    // What a web page could send on a user's behalf is refused: a form or plain text, and a
+    // cross-site call.
+    let path = "/v1/resources/gw%2Fown:acquire";
+    let form = alice
+        .raw_with(
+            "POST",
+            path,
+            "holder=x",
+            &[("content-type", "application/x-www-form-urlencoded")],
+        )
+        .await;
+    assert_eq!((form.status, form.reason()), (415, "invalid_argument"));
+    let body = r#"{"holder": "alice-1", "ttl": "30s"}"#;
+    let cross = alice
+        .raw_with("POST", path, body, &[("origin", "https://evil.example")])
+        .await;
+    assert_eq!(
+        (cross.status, cross.reason()),
+        (403, "insufficient_permissions")
+    );
+    let fetched = alice
+        .raw_with("POST", path, body, &[("sec-fetch-site", "cross-site")])
+        .await;
+    assert_eq!(fetched.status, 403);
+
+    // A body that never arrives is given up on, and its place in flight freed.
+    let answer = announce_and_send_nothing(addr, Some(ALICE)).await;
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
 
     // The OpenAPI document needs no token.
     let openapi = admin
@@ -489,17 +518,18 @@ async fn the_gate_refuses_from_the_headers_with_the_reason() {
     cluster.shutdown().await;
 }
 
-/// Sends the head of a request announcing a 1 GiB body, without a token and without the
-/// body; what the node answers.
-async fn announce_and_send_nothing(addr: std::net::SocketAddr) -> String {
+/// Sends the head of a request that announces a body (1 GiB without a token; 100 bytes with
+/// one), and not the body; what the node answers.
+async fn announce_and_send_nothing(addr: std::net::SocketAddr, token: Option<&str>) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream
-        .write_all(
-            b"POST /v1/resources HTTP/1.1\r\nHost: tenure\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n",
-        )
-        .await
-        .expect("the head");
+    let head = match token {
+        None => "POST /v1/resources HTTP/1.1\r\nHost: tenure\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n".to_string(),
+        Some(token) => format!(
+            "POST /v1/resources/gw%2Fslow:acquire HTTP/1.1\r\nHost: tenure\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+        ),
+    };
+    stream.write_all(head.as_bytes()).await.expect("the head");
     let mut answer = vec![0u8; 4096];
     let read = tokio::time::timeout(std::time::Duration::from_secs(30), stream.read(&mut answer))
         .await
@@ -547,6 +577,21 @@ async fn bad_json_and_wrong_types_are_400_naming_the_field() {
             "{body}"
         );
     }
+    let twice = http
+        .raw(
+            "POST",
+            acquire,
+            r#"{"holder": "h", "requestId": "a", "request_id": "b"}"#,
+        )
+        .await;
+    assert_eq!(twice.status, 400, "{}", twice.json);
+    let in_query = http
+        .raw("POST", &format!("{acquire}?holder=h"), r#"{"ttl": "30s"}"#)
+        .await;
+    assert_eq!(
+        (in_query.status, in_query.reason()),
+        (400, "invalid_argument")
+    );
     let unknown = http.raw("POST", acquire, r#"{"holdr": "h"}"#).await;
     assert!(unknown.json["message"]
         .as_str()
