@@ -136,7 +136,8 @@ pub enum Command {
     /// Benchmark a local three-node Tenure cluster side by side with a local three-node etcd
     /// cluster (loopback, no root needed) and print a Markdown table with ratios.
     Bench {
-        /// Comma-separated: tenure, etcd (etcd needs the `etcd` feature; see jepsen/bench.sh).
+        /// Comma-separated: tenure, etcd (etcd needs the `etcd` feature; see jepsen/bench.sh),
+        /// tenure-http (Tenure through its HTTP/JSON gateway: acquire and read only).
         #[arg(long, default_value = "tenure,etcd")]
         systems: String,
         /// Comma-separated: acquire, lock, contended, handoff, renew, read, failover; renew-unary

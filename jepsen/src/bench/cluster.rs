@@ -18,6 +18,8 @@ pub const NODES: u64 = 3;
 pub enum System {
     Tenure,
     Etcd,
+    /// Tenure through its HTTP/JSON gateway (`--http-listen`), for the gateway's overhead.
+    TenureHttp,
 }
 
 impl System {
@@ -25,7 +27,8 @@ impl System {
         match name.trim() {
             "tenure" => Ok(System::Tenure),
             "etcd" => Ok(System::Etcd),
-            other => bail!("unknown system `{other}` (tenure, etcd)"),
+            "tenure-http" => Ok(System::TenureHttp),
+            other => bail!("unknown system `{other}` (tenure, etcd, tenure-http)"),
         }
     }
 
@@ -33,7 +36,13 @@ impl System {
         match self {
             System::Tenure => "tenure",
             System::Etcd => "etcd",
+            System::TenureHttp => "tenure-http",
         }
+    }
+
+    /// The cluster runs `tenured` (and answers Tenure's gRPC calls).
+    pub fn is_tenure(self) -> bool {
+        matches!(self, System::Tenure | System::TenureHttp)
     }
 }
 
@@ -71,6 +80,8 @@ pub struct LocalCluster {
     pub procs: Procs,
     /// `HOST:PORT` of each node's client API, node 1 first.
     pub endpoints: Vec<String>,
+    /// `HOST:PORT` of each node's HTTP/JSON gateway, node 1 first (`tenure-http` only).
+    pub http_endpoints: Vec<String>,
 }
 
 impl LocalCluster {
@@ -87,8 +98,17 @@ impl LocalCluster {
                 .with_context(|| format!("emptying {}", data_root.display()))?;
         }
         std::fs::create_dir_all(data_root)?;
+        let http_endpoints = match system {
+            System::TenureHttp => free_ports(NODES as usize)?
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect(),
+            _ => Vec::new(),
+        };
         let launcher = match system {
-            System::Tenure => tenure_launcher(data_root, tenured, tenured_args)?,
+            System::Tenure | System::TenureHttp => {
+                tenure_launcher(data_root, tenured, tenured_args, &http_endpoints)?
+            }
             System::Etcd => etcd_launcher(data_root)?,
         };
         let endpoints = launcher.endpoints.clone();
@@ -97,6 +117,7 @@ impl LocalCluster {
             system,
             procs,
             endpoints,
+            http_endpoints,
         })
     }
 
@@ -120,7 +141,14 @@ impl LocalCluster {
     }
 }
 
-fn tenure_launcher(data_root: &Path, tenured: &Path, args: &[String]) -> Result<Launcher> {
+/// `tenured` nodes; each serves its gateway on `http[id - 1]` when `http` is not empty.
+fn tenure_launcher(
+    data_root: &Path,
+    tenured: &Path,
+    args: &[String],
+    http: &[String],
+) -> Result<Launcher> {
+    let http = http.to_vec();
     let ports = free_ports(NODES as usize)?;
     let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let command = tenured_command(
@@ -137,6 +165,9 @@ fn tenure_launcher(data_root: &Path, tenured: &Path, args: &[String]) -> Result<
             let mut cmd = command(id, None);
             // Request logs at info cost CPU that etcd (which logs little) does not spend.
             cmd.env("RUST_LOG", "warn");
+            if let Some(gateway) = http.get((id - 1) as usize) {
+                cmd.args(["--http-listen", gateway]);
+            }
             cmd
         }),
         rejoin: None,

@@ -53,7 +53,7 @@ pub(super) async fn failover(
     for _ in 0..options.kills {
         let sessions = open_sessions(
             system,
-            &cluster.endpoints,
+            (&cluster.endpoints, &cluster.http_endpoints),
             Workload::Failover,
             options.failover_clients,
         )

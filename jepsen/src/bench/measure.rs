@@ -30,7 +30,13 @@ pub(super) async fn measure(
     clients: usize,
 ) -> Result<Cell> {
     let system = cluster.system;
-    let sessions = open_sessions(system, &cluster.endpoints, workload, clients).await?;
+    let sessions = open_sessions(
+        system,
+        (&cluster.endpoints, &cluster.http_endpoints),
+        workload,
+        clients,
+    )
+    .await?;
     let start = Instant::now() + options.warmup;
     let end = start + options.duration;
     let mut tasks = JoinSet::new();

@@ -10,6 +10,7 @@
 pub mod cluster;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod http;
 pub mod report;
 pub mod scale;
 pub mod sessions;

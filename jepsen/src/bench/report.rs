@@ -26,6 +26,52 @@ fn ratio(ours: f64, theirs: f64) -> String {
     }
 }
 
+/// The HTTP/JSON gateway beside gRPC, where both were measured: the gateway's overhead.
+fn gateway_table(out: &mut String, results: &Results) {
+    let mut rows: Vec<(Workload, usize)> = results
+        .cells
+        .iter()
+        .filter(|c| c.system == System::TenureHttp)
+        .map(|c| (c.workload, c.clients))
+        .collect();
+    rows.sort();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n| through the gateway | clients | gRPC ops/s | HTTP ops/s | HTTP ÷ gRPC | gRPC p50 / p99 ms | HTTP p50 / p99 ms | added p50 ms | CPU s/1k gRPC / HTTP | errors HTTP |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (workload, clients) in rows {
+        let Some(h) = find(results, System::TenureHttp, workload, clients) else {
+            continue;
+        };
+        let g = find(results, System::Tenure, workload, clients);
+        let _ = writeln!(
+            out,
+            "| {} | {clients} | {} | {:.0} | {} | {} | {} / {} | {} | {} / {:.3} | {} |",
+            workload.name(),
+            g.map_or("–".into(), |g| format!("{:.0}", g.ops_per_s)),
+            h.ops_per_s,
+            g.map_or("–".into(), |g| ratio(h.ops_per_s, g.ops_per_s)),
+            g.map_or("–".into(), |g| format!(
+                "{} / {}",
+                ms(g.p50_us),
+                ms(g.p99_us)
+            )),
+            ms(h.p50_us),
+            ms(h.p99_us),
+            g.map_or("–".into(), |g| {
+                format!("{:+.2}", (h.p50_us as f64 - g.p50_us as f64) / 1000.0)
+            }),
+            g.map_or("–".into(), |g| format!("{:.3}", g.cpu_s_per_1k)),
+            h.cpu_s_per_1k,
+            h.errors,
+        );
+    }
+}
+
 pub fn markdown(options: &BenchOptions, results: &Results) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -82,6 +128,7 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
             errors(e),
         );
     }
+    gateway_table(&mut out, results);
     if !results.unprovoked_elections.is_empty() {
         let each: Vec<String> = results
             .unprovoked_elections

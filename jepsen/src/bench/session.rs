@@ -8,11 +8,11 @@ use anyhow::{bail, Result};
 use super::cluster::System;
 #[cfg(feature = "etcd")]
 use super::etcd;
-use super::{tenure, Workload};
+use super::{http, tenure, Workload};
 
 pub(super) fn check_available(system: System) -> Result<()> {
     match system {
-        System::Tenure => Ok(()),
+        System::Tenure | System::TenureHttp => Ok(()),
         #[cfg(feature = "etcd")]
         System::Etcd => super::cluster::etcd_bin().map(|_| ()),
         #[cfg(not(feature = "etcd"))]
@@ -30,14 +30,17 @@ pub(super) fn rotated(endpoints: &[String], i: usize) -> Vec<String> {
 
 pub enum Session {
     Tenure(Box<tenure::Session>),
+    Http(Box<http::Session>),
     #[cfg(feature = "etcd")]
     Etcd(Box<etcd::Session>),
 }
 
 impl Session {
+    /// A session on `endpoints` (gRPC) and, for `tenure-http`, the gateways `http` (in the
+    /// same order).
     pub async fn open(
         system: System,
-        endpoints: &[String],
+        (endpoints, http): (&[String], &[String]),
         workload: Workload,
         prefix: String,
         resource: String,
@@ -45,6 +48,9 @@ impl Session {
         Ok(match system {
             System::Tenure => Session::Tenure(Box::new(
                 tenure::Session::open(endpoints, workload, prefix, resource).await?,
+            )),
+            System::TenureHttp => Session::Http(Box::new(
+                http::Session::open(endpoints, http, workload, prefix, resource).await?,
             )),
             #[cfg(feature = "etcd")]
             System::Etcd => Session::Etcd(Box::new(
@@ -60,6 +66,7 @@ impl Session {
     pub async fn op(&mut self, n: u64) -> Result<Option<Duration>> {
         match self {
             Session::Tenure(s) => s.op(n).await,
+            Session::Http(s) => s.op(n).await,
             #[cfg(feature = "etcd")]
             Session::Etcd(s) => s.op(n).await,
         }
@@ -68,6 +75,7 @@ impl Session {
     pub async fn close(self) {
         match self {
             Session::Tenure(s) => s.close().await,
+            Session::Http(s) => s.close().await,
             #[cfg(feature = "etcd")]
             Session::Etcd(s) => s.close().await,
         }
@@ -87,7 +95,7 @@ pub(super) fn one_leader(mut leaders: Vec<u64>) -> Result<()> {
 
 pub async fn ready(system: System, endpoints: &[String], running: &[bool]) -> Result<()> {
     match system {
-        System::Tenure => tenure::ready(endpoints, running).await,
+        System::Tenure | System::TenureHttp => tenure::ready(endpoints, running).await,
         #[cfg(feature = "etcd")]
         System::Etcd => etcd::ready(endpoints, running).await,
         #[cfg(not(feature = "etcd"))]
@@ -97,7 +105,7 @@ pub async fn ready(system: System, endpoints: &[String], running: &[bool]) -> Re
 
 pub(super) async fn term(system: System, endpoints: &[String]) -> Result<u64> {
     match system {
-        System::Tenure => tenure::term(endpoints).await,
+        System::Tenure | System::TenureHttp => tenure::term(endpoints).await,
         #[cfg(feature = "etcd")]
         System::Etcd => etcd::term(endpoints).await,
         #[cfg(not(feature = "etcd"))]
@@ -107,7 +115,7 @@ pub(super) async fn term(system: System, endpoints: &[String]) -> Result<u64> {
 
 pub(super) async fn leader(system: System, endpoints: &[String]) -> Result<u64> {
     match system {
-        System::Tenure => tenure::leader(endpoints).await,
+        System::Tenure | System::TenureHttp => tenure::leader(endpoints).await,
         #[cfg(feature = "etcd")]
         System::Etcd => etcd::leader(endpoints).await,
         #[cfg(not(feature = "etcd"))]
@@ -118,7 +126,7 @@ pub(super) async fn leader(system: System, endpoints: &[String]) -> Result<u64> 
 /// Opens `clients` sessions concurrently, client `i` on the rotated endpoints.
 pub(super) async fn open_sessions(
     system: System,
-    endpoints: &[String],
+    (endpoints, http): (&[String], &[String]),
     workload: Workload,
     clients: usize,
 ) -> Result<Vec<Session>> {
@@ -131,7 +139,11 @@ pub(super) async fn open_sessions(
             _ => format!("{}/{run}/own{i}", workload.name()),
         };
         let endpoints = rotated(endpoints, i);
-        async move { Session::open(system, &endpoints, workload, prefix, resource).await }
+        let http = match http.is_empty() {
+            true => Vec::new(),
+            false => rotated(http, i),
+        };
+        async move { Session::open(system, (&endpoints, &http), workload, prefix, resource).await }
     });
     futures::future::try_join_all(opening).await
 }

@@ -94,6 +94,13 @@ impl Workload {
             }
             (Workload::Read, System::Tenure) => "GetResource, linearizable",
             (Workload::Read, System::Etcd) => "Range, linearizable",
+            (Workload::Acquire, System::TenureHttp) => {
+                "POST /v1/resources/{name}:acquire (one new lease, JSON over HTTP/1.1)"
+            }
+            (Workload::Read, System::TenureHttp) => {
+                "GET /v1/resources/{name}, linearizable (JSON over HTTP/1.1)"
+            }
+            (_, System::TenureHttp) => "not measured through the gateway",
         }
     }
 
