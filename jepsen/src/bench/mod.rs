@@ -164,7 +164,11 @@ async fn bench_system(
             results.failovers.push(failover);
             continue;
         }
-        let counts: &[usize] = if workload.single_client() {
+        // Beside the gateway, acquire is measured at every client count too: what the
+        // gateway adds under load.
+        let beside_gateway =
+            workload == Workload::Acquire && options.systems.contains(&System::TenureHttp);
+        let counts: &[usize] = if workload.single_client() && !beside_gateway {
             &[1]
         } else {
             &options.clients
