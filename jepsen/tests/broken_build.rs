@@ -62,33 +62,45 @@ fn run_broken(
     Some(ran)
 }
 
+/// Two ad-hoc exclusive resources, no watchers.
+fn two_exclusive() -> WorkloadConfig {
+    WorkloadConfig {
+        resources: 2,
+        kinds: vec![Kind::Exclusive],
+        watchers: 0,
+        ..WorkloadConfig::default()
+    }
+}
+
 #[test]
 fn a_node_serving_stale_reads_is_caught() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((_, check, _)) = run_broken(
-        "a_node_serving_stale_reads_is_caught",
-        "--fi-stale-reads",
-        vec![Fault::Partition],
-        2,
-        Duration::from_secs(25),
-        // Two contended resources: each changes hands many times during every partition,
-        // and the clients that find it held read it instead (a read is 15% of their rounds),
-        // so the isolated node is read, and is stale, many times over. Spread over the
-        // default fifteen, a run's reads of the isolated node could all miss a change.
-        WorkloadConfig {
-            resources: 2,
-            kinds: vec![Kind::Exclusive],
-            watchers: 0,
-            ..WorkloadConfig::default()
-        },
-    ) else {
-        return;
-    };
-    assert!(
-        check.anomalies.iter().any(|a| a.kind == "nonlinearizable"),
-        "stale reads went unnoticed: {:?}",
-        check.anomalies
-    );
+    // Whether a read reaches the isolated node while the resource changes hands is up to
+    // timing: a loaded machine's run can miss it. The broken node must be caught in one of
+    // two runs; a checker blind to stale reads never catches it.
+    let mut missed = Vec::new();
+    for seed in [2, 3] {
+        let Some((_, check, _)) = run_broken(
+            "a_node_serving_stale_reads_is_caught",
+            "--fi-stale-reads",
+            vec![Fault::Partition],
+            seed,
+            Duration::from_secs(25),
+            // Two contended resources: each changes hands many times during every
+            // partition, and the clients that find it held read it instead (a read is 15%
+            // of their rounds), so the isolated node is read, and is stale, many times over.
+            // Spread over the default fifteen, a run's reads of the isolated node could all
+            // miss a change.
+            two_exclusive(),
+        ) else {
+            return;
+        };
+        if check.anomalies.iter().any(|a| a.kind == "nonlinearizable") {
+            return;
+        }
+        missed.push(check.anomalies);
+    }
+    panic!("stale reads went unnoticed in both runs: {missed:?}");
 }
 
 /// Anomalies that show acknowledged log entries lost: grants forgotten, tokens issued again.
@@ -111,12 +123,7 @@ fn nodes_whose_fsync_lies_are_caught_by_power_cuts() {
         Duration::from_secs(20),
         // Few resources: a cluster that lost acknowledged entries may have no leader after
         // the run, and each resource's final reads then wait out their deadlines.
-        WorkloadConfig {
-            resources: 2,
-            kinds: vec![Kind::Exclusive],
-            watchers: 0,
-            ..WorkloadConfig::default()
-        },
+        two_exclusive(),
     ) else {
         return;
     };

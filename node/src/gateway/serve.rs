@@ -69,10 +69,18 @@ async fn accept<S, IO>(
     S: futures::Stream<Item = std::io::Result<IO>> + Unpin,
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    // The connections live in this task: aborting it (a node killed) ends them all, as
+    // tonic's server ends the gRPC port's.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let next = tokio::select! {
             next = incoming.next() => next,
-            () = stopped(stop) => return,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = stopped(stop) => {
+                // Each finishes its calls under way, within its own grace.
+                while connections.join_next().await.is_some() {}
+                return;
+            }
         };
         let io = match next {
             Some(Ok(io)) => io,
@@ -91,7 +99,7 @@ async fn accept<S, IO>(
         let connection = connection_of(&io);
         let app = app.clone();
         let mut stop = stop.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let service =
                 tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
                     request
