@@ -144,27 +144,19 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
         node.config.metrics_listen.as_deref(),
         "--metrics-listen",
         "serving Prometheus metrics at /metrics",
-        &stop_rx,
+        (&stop_rx, &mut http_servers),
         crate::metrics::serve,
     )
-    .await?
-    .map(|(addr, task)| {
-        http_servers.push(task);
-        addr
-    });
+    .await?;
     let http_addr = bind_http(
         &node,
         node.config.http_listen.as_deref(),
         "--http-listen",
         "serving the HTTP/JSON gateway at /v1/",
-        &stop_rx,
+        (&stop_rx, &mut http_servers),
         crate::gateway::serve,
     )
-    .await?
-    .map(|(addr, task)| {
-        http_servers.push(task);
-        addr
-    });
+    .await?;
     let server = tokio::spawn(serve(node.clone(), listener, stop_rx.clone()));
     tokio::spawn(crate::store::compaction::run(
         raft.clone(),
@@ -205,16 +197,16 @@ pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Runn
     })
 }
 
-/// Binds `addr` (the setting `flag`), if set, and serves it with `serve` until stopped; the
-/// address bound and the serving task.
+/// Binds `addr` (the setting `flag`), if set, and serves it with `serve` until stopped (its
+/// task joins `tasks`); the address bound.
 async fn bind_http<F>(
     node: &Arc<Node>,
     addr: Option<&str>,
     flag: &str,
     serving: &str,
-    stop: &watch::Receiver<bool>,
+    (stop, tasks): (&watch::Receiver<bool>, &mut Vec<JoinHandle<()>>),
     serve: impl FnOnce(Arc<Node>, TcpListener, watch::Receiver<bool>) -> F,
-) -> anyhow::Result<Option<(std::net::SocketAddr, JoinHandle<()>)>>
+) -> anyhow::Result<Option<std::net::SocketAddr>>
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
@@ -226,8 +218,8 @@ where
         .map_err(|e| anyhow::anyhow!("{flag} {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     tracing::info!(addr = %bound, "{serving}");
-    let task = tokio::spawn(serve(node.clone(), listener, stop.clone()));
-    Ok(Some((bound, task)))
+    tasks.push(tokio::spawn(serve(node.clone(), listener, stop.clone())));
+    Ok(Some(bound))
 }
 
 async fn serve(
