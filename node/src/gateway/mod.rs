@@ -163,9 +163,16 @@ fn browser_check(node: &Node, parts: &http::request::Parts) -> Result<(), Respon
 async fn handle(node: Arc<Node>, request: http::Request<Body>) -> Response {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();
+    // An answer given before a body the request announced is read ends the connection, and
+    // says so: a client must not send its next call on it.
+    let body_pending = announces_body(&parts.headers);
+    let unread = |response: Response| match body_pending {
+        true => closing(response),
+        false => response,
+    };
     let found = match routes::find(&parts.method, parts.uri.path()) {
         Ok(found) => found,
-        Err(refused) => return no_route(&parts.method, parts.uri.path(), refused),
+        Err(refused) => return unread(no_route(&parts.method, parts.uri.path(), refused)),
     };
     let route = found.route;
     let method = format!("/{}/{} (http)", route.service, route.rpc);
@@ -174,19 +181,19 @@ async fn handle(node: Arc<Node>, request: http::Request<Body>) -> Response {
         .rpc_latency
         .get_or_create_owned(&crate::metrics::RpcLabels { method });
     if let Err(refusal) = browser_check(&node, &parts) {
-        return refusal;
+        return unread(refusal);
     }
     // The gate's admission, from the headers alone: the body is not read for a caller it
     // refuses.
     let in_flight =
         match crate::grpc::gate::admit_client(&node, &parts.headers, &mut parts.extensions) {
             Ok(in_flight) => in_flight,
-            Err(refused) => return refusal(&node, refused, &parts.extensions),
+            Err(refused) => return unread(refusal(&node, refused, &parts.extensions)),
         };
     let answered = async {
         let body = match read_body(&parts.headers, body).await {
             Ok(body) => body,
-            Err(failure) => return failure.into_response(),
+            Err(failure) => return closing(failure.into_response()),
         };
         let Some((input, output)) = json::messages(route.service, route.rpc) else {
             return Failure(tonic::Status::internal("a route without its messages"))
@@ -260,6 +267,23 @@ fn refusal(node: &Node, refused: ApiError, extensions: &http::Extensions) -> Res
     }
     let response = Failure::from(refused).into_response();
     node.refusals.count(response.headers());
+    response
+}
+
+/// Whether the request says a body follows its head.
+fn announces_body(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(http::header::TRANSFER_ENCODING)
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0")
+}
+
+/// `response`, with the connection closed after it.
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
     response
 }
 

@@ -491,6 +491,11 @@ async fn the_gate_refuses_from_the_headers_with_the_reason() {
         )
         .await;
     assert_eq!((form.status, form.reason()), (415, "invalid_argument"));
+    // Its body was not read, so its connection ends, and the answer says so.
+    assert_eq!(
+        form.headers.get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
     let body = r#"{"holder": "alice-1", "ttl": "30s"}"#;
     let cross = alice
         .raw_with("POST", path, body, &[("origin", "https://evil.example")])
