@@ -24,6 +24,8 @@ pub struct Cli {
     dir: Option<std::path::PathBuf>,
     /// Variables set for the run, as a script's `NAME=value tenure …` would.
     env: Vec<(String, String)>,
+    /// Another program to run in the same way (`curl`, for the guides' HTTP examples).
+    program: Option<String>,
 }
 
 /// A finished run.
@@ -66,9 +68,18 @@ impl Cli {
         self
     }
 
+    /// Runs `program` (found on `PATH`) instead of `tenure`.
+    pub fn running(mut self, program: &str) -> Cli {
+        self.program = Some(program.into());
+        self
+    }
+
     /// `tenure ARGS`, running; stdin open (see [`Running::close_stdin`]).
     pub fn spawn_args<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Running {
-        let mut command = tokio::process::Command::new(tenure_bin());
+        let mut command = match &self.program {
+            Some(program) => tokio::process::Command::new(program),
+            None => tokio::process::Command::new(tenure_bin()),
+        };
         command
             .args(args)
             .env_remove("TENURE_TOKEN")
@@ -87,7 +98,7 @@ impl Cli {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("run tenure");
+            .unwrap_or_else(|e| panic!("run {}: {e}", self.program.as_deref().unwrap_or("tenure")));
         let stdout = child.stdout.take().expect("stdout");
         Running {
             child,

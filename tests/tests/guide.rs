@@ -1,7 +1,8 @@
-//! The guides' examples, run: every `tenure …` line of the ```sh blocks of README.md and
-//! docs/api-guide.md runs, in page order, against a fresh three-node cluster per page, and
-//! must exit and print what the page shows. Needs `target/debug/tenure` (`cargo build --bin
-//! tenure`, or `$TENURE_BIN`).
+//! The guides' examples, run: every `tenure …` and `curl …` line of the ```sh blocks of
+//! README.md and docs/api-guide.md runs, in page order, against a fresh three-node cluster per
+//! page (its HTTP gateway on), and must exit and print what the page shows. `$TENURE_HTTP` in a
+//! `curl` line is the first node's gateway (`http://127.0.0.1:PORT`). Needs
+//! `target/debug/tenure` (`cargo build --bin tenure`, or `$TENURE_BIN`) and `curl`.
 //!
 //! How a page is read (docs/api-guide.md says the same for writers, in its introduction):
 //! - The `#` lines that start a line right under a command are its output, all of it; a line
@@ -16,16 +17,17 @@
 //!   remark, not output.
 //! - Runs of blanks count as one. `…` stands for any text. The duration after `expires in`
 //!   matches any duration. Numbers of two digits or more (not part of a name, a decimal or a
-//!   duration such as `30s`), single capital letters (`N`) and RFC 3339 instants stand for
-//!   what this run printed: bound where first matched, then required in later output and
-//!   substituted into later commands (`--token 1187` runs as `--token 4`). Two numbers of the
-//!   page never stand for the same number of the run.
+//!   duration such as `30s`), single capital letters (`N`, not a flag such as curl's `-X`) and
+//!   RFC 3339 instants stand for what this run printed: bound where first matched, then
+//!   required in later output and substituted into later commands (`--token 1187` runs as
+//!   `--token 4`). Two numbers of the page never stand for the same number of the run.
 //! - In a command, `…` inside a word is a fixed filler (the elided tokens of a token file).
 //!
 //! Directives are HTML comments on a line of their own, right before a block (a renderer
 //! hides them):
 //! - `<!-- guide-test: skip: WHY -->` the block is not run; `` skip `PREFIX`: WHY `` its lines
-//!   starting with PREFIX are not. Every other line of a block must be a `tenure` command.
+//!   starting with PREFIX are not. Every other line of a block must be a `tenure` or `curl`
+//!   command.
 //! - `` background `PREFIX` `` starts that line and goes on; the test awaits it where an
 //!   output line ending in `answers:` introduces its output, or at the end of the block.
 //!   An expectation (`# exit 1: …`, as inline) may follow the prefix.
@@ -226,11 +228,20 @@ fn is_assignment(word: &str) -> bool {
     })
 }
 
-fn is_tenure(command: &str) -> bool {
+/// The program a command line runs (after its `NAME=value` words).
+fn program(command: &str) -> Option<String> {
     shell_words(command)
-        .iter()
+        .into_iter()
         .find(|word| !is_assignment(word))
-        .is_some_and(|program| program == "tenure")
+}
+
+fn is_tenure(command: &str) -> bool {
+    program(command).is_some_and(|program| program == "tenure")
+}
+
+/// The programs a guide's blocks may run.
+fn is_runnable(command: &str) -> bool {
+    program(command).is_some_and(|program| program == "tenure" || program == "curl")
 }
 
 /// An output line's text, its `exit N` (after three blanks or more) and remark taken off.
@@ -417,8 +428,8 @@ fn command(
         }
     }
     assert!(
-        is_tenure(line),
-        "{page}:{at}: `{line}` is not a tenure command: \
+        is_runnable(line),
+        "{page}:{at}: `{line}` is neither a tenure nor a curl command: \
          mark it <!-- guide-test: skip `PREFIX`: WHY -->"
     );
     let from_directive = !extra.is_empty();
@@ -531,7 +542,11 @@ fn segments(text: &str) -> Vec<Seg> {
             (Seg::Duration, n)
         } else if digits >= 2 && !joins(before) && !joins(text.get(i + digits)) {
             (Seg::Number(text[i..i + digits].iter().collect()), digits)
-        } else if text[i].is_ascii_uppercase() && apart(before) && apart(text.get(i + 1)) {
+        } else if text[i].is_ascii_uppercase()
+            && apart(before)
+            && before != Some(&'-')
+            && apart(text.get(i + 1))
+        {
             (Seg::Number(text[i].to_string()), 1)
         } else {
             (Seg::Lit(text[i].to_string()), 1)
@@ -679,32 +694,40 @@ struct Started {
 struct Runner {
     page: &'static str,
     endpoints: String,
-    /// The cluster of a `token-file` section and its endpoints.
-    secure: Option<(InProcessCluster, String)>,
+    /// The first node's gateway, for `$TENURE_HTTP`.
+    http: String,
+    /// The cluster of a `token-file` section, its endpoints and its gateway.
+    secure: Option<(InProcessCluster, String, String)>,
     bindings: Bindings,
     running: VecDeque<Started>,
     dir: tempfile::TempDir,
     failures: Vec<String>,
 }
 
-/// A three-node cluster whose nodes take `flags`, and its endpoints for `TENURE_ENDPOINTS`.
-async fn start_cluster(flags: &[String]) -> (InProcessCluster, String) {
-    let cluster = InProcessCluster::start(3, tenure_tests::same_flags(3, flags))
+/// A three-node cluster whose nodes take `flags` and serve the HTTP gateway; its endpoints
+/// for `TENURE_ENDPOINTS` and its first node's gateway for `$TENURE_HTTP`.
+async fn start_cluster(flags: &[String]) -> (InProcessCluster, String, String) {
+    let mut flags = flags.to_vec();
+    flags.extend(["--http-listen".to_string(), "127.0.0.1:0".to_string()]);
+    let cluster = InProcessCluster::start(3, tenure_tests::same_flags(3, &flags))
         .await
         .expect("cluster");
     cluster.leader(ELECTION).await.expect("a leader");
     let addrs: Vec<&str> = cluster.addrs.values().map(String::as_str).collect();
     let endpoints = addrs.join(",");
-    (cluster, endpoints)
+    let first = *cluster.addrs.keys().next().expect("a node");
+    let http = format!("http://{}", cluster.http_addr(first).expect("a gateway"));
+    (cluster, endpoints, http)
 }
 
 async fn run_page(page: &'static str, text: &str) {
     let begun = Instant::now();
     let steps = parse(page, text);
-    let (_cluster, endpoints) = start_cluster(&[]).await;
+    let (_cluster, endpoints, http) = start_cluster(&[]).await;
     let mut runner = Runner {
         page,
         endpoints,
+        http,
         secure: None,
         bindings: Bindings::default(),
         running: VecDeque::new(),
@@ -735,8 +758,10 @@ impl Runner {
                 }
             }
             Step::Await => {
-                let started = self.running.pop_front().expect("a background command");
-                self.finish(started).await;
+                // None when the background command could not start (a failure on record).
+                if let Some(started) = self.running.pop_front() {
+                    self.finish(started).await;
+                }
             }
             Step::EndBlock => {
                 while let Some(started) = self.running.pop_front() {
@@ -754,8 +779,12 @@ impl Runner {
     }
 
     fn start(&mut self, command: Command) -> Option<Started> {
+        let (endpoints, http) = match &self.secure {
+            Some((_, endpoints, http)) => (endpoints.clone(), http.clone()),
+            None => (self.endpoints.clone(), self.http.clone()),
+        };
         let ran_as = match self.bindings.substitute(&command.line) {
-            Ok(line) => line,
+            Ok(line) => line.replace("$TENURE_HTTP", &http),
             Err(why) => {
                 self.fail(&command, &command.line, why);
                 return None;
@@ -769,8 +798,10 @@ impl Runner {
                 words[split + 1..].iter().collect(),
             )
         };
-        let endpoints = self.secure.as_ref().map_or(&self.endpoints, |(_, e)| e);
-        let mut cli = Cli::of([endpoints]).in_dir(self.dir.path());
+        let mut cli = Cli::of([&endpoints]).in_dir(self.dir.path());
+        if program(&ran_as).is_some_and(|program| program == "curl") {
+            cli = cli.running("curl");
+        }
         for assignment in env {
             let (name, value) = assignment.split_once('=').unwrap_or_default();
             cli = cli.with_env(name, value);
@@ -936,4 +967,70 @@ fn a_page_value_binds_once_then_is_required_and_substituted() {
         "a bound number is the whole number"
     );
     assert!(b.substitute("tenure validate r --token N").is_err());
+}
+
+/// The route each `curl` line of `page` calls: its method (`-X`, else `POST` with `-d`, else
+/// `GET`) and its URL's path.
+fn curl_routes(page: &str) -> Vec<(http::Method, String)> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for text in page.lines() {
+        line.push_str(text);
+        if line.ends_with('\\') {
+            line.pop();
+            continue;
+        }
+        lines.push(std::mem::take(&mut line));
+    }
+    lines
+        .iter()
+        .filter(|line| program(line).is_some_and(|p| p == "curl"))
+        .map(|line| {
+            let words = shell_words(split_comment(line).0);
+            let flag = |name: &str| {
+                words
+                    .iter()
+                    .position(|w| w == name)
+                    .and_then(|at| words.get(at + 1))
+            };
+            let method = match (flag("-X"), flag("-d")) {
+                (Some(method), _) => method.parse().expect("a method"),
+                (None, Some(_)) => http::Method::POST,
+                (None, None) => http::Method::GET,
+            };
+            let url = words
+                .iter()
+                .find(|w| w.starts_with("$TENURE_HTTP"))
+                .unwrap_or_else(|| panic!("`{line}` calls no $TENURE_HTTP URL"));
+            let path = url["$TENURE_HTTP".len()..].split('?').next().unwrap_or("");
+            (method, path.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_api_guide_has_a_curl_example_for_every_route() {
+    use tenure_node::gateway::routes::{find, ROUTES};
+    let guide = include_str!("../../docs/api-guide.md");
+    let mut called = HashSet::new();
+    for (method, path) in curl_routes(guide) {
+        if path == "/v1/openapi.json" {
+            continue;
+        }
+        match find(&method, &path) {
+            Ok(found) => {
+                called.insert((found.route.method.clone(), found.route.path));
+            }
+            Err(e) => panic!("the guide calls {method} {path}, which no route takes: {e:?}"),
+        }
+    }
+    let missed: Vec<String> = ROUTES
+        .iter()
+        .filter(|route| !called.contains(&(route.method.clone(), route.path)))
+        .map(|route| format!("{} {}", route.method, route.path))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "routes with no curl example in docs/api-guide.md: {missed:?}"
+    );
 }
