@@ -1,7 +1,8 @@
 //! The HTTP/JSON gateway (SPEC §2.7), on `--http-listen`: every unary `tenure.v1.Leases` and
 //! `Cluster` call as a resource-oriented route ([`routes`]), JSON in the proto3 mapping from
 //! the proto descriptors ([`json`]), `Watch` as Server-Sent Events ([`sse`]), and the OpenAPI
-//! document of the same table at `/v1/openapi.json` ([`openapi`]).
+//! document of the same table at `/v1/openapi.json` ([`openapi`]); and the web console, a
+//! page that calls these routes, at `/` ([`console`]).
 //!
 //! A call passes the gate's own admission first, from its headers alone (the bearer token,
 //! then the caps on calls in flight), before a byte of its body is read; then its JSON becomes
@@ -10,6 +11,7 @@
 //! status of the gRPC code ([`error`]).
 
 pub mod call;
+pub mod console;
 pub mod error;
 pub mod json;
 pub mod openapi;
@@ -65,6 +67,9 @@ pub fn router(node: Arc<Node>) -> axum::Router {
     axum::Router::new().fallback(move |request: http::Request<Body>| {
         let (node, openapi) = (node.clone(), openapi.clone());
         async move {
+            if console::is_console(request.uri().path()) {
+                return console::serve(request.method(), request.uri().path());
+            }
             if request.uri().path() == "/v1/openapi.json" {
                 return match request.method() == Method::GET {
                     true => (
