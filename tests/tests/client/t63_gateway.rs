@@ -1,6 +1,7 @@
 //! The HTTP/JSON gateway (SPEC §2.7) on a real three-node cluster with auth on: every route,
 //! the refusals of the gate, bad JSON, and a `Watch` over Server-Sent Events resumed on
-//! another node after the first was killed.
+//! another node after the first was killed. On one node with auth off: the `Host` check of a
+//! loopback gateway, the head timeout and the cap on connections.
 
 use std::collections::BTreeSet;
 
@@ -729,4 +730,100 @@ fn take(event: tenure_tests::http::ServerEvent, seen: &mut Vec<(u64, String, u32
         seen.push((revision, resource, e["seq"].as_u64().unwrap_or(0) as u32));
     }
     event.id.and_then(|id| id.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// One node with auth off and its gateway on loopback.
+async fn open_node() -> (InProcessCluster, std::net::SocketAddr) {
+    let flags = tenure_tests::same_flags(1, &["--http-listen", "127.0.0.1:0"]);
+    let (cluster, node) = tenure_tests::started_with(1, flags).await;
+    let addr = cluster.http_addr(node).expect("--http-listen bound");
+    (cluster, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_off_a_loopback_gateway_answers_only_calls_addressed_to_this_machine() {
+    let (cluster, addr) = open_node().await;
+    let http = Http::new(addr, None);
+    let port = addr.port();
+    for host in [
+        addr.to_string(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let answer = http
+            .raw_with("GET", "/v1/resources", "", &[("host", &host)])
+            .await;
+        assert_eq!(answer.status, 200, "Host: {host}: {}", answer.json);
+    }
+    // A page of another site whose name was rebound to 127.0.0.1 calls with its own name.
+    for host in ["tenure.attacker.example", "tenure.attacker.example:80"] {
+        let rebound = http
+            .raw_with("GET", "/v1/resources", "", &[("host", host)])
+            .await;
+        assert_eq!(
+            (rebound.status, rebound.reason()),
+            (403, "insufficient_permissions"),
+            "Host: {host}"
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_that_never_ends_is_given_up_on() {
+    use tenure_node::gateway::serve::HEAD_TIMEOUT;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (cluster, addr) = open_node().await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(b"GET /v1/resources HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+        .await
+        .expect("half a head");
+    let sent = std::time::Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(HEAD_TIMEOUT * 3, stream.read_to_end(&mut answer))
+        .await
+        .expect("the node closes the connection instead of waiting for the head")
+        .expect("read");
+    // A slow client has the whole timeout, and the call was never answered.
+    assert!(sent.elapsed() >= HEAD_TIMEOUT - std::time::Duration::from_millis(500));
+    assert!(
+        !String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_past_the_cap_is_closed_at_once_and_the_others_are_served() {
+    use tenure_node::gateway::serve::{HEAD_TIMEOUT, MAX_CONNECTIONS};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (cluster, addr) = open_node().await;
+    let mut open = Vec::with_capacity(MAX_CONNECTIONS);
+    for _ in 0..MAX_CONNECTIONS {
+        open.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+    }
+    // Accepted after the others, it finds no place: closed before it sends a byte.
+    let mut extra = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(HEAD_TIMEOUT / 2, extra.read(&mut byte))
+        .await
+        .expect("the connection past the cap is closed, not kept waiting");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    // One within the cap (the newest, so its head timeout has not run out) is served.
+    let mut served = open.pop().expect("a connection");
+    served
+        .write_all(b"GET /v1/resources HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("a request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(HEAD_TIMEOUT, served.read_to_end(&mut answer))
+        .await
+        .expect("an answer")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(open);
+    cluster.shutdown().await;
 }
