@@ -11,9 +11,13 @@
 #
 # Sets TENURE_ENDPOINTS; LIVE_HTTP (the gateways' base URLs, comma-separated); with LIVE_AUTH,
 # TENURE_TOKEN (an admin token, which the tenure CLI takes from it), LIVE_ADMIN_TOKEN and
-# LIVE_CLIENT_TOKEN (principal `alice`, role client); LIVE_PIDS and LIVE_DATA.
+# LIVE_CLIENT_TOKEN (principal `alice`, role client); LIVE_PIDS and LIVE_DATA. Run the test
+# itself with `live_run COMMAND…`: in the background, so that Ctrl-C or a TERM stops it and the
+# nodes at once.
 
 live_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The caller's own settings for the CLI do not apply to this cluster.
+unset TENURE_CA_CERT TENURE_TOKEN
 live_bin="${CARGO_TARGET_DIR:-$live_root/target}/debug"
 read -r -a live_ports <<<"${LIVE_PORTS:?LIVE_PORTS names three gRPC ports}"
 read -r -a live_http_ports <<<"${LIVE_HTTP_PORTS:-}"
@@ -30,13 +34,23 @@ done
 
 LIVE_DATA="$(mktemp -d -t tenure-live.XXXXXX)"
 LIVE_PIDS=()
+LIVE_CHILDREN=()
 live_stop() {
-  local status=$?
+  local status=$1
   trap - INT TERM EXIT
   trap '' PIPE # a closed stdout (| head) must not stop the cleanup
-  if [ "${#LIVE_PIDS[@]}" -gt 0 ]; then
-    kill "${LIVE_PIDS[@]}" 2>/dev/null || true
-    wait "${LIVE_PIDS[@]}" 2>/dev/null || true
+  local pids=("${LIVE_CHILDREN[@]}" "${LIVE_PIDS[@]}")
+  if [ "${#pids[@]}" -gt 0 ]; then
+    kill "${pids[@]}" 2>/dev/null || true
+    # 10 s to stop, then killed.
+    for _ in $(seq 1 100); do
+      local alive=0 pid
+      for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      [ "$alive" -eq 1 ] || break
+      sleep 0.1
+    done
+    kill -9 "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
   fi
   if [ "$status" -ne 0 ]; then
     for log in "$LIVE_DATA"/node*.log; do
@@ -50,7 +64,16 @@ live_stop() {
   fi
   exit "$status"
 }
-trap live_stop INT TERM EXIT
+trap 'live_stop $?' EXIT
+trap 'live_stop 130' INT
+trap 'live_stop 143' TERM
+
+# Runs the test in the background and waits for it: its exit status is the script's.
+live_run() {
+  "$@" &
+  LIVE_CHILDREN+=("$!")
+  wait "$!"
+}
 
 live_args=()
 if [ -n "${LIVE_AUTH:-}" ]; then
@@ -88,7 +111,8 @@ export LIVE_HTTP
 
 # A leader, within 30 s, as the CLI sees it.
 live_deadline=$((SECONDS + 30))
-until "$live_bin/tenure" --timeout 1s cluster status 2>/dev/null | grep -q "Leader"; do
+until live_status="$("$live_bin/tenure" --timeout 1s cluster status 2>/dev/null)" &&
+  grep -q "Leader" <<<"$live_status"; do
   if [ "$SECONDS" -ge "$live_deadline" ]; then
     echo "no leader after 30 s" >&2
     exit 1

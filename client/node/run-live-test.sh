@@ -14,8 +14,8 @@ root="$(cd "$here/../.." && pwd)"
 command -v node >/dev/null 2>&1 || { echo "Node.js is not installed (apt-get install nodejs npm)" >&2; exit 1; }
 (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
 
-LIVE_PORTS="${TENURE_NODE_PORTS:-7311 7312 7313}" LIVE_AUTH=1
+LIVE_PORTS="${TENURE_NODE_PORTS:-7311 7312 7313}" LIVE_AUTH=1 LIVE_HTTP_PORTS=""
 . "$root/tests/live-cluster.sh"
 
 cd "$here"
-node --test "$@" test/
+live_run node --test --test-timeout=60000 "$@" test/live.test.js

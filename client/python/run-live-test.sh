@@ -36,8 +36,8 @@ rm -f "$pip_log"
 "$py" "$here/generate.py"
 
 # The cluster (the Python client's tests do not use auth).
-LIVE_PORTS="${ports[*]}" LIVE_KEEP="${TENURE_PY_KEEP:-}"
+LIVE_PORTS="${ports[*]}" LIVE_KEEP="${TENURE_PY_KEEP:-}" LIVE_AUTH="" LIVE_HTTP_PORTS=""
 . "$root/tests/live-cluster.sh"
 
 cd "$here"
-"$py" -m pytest -p no:cacheprovider -ra "$@" tests
+live_run "$py" -m pytest -p no:cacheprovider -ra "$@" tests

@@ -49,8 +49,21 @@ async function api(method, path, body, signal) {
   } catch {
     json = { message: text };
   }
-  if (!response.ok) throw new ApiError(response.status, json);
+  if (!response.ok) {
+    const error = new ApiError(response.status, json);
+    if (error.status === 401) signedOut(error);
+    throw error;
+  }
   return json;
+}
+
+// A token the node stopped accepting (revoked, or the file changed) ends the sign-in: nothing
+// keeps calling with it.
+function signedOut(error) {
+  if (!state.signedIn) return;
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  loginPage(`The node no longer accepts the token (${error}): sign in again.`);
 }
 
 const enc = encodeURIComponent;
@@ -63,9 +76,13 @@ function query(params) {
 }
 
 // Server-Sent Events from /v1/watch, read with fetch so the token rides in a header (an
-// EventSource cannot send one). Resumes after a dropped stream from the last revision seen.
-async function watch(params, onMessage, signal) {
+// EventSource cannot send one). Resumes a dropped stream from the last revision seen, backing
+// off while the node refuses; when that revision is no longer kept it goes on with what is
+// live and calls `onReset` (the page reads again what it shows). A refusal that a retry cannot
+// mend (a bad request, no permission) stops it.
+async function watch(params, onMessage, signal, onReset = () => {}) {
   let last = null;
+  let pause = 1000;
   while (!signal.aborted) {
     try {
       const h = headers({ accept: "text/event-stream" });
@@ -73,6 +90,8 @@ async function watch(params, onMessage, signal) {
       const response = await fetch(`/v1/watch${query(params)}`, { headers: h, signal, cache: "no-store" });
       if (!response.ok) {
         const body = await response.json().catch(() => ({}));
+        const retryAfter = Number(response.headers.get("retry-after"));
+        if (retryAfter > 0) pause = Math.max(pause, retryAfter * 1000);
         throw new ApiError(response.status, body);
       }
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -97,23 +116,31 @@ async function watch(params, onMessage, signal) {
           }
           if (!event.data) continue;
           const body = JSON.parse(event.data);
-          if (event.type === "error") {
-            // A compacted resume point: start again from what is live now.
-            if (body.reason === "compacted") last = null;
-            throw new ApiError(0, body);
-          }
+          if (event.type === "error") throw new ApiError(0, body);
           if (event.id !== null) last = event.id;
+          pause = 1000;
           onMessage(body);
         }
       }
     } catch (e) {
       if (signal.aborted) return;
-      if (e instanceof ApiError && (e.status === 401 || e.status === 403)) {
-        notify(`The live view stopped: ${e}`);
-        return;
+      if (e instanceof ApiError) {
+        if (e.reason === "compacted") {
+          // What was missed is gone from the log's history: go on from now.
+          last = null;
+          params = { ...params, startRevision: 0, liveOnly: true };
+          onReset();
+        } else if (e.status === 401) {
+          signedOut(e);
+          return;
+        } else if (e.status >= 400 && e.status < 500 && e.status !== 408 && e.status !== 429) {
+          notify(`The live view stopped: ${e}`);
+          return;
+        }
       }
     }
-    await sleep(1000, signal);
+    await sleep(pause, signal);
+    pause = Math.min(pause * 2, 30000);
   }
 }
 
@@ -132,6 +159,7 @@ function el(tag, attrs = {}, ...children) {
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === null || v === false) continue;
     if (k === "onclick" || k === "onsubmit" || k === "oninput") node.addEventListener(k.slice(2), v);
+    else if (/^on/i.test(k)) throw new Error(`no handler attribute: ${k}`);
     else if (k === "class") node.className = v;
     else node.setAttribute(k, v === true ? "" : String(v));
   }
@@ -145,7 +173,10 @@ function el(tag, attrs = {}, ...children) {
 const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs = {}, ...children) {
   const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) node.setAttribute(k, String(v));
+  for (const [k, v] of Object.entries(attrs)) {
+    if (/^on/i.test(k)) throw new Error(`no handler attribute: ${k}`);
+    if (v !== undefined && v !== null) node.setAttribute(k, String(v));
+  }
   for (const child of children.flat()) {
     if (child === undefined || child === null) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
@@ -153,11 +184,13 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
-function table(columns, rows, empty, attrs = {}) {
+// A table of `rows`, one cell per column; `rowAttrs(row)` gives a row's own attributes (never
+// taken from the row's data).
+function table(columns, rows, empty, attrs = {}, rowAttrs = () => ({})) {
   if (!rows.length) return el("p", { class: "quiet", ...attrs }, empty);
   return el("table", attrs,
     el("thead", {}, el("tr", {}, columns.map((c) => el("th", { class: c.num ? "num" : null }, c.title)))),
-    el("tbody", {}, rows.map((row) => el("tr", row.attrs || {},
+    el("tbody", {}, rows.map((row) => el("tr", rowAttrs(row),
       columns.map((c) => el("td", { class: c.num ? "num" : c.mono ? "mono" : null }, c.cell(row)))))));
 }
 
@@ -199,6 +232,7 @@ function resourceLink(name) {
 // null when the user cancels.
 function confirmAction(title, text, fields = []) {
   const dialog = document.getElementById("confirm");
+  if (dialog.open) return Promise.resolve(null);
   document.getElementById("confirm-title").textContent = title;
   document.getElementById("confirm-text").textContent = text;
   const box = document.getElementById("confirm-fields");
@@ -210,6 +244,11 @@ function confirmAction(title, text, fields = []) {
   });
   box.replaceChildren(...inputs.map((i) => i.label));
   dialog.returnValue = "";
+  // Confirm takes no click for a moment: a click meant for what was under the dialog (or one
+  // another window timed) does not confirm.
+  const ok = document.getElementById("confirm-ok");
+  ok.disabled = true;
+  setTimeout(() => { ok.disabled = false; }, 500);
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => {
       if (dialog.returnValue !== "ok") return resolve(null);
@@ -223,7 +262,11 @@ function confirmAction(title, text, fields = []) {
 
 async function act(what, call) {
   try {
-    await call();
+    const reply = await call();
+    if (reply && reply.cancelled === false) {
+      notify(`${what}: it was no longer waiting.`, true);
+      return false;
+    }
     notify(`${what}: done.`, true);
     return true;
   } catch (e) {
@@ -306,9 +349,10 @@ async function clusterPage(signal) {
     try {
       status = await api("GET", "/v1/cluster", undefined, signal);
     } catch (e) {
-      if (signal.aborted) return;
+      if (signal.aborted) return false;
       show(el("h1", {}, "Cluster"), el("p", { class: "card", id: "cluster-refused" }, `The cluster's status was refused: ${e}`));
-      return;
+      // A refusal for the token's role does not change by asking again.
+      return !(e instanceof ApiError && (e.status === 401 || e.status === 403));
     }
     const storage = status.storage || {};
     const stat = (label, value, id) => el("div", { class: "stat" }, el("b", { id }, value), el("span", {}, label));
@@ -340,11 +384,9 @@ async function clusterPage(signal) {
         ? [el("h2", {}, "Peers refused for their configuration"), el("ul", {}, status.configMismatches.map((m) => el("li", {}, m)))]
         : null,
       el("p", { class: "quiet" }, `As node ${status.id} sees it; refreshed every 2 s.`));
+    return true;
   };
-  while (!signal.aborted) {
-    await render();
-    await sleep(2000, signal);
-  }
+  while (!signal.aborted && (await render())) await sleep(2000, signal);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -388,8 +430,8 @@ async function resourcesPage(signal, params) {
         { title: "waiting", num: true, cell: (r) => r.waiting },
         { title: "units in use", num: true, cell: (r) => (r.policy && r.policy.totalUnits !== "0" ? `${r.unitsInUse} / ${r.policy.totalUnits}` : r.unitsInUse) },
         { title: "revision", num: true, cell: (r) => r.revision },
-      ], (page.resources || []).map((r) => ({ ...r, attrs: { "data-resource": r.name } })),
-      prefix ? `No resource named ${prefix}…` : "No resources yet."),
+      ], page.resources || [], prefix ? `No resource named ${prefix}…` : "No resources yet.", {},
+      (r) => ({ "data-resource": r.name })),
       el("div", { class: "pager" },
         tokens.length ? el("a", { href: here(tokens.slice(0, -1)) }, "← Previous page") : null,
         page.nextPageToken ? el("a", { href: here([...tokens, page.nextPageToken]), id: "next-page" }, "Next page →") : null));
@@ -402,7 +444,7 @@ async function resourcesPage(signal, params) {
       if (!message.events?.length || pending) return;
       pending = true;
       setTimeout(() => { pending = false; load(); }, 100);
-    }, signal);
+    }, signal, load);
   } else {
     while (!signal.aborted) {
       await sleep(2000, signal);
@@ -478,7 +520,7 @@ async function resourcePage(signal, name) {
       ...(state.admin ? [{ title: "", cell: (l) => [
         el("button", { type: "button", class: "small", "data-action": "release", onclick: () => releaseLease(r.name, l, refresh) }, "Release"), " ",
         el("button", { type: "button", class: "small", "data-action": "transfer", onclick: () => transferLease(r.name, l, refresh) }, "Transfer")] }] : []),
-    ], (r.leases || []).map((l) => ({ ...l, attrs: { "data-holder": l.holder, "data-token": l.fencingToken } })), "Nobody holds it."));
+    ], r.leases || [], "Nobody holds it.", {}, (l) => ({ "data-holder": l.holder, "data-token": l.fencingToken })));
     tick();
     waiters.replaceChildren(table([
       { title: "#", num: true, cell: (w) => w.position },
@@ -487,7 +529,7 @@ async function resourcePage(signal, name) {
       { title: "mode", cell: (w) => `${modeName(w.mode)}${w.units !== "1" && w.units !== "0" ? ` ×${w.units}` : ""}` },
       { title: "waits until", cell: (w) => when(w.waitDeadline) },
       ...(state.admin ? [{ title: "", cell: (w) => el("button", { type: "button", class: "small", "data-action": "cancel-wait", onclick: () => cancelWait(r.name, w, refresh) }, "Cancel wait") }] : []),
-    ], (r.waiters || []).map((w) => ({ ...w, attrs: { "data-waiter": w.holder } })), "Nobody is waiting."));
+    ], r.waiters || [], "Nobody is waiting.", {}, (w) => ({ "data-waiter": w.holder })));
     bookings.replaceChildren(table([
       { title: "holder", cell: (b) => b.holder },
       { title: "principal", cell: (b) => b.principal },
@@ -548,7 +590,7 @@ async function resourcePage(signal, name) {
       { title: "token", num: true, cell: (e) => (e.fencingToken !== "0" ? e.fencingToken : "") },
       { title: "by", cell: (e) => e.actor },
       { title: "detail", cell: (e) => detail(e) },
-    ], entries.slice(-100).reverse().map((e) => ({ ...e, attrs: { "data-event": eventName(e.event) } })), "No events."));
+    ], entries.slice(-100).reverse(), "No events.", {}, (e) => ({ "data-event": eventName(e.event) })));
   };
 
   const first = await refresh();
@@ -584,7 +626,7 @@ async function resourcePage(signal, name) {
     if (pending) return;
     pending = true;
     setTimeout(() => { pending = false; refresh(); }, 50);
-  }, signal);
+  }, signal, () => route());
 }
 
 function detail(e) {
@@ -701,15 +743,15 @@ function drawTenures(entries, live, spanSeconds) {
     if (m.at < from) continue;
     const mx = x(m.at), my = y(m.holder);
     if (m.kind === "reclaimed") {
-      g.push(svg("g", { class: "mark-reclaimed", "data-mark": "reclaimed" },
+      g.push(svg("g", { class: "mark-reclaimed", "data-mark": "reclaimed", "data-holder": m.holder },
         svg("line", { x1: mx - 5, y1: my + 7, x2: mx + 5, y2: my + 23 }), svg("line", { x1: mx + 5, y1: my + 7, x2: mx - 5, y2: my + 23 }),
         svg("title", {}, `${m.holder}: reclaimed`)));
     } else if (m.kind === "transferred" && lanes.includes(m.to)) {
       const ty = y(m.to);
-      g.push(svg("path", { class: "mark-transferred", "data-mark": "transferred", d: `M${mx},${my + 15} L${mx},${ty + 15} M${mx - 4},${ty + 15 + (ty > my ? -6 : 6)} L${mx},${ty + 15} L${mx + 4},${ty + 15 + (ty > my ? -6 : 6)}` },
+      g.push(svg("path", { class: "mark-transferred", "data-mark": "transferred", "data-holder": m.holder, d: `M${mx},${my + 15} L${mx},${ty + 15} M${mx - 4},${ty + 15 + (ty > my ? -6 : 6)} L${mx},${ty + 15} L${mx + 4},${ty + 15 + (ty > my ? -6 : 6)}` },
         svg("title", {}, `${m.holder} → ${m.to}: transferred`)));
     } else if (m.kind === "queued") {
-      g.push(svg("circle", { class: "mark-queued", "data-mark": "queued", cx: mx, cy: my + 15, r: 3 }, svg("title", {}, `${m.holder}: queued`)));
+      g.push(svg("circle", { class: "mark-queued", "data-mark": "queued", "data-holder": m.holder, cx: mx, cy: my + 15, r: 3 }, svg("title", {}, `${m.holder}: queued`)));
     }
   }
   g.push(svg("line", { class: "now", x1: x(now), x2: x(now), y1: top - 4, y2: height }));
@@ -775,7 +817,7 @@ async function leasesPage(signal, params) {
       { title: "token", num: true, cell: (l) => l.fencingToken },
       { title: "time left (at lookup)", num: true, cell: (l) => duration(seconds(l.remaining) - (performance.now() - fetched) / 1000) },
       { title: "status", cell: (l) => statusName(l.status) },
-    ], (reply.leases || []).map((l) => ({ ...l, attrs: { "data-resource": l.resource } })), "No live leases."),
+    ], reply.leases || [], "No live leases.", {}, (l) => ({ "data-resource": l.resource })),
     reply.nextPageToken ? el("p", { class: "quiet" }, "The first 200 are shown.") : null);
   } catch (e) {
     if (!signal.aborted) result.replaceChildren(el("p", { class: "card" }, `The lookup was refused: ${e}`));
@@ -788,6 +830,8 @@ async function leasesPage(signal, params) {
 async function route() {
   state.page.abort();
   state.page = new AbortController();
+  const dialog = document.getElementById("confirm");
+  if (dialog.open) dialog.close("cancel");
   const signal = state.page.signal;
   notify("");
   const hash = location.hash.replace(/^#\/?/, "") || "resources";
@@ -801,12 +845,8 @@ async function route() {
     else if (page === "leases") await leasesPage(signal, params);
     else await resourcesPage(signal, params);
   } catch (e) {
-    if (signal.aborted) return;
-    if (e instanceof ApiError && e.status === 401) {
-      sessionStorage.removeItem(TOKEN_KEY);
-      state.token = null;
-      loginPage("The node no longer accepts the token: sign in again.");
-    } else notify(`${e}`);
+    if (signal.aborted || (e instanceof ApiError && e.status === 401)) return;
+    notify(`${e}`);
   }
 }
 

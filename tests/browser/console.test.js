@@ -51,8 +51,19 @@ const problems = [];
 function watchPage(page, who) {
   page.on("pageerror", (error) => problems.push(`${who}: ${error}`));
   page.on("console", (message) => {
-    // A refused call is logged by the browser as a failed load: the test expects some.
+    // A refused API call is logged by the browser as a failed load: those are checked below.
     if (message.type() === "error" && !message.text().startsWith("Failed to load resource")) problems.push(`${who}: ${message.text()}`);
+  });
+  // Only the API may refuse (the test makes it), and only this origin is asked for anything.
+  page.on("response", (response) => {
+    const url = new URL(response.url());
+    if (url.origin !== new URL(base).origin) problems.push(`${who}: asked ${url}`);
+    else if (response.status() >= 400 && !url.pathname.startsWith("/v1/")) problems.push(`${who}: ${response.status()} for ${url.pathname}`);
+  });
+  page.on("requestfailed", (request) => {
+    const url = new URL(request.url());
+    // A watch stream is cut when its page goes away.
+    if (!url.pathname.startsWith("/v1/watch")) problems.push(`${who}: ${url} failed: ${request.failure()?.errorText}`);
   });
   return page;
 }
@@ -161,7 +172,7 @@ test("an admin signs in and follows a resource's leases live", async (t) => {
   await t.test("an admin cancels a wait, after a confirmation", async () => {
     const waiter = waitingAcquire(resource, "api-4");
     await page.waitForSelector(`#waiters tr[data-waiter="api-4"]`);
-    await page.waitForSelector(`#timeline [data-mark="queued"]`);
+    await page.waitForSelector(`#timeline [data-mark="queued"][data-holder="api-4"]`);
     await shot(page, "resource");
     await page.click(`#waiters tr[data-waiter="api-4"] button[data-action="cancel-wait"]`);
     await confirm(page);
@@ -172,9 +183,13 @@ test("an admin signs in and follows a resource's leases live", async (t) => {
   });
 
   await t.test("a cancelled confirmation does nothing; a confirmed release ends the lease", async () => {
+    const token = await page.getAttribute(`#holders tr[data-holder="api-3"]`, "data-token");
     await page.click(`#holders tr[data-holder="api-3"] button[data-action="release"]`);
     await page.waitForSelector("#confirm[open]");
     await page.click("#confirm button[value=cancel]");
+    // The cluster says so too, after the time a release would have taken to commit.
+    const still = await cli("validate", resource, "--token", token);
+    assert.equal(still.valid, true, JSON.stringify(still));
     assert.ok(await page.$(`#holders tr[data-holder="api-3"]`), "still held after Cancel");
     await page.click(`#holders tr[data-holder="api-3"] button[data-action="release"]`);
     await confirm(page);

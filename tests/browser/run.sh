@@ -22,5 +22,5 @@ LIVE_PORTS="7321 7322 7323" LIVE_HTTP_PORTS="8321 8322 8323" LIVE_AUTH=1
 export TENURE_CLI="$live_bin/tenure"
 
 cd "$here"
-node --test "$@" console.test.js
+live_run node --test --test-timeout=120000 "$@" console.test.js
 echo "screenshots in $CONSOLE_SHOTS"

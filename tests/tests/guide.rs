@@ -20,7 +20,9 @@
 //!   duration such as `30s`), single capital letters (`N`, not a flag such as curl's `-X`) and
 //!   RFC 3339 instants stand for what this run printed: bound where first matched, then
 //!   required in later output and substituted into later commands (`--token 1187` runs as
-//!   `--token 4`). Two numbers of the page never stand for the same number of the run.
+//!   `--token 4`). Two numbers of the page never stand for the same number of the run. A number
+//!   a command sends as the page wrote it (bound to nothing yet) is itself in that command's
+//!   output, and so is the status after `HTTP/1.1 `.
 //! - In a command, `…` inside a word is a fixed filler (the elided tokens of a token file).
 //!
 //! Directives are HTML comments on a line of their own, right before a block (a renderer
@@ -531,6 +533,7 @@ fn segments(text: &str) -> Vec<Seg> {
     let joins = |c: Option<&char>| c.is_some_and(|c| c.is_alphanumeric() || "/.-…".contains(*c));
     let apart = |c: Option<&char>| !c.is_some_and(|c| c.is_alphanumeric() || *c == '_');
     let expires_in: Vec<char> = "expires in ".chars().collect();
+    let http_status: Vec<char> = "HTTP/1.1 ".chars().collect();
     let (mut segs, mut i) = (Vec::<Seg>::new(), 0);
     while i < text.len() {
         let (before, digits) = (i.checked_sub(1).map(|b| &text[b]), digits_at(&text, i));
@@ -540,7 +543,11 @@ fn segments(text: &str) -> Vec<Seg> {
             (Seg::Instant(text[i..i + n].iter().collect()), n)
         } else if let Some(n) = duration_at(&text, i).filter(|_| text[..i].ends_with(&expires_in)) {
             (Seg::Duration, n)
-        } else if digits >= 2 && !joins(before) && !joins(text.get(i + digits)) {
+        } else if digits >= 2
+            && !joins(before)
+            && !joins(text.get(i + digits))
+            && !text[..i].ends_with(&http_status)
+        {
             (Seg::Number(text[i..i + digits].iter().collect()), digits)
         } else if text[i].is_ascii_uppercase()
             && apart(before)
@@ -791,7 +798,8 @@ impl Runner {
             }
         };
         let words = shell_words(&ran_as);
-        let (env, args): (Vec<&String>, Vec<&String>) = {
+        let quiet = String::from("-q");
+        let (env, mut args): (Vec<&String>, Vec<&String>) = {
             let split = words.iter().position(|w| !is_assignment(w)).unwrap_or(0);
             (
                 words[..split].iter().collect(),
@@ -800,7 +808,9 @@ impl Runner {
         };
         let mut cli = Cli::of([&endpoints]).in_dir(self.dir.path());
         if program(&ran_as).is_some_and(|program| program == "curl") {
-            cli = cli.running("curl");
+            // No ~/.curlrc (`-q`, first) and no proxy: the page's command, as written.
+            cli = cli.running("curl").with_env("NO_PROXY", "*");
+            args.insert(0, &quiet);
         }
         for assignment in env {
             let (name, value) = assignment.split_once('=').unwrap_or_default();
@@ -859,8 +869,29 @@ impl Runner {
         if command.mode != Mode::Interrupt && code != Some(exit) {
             matched = None;
         }
+        // A number the command sent as the page wrote it (bound to nothing yet) comes back as
+        // it was: in its output it is that number, not a value of the run.
+        let sent: HashSet<String> = segments(&command.line)
+            .into_iter()
+            .filter_map(|seg| match seg {
+                Seg::Number(n) if n.len() > 1 && !self.bindings.values.contains_key(&n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        let as_sent = |segs: Vec<Seg>| -> Vec<Seg> {
+            segs.into_iter()
+                .map(|seg| match seg {
+                    Seg::Number(n) if sent.contains(&n) => Seg::Lit(n),
+                    seg => seg,
+                })
+                .collect()
+        };
         if !command.output.is_empty() {
-            let mut expected: Vec<Vec<Seg>> = command.output.iter().map(|l| segments(l)).collect();
+            let mut expected: Vec<Vec<Seg>> = command
+                .output
+                .iter()
+                .map(|l| as_sent(segments(l)))
+                .collect();
             if command.mode == Mode::Interrupt {
                 expected.push(vec![Seg::Any]);
             }
@@ -869,7 +900,8 @@ impl Runner {
         }
         if let Some((_, text)) = inline.as_ref().filter(|(_, text)| !text.is_empty()) {
             let joined: Vec<char> = actual.join(" ").chars().collect();
-            matched = matched.and_then(|b| match_segs(&inline_segments(text), &joined, &b));
+            matched =
+                matched.and_then(|b| match_segs(&as_sent(inline_segments(text)), &joined, &b));
         }
         match matched {
             Some(bindings) => self.bindings = bindings,
@@ -969,24 +1001,19 @@ fn a_page_value_binds_once_then_is_required_and_substituted() {
     assert!(b.substitute("tenure validate r --token N").is_err());
 }
 
-/// The route each `curl` line of `page` calls: its method (`-X`, else `POST` with `-d`, else
-/// `GET`) and its URL's path.
+/// The route each `curl` command the guide test runs on `page` calls: its method (`-X`, else
+/// `POST` with `-d`, else `GET`) and its URL's path.
 fn curl_routes(page: &str) -> Vec<(http::Method, String)> {
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    for text in page.lines() {
-        line.push_str(text);
-        if line.ends_with('\\') {
-            line.pop();
-            continue;
-        }
-        lines.push(std::mem::take(&mut line));
-    }
-    lines
-        .iter()
-        .filter(|line| program(line).is_some_and(|p| p == "curl"))
+    parse("docs/api-guide.md", page)
+        .into_iter()
+        .filter_map(|step| match step {
+            Step::Run(command) if program(&command.line).is_some_and(|p| p == "curl") => {
+                Some(command.line)
+            }
+            _ => None,
+        })
         .map(|line| {
-            let words = shell_words(split_comment(line).0);
+            let words = shell_words(&line);
             let flag = |name: &str| {
                 words
                     .iter()

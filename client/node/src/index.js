@@ -7,7 +7,7 @@
 // `{seconds, nanos}` (use `ms()` and `durationMs()`), timestamps `{seconds, nanos}` (`toDate()`).
 
 import { randomUUID } from "node:crypto";
-import { EventEmitter } from "node:events";
+import { EventEmitter, once } from "node:events";
 import { existsSync } from "node:fs";
 import { isIP } from "node:net";
 import { fileURLToPath } from "node:url";
@@ -98,7 +98,48 @@ function header(metadata, key) {
 
 const sleep = (millis) => new Promise((resolve) => setTimeout(resolve, millis));
 
-const enumValue = (prefix, value) => (value === undefined || value === null ? `${prefix}_UNSPECIFIED` : typeof value === "number" ? value : `${prefix}_${String(value).toUpperCase()}`);
+/**
+ * The name of `value` in the proto enum `type` (`"read"` or `"LEASE_MODE_READ"` →
+ * `"LEASE_MODE_READ"`; absent → the `_UNSPECIFIED` default). A name the enum lacks throws: it
+ * would otherwise travel as the default (an exclusive lease for a misspelt shared mode).
+ */
+function enumValue(type, prefix, value) {
+  if (value === undefined || value === null) return `${prefix}_UNSPECIFIED`;
+  const names = definition[`tenure.v1.${type}`].type.value.map((v) => v.name);
+  const name = String(value).toUpperCase();
+  const full = name.startsWith(`${prefix}_`) ? name : `${prefix}_${name}`;
+  if (!names.includes(full)) throw new TypeError(`${value} is not a ${type} (${names.join(", ")})`);
+  return full;
+}
+
+/** The margin a holder keeps below a lease's expiry (spec §5.3): max(100 ms, 1 % of the ttl). */
+export function safetyMarginMs(ttlMs) {
+  return Math.max(100, ttlMs / 100);
+}
+
+/** The server's default wait for an acquire that waits without a `waitTimeoutMs` (spec §2.3). */
+const DEFAULT_WAIT_MS = 60000;
+
+/** How long the call may wait in the room, beyond the client's own timeout. */
+function waitAllowance(onConflict, waitTimeoutMs) {
+  if (enumValue("OnConflict", "ON_CONFLICT", onConflict) !== "ON_CONFLICT_WAIT") return 0;
+  return waitTimeoutMs || DEFAULT_WAIT_MS;
+}
+
+/** `setTimeout` for any delay: Node's own fires at once past 2^31 - 1 ms (24.8 days). */
+function after(ms, fn) {
+  const most = 2 ** 31 - 1;
+  const due = performance.now() + ms;
+  const timer = { id: null };
+  const arm = () => {
+    const left = due - performance.now();
+    timer.id = setTimeout(left > most ? arm : fn, Math.max(0, Math.min(left, most)));
+  };
+  arm();
+  return timer;
+}
+
+const cancel = (timer) => timer && clearTimeout(timer.id);
 
 /**
  * A client of a Tenure cluster.
@@ -180,13 +221,22 @@ export class Client {
     });
   }
 
+  /**
+   * One logical call: the same request (the same `requestId`) to one endpoint after another
+   * until it is answered or `timeoutMs` (+ `extraMs`, a wait's allowance) has passed. An
+   * attempt that is not a wait gets at most half the budget (and at least 1 s), so a node
+   * that never answers leaves time to ask another; running out of that share is retried.
+   */
   async _call(service, method, request, extraMs = 0) {
-    const deadline = Date.now() + this.timeoutMs + extraMs;
+    const now = () => performance.now();
+    const deadline = now() + this.timeoutMs + extraMs;
+    const share = extraMs > 0 ? Infinity : Math.max(1000, this.timeoutMs / 2);
     let index = this._preferred;
     let backoff = 10;
     for (;;) {
+      const attemptEnds = Math.min(deadline, now() + share);
       try {
-        const { response, headers } = await this._unary(service, index, method, request, new Date(deadline));
+        const { response, headers } = await this._unary(service, index, method, request, new Date(Date.now() + (attemptEnds - now())));
         this._preferred = this._leaderIndex(headers) ?? index;
         return response;
       } catch (raw) {
@@ -194,7 +244,9 @@ export class Client {
         const error = TenureError.fromGrpc(raw);
         const leader = this._leaderIndex(raw.headers, raw.metadata);
         if (leader !== null) this._preferred = leader;
-        if (!error.retryable || Date.now() + backoff >= deadline) throw error;
+        // Our own share of the budget ran out, not the call's: another node may answer.
+        const shareSpent = raw.code === grpc.status.DEADLINE_EXCEEDED && !header(raw.metadata, REASON_HEADER) && attemptEnds < deadline;
+        if (!(error.retryable || shareSpent) || now() + backoff >= deadline) throw error;
         // The named leader if it is another node, else the next endpoint.
         index = leader !== null && leader !== index ? leader : (index + 1) % this.endpoints.length;
         await sleep(backoff);
@@ -210,36 +262,36 @@ export class Client {
    * With `sessionId` the lease lives on that session and has no ttl of its own.
    * With `onConflict: "wait"` the call waits up to `waitTimeoutMs` in the waiting room.
    */
-  acquire(resource, holder, { ttlMs, mode, units = 0, metadata = {}, onConflict, waitTimeoutMs, idempotencyKey = "", sessionId = "" } = {}) {
+  acquire(resource, holder, { ttlMs, mode, units = 0, metadata = {}, onConflict, waitTimeoutMs, idempotencyKey = "", sessionId = "", requestId = randomUUID() } = {}) {
     const request = {
       resource,
       holder,
       ttl: ttlMs === undefined ? null : ms(ttlMs),
-      mode: enumValue("LEASE_MODE", mode),
+      mode: enumValue("LeaseMode", "LEASE_MODE", mode),
       units: String(units),
       metadata,
-      onConflict: enumValue("ON_CONFLICT", onConflict),
+      onConflict: enumValue("OnConflict", "ON_CONFLICT", onConflict),
       waitTimeout: waitTimeoutMs === undefined ? null : ms(waitTimeoutMs),
       idempotencyKey,
-      requestId: randomUUID(),
+      requestId,
       sessionId,
     };
-    return this._call("Leases", "Acquire", request, waitTimeoutMs || 0);
+    return this._call("Leases", "Acquire", request, waitAllowance(onConflict, waitTimeoutMs));
   }
 
   /** All or none: `claims` is `[{resource, mode, units}]`; one fencing token for every lease. */
-  acquireMany(holder, claims, { ttlMs, metadata = {}, onConflict, waitTimeoutMs, sessionId = "" } = {}) {
+  acquireMany(holder, claims, { ttlMs, metadata = {}, onConflict, waitTimeoutMs, sessionId = "", requestId = randomUUID() } = {}) {
     const request = {
       holder,
-      claims: claims.map((c) => ({ resource: c.resource, mode: enumValue("LEASE_MODE", c.mode), units: String(c.units || 0) })),
+      claims: claims.map((c) => ({ resource: c.resource, mode: enumValue("LeaseMode", "LEASE_MODE", c.mode), units: String(c.units || 0) })),
       ttl: ttlMs === undefined ? null : ms(ttlMs),
       metadata,
-      onConflict: enumValue("ON_CONFLICT", onConflict),
+      onConflict: enumValue("OnConflict", "ON_CONFLICT", onConflict),
       waitTimeout: waitTimeoutMs === undefined ? null : ms(waitTimeoutMs),
-      requestId: randomUUID(),
+      requestId,
       sessionId,
     };
-    return this._call("Leases", "AcquireMany", request, waitTimeoutMs || 0);
+    return this._call("Leases", "AcquireMany", request, waitAllowance(onConflict, waitTimeoutMs));
   }
 
   /** The lease with its new expiry (`ttlMs` absent: its last ttl). */
@@ -250,19 +302,19 @@ export class Client {
       holder: lease.holder,
       fencingToken: lease.fencingToken,
       ttl: ttlMs === undefined ? null : ms(ttlMs),
-      requestId: "",
+      requestId: randomUUID(),
     };
     return (await this._call("Leases", "Renew", request)).lease;
   }
 
   /** Ends the lease at once; the released lease. */
-  async release(lease) {
-    const request = { resource: lease.resource, leaseId: lease.leaseId, holder: lease.holder, fencingToken: lease.fencingToken, requestId: randomUUID() };
+  async release(lease, { requestId = randomUUID() } = {}) {
+    const request = { resource: lease.resource, leaseId: lease.leaseId, holder: lease.holder, fencingToken: lease.fencingToken, requestId };
     return (await this._call("Leases", "Release", request)).lease;
   }
 
   /** The new holder's lease: a new fencing token, the old expiry. */
-  async transfer(lease, toHolder, toPrincipal = "") {
+  async transfer(lease, toHolder, toPrincipal = "", { requestId = randomUUID() } = {}) {
     const request = {
       resource: lease.resource,
       leaseId: lease.leaseId,
@@ -270,7 +322,7 @@ export class Client {
       fencingToken: lease.fencingToken,
       toHolder,
       toPrincipal,
-      requestId: randomUUID(),
+      requestId,
     };
     return (await this._call("Leases", "Transfer", request)).lease;
   }
@@ -295,8 +347,8 @@ export class Client {
       resource,
       pageSize,
       pageToken,
-      order: enumValue("ORDER", order),
-      events: events.map((e) => enumValue("EVENT_TYPE", e)),
+      order: enumValue("Order", "ORDER", order),
+      events: events.map((e) => enumValue("EventType", "EVENT_TYPE", e)),
     });
   }
 
@@ -308,9 +360,11 @@ export class Client {
   /**
    * Events as they happen, from the resource (or every resource under `prefix`), after
    * `startRevision` ("0": from the oldest kept). An async iterator of `WatchResponse`s; it
-   * ends with a `TenureError` when the node ends the stream. `signal` (an AbortSignal) stops it.
+   * throws a `TenureError` when the node ends the stream with an error, and ends when `signal`
+   * (an AbortSignal) aborts or the loop that reads it stops.
    */
   async *watch({ resource = "", prefix = "", startRevision = "0", liveOnly = false, signal } = {}) {
+    if (signal?.aborted) return;
     const call = this._stub("Leases", this._preferred).Watch({ resource, prefix, startRevision: String(startRevision), events: [], liveOnly }, this._metadata);
     const cancel = () => call.cancel();
     signal?.addEventListener("abort", cancel, { once: true });
@@ -333,7 +387,7 @@ export class Client {
   }
 
   async renewSession(sessionId) {
-    return (await this._call("Leases", "RenewSession", { sessionId, requestId: "" })).session;
+    return (await this._call("Leases", "RenewSession", { sessionId, requestId: randomUUID() })).session;
   }
 
   /** Ends the session: every lease on it released, every wait cancelled, at once. */
@@ -355,43 +409,72 @@ export class Client {
   // --- the lease helper ------------------------------------------------------------------
 
   /**
-   * Acquires `resource` for `holder` and keeps the lease: renews it every third of its ttl
-   * and emits `renewed` (the lease) each time, and `lost` (a `TenureError`) once, when the
-   * lease cannot still be held. Resolves to the `HeldLease` once granted; rejects with a
+   * Acquires `resource` for `holder` and keeps the lease: renews it every third of its ttl,
+   * emits `renewed` (the lease) each time, and `lost` (a `TenureError`) once, when it can no
+   * longer be sure it holds it. Resolves to the `HeldLease` once granted; rejects with a
    * `TenureError` whose reason is the refusal when it is not granted (`resource_unavailable`,
-   * …). Pass `onConflict: "wait"` to wait for it.
+   * …). Pass `onConflict: "wait"` (and `waitTimeoutMs`, 60 s by default) to wait for it.
    */
   async hold(resource, holder, { ttlMs = 15000, ...options } = {}) {
+    if (options.sessionId) {
+      throw new TypeError("a lease on a session lives as long as its session: keep the session alive (renewSession) instead");
+    }
     const sent = performance.now();
     const reply = await this.acquire(resource, holder, { ttlMs, ...options });
     if (!reply.granted) throw new TenureError(reply.reason, grpc.status.OK, `${resource} was not granted: ${reply.reason}`);
-    return new HeldLease(this, reply.lease, ttlMs, sent);
+    // The lease lasts from the granting entry, which came after `sent`; a lease the holder
+    // already had comes back as it was, with what is left of it.
+    const left = Math.min(ttlMs, durationMs(reply.lease.remaining) || ttlMs);
+    const held = new HeldLease(this, reply.lease, ttlMs, sent, left);
+    // Granted after a long wait: renew now, so the deadline rests on a request sent after
+    // the grant, before handing the lease over.
+    if (performance.now() - sent > left / 3) {
+      await Promise.race([once(held, "renewed"), held.lost]);
+      if (held.ended) throw await held.lost;
+    }
+    return held;
   }
 }
 
+/** Renewal refusals that mean the lease is gone or cannot be kept; any other failure is retried. */
+const FINAL = new Set([
+  Reason.LEASE_NOT_FOUND,
+  Reason.LEASE_EXPIRED,
+  Reason.STALE_FENCING_TOKEN,
+  Reason.LIFETIME_EXCEEDED,
+  Reason.RESOURCE_BOOKED,
+  Reason.INSUFFICIENT_PERMISSIONS,
+  Reason.UNAUTHENTICATED,
+  Reason.INVALID_ARGUMENT,
+  Reason.TTL_OUT_OF_RANGE,
+]);
+
 /**
  * A lease kept alive by its client (from `Client.hold`). `lease` is the lease as last renewed
- * (its `fencingToken` never changes); `lost` resolves, once, to the `TenureError` that ended
- * it; events `renewed` (lease) and `lost` (error).
+ * (its `fencingToken` never changes). `valid` says whether it is surely still held; check it
+ * before each write. `lost` resolves, once, to the `TenureError` that ended it (it stays
+ * pending after `release()`); events `renewed` (lease) and `lost` (error).
  *
- * Loss is reported when a renewal is refused (the lease expired, was released or reclaimed,
- * or its token is stale), or when its ttl has run out, counted from when the last renewal
- * that succeeded was sent, without a renewal answered: past that moment the cluster may
- * already have given the resource to another holder, so stop using the token.
+ * Its deadline is the send time of the last renewal that succeeded (or of the acquire) plus
+ * the ttl, less a safety margin of max(100 ms, 1 % of the ttl): the cluster's expiry is later.
+ * The loss is reported when a renewal is refused for good (the lease expired, was released or
+ * reclaimed, or its token is stale: that refusal's reason), or when the deadline passes with
+ * no renewal answered (`lease_expired`): past it the cluster may have given the resource to
+ * another holder, so stop using the token. Other failures are retried until the deadline.
  */
 export class HeldLease extends EventEmitter {
-  constructor(client, lease, ttlMs, sentAt) {
+  constructor(client, lease, ttlMs, sentAt, leftMs = ttlMs) {
     super();
     this.client = client;
     this.lease = lease;
     this.ttlMs = ttlMs;
     this.ended = false;
-    this._validUntil = sentAt + ttlMs;
+    this._deadline = sentAt + leftMs - safetyMarginMs(ttlMs);
     this.lost = new Promise((resolve) => {
       this._resolveLost = resolve;
     });
     this._renewal = null;
-    this._schedule();
+    this._schedule(Math.max(0, sentAt + leftMs / 3 - performance.now()));
   }
 
   /** The lease's fencing token: send it with every write to what the lease protects. */
@@ -399,41 +482,49 @@ export class HeldLease extends EventEmitter {
     return this.lease.fencingToken;
   }
 
-  /** Milliseconds the lease is known to be held for, at least (0 once lost). */
-  get remainingMs() {
-    return this.ended ? 0 : Math.max(0, this._validUntil - performance.now());
+  /** Whether the lease is surely still held: not lost, not released, its deadline ahead. */
+  get valid() {
+    return !this.ended && performance.now() < this._deadline;
   }
 
-  _schedule() {
+  /** Milliseconds the lease is surely held for (0 once lost or released). */
+  get remainingMs() {
+    return this.ended ? 0 : Math.max(0, this._deadline - performance.now());
+  }
+
+  _schedule(nextRenewalMs) {
     if (this.ended) return;
-    this._timer = setTimeout(() => this._renew(), this.ttlMs / 3);
-    // The moment the lease may have ended, with no renewal answered since.
-    clearTimeout(this._expiry);
-    this._expiry = setTimeout(() => {
-      this._lose(new TenureError(Reason.LEASE_EXPIRED, grpc.status.DEADLINE_EXCEEDED, `no renewal of ${this.lease.resource} was answered within its ttl`));
-    }, Math.max(0, this._validUntil - performance.now()));
+    cancel(this._timer);
+    this._timer = after(nextRenewalMs, () => this._renew());
+    cancel(this._expiry);
+    this._expiry = after(Math.max(0, this._deadline - performance.now()), () => {
+      this._lose(new TenureError(Reason.LEASE_EXPIRED, grpc.status.DEADLINE_EXCEEDED, `no renewal of ${this.lease.resource} was answered before its deadline`));
+    });
   }
 
   async _renew() {
     if (this.ended) return;
     const sent = performance.now();
-    const renewal = this.client.renew(this.lease, { ttlMs: this.ttlMs });
-    this._renewal = renewal;
+    let renewed = null;
+    let failure = null;
     try {
-      const lease = await renewal;
-      if (this.ended) return;
-      this.lease = lease;
-      this._validUntil = sent + this.ttlMs;
-      this.emit("renewed", lease);
-      this._schedule();
+      this._renewal = this.client.renew(this.lease, { ttlMs: this.ttlMs });
+      renewed = await this._renewal;
     } catch (error) {
-      if (this.ended) return;
-      if (error instanceof TenureError && error.retryable) {
-        // Try again soon; the expiry timer reports the loss if none gets through in time.
-        this._timer = setTimeout(() => this._renew(), Math.min(1000, this.ttlMs / 10));
-        return;
-      }
-      this._lose(error instanceof TenureError ? error : new TenureError(Reason.UNAVAILABLE, grpc.status.UNKNOWN, String(error)));
+      failure = error;
+    }
+    if (this.ended) return;
+    if (renewed) {
+      this.lease = renewed;
+      this._deadline = sent + this.ttlMs - safetyMarginMs(this.ttlMs);
+      this._schedule(this.ttlMs / 3);
+      this.emit("renewed", renewed);
+    } else if (failure instanceof TenureError && FINAL.has(failure.reason)) {
+      this._lose(failure);
+    } else {
+      // Soon again; the expiry timer reports the loss if none gets through in time.
+      cancel(this._timer);
+      this._timer = after(Math.min(1000, this.ttlMs / 10), () => this._renew());
     }
   }
 
@@ -446,8 +537,8 @@ export class HeldLease extends EventEmitter {
 
   _stop() {
     this.ended = true;
-    clearTimeout(this._timer);
-    clearTimeout(this._expiry);
+    cancel(this._timer);
+    cancel(this._expiry);
   }
 
   /** Stops renewing and releases the lease; the released lease. */

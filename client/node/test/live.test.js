@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { once } from "node:events";
 import { after, test } from "node:test";
 
-import { Client, HeldLease, Reason, TenureError, durationMs } from "../src/index.js";
+import { Client, HeldLease, Reason, TenureError, durationMs, safetyMarginMs } from "../src/index.js";
 
 const endpoints = process.env.TENURE_ENDPOINTS;
 assert.ok(endpoints, "TENURE_ENDPOINTS names the cluster (run-live-test.sh sets it)");
@@ -35,8 +35,10 @@ test("an acquire grants a lease fenced by its entry's index; a second holder is 
   assert.equal(first.granted, true);
   const token = BigInt(first.lease.fencingToken);
   assert.ok(token > 0n);
-  const status = await admin.clusterStatus();
-  assert.ok(token <= BigInt(status.commitIndex), "the token is a committed log index");
+  // The entry that granted it is in the log the lease's history names.
+  const [acquired] = (await alice.history(resource, { order: "asc", pageSize: 1 })).entries;
+  assert.equal(acquired.event, "EVENT_TYPE_ACQUIRED");
+  assert.equal(BigInt(acquired.revision), token, "the token is the granting entry's index");
 
   const second = await alice.acquire(resource, "w2", { ttlMs: 30000 });
   assert.equal(second.granted, false);
@@ -91,19 +93,45 @@ test("errors carry the contract's reason", async () => {
 });
 
 test("the client goes to the leader the replies name", async () => {
-  const status = await admin.clusterStatus();
-  await admin.getResource(fresh("any"));
-  assert.equal(admin.endpoint, status.leaderAddr);
+  let status = await admin.clusterStatus();
+  while (status.leaderId === "0") status = await admin.clusterStatus();
+  // The endpoints with a follower first: the first reply names the leader, and the client
+  // goes there.
+  const list = endpoints.split(",");
+  const rotated = [...list.filter((e) => e !== status.leaderAddr), status.leaderAddr];
+  const follower = new Client(rotated, { token: process.env.LIVE_ADMIN_TOKEN });
+  try {
+    assert.notEqual(follower.endpoint, status.leaderAddr);
+    await follower.getResource(fresh("any"));
+    assert.equal(follower.endpoint, status.leaderAddr);
+  } finally {
+    follower.close();
+  }
 });
 
-test("the lease helper renews the lease, and reports its loss when an admin releases it", async () => {
+test("a mode, order or conflict rule the proto does not have is refused before it is sent", () => {
+  assert.throws(() => alice.acquire(fresh("typo"), "w1", { mode: "shared" }), TypeError);
+  assert.throws(() => alice.history(fresh("typo"), { order: "ascending" }), TypeError);
+  assert.throws(() => alice.acquire(fresh("typo"), "w1", { onConflict: "queue" }), TypeError);
+});
+
+// The next `renewed` event, or the loss that came first (a failure, not a hang).
+async function nextRenewal(held) {
+  const renewed = once(held, "renewed").then(([lease]) => lease);
+  const lost = held.lost.then((error) => assert.fail(`lost before a renewal: ${error}`));
+  return Promise.race([renewed, lost]);
+}
+
+test("the lease helper renews the lease, and reports its loss when an admin releases it", async (t) => {
   const resource = fresh("held");
   const held = await alice.hold(resource, "keeper", { ttlMs: 1500 });
+  t.after(() => held.ended || held.release().catch(() => {}));
   const token = held.fencingToken;
   // Three renewals: the lease outlives its ttl twice over.
   for (let i = 0; i < 3; i++) {
-    const [lease] = await once(held, "renewed");
+    const lease = await nextRenewal(held);
     assert.equal(lease.fencingToken, token);
+    assert.ok(held.valid);
   }
   assert.equal((await alice.validate(resource, { fencingToken: token })).valid, true);
   assert.ok(held.remainingMs > 0);
@@ -112,7 +140,21 @@ test("the lease helper renews the lease, and reports its loss when an admin rele
   const lost = await held.lost;
   assert.equal(lost.reason, Reason.LEASE_NOT_FOUND);
   assert.equal(held.remainingMs, 0);
-  assert.equal(held.ended, true);
+  assert.equal(held.valid, false);
+});
+
+test("the lease helper counts what is left of a lease the holder already had", async (t) => {
+  const resource = fresh("again");
+  await alice.acquire(resource, "keeper", { ttlMs: 4000 });
+  // The same holder acquires again: the lease it had comes back unchanged, with less than
+  // the ttl asked for; the helper's deadline is that, not 60 s.
+  const held = await alice.hold(resource, "keeper", { ttlMs: 60000 });
+  t.after(() => held.ended || held.release().catch(() => {}));
+  assert.ok(held.remainingMs <= 4000, `${held.remainingMs} ms`);
+  // So it renews within a third of what was left, not of the 60 s it asked for.
+  const lease = await nextRenewal(held);
+  assert.equal(durationMs(lease.ttl), 60000);
+  assert.ok(held.remainingMs > 4000);
 });
 
 test("the lease helper reports the loss once the ttl passes with no renewal answered", async () => {
@@ -126,8 +168,10 @@ test("the lease helper reports the loss once the ttl passes with no renewal answ
     const held = new HeldLease(cutOff, lease, ttlMs, started);
     const lost = await held.lost;
     assert.equal(lost.reason, Reason.LEASE_EXPIRED);
-    // Never reported before the ttl could have run out.
-    assert.ok(performance.now() - started >= ttlMs);
+    // Reported by the deadline (the ttl less the safety margin), not before it.
+    const elapsed = performance.now() - started;
+    assert.ok(elapsed >= ttlMs - safetyMarginMs(ttlMs) - 2, `${elapsed} ms`);
+    assert.equal(held.valid, false);
   } finally {
     cutOff.close();
   }
@@ -170,6 +214,7 @@ test("watch streams a resource's events as they happen", async () => {
   const next = events.next();
   const { lease } = await alice.acquire(resource, "w1", { ttlMs: 30000 });
   let seen = [];
+  // Progress messages carry no events: read until one does (the test's timeout bounds it).
   for (let message = await next; !message.done; message = await events.next()) {
     seen = seen.concat(message.value.events);
     if (seen.length) break;

@@ -1,4 +1,4 @@
-//! The web console (SPEC §2.8): a page and its script and style, built into the binary and
+//! The web console (SPEC §2.7): a page and its script and style, built into the binary and
 //! served by the gateway at `/`. The page is only a client of the gateway's own API: it holds
 //! no secret and needs no token to load; every call it makes carries the token the user gave
 //! it, and the API decides what that token may see and do.
@@ -15,7 +15,7 @@ const STYLE: &str = include_str!("../../console/console.css");
 
 /// What the console's pages may load and call: their own origin, nothing else.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-     style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
+     style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
 /// The console's assets: path, content type, content.
@@ -55,6 +55,15 @@ pub fn serve(method: &Method, path: &str) -> Response {
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::REFERRER_POLICY, "no-referrer"),
         (header::CACHE_CONTROL, "no-cache"),
+        // A page of another site that opened the console keeps no handle on it.
+        (
+            header::HeaderName::from_static("cross-origin-opener-policy"),
+            "same-origin",
+        ),
+        (
+            header::HeaderName::from_static("cross-origin-resource-policy"),
+            "same-origin",
+        ),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
     }

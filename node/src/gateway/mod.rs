@@ -67,11 +67,11 @@ pub fn router(node: Arc<Node>) -> axum::Router {
     axum::Router::new().fallback(move |request: http::Request<Body>| {
         let (node, openapi) = (node.clone(), openapi.clone());
         async move {
-            if console::is_console(request.uri().path()) {
-                return console::serve(request.method(), request.uri().path());
-            }
-            if request.uri().path() == "/v1/openapi.json" {
-                return match request.method() == Method::GET {
+            let path = request.uri().path();
+            let response = if console::is_console(path) {
+                console::serve(request.method(), path)
+            } else if path == "/v1/openapi.json" {
+                match request.method() == Method::GET {
                     true => (
                         [(http::header::CONTENT_TYPE, "application/json")],
                         openapi.to_string(),
@@ -82,11 +82,34 @@ pub fn router(node: Arc<Node>) -> axum::Router {
                         "/v1/openapi.json",
                         routes::NoRoute::Method(vec![Method::GET]),
                     ),
-                };
-            }
-            handle(node, request).await
+                }
+            } else {
+                return guarded(handle(node, request).await);
+            };
+            // These answers never read a body.
+            guarded(match announces_body(request.headers()) {
+                true => closing(response),
+                false => response,
+            })
         }
     })
+}
+
+/// What no API answer may be taken for: a page to render, or something to sniff or frame.
+pub const API_CONTENT_SECURITY_POLICY: &str = "default-src 'none'; frame-ancestors 'none'";
+
+/// `response` with `nosniff` and, unless it set its own (the console's), a policy that lets
+/// a browser render nothing from it.
+fn guarded(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers
+        .entry(http::header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(API_CONTENT_SECURITY_POLICY));
+    response
 }
 
 /// Serves the gateway on `listener` until `stop` (over TLS with the node's certificate when
@@ -113,8 +136,9 @@ fn refused(status: StatusCode, code: &str, message: String) -> Response {
 }
 
 /// Refuses what a web page could send on a user's behalf: a cross-site request, a body that
-/// is not JSON (a form or plain text needs no preflight), and, with auth off on a loopback
-/// gateway, a `Host` that is not this machine (DNS rebinding).
+/// is not JSON (a form or plain text needs no preflight), and, with auth off, a `Host` that is
+/// a domain name: a page of another site whose name was rebound to this node's address
+/// (DNS rebinding) calls with its own name, never with an address.
 fn browser_check(node: &Node, parts: &http::request::Parts) -> Result<(), Response> {
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let forbidden = |message: String| {
@@ -132,17 +156,11 @@ fn browser_check(node: &Node, parts: &http::request::Parts) -> Result<(), Respon
             return forbidden(format!("calls from the origin {origin} are refused"));
         }
     }
-    let loopback_gateway = node
-        .config
-        .http_listen
-        .as_deref()
-        .is_some_and(tenure_proto::is_loopback);
-    if !node.auth().is_on()
-        && loopback_gateway
-        && !header("host").is_some_and(tenure_proto::is_loopback)
-    {
+    if !node.auth().is_on() && !header("host").is_some_and(is_address) {
         return forbidden(
-            "with auth off the gateway answers only calls addressed to this machine".into(),
+            "with auth off the gateway answers only calls addressed to an IP address or \
+             localhost"
+                .into(),
         );
     }
     let has_body = !matches!(parts.method, Method::GET | Method::DELETE | Method::HEAD);
@@ -275,6 +293,16 @@ fn refusal(node: &Node, refused: ApiError, extensions: &http::Extensions) -> Res
     response
 }
 
+/// Whether a `Host` value names an address (an IP address or `localhost`, with or without a
+/// port), not a domain.
+fn is_address(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or("", |(name, _)| name),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
 /// Whether the request says a body follows its head.
 fn announces_body(headers: &http::HeaderMap) -> bool {
     headers.contains_key(http::header::TRANSFER_ENCODING)
@@ -399,4 +427,34 @@ fn no_route(method: &Method, path: &str, refused: routes::NoRoute) -> Response {
         }
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_address;
+
+    #[test]
+    fn a_host_is_an_address_only_when_it_is_an_ip_or_localhost() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:8101",
+            "10.1.2.3:80",
+            "[::1]:8101",
+            "[fe80::1]",
+            "localhost",
+            "LOCALHOST:8101",
+        ] {
+            assert!(is_address(host), "{host}");
+        }
+        for host in [
+            "tenure.example",
+            "tenure.example:8101",
+            "localhost.attacker.example",
+            "127.0.0.1.nip.io:8101",
+            "",
+            "[::1",
+        ] {
+            assert!(!is_address(host), "{host}");
+        }
+    }
 }
