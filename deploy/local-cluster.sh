@@ -56,6 +56,7 @@ cat <<MSG
 Tenure is running: three nodes, data and logs under $data
   endpoints  $TENURE_ENDPOINTS   (the tenure CLI uses these by default)
   HTTP       http://127.0.0.1:8101/v1/  (and 8102, 8103; the routes: /v1/openapi.json)
+  console    http://127.0.0.1:8101/     (a browser: who holds what, live; auth is off here)
   cli        $bin/tenure
   node 1     127.0.0.1:7101  pid ${pids[0]}  log $data/node1.log
   node 2     127.0.0.1:7102  pid ${pids[1]}  log $data/node2.log
