@@ -203,12 +203,21 @@ impl Running {
 
     /// Sends SIGINT until it exits (within [`GUARD`]). A command started with SIGINT ignored
     /// (what a non-interactive shell does to its background jobs, such as a CI run) loses a
-    /// SIGINT that arrives before it has set up its own handler; the next one reaches it.
-    /// Its output stays in the pipes for [`Running::end`].
+    /// SIGINT that arrives before it has set up its own handler; the next one reaches it. A
+    /// program with no handler of its own (curl) keeps ignoring it: after 2 s it gets SIGTERM,
+    /// as a closed terminal would send. Its output stays in the pipes for [`Running::end`].
     pub async fn interrupt_until_exited(&mut self) {
-        let deadline = tokio::time::Instant::now() + GUARD;
+        let begun = tokio::time::Instant::now();
+        let deadline = begun + GUARD;
         while self.exited().is_none() {
-            self.interrupt();
+            if begun.elapsed() < Duration::from_secs(2) {
+                self.interrupt();
+            } else if let Some(pid) = self.child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
             let exited = tokio::time::timeout(Duration::from_millis(500), self.child.wait());
             if exited.await.is_ok() || tokio::time::Instant::now() >= deadline {
                 return;
