@@ -61,7 +61,7 @@ Tenure is running: three nodes, data and logs under $data
   node 1     127.0.0.1:7101  pid ${pids[0]}  log $data/node1.log
   node 2     127.0.0.1:7102  pid ${pids[1]}  log $data/node2.log
   node 3     127.0.0.1:7103  pid ${pids[2]}  log $data/node3.log
-  (`tenure cluster status` says which id leads: kill -9 that pid to see a failover)
+  (\`tenure cluster status\` says which id leads: kill -9 that pid to see a failover)
 
 Try:
   $bin/tenure acquire world/eu-1 --holder server-7 --ttl 30s
