@@ -521,6 +521,25 @@ async fn the_gate_refuses_from_the_headers_with_the_reason() {
         .await;
     assert_eq!(openapi.status, 200);
     assert!(openapi.json["paths"]["/v1/resources/{resource}:acquire"]["post"].is_object());
+
+    // No answer is a page a browser would render, sniff or frame: the refusals and the
+    // answers alike.
+    for answer in [&openapi, &cluster_call, &register] {
+        assert_eq!(
+            answer
+                .headers
+                .get("x-content-type-options")
+                .map(|v| v.as_bytes()),
+            Some(&b"nosniff"[..])
+        );
+        assert_eq!(
+            answer
+                .headers
+                .get("content-security-policy")
+                .map(|v| v.as_bytes()),
+            Some(tenure_node::gateway::API_CONTENT_SECURITY_POLICY.as_bytes())
+        );
+    }
     cluster.shutdown().await;
 }
 
