@@ -1,6 +1,7 @@
 //! Sessions (SPEC §4.24), on what the clients were told and on what the cluster recorded
 //! (every resource's history, read after the run). The harness gives each session a holder of
-//! its own, and sessions have no grace (the ad-hoc policy's).
+//! its own, and sessions have no grace (neither the ad-hoc policy nor the sessions workload's
+//! resources have one).
 //!
 //! * `session_ended_early`: a call naming a session is told `session_not_found` although the
 //!   session cannot have expired yet: no close of it had been asked, and its creation or a

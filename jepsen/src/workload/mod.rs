@@ -245,7 +245,8 @@ impl WorkloadConfig {
         match kind {
             Kind::Exclusive => None,
             Kind::Waiting | Kind::Many => Some(registered),
-            // A lease on a session lives as its session does, and sessions have no grace.
+            // A lease on a session lives as its session does; with no grace here (nor in the ad-hoc
+            // policy) its session has none either (§4.24: the longest of its resources').
             Kind::Sessions => Some(ResourcePolicy {
                 renewal_grace_ms: 0,
                 ..registered

@@ -38,6 +38,11 @@ pub struct Session {
     pub leases: BTreeSet<(Name, LeaseId)>,
     /// Its waits, as (resource, wait id).
     pub waits: BTreeSet<(Name, u64)>,
+    /// The renewal grace of each lease's resource, and how many leases have it: the session's
+    /// grace is the longest of them and the ad-hoc policy's ([`State::session_grace_ms`]).
+    /// Derived from `leases` (policies never change), so snapshots do not hold it.
+    #[serde(skip)]
+    pub graces: BTreeMap<u64, u32>,
 }
 
 /// A session id as written: `ses_<index>`, the index of the entry that created it.
@@ -114,7 +119,7 @@ impl State {
     pub(in crate::lease) fn session_is_due(&self, session: &Session) -> bool {
         session
             .expires_at_ms
-            .saturating_add(self.session_grace_ms())
+            .saturating_add(self.session_grace_ms(session))
             <= self.clock.now_ms()
     }
 
@@ -126,15 +131,19 @@ impl State {
             .map_or(lease.expires_at_ms, |s| s.expires_at_ms)
     }
 
-    fn session_grace_ms(&self) -> u64 {
-        self.default_policy.renewal_grace_ms
+    /// How long a session stays in its grace past its expiry: the longest `renewal_grace`
+    /// among the ad-hoc policy and the policies of the resources it holds leases on, so that
+    /// no lease on it ends before its own resource's grace does, and all end together.
+    pub(in crate::lease) fn session_grace_ms(&self, session: &Session) -> u64 {
+        let longest = session.graces.last_key_value().map_or(0, |(ms, _)| *ms);
+        longest.max(self.default_policy.renewal_grace_ms)
     }
 
     fn session_due_key(&self, id: u64, session: &Session) -> (u64, u64) {
         (
             session
                 .expires_at_ms
-                .saturating_add(self.session_grace_ms()),
+                .saturating_add(self.session_grace_ms(session)),
             id,
         )
     }
@@ -226,6 +235,7 @@ impl State {
             metadata: op.metadata.clone().into(),
             leases: BTreeSet::new(),
             waits: BTreeSet::new(),
+            graces: BTreeMap::new(),
         };
         self.count_session(&session, 1);
         self.session_due
@@ -444,12 +454,33 @@ impl State {
             return;
         };
         let key = (lease.resource.clone(), lease.lease_id());
+        let changed = if sign > 0 {
+            session.leases.insert(key)
+        } else {
+            session.leases.remove(&key)
+        };
+        if !changed {
+            return;
+        }
         if sign > 0 {
-            if session.leases.insert(key) {
-                self.on_sessions += 1;
-            }
-        } else if session.leases.remove(&key) {
+            self.on_sessions += 1;
+        } else {
             self.on_sessions -= 1;
+        }
+        // The lease's resource's grace joins or leaves the session's: its due time may move.
+        let grace_ms = self.policy_of(&lease.resource).renewal_grace_ms;
+        let Some(session) = self.sessions.get(&id.get()) else {
+            return;
+        };
+        let old_key = self.session_due_key(id.get(), session);
+        let Some(session) = self.sessions.get_mut(&id.get()).map(Arc::make_mut) else {
+            return;
+        };
+        count_grace(&mut session.graces, grace_ms, sign);
+        let session = &self.sessions[&id.get()];
+        let new_key = self.session_due_key(id.get(), session);
+        if new_key != old_key && self.session_due.remove(&old_key) {
+            self.session_due.insert(new_key);
         }
     }
 
@@ -489,7 +520,6 @@ impl State {
                 continue;
             };
             self.on_sessions += session.leases.len();
-            due.insert(self.session_due_key(id, session));
             for (resource, lease_id) in &session.leases {
                 leases
                     .entry(resource.clone())
@@ -502,6 +532,21 @@ impl State {
                     .or_default()
                     .insert(*wait_id, nz);
             }
+        }
+        // Each session's graces, from the policies of its leases' resources.
+        let ids: Vec<u64> = self.sessions.keys().copied().collect();
+        for id in ids {
+            let graces = self.sessions[&id].leases.iter().fold(
+                BTreeMap::new(),
+                |mut graces, (resource, _)| {
+                    count_grace(&mut graces, self.policy_of(resource).renewal_grace_ms, 1);
+                    graces
+                },
+            );
+            if let Some(session) = self.sessions.get_mut(&id).map(Arc::make_mut) {
+                session.graces = graces;
+            }
+            due.insert(self.session_due_key(id, &self.sessions[&id]));
         }
         for (resource, on) in leases {
             if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
@@ -547,5 +592,17 @@ impl State {
             views.push(view);
         }
         (views, next)
+    }
+}
+
+/// One more (`sign` 1) or one fewer (-1) lease whose resource has `grace_ms`.
+fn count_grace(graces: &mut BTreeMap<u64, u32>, grace_ms: u64, sign: i64) {
+    if sign > 0 {
+        *graces.entry(grace_ms).or_default() += 1;
+    } else if let Some(count) = graces.get_mut(&grace_ms) {
+        *count -= 1;
+        if *count == 0 {
+            graces.remove(&grace_ms);
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! SPEC §4.25 (AcquireMany: all or nothing, one place in every room), driven through `apply`.
 
-use super::quotas::set;
+use std::collections::BTreeMap;
+
+use super::quotas::{set, usage};
 use super::*;
 use crate::lease::command::{AcquireManyOp, CancelWaitOp, Claim, CloseSessionOp, CreateSessionOp};
 use crate::lease::history::EventKind;
@@ -635,4 +637,167 @@ fn s4_25_holdings_of_another_principal_are_judged_before_already_held() {
     granted(&log.acquire(ALICE, acq("z", "k")));
     let reply = log.propose(ALICE, many("k", &["z", "w"], None));
     assert!(matches!(rejection(&reply), Rejection::AlreadyHeld { .. }));
+}
+
+#[test]
+fn s4_25_each_claim_is_checked_as_an_acquire_of_it_would_be() {
+    let mut log = Log::new();
+    log.register("pool", shared_policy(&[Mode::Read], 4));
+    log.register("short", ttl_capped_policy(5_000));
+    let claim = |resource: &str, mode: Mode, units: u64| Claim {
+        resource: resource.into(),
+        mode,
+        units,
+    };
+    let with = |claims: Vec<Claim>, ttl_ms: Option<u64>| {
+        Op::AcquireMany(AcquireManyOp {
+            claims,
+            ttl_ms,
+            ..many_op("h", &[], None)
+        })
+    };
+    // A mode the second resource's policy does not allow.
+    let reply = log.propose(
+        ALICE,
+        with(
+            vec![
+                claim("x", Mode::Exclusive, 0),
+                claim("pool", Mode::Write, 1),
+            ],
+            None,
+        ),
+    );
+    assert!(matches!(
+        rejection(&reply),
+        Rejection::InvalidMode { mode: Mode::Write }
+    ));
+    // More units than the pool has.
+    let reply = log.propose(
+        ALICE,
+        with(
+            vec![claim("x", Mode::Exclusive, 0), claim("pool", Mode::Read, 5)],
+            None,
+        ),
+    );
+    assert_eq!(invalid_field(&reply), "units");
+    // A ttl within the ad-hoc bounds but past one resource's max_ttl.
+    let reply = log.propose(
+        ALICE,
+        with(
+            vec![
+                claim("x", Mode::Exclusive, 0),
+                claim("short", Mode::Exclusive, 0),
+            ],
+            Some(10_000),
+        ),
+    );
+    assert!(matches!(
+        rejection(&reply),
+        Rejection::TtlOutOfRange { max_ms: 5_000, .. }
+    ));
+    // With registration required, an unregistered resource.
+    log.require_registration = true;
+    let reply = log.propose(
+        ALICE,
+        with(
+            vec![claim("pool", Mode::Read, 1), claim("x", Mode::Exclusive, 0)],
+            None,
+        ),
+    );
+    assert_eq!(rejection(&reply).reason(), "resource_not_found");
+    assert_eq!(
+        log.state.live_leases(),
+        0,
+        "no refused call granted anything"
+    );
+    // Granted without a ttl: each lease takes its own resource's default; one metadata for all.
+    let mut op = AcquireManyOp {
+        claims: vec![
+            claim("pool", Mode::Read, 2),
+            claim("short", Mode::Exclusive, 0),
+        ],
+        ttl_ms: None,
+        ..many_op("h", &[], None)
+    };
+    op.metadata = BTreeMap::from([("job".to_string(), "7".to_string())]);
+    let reply = log.propose(ALICE, Op::AcquireMany(op));
+    let leases = outcome(&reply).leases;
+    let ttls: Vec<u64> = leases.iter().map(|v| v.lease.ttl_ms).collect();
+    assert_eq!(ttls, [Policy::registered().default_ttl_ms, 5_000]);
+    assert_eq!(leases[0].lease.units, 2);
+    for view in &leases {
+        let metadata: Vec<(&String, &String)> = view.lease.metadata.iter().collect();
+        assert_eq!(metadata, [(&"job".to_string(), &"7".to_string())]);
+    }
+}
+
+#[test]
+fn s4_25_the_answer_explains_every_claims_refusal_and_its_reason_is_the_first() {
+    let mut log = Log::new();
+    log.register("delayed", lock_delay_policy(5_000));
+    log.register("pool", shared_policy(&[Mode::Read], 20));
+    // "delayed" is closed by a reclaim; "pool" has 12 readers holding 1 unit each.
+    granted(&log.acquire(BOB, acq_ttl("delayed", "b", 1_000)));
+    for k in 0..12 {
+        granted(&log.acquire(BOB, shared("pool", &format!("reader{k}"), Mode::Read, 1)));
+    }
+    log.elapse(1_000);
+    log.tick();
+    let mut op = many_op("h", &["free", "pool", "delayed"], None);
+    op.claims[1].mode = Mode::Read;
+    op.claims[1].units = 10;
+    let answer = outcome(&log.propose(ALICE, Op::AcquireMany(op)));
+    assert!(!answer.granted);
+    let refusals: Vec<Option<Refusal>> = answer.claims.iter().map(|c| c.refusal).collect();
+    assert_eq!(
+        refusals,
+        [
+            None,
+            Some(Refusal::InsufficientUnits),
+            Some(Refusal::LockDelay)
+        ]
+    );
+    assert_eq!(
+        answer.summary().refusal,
+        Some(Refusal::InsufficientUnits),
+        "the first refusal in the order named"
+    );
+    assert_eq!(
+        answer.claims[1].holders.len(),
+        crate::lease::many::CLAIM_HOLDERS_SHOWN,
+        "the first holders only"
+    );
+    assert!(answer.claims[2].holders.is_empty());
+    assert!(log.holders("free").is_empty());
+}
+
+#[test]
+fn s4_25_a_multi_wait_takes_a_place_of_the_waiters_quota_in_every_room() {
+    let mut log = Log::new();
+    for r in ["x", "y", "z"] {
+        granted(&log.acquire(BOB, acq_ttl(r, "b", 600_000)));
+    }
+    set(&mut log, Some("alice"), Quota::Waiters, Some(2));
+    let reply = log.propose(ALICE, many("h", &["x", "y", "z"], Some(60_000)));
+    assert!(matches!(rejection(&reply), Rejection::QuotaExceeded { .. }));
+    assert_eq!(log.state.waiters(), 0, "no place taken in any room");
+    waiting(&log.propose(ALICE, many("h", &["x", "y"], Some(60_000))));
+    assert_eq!(log.state.waiters(), 2);
+    assert_eq!(usage(&log, "alice", Quota::Waiters), 2);
+}
+
+#[test]
+fn s4_25_a_retry_after_the_wait_timed_out_answers_the_timeout() {
+    let mut log = Log::new();
+    granted(&log.acquire(BOB, acq_ttl("y", "b", 600_000)));
+    let request = Some("req-late".to_string());
+    let op = many("c", &["x", "y"], Some(5_000));
+    waiting(&log.propose_with(ALICE, request.clone(), op.clone()));
+    log.elapse(5_000);
+    log.tick();
+    assert_eq!(decided_many(&log).refusal, Some(Refusal::WaitTimeout));
+    let retried = outcome(&log.propose_with(ALICE, request, op));
+    assert!(!retried.granted);
+    assert_eq!(retried.refusal, Some(Refusal::WaitTimeout));
+    assert_eq!(log.state.waiters(), 0, "the retry did not queue again");
 }

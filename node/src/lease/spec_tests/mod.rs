@@ -375,6 +375,15 @@ pub(super) fn lock_delay_policy(lock_delay_ms: u64) -> Policy {
     }
 }
 
+/// A registered resource whose leases last at most (and by default) `max_ttl_ms`.
+pub(super) fn ttl_capped_policy(max_ttl_ms: u64) -> Policy {
+    Policy {
+        default_ttl_ms: max_ttl_ms,
+        max_ttl_ms,
+        ..lock_delay_policy(0)
+    }
+}
+
 pub(super) fn granted(reply: &Reply) -> LeaseView {
     match reply {
         Reply::Acquire(outcome) if outcome.granted => {

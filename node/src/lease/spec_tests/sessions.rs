@@ -1,6 +1,6 @@
 //! SPEC §4.24 (sessions), driven through `apply`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::quotas::{over_quota, recount_agrees, set, usage};
 use super::*;
@@ -162,6 +162,69 @@ fn s4_24_a_session_in_its_grace_still_holds_and_a_renewal_makes_it_active_again(
     // Expiry plus grace: gone.
     log.elapse(8_000);
     assert!(matches!(log.tick(), Reply::Reclaimed(v) if v.len() == 1));
+}
+
+/// A registered resource whose leases keep `renewal_grace_ms` past their expiry.
+fn grace_policy(renewal_grace_ms: u64) -> Policy {
+    Policy {
+        renewal_grace_ms,
+        ..lock_delay_policy(0)
+    }
+}
+
+#[test]
+fn s4_24_a_sessions_grace_is_the_longest_renewal_grace_of_its_leases_resources() {
+    // The ad-hoc policy has no grace; "slow" has 4 s.
+    let mut log = Log::new();
+    log.register("slow", grace_policy(4_000));
+    let id = open(&mut log, ALICE, "w", 5_000);
+    granted(&log.propose(ALICE, on(&id, acq("quick", "w"))));
+    granted(&log.propose(ALICE, on(&id, acq("slow", "w"))));
+    // A restored node agrees on when the session falls due.
+    let body = crate::store::snapshot::encode_state(&log.state.snapshot_copy()).expect("encode");
+    let restored = crate::store::snapshot::decode_state(&body).expect("decode");
+    assert_eq!(restored, log.state);
+    assert_eq!(restored.next_due_ms(), log.state.next_due_ms());
+    log.state = restored;
+    // Past its expiry, inside the longest grace: both leases still hold, in GRACE.
+    log.elapse(5_000);
+    assert_eq!(log.tick(), Reply::Reclaimed(vec![]));
+    for resource in ["quick", "slow"] {
+        let shown = log.state.resource_view(resource).leases;
+        assert_eq!(shown.len(), 1, "{resource} still held");
+        assert_eq!(shown[0].status, LeaseStatus::Grace);
+    }
+    let (refusal, _) = refused(&log.acquire(BOB, acq("quick", "other")));
+    assert_eq!(refusal, Refusal::ResourceUnavailable);
+    // A renewal in that grace is accepted.
+    let renewed = session(&log.propose(ALICE, renew_session(&id)));
+    assert_eq!(renewed.status, SessionStatus::Active);
+    // Renewed at 5 s: expiry 10 s, grace to 14 s; both end then, in one entry.
+    log.elapse(8_999);
+    assert_eq!(log.tick(), Reply::Reclaimed(vec![]));
+    log.elapse(1);
+    match log.tick() {
+        Reply::Reclaimed(views) => {
+            let mut ended: Vec<&str> = views.iter().map(|v| &*v.lease.resource).collect();
+            ended.sort_unstable();
+            assert_eq!(ended, ["quick", "slow"]);
+        }
+        other => panic!("expected reclaims, got {other:?}"),
+    }
+}
+
+#[test]
+fn s4_24_a_sessions_grace_shrinks_when_its_longest_grace_lease_ends() {
+    let mut log = Log::new();
+    log.register("slow", grace_policy(4_000));
+    let id = open(&mut log, ALICE, "w", 5_000);
+    granted(&log.propose(ALICE, on(&id, acq("quick", "w"))));
+    let slow = granted(&log.propose(ALICE, on(&id, acq("slow", "w"))));
+    lease(&log.release(ALICE, release_of(&slow)));
+    // Only the ad-hoc lease is left: the session has the ad-hoc policy's grace (none).
+    log.elapse(5_000);
+    assert!(matches!(log.tick(), Reply::Reclaimed(v) if v.len() == 1));
+    assert!(log.state.resource_view("quick").leases.is_empty());
 }
 
 #[test]
@@ -352,24 +415,44 @@ fn s4_24_sessions_count_against_the_sessions_quota() {
     let two = session_name(log.index);
     granted(&log.propose(ALICE, on(&two, acq("r", "w2"))));
     assert_eq!(usage(&log, "alice", Quota::Leases), 1);
+    assert_eq!(usage(&log, "alice", Quota::MetadataBytes), 0);
+    let tagged = Op::CreateSession(CreateSessionOp {
+        holder: "w3".into(),
+        ttl_ms: None,
+        metadata: BTreeMap::from([("job".to_string(), "shards".to_string())]),
+    });
+    set(&mut log, Some("alice"), Quota::Sessions, Some(2));
+    let three = session(&log.propose(ALICE, tagged));
+    assert_eq!(
+        usage(&log, "alice", Quota::MetadataBytes),
+        crate::lease::quota::metadata_cost(three.metadata.iter())
+    );
+    assert!(usage(&log, "alice", Quota::MetadataBytes) > 0);
     recount_agrees(&log);
+    session(&log.propose(ALICE, close_session(&session_name(three.id))));
+    assert_eq!(usage(&log, "alice", Quota::MetadataBytes), 0);
 }
 
 #[test]
 fn s4_24_a_session_carries_at_most_10000_leases_and_waits() {
     let mut log = Log::new();
     granted(&log.acquire(BOB, acq_ttl("busy", "other", 600_000)));
+    granted(&log.acquire(BOB, acq_ttl("busy2", "other", 600_000)));
     let id = open(&mut log, ALICE, "w", 60_000);
-    hold_many(&mut log, &id, "w", "r", MAX_SESSION_ITEMS);
+    // 9,999 leases and one wait: the wait counts as an item.
+    hold_many(&mut log, &id, "w", "r", MAX_SESSION_ITEMS - 1);
+    refused(&log.propose(ALICE, on(&id, wait("busy", "w"))));
+    assert_eq!(log.state.waiters(), 1);
     let full = rejection(&log.propose(ALICE, on(&id, acq("one-more", "w"))));
     assert_eq!(full.reason(), "resource_exhausted");
     assert!(full.to_string().contains("10000"), "{full}");
-    let full = rejection(&log.propose(ALICE, on(&id, wait("busy", "w"))));
+    let full = rejection(&log.propose(ALICE, on(&id, wait("busy2", "w"))));
     assert_eq!(full.reason(), "resource_exhausted");
-    assert_eq!(log.state.waiters(), 0);
+    assert_eq!(log.state.waiters(), 1);
     // All of them end together.
     session(&log.propose(ALICE, close_session(&id)));
-    assert_eq!(log.state.live_leases(), 1);
+    assert_eq!(log.state.live_leases(), 2);
+    assert_eq!(log.state.waiters(), 0);
 }
 
 #[test]
@@ -415,6 +498,7 @@ fn s4_24_a_transferred_lease_leaves_the_session_and_keeps_its_expiry() {
     session(&log.propose(ALICE, renew_session(&id)));
     let moved = lease(&log.transfer(ALICE, transfer_of(&view, "heir", None)));
     assert_eq!(moved.lease.session, None);
+    assert_eq!(moved.lease.ttl_ms, 10_000, "the session's ttl");
     assert_eq!(
         moved.remaining_ms, 10_000,
         "the session's expiry when it moved"
@@ -595,4 +679,96 @@ fn s4_24_every_event_about_a_lease_or_wait_on_a_session_names_it() {
     let acquired = log.events("s");
     assert_eq!(acquired[0].kind, EventKind::Acquired);
     assert_eq!(acquired[0].session.map(|s| s.get()), Some(index));
+}
+
+#[test]
+fn s4_24_a_lease_on_a_session_is_held_to_its_resources_ttl_bounds() {
+    let mut log = Log::new();
+    log.register("short", ttl_capped_policy(5_000));
+    let long = open(&mut log, ALICE, "w", 10_000);
+    assert!(matches!(
+        rejection(&log.propose(ALICE, on(&long, acq("short", "w")))),
+        Rejection::TtlOutOfRange {
+            ttl_ms: 10_000,
+            max_ms: 5_000,
+            ..
+        }
+    ));
+    let fits = open(&mut log, ALICE, "v", 5_000);
+    granted(&log.propose(ALICE, on(&fits, acq("short", "v"))));
+}
+
+#[test]
+fn s4_24_a_holder_waiting_on_a_session_cannot_wait_again_on_another_or_none() {
+    let mut log = Log::new();
+    granted(&log.acquire(BOB, acq_ttl("busy", "other", 600_000)));
+    let one = open(&mut log, ALICE, "w", 60_000);
+    let two = open(&mut log, ALICE, "w", 60_000);
+    refused(&log.propose(ALICE, on(&one, wait("busy", "w"))));
+    let again = rejection(&log.propose(ALICE, on(&two, wait("busy", "w"))));
+    assert_eq!(again.reason(), "invalid_argument");
+    let plain = rejection(&log.acquire(ALICE, wait("busy", "w")));
+    assert_eq!(plain.reason(), "invalid_argument");
+    assert_eq!(log.state.waiters(), 1);
+    // The same wait on the same session is joined again, not refused.
+    refused(&log.propose(ALICE, on(&one, wait("busy", "w"))));
+    assert_eq!(log.state.waiters(), 1);
+}
+
+#[test]
+fn s4_24_a_close_admits_the_waiters_it_frees_in_its_own_entry_and_names_its_caller() {
+    let mut log = Log::new();
+    let id = open(&mut log, ALICE, "w", 60_000);
+    granted(&log.propose(ALICE, on(&id, acq("r", "w"))));
+    refused(&log.acquire(BOB, wait("r", "other")));
+    session(&log.propose(ALICE, close_session(&id)));
+    let close_index = log.index;
+    assert_eq!(log.holders("r"), held(&[("other", close_index)]));
+    let events: Vec<(EventKind, String, u64)> = log
+        .events("r")
+        .into_iter()
+        .filter(|e| e.revision == close_index)
+        .map(|e| (e.kind, e.actor.to_string(), e.revision))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (EventKind::Released, "alice".to_string(), close_index),
+            (EventKind::Admitted, "bob".to_string(), close_index),
+        ]
+    );
+}
+
+#[test]
+fn s4_24_a_session_past_its_grace_is_never_closed_or_attached_to() {
+    for op in ["close", "attach"] {
+        let mut log = Log::new();
+        let id = open(&mut log, ALICE, "w", 5_000);
+        hold_many(&mut log, &id, "w", "s", 2);
+        log.elapse(5_000);
+        // No tick: the call is the first entry to name the due session.
+        let reply = match op {
+            "close" => log.propose(ALICE, close_session(&id)),
+            _ => log.propose(ALICE, on(&id, acq("fresh", "w"))),
+        };
+        assert_eq!(rejection(&reply).reason(), "session_not_found", "{op}");
+        assert_eq!(
+            log.newest_events("s0", 1),
+            vec![(log.index, EventKind::Reclaimed)],
+            "{op}: reclaimed, by that entry"
+        );
+        assert_eq!(log.state.live_leases(), 0, "{op}");
+    }
+}
+
+#[test]
+fn s4_24_a_session_with_more_leases_than_the_reclaim_budget_ends_whole_in_one_entry() {
+    let mut log = Log::new();
+    let n = crate::lease::machine::RECLAIMS_PER_ENTRY + 100;
+    let id = open(&mut log, ALICE, "w", 5_000);
+    hold_many(&mut log, &id, "w", "r", n);
+    log.elapse(5_000);
+    assert!(matches!(log.tick(), Reply::Reclaimed(v) if v.len() == n));
+    assert_eq!(log.state.live_leases(), 0);
+    assert_eq!(log.state.session_count(), 0);
 }
