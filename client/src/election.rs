@@ -57,10 +57,26 @@ impl Client {
 impl Session {
     /// [`Client::campaign`] with the session's holder as the candidate and its lease on the
     /// session (SPEC §4.24): the session's one heartbeat keeps this leadership with everything
-    /// else it carries, and the leadership is lost when the session is (its wait, too, ends
-    /// with the session: `NotGranted` with `wait_cancelled`).
+    /// else it carries, and the leadership is lost when the session is. A campaign still
+    /// queued when the session is lost ends with it: `NotGranted` with the refusal that ended
+    /// the session, or `wait_cancelled`.
+    ///
+    /// Nothing renews the key's lease alone, so [`Leadership::lost`] resolves only with the
+    /// session: a lease ended by somebody else (an admin's release) is not noticed here; the
+    /// fencing token is what the protected system checks. A campaign future dropped just as
+    /// the cluster admitted it leaves the key held on the session; campaigning again on the
+    /// same session gets that lease back (§4.2).
     pub async fn campaign(&self, key: &str) -> Result<Leadership, Error> {
-        campaign_with(key, || self.lock(key)).await
+        tokio::select! {
+            biased;
+            lost = self.lost() => Err(Error::NotGranted {
+                reason: match lost {
+                    Lost::Refused(reason) => reason,
+                    Lost::DeadlinePassed | Lost::Released => Reason::WaitCancelled.as_str().into(),
+                },
+            }),
+            led = campaign_with(key, || self.lock(key)) => led,
+        }
     }
 }
 

@@ -94,7 +94,9 @@ impl Client {
 
 impl Session {
     /// Starts building an acquire of every one of `resources` whose leases live on this
-    /// session, granted together or not at all.
+    /// session, granted together or not at all. A `wait` dropped just as the cluster admitted
+    /// it leaves the leases on the session until it ends; the same call again on this
+    /// session gets them back.
     pub fn acquire_many<I, S>(&self, resources: I) -> LockMany
     where
         I: IntoIterator<Item = S>,

@@ -51,7 +51,8 @@ impl Client {
         self.session_for(&holder, ttl).await
     }
 
-    /// Starts a session of `holder` with `ttl`, renewed every ttl/3 in the background.
+    /// Starts a session of `holder` with `ttl`, renewed every ttl/3 in the background on the
+    /// client's `KeepAlive` stream (a unary `RenewSession` where no stream opens).
     pub async fn session_for(&self, holder: &str, ttl: Duration) -> Result<Session, Error> {
         let sent = Instant::now();
         let session = self
@@ -147,7 +148,8 @@ impl Session {
 
     /// Starts building an acquire of `resource` whose lease lives on this session (no ttl of
     /// its own); `try_acquire()` or `wait(timeout)` sends it. The lease's `lost()` is the
-    /// session's.
+    /// session's. A `wait` dropped just as the cluster admitted it leaves the lease on the
+    /// session until it ends; the same acquire again on this session gets that lease back.
     pub fn lock(&self, resource: &str) -> Lock {
         Lock::on_session(
             self.client.clone(),
@@ -162,12 +164,13 @@ impl Session {
     }
 
     /// Ends the session: every lease on it released and every wait cancelled, in one entry.
-    /// Its leases' `lost()` then resolve with [`Lost::Released`] (or, if the close failed,
-    /// with [`Lost::DeadlinePassed`]: the session is no longer renewed).
+    /// Its leases' `lost()` resolve with [`Lost::Released`] before the close is sent: from then
+    /// on the session is no longer renewed, and the cluster may hand its resources to others
+    /// at any moment, whatever the close's answer.
     pub async fn close(self) -> Result<pb::Session, Error> {
         self.renewer.abort();
-        let closed = self.client.close_session(&self.session.session_id).await?;
         self.lost_tx.send_replace(Some(Lost::Released));
+        let closed = self.client.close_session(&self.session.session_id).await?;
         closed
             .session
             .ok_or_else(|| Error::Local("closed without a session".into()))

@@ -61,8 +61,8 @@ const LEAST_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500
 type Answer = Option<Result<pb::KeepAliveResponse, Error>>;
 
 impl Client {
-    /// Renews on the client's one `KeepAlive` stream, shared with every lease handle of the
-    /// client (a unary `Renew` where no stream opens): the new expiry, or the refusal a
+    /// Renews on the client's one `KeepAlive` stream, shared with every lease and session
+    /// handle of the client (a unary `Renew` where no stream opens): the new expiry, or the refusal a
     /// `Renew` would get. The stream opens at the first renewal and again after it breaks.
     pub async fn keep_alive(&self, renew: pb::RenewRequest) -> Result<pb::Lease, Error> {
         self.renew_on_stream(renew, self.deadline()).await
@@ -263,6 +263,11 @@ async fn run(client: Weak<Inner>, mut renewals: mpsc::UnboundedReceiver<Renewal>
                     let (Ok(permit), Some(renewal)) = (permit, next.take()) else {
                         break false;
                     };
+                    // A renewal whose caller gave up (its handle dropped, or its deadline
+                    // passed) is not sent: it would keep alive what nobody holds.
+                    if renewal.answer.is_closed() || Instant::now() >= renewal.deadline {
+                        continue;
+                    }
                     seq += 1;
                     let now = Instant::now();
                     let patience = (renewal.deadline.saturating_duration_since(now) / 3)
@@ -281,8 +286,18 @@ async fn run(client: Weak<Inner>, mut renewals: mpsc::UnboundedReceiver<Renewal>
                 }
                 answer = answers.message() => match answer {
                     Ok(Some(answer)) => {
+                        // A node that refuses as `unavailable` (one removed from the cluster,
+                        // or cut off from the leader) answers fast and never looks stuck: its
+                        // stream is given up like a stuck one, and the renewal tries again.
+                        let unavailable = answer
+                            .refusal
+                            .as_ref()
+                            .is_some_and(|r| Code::from_i32(r.code) == Code::Unavailable);
                         if let Some(asked) = waiting.remove(&answer.seq) {
                             let _ = asked.answer.send(Some(answer_of(answer)));
+                        }
+                        if unavailable {
+                            break true;
                         }
                         idle_since = Instant::now();
                     }
@@ -297,7 +312,7 @@ async fn run(client: Weak<Inner>, mut renewals: mpsc::UnboundedReceiver<Renewal>
         if stuck {
             tracing::debug!(
                 endpoint,
-                "the KeepAlive stream is stuck; trying the next endpoint"
+                "the KeepAlive stream is stuck or its node unavailable; trying the next endpoint"
             );
             if let Some(inner) = client.upgrade() {
                 let count = inner.channels.len();

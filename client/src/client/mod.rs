@@ -41,7 +41,7 @@ struct Inner {
     tls: bool,
     /// A token may go in clear to an endpoint off this machine ([`Client::insecure`]).
     insecure: bool,
-    /// The `KeepAlive` stream's task, started at the first renewal of a lease handle.
+    /// The `KeepAlive` stream's task, started at the first renewal of a lease or session handle.
     keep_alives: std::sync::OnceLock<keepalive::KeepAlives>,
 }
 
