@@ -63,6 +63,41 @@ pub async fn get_resource(
 }
 
 /// An acquire request with a ttl.
+/// Registers `name` with `policy` through `client`; panics unless it is registered.
+pub async fn register(client: &Client, name: &str, policy: pb::Policy) {
+    client
+        .create_resource(pb::CreateResourceRequest {
+            name: name.into(),
+            policy: Some(policy),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("register {name}: {e}"));
+}
+
+/// A linearizable read of session `session_id`, which must be live.
+pub async fn get_session(client: &Client, session_id: &str) -> pb::Session {
+    client
+        .get_session(pb::GetSessionRequest {
+            session_id: session_id.into(),
+            consistency: 0,
+        })
+        .await
+        .expect("get session")
+        .session
+        .expect("the session")
+}
+
+/// Closes session `session_id`, which must be live; its last view.
+pub async fn close_session(client: &Client, session_id: &str) -> pb::Session {
+    client
+        .close_session(session_id)
+        .await
+        .expect("close")
+        .session
+        .expect("the session")
+}
+
 pub fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::AcquireRequest {
     pb::AcquireRequest {
         resource: resource.into(),

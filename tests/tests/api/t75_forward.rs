@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tenure_client::{pb, Client, Error, Inbox, MAX_PAYLOAD_BYTES};
 use tenure_proto::v1::leases_client::LeasesClient;
-use tenure_tests::{granted, ids, refused, release_request, secure, started, ALICE, BOB};
+use tenure_tests::{granted, ids, refused, register, release_request, secure, started, ALICE, BOB};
 use tokio::task::JoinHandle;
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -181,17 +181,15 @@ async fn forward_to_an_owner_without_an_inbox_is_owner_unavailable() {
 async fn handover(new_inbox_on: u64) {
     let (cluster, _) = started(3).await;
     let client = cluster.client();
-    client
-        .create_resource(pb::CreateResourceRequest {
-            name: "t75/handover".into(),
-            policy: Some(pb::Policy {
-                transferable: true,
-                ..Default::default()
-            }),
+    register(
+        &client,
+        "t75/handover",
+        pb::Policy {
+            transferable: true,
             ..Default::default()
-        })
-        .await
-        .expect("register");
+        },
+    )
+    .await;
     let old = granted(&client, "t75/handover", "old", TTL).await;
     let mut old_inbox = cluster.client_of(1).serve(&old).await.expect("serve old");
 

@@ -5,12 +5,13 @@
 //! channel to one node, so no client-library retry can hide an answer. The table is sent to
 //! every node: followers validate before they forward, and the leader validates again at apply.
 //! Each refusal is checked for its gRPC code, its `google.rpc.ErrorInfo` reason and domain, its
-//! `tenure-reason` trailer, and what `tenure_client::Error` makes of it.
+//! `tenure-reason` trailer, what `tenure_client::Error` makes of it, and, where the row says
+//! which, the field its message names (SPEC §3.1).
 //!
 //! The table is [`row::Row`]s, one file per request family: [`leases`] (acquire, renew,
 //! release, validate, get), [`registry`] (create and transfer), [`listing`] (lists, history),
-//! [`waiting`] (the waiting room, bookings, watch), [`sessions`], [`many`] (`AcquireMany`);
-//! [`wire`] sends what no generated client would.
+//! [`waiting`] (the waiting room, bookings, watch), [`sessions`] (and session renewals on a
+//! `KeepAlive` stream), [`many`] (`AcquireMany`); [`wire`] sends what no generated client would.
 
 mod leases;
 mod listing;
@@ -33,7 +34,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-use row::{acquire, Base, Call, Row, BAD, HELD, HOLDER};
+use row::{acquire, Base, Call, Row, BAD, HELD, HOLDER, POOL, POOL_UNITS};
 
 /// Bounds every call and wait so a hung node fails the test instead of stalling it.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -103,13 +104,14 @@ async fn send(client: &mut LeasesClient<Channel>, call: Call) -> Result<(), Stat
         .expect("the node answered in time")
 }
 
-/// The call must have failed with `code` and `reason`, in the ErrorInfo detail and the trailer.
+/// The call must have failed with `code` and `reason`, in the ErrorInfo detail and the trailer;
+/// returns the refusal.
 fn expect_refused<T: std::fmt::Debug>(
     what: &str,
     result: Result<T, Status>,
     code: Code,
     reason: &str,
-) {
+) -> Status {
     let status = match result {
         Ok(reply) => panic!("{what}: accepted ({reply:?}); expected {code:?} / {reason}"),
         Err(status) => status,
@@ -133,8 +135,9 @@ fn expect_refused<T: std::fmt::Debug>(
         Some(reason),
         "{what}: {REASON_HEADER} trailer: {status:?}"
     );
-    let error = tenure_client::Error::from(status);
+    let error = tenure_client::Error::from(status.clone());
     assert_eq!(error.reason_str(), reason, "{what}: client error {error}");
+    status
 }
 
 /// A linearizable `GetResource` of the held resource, without the fields that move with the
@@ -176,6 +179,22 @@ async fn bad_input_gets_its_reason_and_changes_nothing() -> anyhow::Result<()> {
         .find(|(id, _)| *id == leader)
         .expect("the leader's client")
         .1;
+    // A unit pool for the claims that ask too many units of it.
+    tokio::time::timeout(
+        CALL_TIMEOUT,
+        leader_client.create_resource(pb::CreateResourceRequest {
+            name: POOL.into(),
+            policy: Some(pb::Policy {
+                shared_modes: vec![pb::LeaseMode::Read as i32],
+                total_units: POOL_UNITS,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("the node answered in time")
+    .unwrap_or_else(|status| panic!("register {POOL}: {status:?}"));
     let granted = send_acquire(leader_client, acquire(HELD, HOLDER)).await;
     let held = granted.lease.expect("the granted lease");
     assert_ne!(held.fencing_token, 0);
@@ -194,14 +213,17 @@ async fn bad_input_gets_its_reason_and_changes_nothing() -> anyhow::Result<()> {
     let rows = table(&Base { held: &held });
     for ((id, client), channel) in clients.iter_mut().zip(&channels) {
         for row in &rows {
+            let what = format!("node {id}: {}", row.what);
             let result = send(client, row.call.clone()).await;
-            expect_refused(
-                &format!("node {id}: {}", row.what),
-                result,
-                row.code,
-                row.reason,
-            );
+            let status = expect_refused(&what, result, row.code, row.reason);
+            if let Some(field) = row.field {
+                assert!(
+                    status.message().contains(field),
+                    "{what}: the message names no {field}: {status:?}"
+                );
+            }
         }
+        sessions::keep_alive(channel.clone(), *id, &Base { held: &held }).await;
         wire::oversized(channel.clone(), *id).await;
         wire::undecodable(channel.clone(), *id).await;
     }

@@ -13,6 +13,9 @@ pub const HELD: &str = "t50/held";
 pub const HOLDER: &str = "t50-holder";
 /// The resource the bad acquires aim at.
 pub const BAD: &str = "t50/bad";
+/// Registered before the barrage: shared READ leases draw from a pool of [`POOL_UNITS`].
+pub const POOL: &str = "t50/pool";
+pub const POOL_UNITS: u64 = 4;
 pub const MIB: usize = 1024 * 1024;
 pub const DAY_SECONDS: i64 = 24 * 60 * 60;
 
@@ -71,6 +74,8 @@ pub struct Row {
     pub call: Call,
     pub code: Code,
     pub reason: &'static str,
+    /// The field the refusal's message must name (SPEC §3.1), where the row checks it.
+    pub field: Option<&'static str>,
 }
 
 impl Row {
@@ -81,6 +86,15 @@ impl Row {
             call: request.into(),
             code: Code::InvalidArgument,
             reason: "invalid_argument",
+            field: None,
+        }
+    }
+
+    /// The same row, whose refusal must name `field` in its message.
+    pub fn naming(self, field: &'static str) -> Row {
+        Row {
+            field: Some(field),
+            ..self
         }
     }
 
