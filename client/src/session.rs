@@ -167,8 +167,11 @@ impl Session {
     /// Its leases' `lost()` resolve with [`Lost::Released`] before the close is sent: from then
     /// on the session is no longer renewed, and the cluster may hand its resources to others
     /// at any moment, whatever the close's answer.
-    pub async fn close(self) -> Result<pb::Session, Error> {
+    pub async fn close(mut self) -> Result<pb::Session, Error> {
         self.renewer.abort();
+        // A renewal running on another thread may still end: let it, so it cannot overwrite
+        // `Released` with what it saw.
+        let _ = (&mut self.renewer).await;
         self.lost_tx.send_replace(Some(Lost::Released));
         let closed = self.client.close_session(&self.session.session_id).await?;
         closed

@@ -62,7 +62,6 @@ pub async fn get_resource(
     Ok(response.resource.unwrap_or_default())
 }
 
-/// An acquire request with a ttl.
 /// Registers `name` with `policy` through `client`; panics unless it is registered.
 pub async fn register(client: &Client, name: &str, policy: pb::Policy) {
     client
@@ -98,6 +97,7 @@ pub async fn close_session(client: &Client, session_id: &str) -> pb::Session {
         .expect("the session")
 }
 
+/// An acquire request with a ttl.
 pub fn acquire_request(resource: &str, holder: &str, ttl: Duration) -> pb::AcquireRequest {
     pb::AcquireRequest {
         resource: resource.into(),

@@ -119,7 +119,8 @@ class Client:
     Tries the endpoints in order, goes to the leader once a reply's `tenure-leader` header
     named one of them, and retries `unavailable` answers and transport failures on the next
     endpoint with the same `request_id` until `timeout` seconds (per call, retries included)
-    have passed. Any other failure raises `TenureError` at once.
+    have passed; an attempt that is not a wait gets at most half of them, so one silent node
+    leaves time for another. Any other failure raises `TenureError` at once.
     """
 
     def __init__(
@@ -202,16 +203,22 @@ class Client:
     def _call(
         self, stub: Callable[[grpc.Channel], Any], method: str, request: M, extra_s: float = 0.0
     ) -> Any:
-        """`extra_s`: seconds the call may block on top of `timeout` (a wait's timeout)."""
+        """`extra_s`: seconds the call may block on top of `timeout` (a wait's timeout).
+
+        An attempt that is not a wait gets at most half the budget (and at least 1 s), so a
+        node that never answers (paused, or cut off) leaves time to try another."""
         deadline = time.monotonic() + self.timeout + extra_s
+        share = float("inf") if extra_s > 0 else max(1.0, self.timeout / 2)
         index = self._preferred
         backoff = 0.01
         while True:
-            left = deadline - time.monotonic()
+            attempt_ends = min(deadline, time.monotonic() + share)
             rpc = getattr(self._stub(stub, index), method)
             try:
                 response, call = rpc.with_call(
-                    request, timeout=max(left, 0.001), metadata=self._metadata
+                    request,
+                    timeout=max(attempt_ends - time.monotonic(), 0.001),
+                    metadata=self._metadata,
                 )
             except grpc.RpcError as rpc_error:
                 error = TenureError.from_rpc(rpc_error)
@@ -220,7 +227,14 @@ class Client:
                 )
                 if leader is not None:
                     self._preferred = leader
-                if not error.retryable or time.monotonic() + backoff >= deadline:
+                # Our own share of the budget ran out, not the call's: another node may answer.
+                share_spent = (
+                    _safe(rpc_error, "code") == grpc.StatusCode.DEADLINE_EXCEEDED
+                    and not _header(_safe(rpc_error, "trailing_metadata"), REASON_HEADER)
+                    and attempt_ends < deadline
+                )
+                retry = error.retryable or share_spent
+                if not retry or time.monotonic() + backoff >= deadline:
                     raise error from None
                 # The named leader if it is another node, else the next endpoint.
                 index = leader if leader not in (None, index) else (index + 1) % len(self.endpoints)

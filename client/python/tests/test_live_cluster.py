@@ -9,6 +9,7 @@ cluster never collide.
 from __future__ import annotations
 
 import os
+import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -271,6 +272,17 @@ def test_a_stale_endpoint_list_still_reaches_the_cluster(resource: str) -> None:
     # An endpoint nobody listens on comes first: the call moves on to a live node.
     with Client(["127.0.0.1:1", *ENDPOINTS.split(",")], timeout=10.0) as c:
         assert acquire(c, resource, "py-a").fencing_token > 0
+
+
+def test_an_endpoint_that_never_answers_leaves_time_for_another(resource: str) -> None:
+    # A listener that takes connections and never answers, as a paused node does, comes
+    # first: its attempt gets half the budget, and the next endpoint answers in the rest.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        with Client([f"127.0.0.1:{port}", *ENDPOINTS.split(",")], timeout=4.0) as c:
+            assert acquire(c, resource, "py-a").fencing_token > 0
 
 
 def test_the_client_follows_the_leader_hint(resource: str) -> None:

@@ -56,6 +56,10 @@ struct Waiting {
 /// time its caller has left, but at least this.
 const LEAST_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// `unavailable` answers in a row, with no renewal between them, after which a stream's node
+/// counts as gone (removed from the cluster) and the next stream opens at the next endpoint.
+const UNAVAILABLE_IN_A_ROW: u32 = 4;
+
 /// A renewal's answer from the stream task: the stream's (renewed or refused), or None when
 /// no stream could be opened and it is to go as a unary call.
 type Answer = Option<Result<pb::KeepAliveResponse, Error>>;
@@ -249,6 +253,7 @@ async fn run(client: Weak<Inner>, mut renewals: mpsc::UnboundedReceiver<Renewal>
         };
         let mut next = Some(first);
         let mut idle_since = Instant::now();
+        let mut unavailable_in_a_row = 0;
         let stuck = loop {
             let idle = tokio::time::sleep_until(idle_since + IDLE_CLOSE);
             let first_stuck = waiting.values().map(|w| w.stuck_at).min();
@@ -286,17 +291,19 @@ async fn run(client: Weak<Inner>, mut renewals: mpsc::UnboundedReceiver<Renewal>
                 }
                 answer = answers.message() => match answer {
                     Ok(Some(answer)) => {
-                        // A node that refuses as `unavailable` (one removed from the cluster,
-                        // or cut off from the leader) answers fast and never looks stuck: its
-                        // stream is given up like a stuck one, and the renewal tries again.
+                        // A node that only refuses as `unavailable` (one removed from the
+                        // cluster) answers fast and never looks stuck: after a few such answers
+                        // in a row, and none renewed between them, its stream is given up like
+                        // a stuck one. A busy leader refuses some renewals so and renews others.
                         let unavailable = answer
                             .refusal
                             .as_ref()
                             .is_some_and(|r| Code::from_i32(r.code) == Code::Unavailable);
+                        unavailable_in_a_row = if unavailable { unavailable_in_a_row + 1 } else { 0 };
                         if let Some(asked) = waiting.remove(&answer.seq) {
                             let _ = asked.answer.send(Some(answer_of(answer)));
                         }
-                        if unavailable {
+                        if unavailable_in_a_row >= UNAVAILABLE_IN_A_ROW {
                             break true;
                         }
                         idle_since = Instant::now();

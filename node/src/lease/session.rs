@@ -604,5 +604,10 @@ fn count_grace(graces: &mut BTreeMap<u64, u32>, grace_ms: u64, sign: i64) {
         if *count == 0 {
             graces.remove(&grace_ms);
         }
+    } else {
+        debug_assert!(
+            false,
+            "a lease's grace ({grace_ms} ms) its session never counted"
+        );
     }
 }

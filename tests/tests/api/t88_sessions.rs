@@ -339,7 +339,7 @@ async fn a_transferred_lease_leaves_its_session_and_keeps_its_expiry() {
     hold(&client, &session, "t88/stays").await;
     // A second between the session's expiry stamp and the transfer: an expiry the transfer
     // set afresh, or one that went on following the session's renewals, would be that much
-    // later. (`expires_at` is a wall-clock estimate, §5.3: compared to within 100 ms.)
+    // later. (`expires_at` is a wall-clock estimate, §5.3: compared to within 250 ms.)
     tokio::time::sleep(Duration::from_secs(1)).await;
     let moved = client
         .transfer(pb::TransferRequest {
@@ -396,12 +396,12 @@ fn wall_ms(at: &Option<prost_types::Timestamp>) -> i64 {
     at.seconds * 1_000 + i64::from(at.nanos) / 1_000_000
 }
 
-/// `lease` expires when `expected` does, to within 100 ms of wall-clock estimate.
+/// `lease` expires when `expected` does, to within 250 ms of wall-clock estimate.
 #[track_caller]
 fn assert_near(what: &str, lease: &pb::Lease, expected: &pb::Lease) {
     let (got, want) = (wall_ms(&lease.expires_at), wall_ms(&expected.expires_at));
     assert!(
-        (got - want).abs() <= 100,
+        (got - want).abs() <= 250,
         "{what}: expires at {got} ms, not {want} ms: {lease:?}"
     );
 }

@@ -221,6 +221,11 @@ fn s4_24_a_sessions_grace_shrinks_when_its_longest_grace_lease_ends() {
     granted(&log.propose(ALICE, on(&id, acq("quick", "w"))));
     let slow = granted(&log.propose(ALICE, on(&id, acq("slow", "w"))));
     lease(&log.release(ALICE, release_of(&slow)));
+    // A restored node agrees: the released lease's grace is no longer the session's.
+    let body = crate::store::snapshot::encode_state(&log.state.snapshot_copy()).expect("encode");
+    let restored = crate::store::snapshot::decode_state(&body).expect("decode");
+    assert_eq!(restored, log.state);
+    assert_eq!(restored.next_due_ms(), log.state.next_due_ms());
     // Only the ad-hoc lease is left: the session has the ad-hoc policy's grace (none).
     log.elapse(5_000);
     assert!(matches!(log.tick(), Reply::Reclaimed(v) if v.len() == 1));
