@@ -72,8 +72,8 @@ fn gateway_table(out: &mut String, results: &Results) {
     }
 }
 
-pub fn markdown(options: &BenchOptions, results: &Results) -> String {
-    let mut out = String::new();
+/// The table of measured cells: one row per workload and client count, both systems.
+fn cells_table(out: &mut String, options: &BenchOptions, results: &Results) {
     let _ = writeln!(
         out,
         "Each cell: {} s measured after {} s of warm-up; closed loop, each client with its own connections. CPU: user + system seconds of the three server processes per 1,000 ops; switches: their threads' context switches per op. Ratio: Tenure ÷ etcd ops/s.\n",
@@ -127,6 +127,13 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
             errors(t),
             errors(e),
         );
+    }
+}
+
+pub fn markdown(options: &BenchOptions, results: &Results) -> String {
+    let mut out = String::new();
+    if !results.cells.is_empty() {
+        cells_table(&mut out, options, results);
     }
     gateway_table(&mut out, results);
     if !results.unprovoked_elections.is_empty() {
@@ -418,5 +425,23 @@ mod tests {
             table.contains("| tenure | 900, 700, 800 | 800 |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn a_run_without_cells_prints_no_cells_table() {
+        let results = Results {
+            cells: vec![],
+            failovers: vec![],
+            scale: vec![],
+            sessions: None,
+            unprovoked_elections: vec![],
+        };
+        let table = markdown(&options(), &results);
+        assert!(!table.contains("| workload | clients |"), "{table}");
+        let results = Results {
+            cells: vec![cell(System::Tenure, Workload::Lock, 1, 100.0, 1_000)],
+            ..results
+        };
+        assert!(markdown(&options(), &results).contains("| lock | 1 |"));
     }
 }
