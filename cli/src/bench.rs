@@ -180,6 +180,7 @@ pub async fn handoff(
                 resource: resource.clone(),
                 holder: holder.clone(),
                 request_id: String::new(),
+                queued_revision: 0,
             })
             .await?;
     }

@@ -91,6 +91,10 @@ pub struct CancelWaitArgs {
     /// The waiting holder.
     #[arg(long)]
     holder: String,
+    /// Only the wait queued at this revision (a waiter's `queued_revision`), not a newer one
+    /// of the same holder.
+    #[arg(long, value_name = "REVISION")]
+    queued_revision: Option<u64>,
     /// Reuse to retry a call exactly once (default: a fresh one).
     #[arg(long, default_value = "")]
     request_id: String,
@@ -289,6 +293,7 @@ pub async fn cancel_wait(
             resource: args.resource.clone(),
             holder: args.holder.clone(),
             request_id: args.request_id.clone(),
+            queued_revision: args.queued_revision.unwrap_or(0),
         })
         .await?;
     let value = json!({"cancelled": response.cancelled, "revision": response.revision});

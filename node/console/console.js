@@ -783,7 +783,7 @@ async function cancelWait(resource, waiter, done) {
   const ok = await confirmAction("Cancel this wait?", `${waiter.holder} leaves the waiting room of ${resource}; its acquire ends as cancelled.`);
   if (!ok) return;
   await act(`Cancelling ${waiter.holder}'s wait`, () => api("POST", `/v1/resources/${enc(resource)}:cancelWait`,
-    { holder: waiter.holder, requestId: crypto.randomUUID() }));
+    { holder: waiter.holder, queuedRevision: waiter.queuedRevision, requestId: crypto.randomUUID() }));
   done();
 }
 

@@ -313,6 +313,15 @@ export class Client {
     return (await this._call("Leases", "Release", request)).lease;
   }
 
+  /**
+   * Takes `holder` out of `resource`'s waiting room (its blocked acquire answers
+   * `wait_cancelled`); false when it was not waiting. With `queuedRevision` (a waiter's) only
+   * the wait that entry queued, never a newer one of the same holder.
+   */
+  async cancelWait(resource, holder, { queuedRevision = 0, requestId = randomUUID() } = {}) {
+    return (await this._call("Leases", "CancelWait", { resource, holder, queuedRevision, requestId })).cancelled;
+  }
+
   /** The new holder's lease: a new fencing token, the old expiry. */
   async transfer(lease, toHolder, toPrincipal = "", { requestId = randomUUID() } = {}) {
     const request = {

@@ -207,6 +207,21 @@ test("acquireMany grants all or none", async () => {
   assert.equal(granted.leases[0].fencingToken, granted.leases[1].fencingToken);
 });
 
+test("cancelWait ends only the wait it names", async () => {
+  const resource = fresh("room");
+  const held = await alice.acquire(resource, "owner", { ttlMs: 30000 });
+  const waiting = alice.acquire(resource, "w", { ttlMs: 30000, onConflict: "wait", waitTimeoutMs: 60000 });
+  let waiters = [];
+  while (!waiters.length) waiters = (await alice.getResource(resource)).waiters;
+  const queued = BigInt(waiters[0].queuedRevision);
+  assert.equal(await alice.cancelWait(resource, "w", { queuedRevision: String(queued - 1n) }), false, "another entry's wait");
+  assert.equal(await alice.cancelWait(resource, "w", { queuedRevision: String(queued) }), true);
+  const answer = await waiting;
+  assert.equal(answer.granted, false);
+  assert.equal(answer.reason, Reason.WAIT_CANCELLED);
+  await alice.release(held.lease);
+});
+
 test("watch streams a resource's events as they happen", async () => {
   const resource = fresh("watched");
   const stop = new AbortController();

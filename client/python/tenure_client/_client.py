@@ -330,6 +330,19 @@ class Client:
         response: pb.ReleaseResponse = self._leases("Release", request)
         return response.lease
 
+    def cancel_wait(self, resource: str, holder: str, queued_revision: int = 0) -> bool:
+        """Takes `holder` out of `resource`'s waiting room (its blocked acquire answers
+        `wait_cancelled`); False when it was not waiting. With `queued_revision` (a waiter's)
+        only the wait that entry queued, never a newer one of the same holder."""
+        request = pb.CancelWaitRequest(
+            resource=resource,
+            holder=holder,
+            queued_revision=queued_revision,
+            request_id=_request_id(),
+        )
+        response: pb.CancelWaitResponse = self._leases("CancelWait", request)
+        return response.cancelled
+
     def transfer(self, lease: pb.Lease, to_holder: str, to_principal: str = "") -> pb.Lease:
         """The new holder's lease: a new fencing token, the old expiry."""
         request = pb.TransferRequest(

@@ -259,6 +259,22 @@ def test_acquire_many_is_all_or_nothing_and_waits_in_every_room(
     assert len({lease.fencing_token for lease in admitted.leases}) == 1
 
 
+def test_cancel_wait_ends_only_the_wait_it_names(client: Client, resource: str) -> None:
+    acquire(client, resource, "py-a")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(client.acquire_many, "py-w", [resource], 30, None, "", 60)
+        while not client.get_resource(resource).waiters:
+            time.sleep(0.01)
+        queued = client.get_resource(resource).waiters[0].queued_revision
+        # A revision that queued no wait of py-w's: nothing is cancelled.
+        assert not client.cancel_wait(resource, "py-w", queued_revision=queued - 1)
+        assert client.cancel_wait(resource, "py-w", queued_revision=queued)
+        answer = waiting.result(timeout=60)
+    assert not answer.granted
+    assert answer.reason == "wait_cancelled"
+    assert not client.cancel_wait(resource, "py-w"), "nothing left to cancel"
+
+
 @pytest.mark.parametrize("holder", ["has space", "", "x" * 129, "bad\u00e9"])
 def test_bad_input_is_invalid_argument(client: Client, resource: str, holder: str) -> None:
     with pytest.raises(TenureError) as raised:

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tenure_client::{pb, Client};
-use tenure_tests::{granted, next_event, release_request, started};
+use tenure_tests::{get_resource, granted, next_event, release_request, started};
 
 fn waiting(resource: &str, holder: &str, wait: Duration) -> pb::AcquireRequest {
     pb::AcquireRequest {
@@ -177,6 +177,53 @@ async fn wait_timeout_and_cancel_wait_answer_the_blocked_call_with_their_reason(
     );
     let answer = call.await.expect("task").expect("answered");
     assert!(!answer.granted);
+    assert_eq!(answer.reason, "wait_cancelled");
+    cluster.shutdown().await;
+}
+
+/// `CancelWait` with `queued_revision` ends only the wait that entry queued: whoever saw an
+/// older wait of the holder (a console row, a script) cannot cancel a newer one by mistake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_wait_naming_a_queued_revision_ends_only_the_wait_that_entry_queued() {
+    let (cluster, _) = started(3).await;
+    let resource = "wait/named";
+    let client = cluster.client();
+    granted(&client, resource, "owner", Duration::from_secs(600)).await;
+    let mut watch = events(&client, resource).await;
+    // The holder's first wait times out; its second stays queued.
+    let timed_out = client
+        .acquire(waiting(resource, "w", Duration::from_secs(1)))
+        .await
+        .expect("answered");
+    assert_eq!(timed_out.reason, "wait_timeout");
+    let first = next_event(&mut watch, pb::EventType::Queued).await.revision;
+    let waiter = client.clone();
+    let call = tokio::spawn(async move {
+        waiter
+            .acquire(waiting(resource, "w", Duration::from_secs(600)))
+            .await
+    });
+    let second = next_event(&mut watch, pb::EventType::Queued).await.revision;
+    assert!(second > first);
+    let cancel = |queued_revision| pb::CancelWaitRequest {
+        resource: resource.into(),
+        holder: "w".into(),
+        queued_revision,
+        ..Default::default()
+    };
+    let stale = client.cancel_wait(cancel(first)).await.expect("cancel");
+    assert!(!stale.cancelled, "the first wait had ended already");
+    let room = get_resource(&client, resource).await.expect("get").waiters;
+    assert_eq!(
+        room.iter()
+            .map(|w| (w.holder.as_str(), w.queued_revision))
+            .collect::<Vec<_>>(),
+        [("w", second)],
+        "the second wait is still queued"
+    );
+    let cancelled = client.cancel_wait(cancel(second)).await.expect("cancel");
+    assert!(cancelled.cancelled);
+    let answer = call.await.expect("task").expect("answered");
     assert_eq!(answer.reason, "wait_cancelled");
     cluster.shutdown().await;
 }

@@ -238,6 +238,7 @@ async fn cancel_wait_on_one_resource_ends_a_multi_wait_in_every_room() {
             resource: "many/d/y".into(),
             holder: "both".into(),
             request_id: String::new(),
+            queued_revision: 0,
         })
         .await
         .expect("cancel");

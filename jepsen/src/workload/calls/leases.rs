@@ -198,6 +198,7 @@ impl Env {
             resource: resource.into(),
             holder,
             request_id: String::new(),
+            queued_revision: 0,
         };
         let outcome = match self.client.cancel_wait(request).await {
             Ok(r) => Outcome::Ok {

@@ -108,7 +108,7 @@ pub fn cancel_wait(req: &pb::CancelWaitRequest) -> Result<CancelWaitOp, ApiError
     Ok(CancelWaitOp {
         resource: name("resource", &req.resource)?,
         holder: name("holder", &req.holder)?,
-        wait_id: None,
+        wait_id: (req.queued_revision != 0).then_some(req.queued_revision),
     })
 }
 

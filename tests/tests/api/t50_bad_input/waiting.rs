@@ -130,6 +130,7 @@ pub fn rows() -> Vec<Row> {
                 resource: name.clone(),
                 holder: HOLDER.into(),
                 request_id: String::new(),
+                queued_revision: 0,
             },
         ));
         rows.push(Row::invalid(
@@ -138,6 +139,7 @@ pub fn rows() -> Vec<Row> {
                 resource: BAD.into(),
                 holder: name.clone(),
                 request_id: String::new(),
+                queued_revision: 0,
             },
         ));
         rows.push(Row::invalid(

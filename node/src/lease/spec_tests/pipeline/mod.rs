@@ -176,6 +176,7 @@ impl Run {
                     resource: RESOURCES[*resource].to_string(),
                     holder: HOLDERS[*holder].to_string(),
                     request_id: request_id.clone(),
+                    queued_revision: 0,
                 };
                 request::cancel_wait(&req).map(Op::CancelWait)
             }
