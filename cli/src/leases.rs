@@ -93,7 +93,7 @@ pub struct CancelWaitArgs {
     holder: String,
     /// Only the wait queued at this revision (a waiter's `queued_revision`), not a newer one
     /// of the same holder.
-    #[arg(long, value_name = "REVISION")]
+    #[arg(long, value_name = "REVISION", value_parser = clap::value_parser!(u64).range(1..))]
     queued_revision: Option<u64>,
     /// Reuse to retry a call exactly once (default: a fresh one).
     #[arg(long, default_value = "")]

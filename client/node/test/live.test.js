@@ -212,7 +212,10 @@ test("cancelWait ends only the wait it names", async () => {
   const held = await alice.acquire(resource, "owner", { ttlMs: 30000 });
   const waiting = alice.acquire(resource, "w", { ttlMs: 30000, onConflict: "wait", waitTimeoutMs: 60000 });
   let waiters = [];
-  while (!waiters.length) waiters = (await alice.getResource(resource)).waiters;
+  while (!waiters.length) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    waiters = (await alice.getResource(resource)).waiters;
+  }
   const queued = BigInt(waiters[0].queuedRevision);
   assert.equal(await alice.cancelWait(resource, "w", { queuedRevision: String(queued - 1n) }), false, "another entry's wait");
   assert.equal(await alice.cancelWait(resource, "w", { queuedRevision: String(queued) }), true);

@@ -330,15 +330,18 @@ class Client:
         response: pb.ReleaseResponse = self._leases("Release", request)
         return response.lease
 
-    def cancel_wait(self, resource: str, holder: str, queued_revision: int = 0) -> bool:
+    def cancel_wait(
+        self, resource: str, holder: str, queued_revision: int = 0, request_id: str = ""
+    ) -> bool:
         """Takes `holder` out of `resource`'s waiting room (its blocked acquire answers
         `wait_cancelled`); False when it was not waiting. With `queued_revision` (a waiter's)
-        only the wait that entry queued, never a newer one of the same holder."""
+        only the wait that entry queued, never a newer one of the same holder. A `request_id`
+        makes a retry of this call exactly-once (default: a fresh one)."""
         request = pb.CancelWaitRequest(
             resource=resource,
             holder=holder,
             queued_revision=queued_revision,
-            request_id=_request_id(),
+            request_id=request_id or _request_id(),
         )
         response: pb.CancelWaitResponse = self._leases("CancelWait", request)
         return response.cancelled

@@ -242,6 +242,21 @@ fn s4_7_a_removal_naming_an_older_wait_leaves_a_newer_wait_of_the_holder_alone()
         }
     ));
     assert!(log.state.is_waiting("r", "b", second));
+    // The same request id naming another wait is another request, not a retry.
+    let named = |wait_id| {
+        Op::CancelWait(CancelWaitOp {
+            resource: "r".into(),
+            holder: "b".into(),
+            wait_id: Some(wait_id),
+        })
+    };
+    let request = Some("cancel-1".to_string());
+    log.propose_with(BOB, request.clone(), named(first));
+    assert_eq!(
+        invalid_field(&log.propose_with(BOB, request, named(second))),
+        "request_id"
+    );
+    assert!(log.state.is_waiting("r", "b", second));
 }
 
 #[test]
