@@ -448,10 +448,7 @@ fn s4_25_a_multi_wait_survives_a_snapshot() {
     let mut log = Log::new();
     let on_y = granted(&log.acquire(BOB, acq("y", "b")));
     waiting(&log.propose(ALICE, many("c", &["x", "y"], Some(60_000))));
-    let body = crate::store::snapshot::encode_state(&log.state.snapshot_copy()).expect("encode");
-    let restored = crate::store::snapshot::decode_state(&body).expect("decode");
-    assert_eq!(restored, log.state);
-    log.state = restored;
+    log.restore_from_snapshot();
     log.release(BOB, release_of(&on_y));
     assert!(decided_many(&log).granted);
 }

@@ -191,6 +191,18 @@ impl Log {
         self.propose(caller, Op::Transfer(op))
     }
 
+    /// Replaces the state with what a node restored from its snapshot holds, after checking the
+    /// two agree, on the replicated fields and on when the next lease or session falls due.
+    #[track_caller]
+    pub fn restore_from_snapshot(&mut self) {
+        let body =
+            crate::store::snapshot::encode_state(&self.state.snapshot_copy()).expect("encode");
+        let restored = crate::store::snapshot::decode_state(&body).expect("decode");
+        assert_eq!(restored, self.state);
+        assert_eq!(restored.next_due_ms(), self.state.next_due_ms());
+        self.state = restored;
+    }
+
     pub fn tick(&mut self) -> Reply {
         self.propose(ROOT, Op::Tick)
     }

@@ -181,11 +181,7 @@ fn s4_24_a_sessions_grace_is_the_longest_renewal_grace_of_its_leases_resources()
     granted(&log.propose(ALICE, on(&id, acq("quick", "w"))));
     granted(&log.propose(ALICE, on(&id, acq("slow", "w"))));
     // A restored node agrees on when the session falls due.
-    let body = crate::store::snapshot::encode_state(&log.state.snapshot_copy()).expect("encode");
-    let restored = crate::store::snapshot::decode_state(&body).expect("decode");
-    assert_eq!(restored, log.state);
-    assert_eq!(restored.next_due_ms(), log.state.next_due_ms());
-    log.state = restored;
+    log.restore_from_snapshot();
     // Past its expiry, inside the longest grace: both leases still hold, in GRACE.
     log.elapse(5_000);
     assert_eq!(log.tick(), Reply::Reclaimed(vec![]));
@@ -222,10 +218,7 @@ fn s4_24_a_sessions_grace_shrinks_when_its_longest_grace_lease_ends() {
     let slow = granted(&log.propose(ALICE, on(&id, acq("slow", "w"))));
     lease(&log.release(ALICE, release_of(&slow)));
     // A restored node agrees: the released lease's grace is no longer the session's.
-    let body = crate::store::snapshot::encode_state(&log.state.snapshot_copy()).expect("encode");
-    let restored = crate::store::snapshot::decode_state(&body).expect("decode");
-    assert_eq!(restored, log.state);
-    assert_eq!(restored.next_due_ms(), log.state.next_due_ms());
+    log.restore_from_snapshot();
     // Only the ad-hoc lease is left: the session has the ad-hoc policy's grace (none).
     log.elapse(5_000);
     assert!(matches!(log.tick(), Reply::Reclaimed(v) if v.len() == 1));
@@ -540,12 +533,8 @@ fn s4_24_a_snapshot_keeps_sessions_and_what_they_carry() {
     // An ended lease of the session is remembered as every node remembers it.
     lease(&log.release(ALICE, release_of(&held[3])));
     log.propose(ALICE, on(&id, wait("busy", "w")));
-    let body = crate::store::snapshot::encode_state(&log.state.snapshot_copy()).expect("encode");
-    let restored = crate::store::snapshot::decode_state(&body).expect("decode");
-    assert_eq!(restored, log.state);
-    assert_eq!(restored.live_leases(), 4);
-    assert_eq!(restored.next_due_ms(), log.state.next_due_ms());
-    log.state = restored;
+    log.restore_from_snapshot();
+    assert_eq!(log.state.live_leases(), 4);
     log.elapse(5_000);
     assert!(matches!(log.tick(), Reply::Reclaimed(v) if v.len() == 3));
     assert_eq!(log.state.waiters(), 0, "its wait was cancelled with it");
