@@ -16,7 +16,9 @@ use crate::coord::read_barrier::ReadBarrier;
 use crate::coord::unstamped::Unstamped;
 use crate::coord::Node;
 use crate::error::ApiError;
+use crate::lease::unencoded::Unencoded;
 use crate::lease::{self, Answer, Command, Op, Proposal, Query, Reply, Stamp};
+use crate::network::carried::{self, Carried};
 use crate::network::{decode, PeerCallError, PeerClient};
 use crate::store::{NodeId, Raft};
 
@@ -274,9 +276,10 @@ impl Node {
         )
     }
 
-    /// Hands a call to the leader `leader` at `addr` and decodes its `Result<T, NotServed>`.
+    /// Hands a call to the leader `leader` at `addr` and decodes its `Result<T, NotServed>`,
+    /// made whole when the leader carried the parts its encoding leaves out (`network::carried`).
     /// A refused connection tells `succession` the leader's process is gone.
-    async fn forward<T: serde::de::DeserializeOwned>(
+    async fn forward<T: serde::de::DeserializeOwned + Unencoded>(
         &self,
         leader: NodeId,
         addr: &str,
@@ -298,7 +301,7 @@ impl Node {
                 self.peers.call(addr, request, send).await
             }
         };
-        let bytes = reply.map_err(|e| {
+        let response = reply.map_err(|e| {
             if let PeerCallError::Status(status) = &e {
                 if crate::coord::succession::refused(status) {
                     self.succession.leader_refused(leader);
@@ -306,9 +309,17 @@ impl Node {
             }
             unavailable(&e)
         })?;
-        decode::<Result<T, NotServed>>(&bytes)
-            .map_err(|e| unavailable(&e))?
-            .0
+        if carried::carries(response.metadata()) {
+            decode::<Carried<Result<T, NotServed>>>(response.get_ref())
+                .map_err(|e| unavailable(&e))?
+                .0
+                .into_reply()
+                .map_err(|e| unavailable(&e))?
+        } else {
+            decode::<Result<T, NotServed>>(response.get_ref())
+                .map_err(|e| unavailable(&e))?
+                .0
+        }
     }
 
     /// The leader as this node knows it: id and address.

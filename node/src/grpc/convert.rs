@@ -282,8 +282,7 @@ pub fn acquire_many(outcome: &ManyOutcome) -> pb::AcquireManyResponse {
                 holders: claim.holders.iter().map(lease).collect(),
                 queue_position: claim.queue_position,
                 booked_from: booked_from(claim.refusal),
-                // Read from the answering node's state by the caller.
-                closed_until: None,
+                closed_until: claim.closed_until_wall_ms.map(timestamp),
             })
             .collect(),
     }

@@ -14,7 +14,7 @@ use super::{convert, validate};
 use crate::auth::Caller;
 use crate::coord::Node;
 use crate::error::ApiError;
-use crate::lease::{Answer, BookOp, Op, Query, Refusal, Reply, SessionAcquireOp};
+use crate::lease::{Answer, BookOp, Op, Query, Reply, SessionAcquireOp};
 
 pub struct LeasesApi {
     pub node: Arc<Node>,
@@ -69,26 +69,6 @@ impl LeasesApi {
         tokio::select! {
             reply = proposed => reply,
             () = self.node.revoked(credential) => Err(ApiError::revoked()),
-        }
-    }
-
-    /// A `lock_delay` refusal's `closed_until`. Read here, not kept in the reply: replies travel
-    /// between nodes and sit in exactly-once records in a fixed encoding. This node's applied
-    /// state has the reclaim that closed the resource unless it lags behind it.
-    fn closed_until(
-        &self,
-        refusal: Option<Refusal>,
-        resource: &str,
-    ) -> Option<prost_types::Timestamp> {
-        match refusal {
-            Some(Refusal::LockDelay) => self
-                .node
-                .sm
-                .read()
-                .state
-                .closed_until_wall_ms(resource)
-                .map(convert::timestamp),
-            _ => None,
         }
     }
 
@@ -186,7 +166,6 @@ impl Leases for LeasesApi {
             .into());
         }
         let request_id = validate::request_id(&req.request_id)?;
-        let resource = op.resource.clone();
         let op = match session_id {
             None => Op::Acquire(op),
             Some(session_id) => Op::AcquireOnSession(SessionAcquireOp {
@@ -206,7 +185,7 @@ impl Leases for LeasesApi {
                 holders: outcome.holders.iter().map(convert::lease).collect(),
                 queue_position: outcome.queue_position,
                 booked_from: convert::booked_from(outcome.refusal),
-                closed_until: self.closed_until(outcome.refusal, &resource),
+                closed_until: outcome.closed_until_wall_ms.map(convert::timestamp),
             })),
             Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
             other => Err(unexpected(other).into()),
@@ -424,13 +403,7 @@ impl Leases for LeasesApi {
             .propose_acquire(&request, request_id, Op::AcquireMany(op))
             .await?
         {
-            Reply::Many(outcome) => {
-                let mut response = convert::acquire_many(&outcome);
-                for (claim, shown) in outcome.claims.iter().zip(&mut response.claims) {
-                    shown.closed_until = self.closed_until(claim.refusal, &claim.resource);
-                }
-                Ok(Response::new(response))
-            }
+            Reply::Many(outcome) => Ok(Response::new(convert::acquire_many(&outcome))),
             Reply::Rejected(rejection) => Err(ApiError::from(rejection).into()),
             other => Err(unexpected(other).into()),
         }

@@ -15,7 +15,9 @@ use crate::coord::membership::AdminRequest;
 use crate::coord::unstamped::Unstamped;
 use crate::coord::Node;
 use crate::grpc::validate::MAX_KEY_BYTES;
+use crate::lease::unencoded::Unencoded;
 use crate::lease::Op;
+use crate::network::carried::{self, Carried};
 use crate::network::{decode, encode_as, TARGET_HEADER, UNDECODABLE};
 use crate::store::codec::Wire;
 use crate::store::TypeConfig;
@@ -52,6 +54,24 @@ fn reply<T: serde::Serialize>(wire: Wire, value: &T) -> Result<Response<RaftByte
     encode_as(wire, value)
         .map(Response::new)
         .map_err(|e| Status::internal(format!("encoding a raft reply: {e}")))
+}
+
+/// A handed-over call's reply, with the parts its encoding leaves out when the caller reads them
+/// (`network::carried`).
+fn carried_reply<T: serde::Serialize + Unencoded>(
+    wire: Wire,
+    carries: bool,
+    value: T,
+) -> Result<Response<RaftBytes>, Status> {
+    if !carries {
+        return reply(wire, &value);
+    }
+    let mut response = reply(wire, &Carried::of(value))?;
+    response.metadata_mut().insert(
+        carried::CARRIES_HEADER,
+        tonic::metadata::MetadataValue::from_static(carried::PARTS),
+    );
+    Ok(response)
 }
 
 #[tonic::async_trait]
@@ -97,6 +117,7 @@ impl Raft for RaftApi {
     }
 
     async fn propose(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        let carries = carried::carries(request.metadata());
         let (request, wire): (Unstamped<String, Op>, _) = self.body(&request)?;
         let request = request.into_proposal();
         // Only client commands are handed over; the leader proposes Tick and Reclaim itself.
@@ -114,12 +135,13 @@ impl Raft for RaftApi {
         }
         // The leader's log of a forwarded write names the write as the follower's does.
         crate::metrics::record_request_id(request.request_id.as_deref());
-        reply(wire, &self.node.propose_local(request).await)
+        carried_reply(wire, carries, self.node.propose_local(request).await)
     }
 
     async fn read(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        let carries = carried::carries(request.metadata());
         let (request, wire): (ReadRequest, _) = self.body(&request)?;
-        reply(wire, &self.node.query_local(&request.query).await)
+        carried_reply(wire, carries, self.node.query_local(&request.query).await)
     }
 
     async fn admin(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {

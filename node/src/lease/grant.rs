@@ -366,6 +366,7 @@ impl State {
             holders: self.holders_of(resource),
             queue_position: 0,
             wait_id: None,
+            closed_until_wall_ms: self.closed_until_for(resource, Some(refusal)),
         }
     }
 

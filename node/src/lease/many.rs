@@ -62,6 +62,10 @@ pub struct ClaimOutcome {
     /// With WAIT: the caller's place in this room (1 = the head), or the place it had when
     /// its wait ended.
     pub queue_position: u32,
+    /// A `lock_delay` refusal: when the resource opens again (wall-clock estimate), as the
+    /// refusing entry saw it. Not encoded (`lease::unencoded`): a retry reads it again.
+    #[serde(skip)]
+    pub closed_until_wall_ms: Option<u64>,
 }
 
 impl ManyOutcome {
@@ -79,16 +83,21 @@ impl ManyOutcome {
     pub fn summary(&self) -> AcquireOutcome {
         match self.leases.first() {
             Some(view) if self.granted => AcquireOutcome::granted(view.clone()),
-            _ => AcquireOutcome {
-                granted: false,
-                lease: None,
-                refusal: self
-                    .refusal
-                    .or_else(|| self.claims.iter().find_map(|c| c.refusal)),
-                holders: Vec::new(),
-                queue_position: self.claims.first().map_or(0, |c| c.queue_position),
-                wait_id: self.wait_id,
-            },
+            _ => {
+                let first = self.claims.iter().find(|c| c.refusal.is_some());
+                AcquireOutcome {
+                    granted: false,
+                    lease: None,
+                    refusal: self.refusal.or_else(|| first.and_then(|c| c.refusal)),
+                    holders: Vec::new(),
+                    queue_position: self.claims.first().map_or(0, |c| c.queue_position),
+                    wait_id: self.wait_id,
+                    closed_until_wall_ms: match self.refusal {
+                        Some(_) => None,
+                        None => first.and_then(|c| c.closed_until_wall_ms),
+                    },
+                }
+            }
         }
     }
 }
@@ -381,6 +390,7 @@ impl State {
                 refusal: *refusal,
                 holders: self.claim_holders(name),
                 queue_position: position(name),
+                closed_until_wall_ms: self.closed_until_for(name, *refusal),
             })
             .collect()
     }
@@ -477,6 +487,7 @@ impl State {
                 refusal: Some(why),
                 holders: self.claim_holders(name),
                 queue_position: position,
+                closed_until_wall_ms: None,
             });
         }
         let outcome = ManyOutcome {
@@ -534,6 +545,7 @@ impl State {
                             refusal: why,
                             holders: self.claim_holders(name),
                             queue_position: 0,
+                            closed_until_wall_ms: None,
                         })
                         .collect();
                     return Some(ManyOutcome {

@@ -20,6 +20,7 @@ pub mod query;
 pub mod quota;
 pub mod session;
 pub mod types;
+pub mod unencoded;
 pub mod waiting;
 pub mod watch;
 

@@ -280,6 +280,7 @@ impl AcquireOutcome {
             holders: vec![],
             queue_position: 0,
             wait_id: None,
+            closed_until_wall_ms: None,
         }
     }
 }
@@ -299,6 +300,10 @@ pub struct AcquireOutcome {
     /// wait until an admission or removal entry decides it.
     #[serde(default)]
     pub wait_id: Option<u64>,
+    /// A `lock_delay` refusal: when the resource opens again (wall-clock estimate), as the
+    /// refusing entry saw it. Not encoded (`lease::unencoded`): a retry reads it again.
+    #[serde(skip)]
+    pub closed_until_wall_ms: Option<u64>,
 }
 
 /// A command the state machine refused; each maps to one SPEC §3 reason.

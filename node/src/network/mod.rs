@@ -20,6 +20,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+pub mod carried;
 mod peer_health;
 
 use peer_health::PeerHealth;
@@ -52,6 +53,10 @@ impl tonic::service::Interceptor for PeerAuth {
         metadata.insert(
             crate::agreement::PROTOCOL_HEADER,
             MetadataValue::from_static(crate::agreement::RAFT_PROTOCOL),
+        );
+        metadata.insert(
+            carried::CARRIES_HEADER,
+            MetadataValue::from_static(carried::PARTS),
         );
         for (name, value) in [
             ("authorization", &headers.authorization),
@@ -141,14 +146,14 @@ impl Peers {
         addr: &str,
         body: &T,
         send: F,
-    ) -> Result<RaftBytes, PeerCallError>
+    ) -> Result<tonic::Response<RaftBytes>, PeerCallError>
     where
         T: Serialize,
         F: Fn(PeerClient, RaftBytes) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<RaftBytes>, tonic::Status>>,
     {
         match send(self.client(addr)?, encode_as(Wire::Binary, body)?).await {
-            Ok(reply) => Ok(reply.into_inner()),
+            Ok(reply) => Ok(reply),
             Err(status) => {
                 self.note_refusal(addr, &status);
                 Err(status.into())
@@ -341,7 +346,11 @@ impl PeerConnection {
                 }
             }
         };
-        let reply = self.peers.call(&self.addr, req, send).await;
+        let reply = self
+            .peers
+            .call(&self.addr, req, send)
+            .await
+            .map(tonic::Response::into_inner);
         let health = &self.peers.health;
         let report = match &reply {
             Ok(_) => health.answered(self.target, tokio::time::Instant::now()),

@@ -4,6 +4,7 @@
 
 mod t10_storage;
 mod t20_cluster;
+mod t25_answers;
 mod t30_process;
 mod t35_paused_node;
 mod t40_clock;

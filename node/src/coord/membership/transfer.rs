@@ -69,7 +69,7 @@ impl Node {
             .await
             .map_err(|e| e.to_string())
             .and_then(|bytes| {
-                decode::<Result<AdminOutcome, NotServed>>(&bytes)
+                decode::<Result<AdminOutcome, NotServed>>(bytes.get_ref())
                     .map_err(|e| e.to_string())
                     .map(|(outcome, _)| outcome)
             });

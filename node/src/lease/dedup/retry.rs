@@ -9,7 +9,8 @@ use crate::lease::types::{Lease, LeaseId, LeaseView};
 
 impl State {
     /// A remembered reply made whole again for a retry: metadata from the lease (or the
-    /// request), the current holders of a refused acquire, a registered resource as it is.
+    /// request), the current holders (and reopening) of a refused acquire, a registered
+    /// resource as it is.
     pub(crate) fn rebuild(&self, kept: Kept, op: &Op) -> Reply {
         let mut reply = match kept {
             Kept::Resource(name) => return Reply::Resource(Box::new(self.resource_view(&name))),
@@ -25,6 +26,8 @@ impl State {
                 }
                 if !outcome.granted {
                     outcome.holders = self.holders_of(&op.resource);
+                    outcome.closed_until_wall_ms =
+                        self.closed_until_for(&op.resource, outcome.refusal);
                 }
             }
             (Reply::Many(outcome), Op::AcquireMany(op)) => {
@@ -33,9 +36,18 @@ impl State {
                 }
                 for claim in &mut outcome.claims {
                     claim.holders = self.claim_holders(&claim.resource);
+                    claim.closed_until_wall_ms =
+                        self.closed_until_for(&claim.resource, claim.refusal);
                 }
             }
             (Reply::Lease(view), _) => self.make_whole(view, None),
+            // A closed session's answer lists the leases it ended, every one on it.
+            (Reply::Session(view), _) => {
+                let session = std::num::NonZeroU64::new(view.id);
+                for lease in &mut view.leases {
+                    lease.lease.session = session;
+                }
+            }
             _ => {}
         }
         reply

@@ -121,6 +121,7 @@ fn a_record_keeps_no_metadata_and_no_holders_however_large_the_reply() {
         holders: vec![view.clone(); 100],
         queue_position: 0,
         wait_id: None,
+        closed_until_wall_ms: None,
     });
     let mut dedup = Dedup::default();
     remember(&mut dedup, "p", "1", &release("a"), &refused);

@@ -10,7 +10,7 @@ use super::history::{Event, EventKind};
 use super::machine::State;
 use super::policy::Policy;
 use super::session::SessionView;
-use super::types::{lease_order, Lease, LeaseId, LeaseStatus, LeaseView, Name, Rejection};
+use super::types::{lease_order, Lease, LeaseId, LeaseStatus, LeaseView, Name, Refusal, Rejection};
 use super::waiting::Waiter;
 
 mod page;
@@ -227,6 +227,15 @@ impl State {
 
     /// When a resource closed by its lock delay opens again, on the wall clock; `None` when it
     /// is not closed (spec §4.4).
+    /// What a claim on `name` refused for `refusal` shows as its reopening: the resource's
+    /// [`State::closed_until_wall_ms`] for a `lock_delay` refusal, nothing otherwise.
+    pub fn closed_until_for(&self, name: &str, refusal: Option<Refusal>) -> Option<u64> {
+        match refusal {
+            Some(Refusal::LockDelay) => self.closed_until_wall_ms(name),
+            _ => None,
+        }
+    }
+
     pub fn closed_until_wall_ms(&self, name: &str) -> Option<u64> {
         let closed_until_ms = self.resources.get(name)?.rare().closed_until_ms;
         (self.clock.now_ms() < closed_until_ms).then(|| self.clock.wall_of(closed_until_ms))
