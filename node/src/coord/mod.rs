@@ -57,6 +57,11 @@ pub struct Node {
     pub read_pacer: crate::limits::ReadPacer,
     /// Watch, Serve and waiting Acquire calls open, node-wide (`--max-open-streams`).
     pub streams: crate::limits::Gauge,
+    /// Long-lived calls open by principal (`--max-open-streams-per-principal`).
+    streams_per_principal: crate::limits::PerPrincipal,
+    /// The places among the open streams of the waits blocked calls wait for here: one a
+    /// wait, however many calls rejoin it.
+    waits: streams::WaitPlaces,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
     pub public_streams: crate::limits::Gauge,
     /// Watches, Serve inboxes and watches of every resource open on this node, by
@@ -140,6 +145,7 @@ impl Node {
                 limits.max_in_flight,
             ),
             in_flight_per_principal: crate::limits::PerPrincipal::new(
+                crate::limits::Cap::PrincipalInFlight,
                 limits.max_in_flight_per_principal,
             ),
             read_pacer: crate::limits::ReadPacer::new(limits.read_rate_per_principal),
@@ -151,10 +157,15 @@ impl Node {
                 crate::limits::Cap::PublicStreams,
                 limits.max_public_streams,
             ),
-            watches: crate::limits::PerPrincipal::new(usize::MAX),
-            all_watches: crate::limits::PerPrincipal::new(usize::MAX),
-            serving: crate::limits::PerPrincipal::new(usize::MAX),
-            keep_alive_streams: crate::limits::PerPrincipal::new(usize::MAX),
+            streams_per_principal: crate::limits::PerPrincipal::new(
+                crate::limits::Cap::PrincipalStreams,
+                limits.max_open_streams_per_principal,
+            ),
+            waits: Default::default(),
+            watches: streams::counted(),
+            all_watches: streams::counted(),
+            serving: streams::counted(),
+            keep_alive_streams: streams::counted(),
             config_digest: std::sync::RwLock::new(config_digest),
             member_ips: Default::default(),
             cooldown: Default::default(),

@@ -1,14 +1,121 @@
-//! Quotas of the streams a node holds open: watches, watches of every resource and owner
-//! inboxes, counted by principal on this node (they are not replicated).
+//! The streams a node holds open: each takes a place among the node's open streams and one of
+//! its principal's share of them; watches, watches of every resource and owner inboxes count
+//! against their quotas too, by principal on this node (they are not replicated). Calls that
+//! wait for the same wait (a rejoined wait) share one place.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::lease::quota::Quota;
-use crate::limits::{PerPrincipal, Permit};
+use crate::limits::{Cap, PerPrincipal, Permit, PrincipalPermit};
 
 use super::Node;
 
+/// A count of streams by principal that no limit of its own refuses (a quota does, per call).
+pub(super) fn counted() -> PerPrincipal {
+    PerPrincipal::new(Cap::PrincipalStreams, usize::MAX)
+}
+
+/// A wait, by its resource (a multi-wait's first) and holder: a holder waits at most once for
+/// a resource, and a call that asks again rejoins that wait.
+type WaitKey = (String, String);
+
+/// The places of the waits that calls wait for on this node.
+#[derive(Default)]
+pub(super) struct WaitPlaces(Arc<Mutex<HashMap<WaitKey, Weak<WaitPlace>>>>);
+
+/// A wait's place among the open streams, held while any call waits for it here.
+pub struct WaitPlace {
+    _place: Permit,
+    key: WaitKey,
+    places: Weak<Mutex<HashMap<WaitKey, Weak<WaitPlace>>>>,
+}
+
+impl Drop for WaitPlace {
+    fn drop(&mut self) {
+        let Some(places) = self.places.upgrade() else {
+            return;
+        };
+        let mut places = places.lock().unwrap_or_else(|p| p.into_inner());
+        if places
+            .get(&self.key)
+            .is_some_and(|place| place.strong_count() == 0)
+        {
+            places.remove(&self.key);
+        }
+    }
+}
+
+/// What a waiting call holds: its principal's share (auth on), and its wait's place.
+pub struct WaitPermit {
+    _share: Option<PrincipalPermit>,
+    _place: Arc<WaitPlace>,
+}
+
 impl Node {
+    /// A place for one more long-lived call (Watch, Serve, KeepAlive) of `caller` on this
+    /// node: its principal's share first, when callers are authenticated (with auth off every
+    /// caller is `anonymous`), then the node's.
+    pub fn enter_stream(&self, caller: &Caller) -> Result<Permit, ApiError> {
+        let share = self.stream_share(caller)?;
+        let place = self.streams.enter()?;
+        Ok(match share {
+            Some(share) => place.with(share),
+            None => place,
+        })
+    }
+
+    /// A place for a call that waits for `holder`'s wait on `resource`: its principal's share,
+    /// and the wait's place among the open streams, which the calls already waiting for the
+    /// same wait on this node hold with it: a call that rejoins a wait takes no second place.
+    pub fn enter_wait(
+        &self,
+        caller: &Caller,
+        resource: &str,
+        holder: &str,
+    ) -> Result<WaitPermit, ApiError> {
+        let share = self.stream_share(caller)?;
+        let key = (resource.to_string(), holder.to_string());
+        let mut places = self.waits.0.lock().unwrap_or_else(|p| p.into_inner());
+        let place = match places.get(&key).and_then(Weak::upgrade) {
+            Some(place) => place,
+            None => {
+                let place = Arc::new(WaitPlace {
+                    _place: self.streams.enter()?,
+                    key: key.clone(),
+                    places: Arc::downgrade(&self.waits.0),
+                });
+                places.insert(key, Arc::downgrade(&place));
+                place
+            }
+        };
+        Ok(WaitPermit {
+            _share: share,
+            _place: place,
+        })
+    }
+
+    /// How many long-lived calls of `principal` are open here (counted with auth on).
+    pub fn streams_held_by(&self, principal: &str) -> usize {
+        self.streams_per_principal.held_by(principal)
+    }
+
+    /// How many waits hold a place among the open streams here.
+    pub fn waits_open(&self) -> usize {
+        let places = self.waits.0.lock().unwrap_or_else(|p| p.into_inner());
+        places.len()
+    }
+
+    /// `caller`'s share of the open streams, when callers are authenticated.
+    fn stream_share(&self, caller: &Caller) -> Result<Option<PrincipalPermit>, ApiError> {
+        match self.auth().is_on() {
+            true => Ok(Some(self.streams_per_principal.enter(&caller.principal)?)),
+            false => Ok(None),
+        }
+    }
+
     /// A place for one more watch or Serve inbox (`quota`) of `caller` on this node, with
     /// the node-wide place `open_stream`; past the principal's quota, `resource_exhausted`.
     /// An admin's are counted, not limited (as in the state machine).

@@ -87,6 +87,15 @@ pub fn waits(op: &Op) -> bool {
     }
 }
 
+/// The wait `op` would wait for, if it may wait: its resource (a multi-wait's first) and its
+/// holder. A holder waits at most once for a resource: asked again, it rejoins that wait.
+pub fn wait_of(op: &Op) -> Option<(String, String)> {
+    waits(op)
+        .then(|| Target::of(op))
+        .flatten()
+        .map(|target| (target.resource, target.holder))
+}
+
 /// What a waiting call listens on: its resource (a multi-wait's first) and holder, and a
 /// multi-wait's resources.
 struct Target {

@@ -47,7 +47,7 @@ pub async fn keep_alive(
     let credential = crate::auth::credential_in(&extensions);
     // The stream holds a place among the open streams (and one of its principal's) instead
     // of one in flight; each renewal on it takes one in flight of its own.
-    let mut open_stream = node.streams.enter()?;
+    let mut open_stream = node.enter_stream(&caller)?;
     if !caller.admin {
         let principal = &caller.principal;
         let place = node

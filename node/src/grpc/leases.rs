@@ -45,8 +45,9 @@ impl LeasesApi {
     }
 
     /// Proposes an acquire (of one resource or several) as the caller of `request`. A `WAIT`
-    /// holds a place among the open streams instead of one in flight, and ends as when its
-    /// client goes away if a reload revokes the caller's token.
+    /// holds a place among the open streams instead of one in flight (its wait's, which a call
+    /// that rejoins the wait shares), and ends as when its client goes away if a reload
+    /// revokes the caller's token.
     async fn propose_acquire<T>(
         &self,
         request: &Request<T>,
@@ -54,15 +55,17 @@ impl LeasesApi {
         op: Op,
     ) -> Result<Reply, ApiError> {
         let caller = self.caller(request)?;
-        let waits = crate::coord::wait::waits(&op);
-        let _open_stream = if waits {
-            let open_stream = self.node.streams.enter()?;
-            if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
-                in_flight.release();
+        let wait = crate::coord::wait::wait_of(&op);
+        let waits = wait.is_some();
+        let _open_stream = match &wait {
+            Some((resource, holder)) => {
+                let open_stream = self.node.enter_wait(&caller, resource, holder)?;
+                if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
+                    in_flight.release();
+                }
+                Some(open_stream)
             }
-            Some(open_stream)
-        } else {
-            None
+            None => None,
         };
         let proposed = self.propose(caller, request_id, op);
         let credential = crate::auth::credential_in(request.extensions()).filter(|_| waits);
@@ -346,7 +349,7 @@ impl Leases for LeasesApi {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let caller = self.caller(&request)?;
         let spec = validate::watch(request.get_ref())?;
-        let open_stream = self.node.streams.enter()?;
+        let open_stream = self.node.enter_stream(&caller)?;
         let open_stream =
             self.node
                 .open_stream_of(&caller, crate::lease::quota::Quota::Watches, open_stream)?;

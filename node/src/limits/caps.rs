@@ -12,6 +12,8 @@ pub enum Cap {
     PrincipalInFlight,
     /// Long-lived calls open (`--max-open-streams`).
     Streams,
+    /// One principal's long-lived calls open (`--max-open-streams-per-principal`).
+    PrincipalStreams,
     /// Health Watch and reflection streams open (`--max-public-streams`).
     PublicStreams,
     /// A Watch whose client takes no message: cut off rather than held.
@@ -22,7 +24,7 @@ impl Cap {
     pub fn reason(self) -> Reason {
         match self {
             Cap::InFlight | Cap::PrincipalInFlight => Reason::TooManyRequests,
-            Cap::Streams | Cap::PublicStreams => Reason::TooManyStreams,
+            Cap::Streams | Cap::PrincipalStreams | Cap::PublicStreams => Reason::TooManyStreams,
             Cap::SlowWatcher => Reason::SlowWatcher,
         }
     }
@@ -76,10 +78,12 @@ impl InFlight {
     }
 }
 
-/// Client requests in flight per principal (`--max-in-flight-per-principal`). Holds an
-/// entry only for a principal with requests in flight: at most --max-in-flight of them.
+/// What each principal holds of one node-wide cap: its requests in flight
+/// (`--max-in-flight-per-principal`), its streams open (`--max-open-streams-per-principal`),
+/// its watches and inboxes (quotas). Holds an entry only for a principal that holds some.
 #[derive(Debug)]
 pub struct PerPrincipal {
+    cap: Cap,
     limit: usize,
     pub(super) open: Arc<std::sync::Mutex<HashMap<String, usize>>>,
 }
@@ -104,22 +108,30 @@ impl Drop for PrincipalPermit {
 }
 
 impl PerPrincipal {
-    pub fn new(limit: usize) -> Self {
+    /// Each principal's share of `cap`: at most `limit` places.
+    pub fn new(cap: Cap, limit: usize) -> Self {
         PerPrincipal {
+            cap,
             limit,
             open: Arc::default(),
         }
     }
 
-    /// A place for one more request of `principal`, or `resource_exhausted`.
+    /// A place for one more of `principal`'s, or `resource_exhausted` naming the cap.
     pub fn enter(&self, principal: &str) -> Result<PrincipalPermit, ApiError> {
         self.enter_up_to(principal, self.limit)
             .ok_or_else(|| ApiError::Limit {
-                cap: Cap::PrincipalInFlight,
-                detail: format!(
-                    "principal {principal} has its limit of {} requests in flight on this node (--max-in-flight-per-principal); retry with backoff",
-                    self.limit
-                ),
+                cap: self.cap,
+                detail: match self.cap {
+                    Cap::PrincipalStreams => format!(
+                        "principal {principal} has its limit of {} Watch, Serve, KeepAlive and waiting Acquire calls open on this node (--max-open-streams-per-principal); close some, or use another node",
+                        self.limit
+                    ),
+                    _ => format!(
+                        "principal {principal} has its limit of {} requests in flight on this node (--max-in-flight-per-principal); retry with backoff",
+                        self.limit
+                    ),
+                },
             })
     }
 
@@ -169,10 +181,9 @@ impl Gauge {
                         "this node is handling its limit of {} client requests (--max-in-flight); retry with backoff or on another node",
                         self.limit
                     ),
-                    Cap::PrincipalInFlight => format!(
-                        "this principal has its limit of {} requests in flight on this node (--max-in-flight-per-principal); retry with backoff",
-                        self.limit
-                    ),
+                    Cap::PrincipalInFlight | Cap::PrincipalStreams => {
+                        format!("this principal has its limit of {} on this node", self.limit)
+                    }
                     Cap::Streams => format!(
                         "this node has its limit of {} Watch, Serve and waiting Acquire calls open (--max-open-streams); close some, or use another node",
                         self.limit

@@ -78,6 +78,17 @@ pub struct Limits {
     #[arg(long, env = "TENURED_MAX_OPEN_STREAMS", default_value_t = 10_000)]
     pub max_open_streams: usize,
 
+    /// Long-lived calls of one principal open on this node (Watch, Serve, KeepAlive, an
+    /// Acquire that waits): a share of --max-open-streams, so that one principal cannot take
+    /// every place. More are refused with `resource_exhausted` (`too_many_streams`). With auth
+    /// off (every caller `anonymous`) it does not apply. Default: 2500.
+    #[arg(
+        long,
+        env = "TENURED_MAX_OPEN_STREAMS_PER_PRINCIPAL",
+        default_value_t = 2500
+    )]
+    pub max_open_streams_per_principal: usize,
+
     /// Health Watch and reflection streams open on this node, which answer callers without
     /// a token: a cap of their own, so that nobody without a token can take the places of
     /// Watch and Serve. More are refused with `resource_exhausted` (`too_many_streams`).
@@ -151,6 +162,10 @@ impl Limits {
                 self.max_in_flight_per_principal,
             ),
             ("--max-open-streams", self.max_open_streams),
+            (
+                "--max-open-streams-per-principal",
+                self.max_open_streams_per_principal,
+            ),
             ("--max-public-streams", self.max_public_streams),
             ("--max-pending-resets", self.max_pending_resets),
             ("--max-local-error-resets", self.max_local_error_resets),

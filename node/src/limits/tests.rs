@@ -27,7 +27,7 @@ fn a_gauge_refuses_past_its_limit_and_frees_a_place_when_a_permit_drops() {
 
 #[test]
 fn one_principal_cannot_take_more_than_its_share_of_the_places_in_flight() {
-    let per_principal = PerPrincipal::new(2);
+    let per_principal = PerPrincipal::new(Cap::PrincipalInFlight, 2);
     let first = per_principal.enter("mallory").expect("first");
     let _second = per_principal.enter("mallory").expect("second");
     let refused = per_principal.enter("mallory").expect_err("third");
@@ -44,4 +44,18 @@ fn one_principal_cannot_take_more_than_its_share_of_the_places_in_flight() {
         .expect("lock")
         .get("alice")
         .is_none());
+}
+
+#[test]
+fn one_principal_past_its_share_of_streams_is_refused_naming_the_flag() {
+    let per_principal = PerPrincipal::new(Cap::PrincipalStreams, 1);
+    let _open = per_principal.enter("mallory").expect("first");
+    let refused = per_principal.enter("mallory").expect_err("second");
+    assert_eq!(refused.reason_and_code().0, "too_many_streams");
+    assert!(
+        refused
+            .to_string()
+            .contains("--max-open-streams-per-principal"),
+        "{refused}"
+    );
 }

@@ -4,6 +4,7 @@
 
 mod t70_auth;
 mod t71_gate;
+mod t72_shares;
 mod t92_tls;
 mod t98_quotas;
 

@@ -18,19 +18,19 @@ use tenure_tests::{acquire_request, granted, started, started_with, write_secret
 use tonic::transport::Channel;
 use tonic::Code;
 
-const TTL: Duration = Duration::from_secs(60);
-const ADMIN: &str = "t71-admin-token-0123456789abcdef0123";
-const PEER: &str = "t71-peer-token-0123456789abcdef01234";
-const ALICE: &str = "t71-alice-token-0123456789abcdef012";
-const BOB: &str = "t71-bob-token-0123456789abcdef012345";
+pub(crate) const TTL: Duration = Duration::from_secs(60);
+pub(crate) const ADMIN: &str = "t71-admin-token-0123456789abcdef0123";
+pub(crate) const PEER: &str = "t71-peer-token-0123456789abcdef01234";
+pub(crate) const ALICE: &str = "t71-alice-token-0123456789abcdef012";
+pub(crate) const BOB: &str = "t71-bob-token-0123456789abcdef012345";
 const MIB: usize = 1024 * 1024;
 
 /// Every node's flags for a token file under `dir`: `ADMIN` (admin) and `PEER`.
-fn auth_flags(dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn auth_flags(dir: &std::path::Path) -> Vec<String> {
     token_file(dir, &[(ADMIN, "ops", "admin"), (PEER, "nodes", "peer")])
 }
 
-fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+pub(crate) fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     let value = format!("Bearer {token}").parse().expect("ascii");
     request.metadata_mut().insert("authorization", value);
@@ -49,7 +49,7 @@ async fn one_node(flags: Vec<String>) -> (InProcessCluster, Channel) {
 }
 
 /// Writes a token file of `lines` (`TOKEN PRINCIPAL ROLE`) under `dir`; the flags naming it.
-fn token_file(dir: &std::path::Path, lines: &[(&str, &str, &str)]) -> Vec<String> {
+pub(crate) fn token_file(dir: &std::path::Path, lines: &[(&str, &str, &str)]) -> Vec<String> {
     let path = dir.join("tokens");
     let text: String = lines
         .iter()
@@ -221,7 +221,7 @@ async fn a_client_token_on_the_raft_service_is_permission_denied() {
 }
 
 /// Waits (yielding to the node's tasks) until `done` holds; fails the test after `ELECTION`.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut done: impl FnMut() -> bool) {
     tokio::time::timeout(ELECTION, async {
         while !done() {
             tokio::task::yield_now().await;
@@ -232,7 +232,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// An acquire of `resource` for `holder` that waits up to a minute in the waiting room.
-fn waiting_acquire(resource: &str, holder: &str) -> pb::AcquireRequest {
+pub(crate) fn waiting_acquire(resource: &str, holder: &str) -> pb::AcquireRequest {
     let mut request = acquire_request(resource, holder, TTL);
     request.on_conflict = pb::OnConflict::Wait as i32;
     request.wait_timeout = Some(prost_types::Duration {
@@ -242,11 +242,11 @@ fn waiting_acquire(resource: &str, holder: &str) -> pb::AcquireRequest {
     request
 }
 
-fn limits(flags: &[&str]) -> BTreeMap<u64, Vec<String>> {
+pub(crate) fn limits(flags: &[&str]) -> BTreeMap<u64, Vec<String>> {
     tenure_tests::same_flags(1, flags)
 }
 
-fn watch(resource: &str) -> pb::WatchRequest {
+pub(crate) fn watch(resource: &str) -> pb::WatchRequest {
     pb::WatchRequest {
         resource: resource.into(),
         ..Default::default()
@@ -658,7 +658,7 @@ async fn a_renew_is_not_queued_behind_its_own_connections_waits() {
 }
 
 /// A channel to `addr` whose connections come from the loopback address `from`.
-async fn channel_from(addr: &str, from: &str) -> Channel {
+pub(crate) async fn channel_from(addr: &str, from: &str) -> Channel {
     Channel::from_shared(format!("http://{addr}"))
         .expect("endpoint")
         .local_address(Some(from.parse().expect("an IP")))

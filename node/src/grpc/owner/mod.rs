@@ -57,7 +57,7 @@ pub async fn serve(
     let (_, extensions, mut requests) = request.into_parts();
     let caller = crate::auth::caller_in(&extensions)?;
     let credential = crate::auth::credential_in(&extensions);
-    let open_stream = node.streams.enter()?;
+    let open_stream = node.enter_stream(&caller)?;
     let open_stream =
         node.open_stream_of(&caller, crate::lease::quota::Quota::Inboxes, open_stream)?;
     let first = tokio::time::timeout(node.config.request_timeout, requests.message()).await;
