@@ -70,8 +70,13 @@ fn raft_config(config: &Config) -> anyhow::Result<openraft::Config> {
 }
 
 /// Starts a node serving on `listener`.
-pub async fn start(config: Config, listener: TcpListener) -> anyhow::Result<Running> {
+pub async fn start(mut config: Config, listener: TcpListener) -> anyhow::Result<Running> {
     config.validate()?;
+    if let Some(lowered) =
+        crate::coord::connections::fit_descriptors(&mut config.limits, config.http_listen.is_some())
+    {
+        tracing::warn!("{lowered}");
+    }
     let stats = Arc::new(StorageStats::default());
     let log_store = LogStore::open_with(
         &config.data_dir.join("raft"),
@@ -284,9 +289,11 @@ async fn serve(
     };
     // Connections from an address in the cooldown are closed at once; the others can be cut
     // by the gate (`crate::guard`).
+    let table = node.connection_table(crate::coord::connections::Port::Grpc);
     let incoming = crate::guard::guard(
         crate::guard::Admitted::new(incoming, node.cooldown.clone()),
         limits.connection_strikes,
+        table,
     );
     let served = match &node.tls {
         Some(tls) => {

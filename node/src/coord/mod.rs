@@ -11,6 +11,7 @@
 //! The gRPC adapters (`crate::grpc`) call into it; it does not call them.
 
 pub mod batch;
+pub mod connections;
 pub mod forward;
 pub mod inbox;
 pub mod member_ips;
@@ -64,6 +65,8 @@ pub struct Node {
     waits: streams::WaitPlaces,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
     pub public_streams: crate::limits::Gauge,
+    /// The same, by address (`--max-public-streams-per-address`; members have no share).
+    pub public_streams_per_address: crate::limits::PerPrincipal,
     /// Watches, Serve inboxes and watches of every resource open on this node, by
     /// principal: their quotas.
     watches: crate::limits::PerPrincipal,
@@ -81,6 +84,8 @@ pub struct Node {
     pub cooldown: Arc<crate::guard::Cooldown>,
     /// Connections cut for abuse since start.
     pub connections_cut: std::sync::atomic::AtomicU64,
+    /// The connection tables of the ports serving (`connections`).
+    connection_tables: std::sync::Mutex<Vec<Arc<crate::guard::Table>>>,
     /// Checks the snapshot a leader is sending, chunk by chunk (`store::snapshot::ChunkCheck`).
     pub receiving_snapshot: std::sync::Mutex<crate::store::snapshot::ChunkCheck>,
     /// Calls refused, by cause.
@@ -157,6 +162,10 @@ impl Node {
                 crate::limits::Cap::PublicStreams,
                 limits.max_public_streams,
             ),
+            public_streams_per_address: crate::limits::PerPrincipal::new(
+                crate::limits::Cap::AddressPublicStreams,
+                limits.max_public_streams_per_address,
+            ),
             streams_per_principal: crate::limits::PerPrincipal::new(
                 crate::limits::Cap::PrincipalStreams,
                 limits.max_open_streams_per_principal,
@@ -170,6 +179,7 @@ impl Node {
             member_ips: Default::default(),
             cooldown: Default::default(),
             connections_cut: Default::default(),
+            connection_tables: Default::default(),
             receiving_snapshot: Default::default(),
             refusals: Default::default(),
             own_commit: own_commit.clone(),

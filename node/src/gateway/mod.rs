@@ -295,7 +295,7 @@ fn refusal(node: &Node, refused: ApiError, extensions: &http::Extensions) -> Res
 
 /// Whether a `Host` value names an address (an IP address or `localhost`, with or without a
 /// port), not a domain.
-fn is_address(host: &str) -> bool {
+pub fn is_address(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
         Some(bracketed) => bracketed.split_once(']').map_or("", |(name, _)| name),
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),

@@ -1,14 +1,16 @@
-//! The gateway's connections: HTTP/1.1 on guarded TCP (or TLS over it) with the gRPC port's
-//! protections. Each connection is wrapped by [`crate::guard`] (its calls refused for their
-//! credentials spend strikes; one out of strikes is cut and its address kept out for the
-//! cooldown), at most [`MAX_CONNECTIONS`] are open at once, a request's head must arrive
-//! within [`HEAD_TIMEOUT`], and TCP_NODELAY is on (an event stream's small messages must not
-//! wait for Nagle).
+//! The HTTP ports' connections: HTTP/1.1 on guarded TCP (or TLS over it) with the gRPC port's
+//! protections, for the gateway and the metrics endpoint alike ([`serve_http`]). Each
+//! connection is wrapped by [`crate::guard`] (its calls refused for their credentials spend
+//! strikes; one out of strikes is cut and its address kept out for the cooldown) and has a
+//! place in its port's [`Table`] (how many are open, from one address, and how long one may
+//! stay quiet), a request's head must arrive within [`HEAD_TIMEOUT`], and TCP_NODELAY is on
+//! (an event stream's small messages must not wait for Nagle).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -17,10 +19,7 @@ use tonic::transport::server::Connected;
 use tower::ServiceExt;
 
 use crate::coord::Node;
-use crate::guard::Connection;
-
-/// Gateway connections open at once, at most; a connection past it is closed at once.
-pub const MAX_CONNECTIONS: usize = 4096;
+use crate::guard::{Connection, Table};
 
 /// A request's head (line and headers) must arrive within this.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,27 +29,46 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct OnConnection(pub Arc<Connection>);
 
 /// Serves the gateway on `listener` until `stop`.
-pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+pub async fn serve(node: Arc<Node>, listener: TcpListener, stop: watch::Receiver<bool>) {
     let app = super::router(node.clone());
+    let table = node.connection_table(crate::coord::connections::Port::Http);
+    let tls = node
+        .tls
+        .clone()
+        .map(|tls| (tls, crate::tls::Speaks::Gateway));
+    serve_http(&node, app, listener, (tls, table), stop).await
+}
+
+/// Serves `app` over HTTP/1.1 on `listener` until `stop`, each connection with a place in
+/// `table`: after a TLS handshake of the kind `Speaks` says when `tls` is given.
+pub async fn serve_http(
+    node: &Arc<Node>,
+    app: axum::Router,
+    listener: TcpListener,
+    (tls, table): (
+        Option<(Arc<crate::tls::Tls>, crate::tls::Speaks)>,
+        Arc<Table>,
+    ),
+    mut stop: watch::Receiver<bool>,
+) {
     let tcp = tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(10)));
     let guarded = crate::guard::guard(
         crate::guard::Admitted::new(tcp, node.cooldown.clone()),
         node.config.limits.connection_strikes,
+        table,
     );
-    let places = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    match node.tls.clone() {
-        Some(tls) => {
-            let incoming =
-                crate::tls::TlsIncoming::new(Box::pin(guarded), tls, crate::tls::Speaks::Gateway);
-            accept(incoming, app, places, &mut stop, |io| {
+    match tls {
+        Some((tls, speaks)) => {
+            let incoming = crate::tls::TlsIncoming::new(Box::pin(guarded), tls, speaks);
+            accept(incoming, app, &mut stop, |io| {
                 io.get_ref().0.connect_info().connection
             })
             .await
         }
         None => {
-            accept(Box::pin(guarded), app, places, &mut stop, |io| {
+            accept(Box::pin(guarded), app, &mut stop, |io| {
                 io.connect_info().connection
             })
             .await
@@ -58,11 +76,10 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener, mut stop: watch::Rece
     }
 }
 
-/// Serves each connection `incoming` yields, while there is a place for it, until `stop`.
+/// Serves each connection `incoming` yields until `stop`.
 async fn accept<S, IO>(
     mut incoming: S,
     app: axum::Router,
-    places: Arc<tokio::sync::Semaphore>,
     stop: &mut watch::Receiver<bool>,
     connection_of: impl Fn(&IO) -> Arc<Connection>,
 ) where
@@ -90,22 +107,27 @@ async fn accept<S, IO>(
             }
             None => return,
         };
-        let Ok(place) = places.clone().try_acquire_owned() else {
-            tracing::warn!(
-                "the HTTP gateway has {MAX_CONNECTIONS} connections open: closing a new one"
-            );
-            continue;
-        };
         let connection = connection_of(&io);
         let app = app.clone();
         let mut stop = stop.clone();
         connections.spawn(async move {
             let service =
                 tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+                    // The request is open on its connection until its response's body is done.
+                    let open = connection.call();
                     request
                         .extensions_mut()
                         .insert(OnConnection(connection.clone()));
-                    app.clone().oneshot(request.map(axum::body::Body::new))
+                    let app = app.clone();
+                    async move {
+                        let response = app.oneshot(request.map(axum::body::Body::new)).await?;
+                        Ok::<_, std::convert::Infallible>(response.map(|body| {
+                            axum::body::Body::new(body.map_frame(move |frame| {
+                                let _open = &open;
+                                frame
+                            }))
+                        }))
+                    }
                 });
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -120,7 +142,6 @@ async fn accept<S, IO>(
                     let _ = tokio::time::timeout(super::BODY_TIMEOUT, served).await;
                 }
             }
-            drop(place);
         });
     }
 }

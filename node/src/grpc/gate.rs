@@ -81,8 +81,9 @@ fn connection<B>(request: &http::Request<B>) -> Option<Arc<Connection>> {
         })
 }
 
-/// Calls cancelled sooner than this after they were sent are a strike (rapid reset): an
-/// honest client cancels when its deadline passes.
+/// Calls cancelled (dropped unanswered, or their request body reset) sooner than this after
+/// they were sent are a strike (rapid reset): an honest client cancels when its deadline
+/// passes.
 const QUICK_CANCEL: Duration = Duration::from_millis(10);
 
 /// Strikes the connection of a call dropped (cancelled by its client) before it was answered,
@@ -253,18 +254,43 @@ impl<S> Gate<S> {
         })
     }
 
+    /// A place for a stream open to callers without a token: its address's share first (a
+    /// member's address has none), then the node's.
+    fn public_stream(
+        &self,
+        request: &http::Request<Body>,
+    ) -> Result<crate::limits::Permit, ApiError> {
+        let ip = connection(request)
+            .and_then(|c| c.remote())
+            .map(|remote| remote.ip().to_canonical())
+            .filter(|ip| !self.node.member_ips().contains(ip));
+        let share = match ip {
+            Some(ip) => Some(
+                self.node
+                    .public_streams_per_address
+                    .enter(&ip.to_string())?,
+            ),
+            None => None,
+        };
+        let place = self.node.public_streams.enter()?;
+        Ok(match share {
+            Some(share) => place.with(share),
+            None => place,
+        })
+    }
+
     /// Checks `request`'s headers and marks it with who is calling.
     fn admit(&self, request: &mut http::Request<Body>) -> Result<Admitted, ApiError> {
         let auth = self.node.auth();
         let path = request.uri().path();
         match door(path) {
             Door::Health if !path.ends_with("/Watch") => Ok(Admitted::Open),
-            Door::Health => Ok(Admitted::Public(self.node.public_streams.enter()?)),
+            Door::Health => Ok(Admitted::Public(self.public_stream(request)?)),
             Door::Reflection => {
                 if let Ok(caller) = auth.caller(request.headers()) {
                     request.extensions_mut().insert(caller);
                 }
-                Ok(Admitted::Public(self.node.public_streams.enter()?))
+                Ok(Admitted::Public(self.public_stream(request)?))
             }
             Door::Peer => {
                 auth.check_peer(request.headers())?;
@@ -305,6 +331,8 @@ where
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let node = self.node.clone();
         let connection = connection(&request);
+        // The call is open on its connection until its response's body is done.
+        let open = connection.as_ref().map(|c| c.call());
         let peer = door(request.uri().path()) == Door::Peer;
         match self.admit(&mut request) {
             Err(refused) => {
@@ -323,11 +351,30 @@ where
                 Box::pin(std::future::ready(Ok(response)))
             }
             Ok(admitted) => {
-                let response = self.inner.call(request);
+                if let (Admitted::Client(_) | Admitted::Peer, Some(connection)) =
+                    (&admitted, &connection)
+                {
+                    connection.prove();
+                }
                 // Peers are known by their token and certificate: their calls are not watched.
+                let watched = connection.filter(|_| !peer).map(|c| (node.clone(), c));
+                let started = Instant::now();
+                // A request body that breaks off (its stream reset by the client) as soon as
+                // it was sent is a rapid reset, however the handler then answers.
+                if let Some((node, connection)) = watched.clone() {
+                    request = request.map(|body| {
+                        Body::new(body.map_err(move |error| {
+                            if started.elapsed() < QUICK_CANCEL {
+                                strike(&node, &connection, "calls reset as soon as they were sent");
+                            }
+                            error
+                        }))
+                    });
+                }
+                let response = self.inner.call(request);
                 let watch = CancelWatch {
-                    gate: connection.filter(|_| !peer).map(|c| (node.clone(), c)),
-                    started: Instant::now(),
+                    gate: watched,
+                    started,
                     answered: false,
                 };
                 Box::pin(async move {
@@ -338,21 +385,13 @@ where
                     watch.answered = true;
                     let mut response = response?;
                     node.refusals.count(response.headers());
-                    let tell_leader = match admitted {
-                        Admitted::Open => false,
-                        Admitted::Public(permit) => {
-                            // The place goes when the stream's body does.
-                            return Ok(response.map(|body| {
-                                Body::new(body.map_frame(move |frame| {
-                                    let _held = &permit;
-                                    frame
-                                }))
-                            }));
-                        }
-                        Admitted::Peer => true,
+                    let (tell_leader, public) = match admitted {
+                        Admitted::Open => (false, None),
+                        Admitted::Public(permit) => (false, Some(permit)),
+                        Admitted::Peer => (true, None),
                         Admitted::Client(in_flight) => {
                             in_flight.release();
-                            true
+                            (true, None)
                         }
                     };
                     if tell_leader {
@@ -362,7 +401,14 @@ where
                                 .insert(super::transport::LEADER_HEADER, value);
                         }
                     }
-                    Ok(response)
+                    // The call stays open (and a public stream keeps its place) as long as its
+                    // response's body.
+                    Ok(response.map(|body| {
+                        Body::new(body.map_frame(move |frame| {
+                            let _held = (&open, &public);
+                            frame
+                        }))
+                    }))
                 })
             }
         }

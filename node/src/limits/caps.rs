@@ -16,6 +16,8 @@ pub enum Cap {
     PrincipalStreams,
     /// Health Watch and reflection streams open (`--max-public-streams`).
     PublicStreams,
+    /// The same, from one address (`--max-public-streams-per-address`).
+    AddressPublicStreams,
     /// A Watch whose client takes no message: cut off rather than held.
     SlowWatcher,
 }
@@ -24,7 +26,10 @@ impl Cap {
     pub fn reason(self) -> Reason {
         match self {
             Cap::InFlight | Cap::PrincipalInFlight => Reason::TooManyRequests,
-            Cap::Streams | Cap::PrincipalStreams | Cap::PublicStreams => Reason::TooManyStreams,
+            Cap::Streams
+            | Cap::PrincipalStreams
+            | Cap::PublicStreams
+            | Cap::AddressPublicStreams => Reason::TooManyStreams,
             Cap::SlowWatcher => Reason::SlowWatcher,
         }
     }
@@ -127,6 +132,10 @@ impl PerPrincipal {
                         "principal {principal} has its limit of {} Watch, Serve, KeepAlive and waiting Acquire calls open on this node (--max-open-streams-per-principal); close some, or use another node",
                         self.limit
                     ),
+                    Cap::AddressPublicStreams => format!(
+                        "address {principal} has its limit of {} health Watch and reflection streams open on this node (--max-public-streams-per-address)",
+                        self.limit
+                    ),
                     _ => format!(
                         "principal {principal} has its limit of {} requests in flight on this node (--max-in-flight-per-principal); retry with backoff",
                         self.limit
@@ -181,7 +190,7 @@ impl Gauge {
                         "this node is handling its limit of {} client requests (--max-in-flight); retry with backoff or on another node",
                         self.limit
                     ),
-                    Cap::PrincipalInFlight | Cap::PrincipalStreams => {
+                    Cap::PrincipalInFlight | Cap::PrincipalStreams | Cap::AddressPublicStreams => {
                         format!("this principal has its limit of {} on this node", self.limit)
                     }
                     Cap::Streams => format!(

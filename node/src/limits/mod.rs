@@ -96,6 +96,52 @@ pub struct Limits {
     #[arg(long, env = "TENURED_MAX_PUBLIC_STREAMS", default_value_t = 256)]
     pub max_public_streams: usize,
 
+    /// Health Watch and reflection streams open on this node from one address (a member's
+    /// address has no limit): a share of --max-public-streams, so that one address without a
+    /// token cannot hold every place. Default: 16.
+    #[arg(
+        long,
+        env = "TENURED_MAX_PUBLIC_STREAMS_PER_ADDRESS",
+        default_value_t = 16
+    )]
+    pub max_public_streams_per_address: usize,
+
+    /// Connections this node's gRPC port holds open at once, from everyone together. Past it
+    /// a quiet connection that has carried no authenticated call is closed to make room, or,
+    /// if there is none, the new one is closed. Lowered to what the process's open-file limit
+    /// leaves room for. Default: 8192.
+    #[arg(long, env = "TENURED_MAX_CONNECTIONS", default_value_t = 8192)]
+    pub max_connections: usize,
+
+    /// Connections one address may hold open at once on each of this node's ports (gRPC, the
+    /// HTTP gateway, metrics): a member's address has no limit. Past it, a new connection from
+    /// that address is closed. Raise it for many clients behind one address (NAT, a proxy).
+    /// Default: 256.
+    #[arg(
+        long,
+        env = "TENURED_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 256
+    )]
+    pub max_connections_per_address: usize,
+
+    /// A connection that has carried no authenticated call (a known token, or a peer) is
+    /// closed once it has had no call open for this long: one that never sent the HTTP/2
+    /// preface or a request, one idle after its TLS handshake, one that only asks for health
+    /// or the console's files. Default: 10s.
+    #[arg(long, env = "TENURED_GREETING_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub greeting_timeout: Duration,
+
+    /// Connections the HTTP gateway (--http-listen) holds open at once; past it the connection
+    /// quiet the longest is closed to make room, or, if none is quiet, the new one. Lowered to
+    /// what the process's open-file limit leaves room for. Default: 4096.
+    #[arg(long, env = "TENURED_HTTP_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub http_max_connections: usize,
+
+    /// An HTTP connection (gateway or metrics) with no request open for this long is closed:
+    /// keep-alive connections do not hold places for ever. Default: 60s.
+    #[arg(long, env = "TENURED_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub http_idle_timeout: Duration,
+
     /// A Watch whose client takes no message for this long is cut off with
     /// `resource_exhausted` (`slow_watcher`, with the revision to resume from), so that one
     /// that never reads holds nothing for long. Default: 10s.
@@ -167,6 +213,16 @@ impl Limits {
                 self.max_open_streams_per_principal,
             ),
             ("--max-public-streams", self.max_public_streams),
+            (
+                "--max-public-streams-per-address",
+                self.max_public_streams_per_address,
+            ),
+            ("--max-connections", self.max_connections),
+            (
+                "--max-connections-per-address",
+                self.max_connections_per_address,
+            ),
+            ("--http-max-connections", self.http_max_connections),
             ("--max-pending-resets", self.max_pending_resets),
             ("--max-local-error-resets", self.max_local_error_resets),
             ("--connection-strikes", self.connection_strikes as usize),
@@ -183,6 +239,8 @@ impl Limits {
             ("--http2-keepalive-timeout", self.http2_keepalive_timeout),
             ("--max-connection-age", self.max_connection_age),
             ("--slow-watcher", self.slow_watcher),
+            ("--greeting-timeout", self.greeting_timeout),
+            ("--http-idle-timeout", self.http_idle_timeout),
         ] {
             anyhow::ensure!(
                 value >= Duration::from_secs(1),

@@ -227,6 +227,42 @@ impl Collector for NodeCollector {
             node.connections_cut
                 .load(std::sync::atomic::Ordering::Relaxed),
         )?;
+        let tables = node.connection_tables();
+        for (name, help, value) in [
+            (
+                "tenure_connections",
+                "Connections open, by port (grpc, http, metrics)",
+                (|t: &crate::guard::Table| t.open()) as fn(&crate::guard::Table) -> usize,
+            ),
+            (
+                "tenure_connections_limit",
+                "The connection cap of each port (--max-connections, --http-max-connections)",
+                |t: &crate::guard::Table| t.settings().limit,
+            ),
+        ] {
+            let mut family = e.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for table in &tables {
+                let labels = [("port", table.port)];
+                ConstGauge::new(value(table) as i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut closed = e.encode_descriptor(
+            "tenure_connections_closed",
+            "Connections refused or closed by their port's table, by port and why: per_address, full (no quiet one could go), greeting (quiet without an authenticated call), idle, evicted (quiet, to make room)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for table in &tables {
+            for why in crate::guard::Closed::ALL {
+                let labels = [("port", table.port), ("why", why.as_str())];
+                ConstCounter::new(table.closed(why)).encode(closed.encode_family(&labels)?)?;
+            }
+        }
         counter(
             e,
             "tenure_snapshots_refused",

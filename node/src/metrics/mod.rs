@@ -81,48 +81,30 @@ pub fn render(registry: &Registry) -> String {
     text
 }
 
-/// The metrics listener over TLS: HTTP/1.1 after a handshake with the node's certificate.
-struct TlsListener {
-    incoming: crate::tls::TlsIncoming<tonic::transport::server::TcpIncoming, tokio::net::TcpStream>,
-    addr: std::net::SocketAddr,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        use futures::StreamExt;
-        loop {
-            match self.incoming.next().await {
-                Some(Ok(tls)) => {
-                    let peer = tls.get_ref().0.peer_addr().unwrap_or(self.addr);
-                    return (tls, peer);
-                }
-                Some(Err(_)) => continue,
-                None => std::future::pending().await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.addr)
-    }
-}
-
 /// Serves `GET /metrics` on `listener` until `stop`: over TLS with the node's certificate when
 /// TLS is on, plain HTTP otherwise (which `Config::validate` allows on loopback only, or with
-/// `--insecure`).
+/// `--insecure`). Its connections have a table of their own (the scrapers': 64, 16 from one
+/// address, quiet ones closed as on the gateway). Without TLS (no client certificate says who
+/// scrapes) a request must name the node by an address (`Host`), so that a page of another
+/// site whose name resolves to the node cannot read it from a browser.
 pub async fn serve(node: Arc<Node>, listener: TcpListener, stop: watch::Receiver<bool>) {
     let registry = Arc::new(registry(&node));
-    let tls = node.tls.clone();
-    drop(node);
+    let plain = node.tls.is_none();
     let app = axum::Router::new().route(
         "/metrics",
-        axum::routing::get(move || {
+        axum::routing::get(move |headers: http::HeaderMap| {
             let registry = registry.clone();
             async move {
+                let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok());
+                if plain && !host.is_some_and(crate::gateway::is_address) {
+                    return (
+                        http::StatusCode::FORBIDDEN,
+                        [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                        "the metrics endpoint answers only requests addressed to an IP address or localhost\n".to_string(),
+                    );
+                }
                 (
+                    http::StatusCode::OK,
                     [(
                         http::header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
@@ -132,45 +114,7 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener, stop: watch::Receiver
             }
         }),
     );
-    let tls = tls.map(|tls| (tls, crate::tls::Speaks::Http1));
-    serve_app(app, listener, tls, stop, "the metrics endpoint").await;
-}
-
-/// Serves `app` over HTTP/1.1 on `listener` until `stop`: after a TLS handshake with the
-/// node's certificate, of the kind `Speaks` says, when `tls` is given. `what` names it in the
-/// log if it stops on an error.
-pub async fn serve_app(
-    app: axum::Router,
-    listener: TcpListener,
-    tls: Option<(Arc<crate::tls::Tls>, crate::tls::Speaks)>,
-    mut stop: watch::Receiver<bool>,
-    what: &str,
-) {
-    let shutdown = async move {
-        let _ = stop.wait_for(|stopped| *stopped).await;
-    };
-    let served = match tls {
-        Some((tls, speaks)) => match listener.local_addr() {
-            Ok(addr) => {
-                let incoming = crate::tls::TlsIncoming::new(
-                    tonic::transport::server::TcpIncoming::from(listener),
-                    tls,
-                    speaks,
-                );
-                let listener = TlsListener { incoming, addr };
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-            }
-            Err(e) => Err(e),
-        },
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-    };
-    if let Err(e) = served {
-        tracing::error!("{what} stopped: {e}");
-    }
+    let table = node.connection_table(crate::coord::connections::Port::Metrics);
+    let tls = node.tls.clone().map(|tls| (tls, crate::tls::Speaks::Http1));
+    crate::gateway::serve::serve_http(&node, app, listener, (tls, table), stop).await;
 }

@@ -813,36 +813,3 @@ async fn a_request_head_that_never_ends_is_given_up_on() {
     );
     cluster.shutdown().await;
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_past_the_cap_is_closed_at_once_and_the_others_are_served() {
-    use tenure_node::gateway::serve::{HEAD_TIMEOUT, MAX_CONNECTIONS};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (cluster, addr) = open_node().await;
-    let mut open = Vec::with_capacity(MAX_CONNECTIONS);
-    for _ in 0..MAX_CONNECTIONS {
-        open.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
-    }
-    // Accepted after the others, it finds no place: closed before it sends a byte.
-    let mut extra = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut byte = [0u8; 1];
-    let read = tokio::time::timeout(HEAD_TIMEOUT / 2, extra.read(&mut byte))
-        .await
-        .expect("the connection past the cap is closed, not kept waiting");
-    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
-    // One within the cap (the newest, so its head timeout has not run out) is served.
-    let mut served = open.pop().expect("a connection");
-    served
-        .write_all(b"GET /v1/resources HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
-        .await
-        .expect("a request");
-    let mut answer = Vec::new();
-    tokio::time::timeout(HEAD_TIMEOUT, served.read_to_end(&mut answer))
-        .await
-        .expect("an answer")
-        .expect("read");
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    drop(open);
-    cluster.shutdown().await;
-}

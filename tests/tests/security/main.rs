@@ -5,6 +5,7 @@
 mod t70_auth;
 mod t71_gate;
 mod t72_shares;
+mod t73_connections;
 mod t92_tls;
 mod t98_quotas;
 

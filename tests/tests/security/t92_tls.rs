@@ -19,18 +19,18 @@ use tonic::Code;
 
 const TTL: Duration = Duration::from_secs(60);
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef012345";
-const CLIENT_TOKEN: &str = "client-token-0123456789abcdef01234";
+pub(crate) const CLIENT_TOKEN: &str = "client-token-0123456789abcdef01234";
 const PEER_TOKEN: &str = "peer-token-0123456789abcdef0123456";
 
 /// A CA and one certificate it signed for 127.0.0.1 (every in-process node listens there).
 #[derive(Clone)]
-struct Pki {
-    ca_pem: String,
+pub(crate) struct Pki {
+    pub(crate) ca_pem: String,
     cert_pem: String,
     key_pem: String,
 }
 
-fn pki(name: &str) -> Pki {
+pub(crate) fn pki(name: &str) -> Pki {
     let ca_key = KeyPair::generate().expect("ca key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -51,7 +51,7 @@ fn pki(name: &str) -> Pki {
 }
 
 /// Writes the PKI and the token file under `dir` and returns every node's flags.
-fn flags(dir: &Path, pki: &Pki) -> Vec<String> {
+pub(crate) fn flags(dir: &Path, pki: &Pki) -> Vec<String> {
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).expect("write");

@@ -3,8 +3,12 @@
 //! calls are refused for their credentials, or cancelled as soon as they are sent (the rapid
 //! reset attack), spends strikes from a bucket (`--connection-strikes`, refilled by half of it
 //! a second); one that runs out is closed, and its address may open no new connection for
-//! `--abuse-cooldown` (one it opens is held, unread, until then). Honest clients are refused for their credentials only by mistake, and
-//! cancel calls only when a deadline passes, long after sending them.
+//! `--abuse-cooldown` (one it opens is held, unread, until then). Honest clients are refused
+//! for their credentials only by mistake, and cancel calls only when a deadline passes, long
+//! after sending them.
+//!
+//! Each port's connections are counted and capped in a [`Table`]: how many, how many from one
+//! address, and how long one may stay quiet, above all one that never proved who it is.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -19,11 +23,14 @@ use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 
+mod table;
+
+pub use table::{Closed, Registration, Settings, Table};
+
 /// Addresses remembered in the cooldown at most (the oldest go first).
 const REMEMBERED: usize = 4096;
 
-/// One connection's strikes, and the switch that closes it.
-#[derive(Debug)]
+/// One connection's strikes, what it carries, and the switch that closes it.
 pub struct Connection {
     remote: Option<SocketAddr>,
     cut: AtomicBool,
@@ -33,17 +40,72 @@ pub struct Connection {
     waker: AtomicWaker,
     /// Strikes left, and when the bucket was last refilled.
     strikes: Mutex<(f64, Instant)>,
+    /// It carried a call whose caller proved who it is (a token; a peer).
+    proven: AtomicBool,
+    /// Calls open on it, and since when it has had none (None while one is open).
+    calls: Mutex<(usize, Option<Instant>)>,
+    /// Its place in its port's table.
+    _registration: Option<Registration>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("remote", &self.remote)
+            .field("cut", &self.cut)
+            .field("ended", &self.ended)
+            .field("proven", &self.proven)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A call open on a connection, until dropped (with its response's body).
+pub struct CallOpen(Arc<Connection>);
+
+impl Drop for CallOpen {
+    fn drop(&mut self) {
+        let mut calls = self.0.calls.lock().unwrap_or_else(|p| p.into_inner());
+        calls.0 = calls.0.saturating_sub(1);
+        if calls.0 == 0 {
+            calls.1 = Some(Instant::now());
+        }
+    }
 }
 
 impl Connection {
-    fn new(remote: Option<SocketAddr>, strikes: u32) -> Self {
+    fn new(remote: Option<SocketAddr>, strikes: u32, registration: Option<Registration>) -> Self {
         Connection {
             remote,
             cut: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             strikes: Mutex::new((f64::from(strikes), Instant::now())),
+            proven: AtomicBool::new(false),
+            calls: Mutex::new((0, Some(Instant::now()))),
+            _registration: registration,
         }
+    }
+
+    /// A call begins on it; it is open until the result is dropped.
+    pub fn call(self: &Arc<Self>) -> CallOpen {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        calls.0 += 1;
+        calls.1 = None;
+        CallOpen(self.clone())
+    }
+
+    /// It carried a call whose caller proved who it is.
+    pub fn prove(&self) {
+        self.proven.store(true, Ordering::Release);
+    }
+
+    pub fn is_proven(&self) -> bool {
+        self.proven.load(Ordering::Acquire)
+    }
+
+    /// Since when no call has been open on it; None while one is.
+    pub fn quiet_since(&self) -> Option<Instant> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).1
     }
 
     /// Spends one strike of `limit` (refilled by `limit / 2` a second); true when none is left
@@ -253,23 +315,45 @@ where
     }
 }
 
-/// Wraps each accepted connection so that it can be cut, with `strikes` to spend.
+/// Wraps each accepted connection so that it can be cut, with `strikes` to spend, and gives
+/// it a place in `table` (a connection the table refuses is closed at once).
 pub fn guard<S>(
     incoming: S,
     strikes: u32,
+    table: Arc<Table>,
 ) -> impl Stream<Item = std::io::Result<Guarded<tokio::net::TcpStream>>>
 where
     S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
 {
     use futures::StreamExt;
-    incoming.map(move |io| {
-        io.map(|io| {
-            let remote = io.peer_addr().ok();
-            Guarded {
-                inner: io,
-                connection: Arc::new(Connection::new(remote, strikes)),
+    incoming.filter_map(move |io| {
+        let guarded = match io {
+            Ok(io) => {
+                let remote = io.peer_addr().ok();
+                match table.admit(remote) {
+                    Ok(registration) => {
+                        let connection =
+                            Arc::new(Connection::new(remote, strikes, Some(registration)));
+                        table.watch(&connection);
+                        Some(Ok(Guarded {
+                            inner: io,
+                            connection,
+                        }))
+                    }
+                    Err(why) => {
+                        tracing::debug!(
+                            port = table.port,
+                            ?remote,
+                            why = why.as_str(),
+                            "refused a connection"
+                        );
+                        None
+                    }
+                }
             }
-        })
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(guarded)
     })
 }
 
@@ -279,7 +363,7 @@ mod tests {
 
     #[test]
     fn a_connection_runs_out_of_strikes_and_they_come_back_with_time() {
-        let connection = Connection::new(None, 4);
+        let connection = Connection::new(None, 4, None);
         for _ in 0..4 {
             assert!(!connection.strike(4));
         }

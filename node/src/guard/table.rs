@@ -1,0 +1,320 @@
+//! The connections one port holds open ([`Table`]), so that nobody can hold all of them, with
+//! or without a token:
+//!
+//! - at most `limit` at once, and `per_address` from one address (a member's address is
+//!   exempt: on loopback every member and client shares one);
+//! - a connection that has carried no authenticated call ([`Connection::prove`]) is closed
+//!   once it has been quiet (no call open) for the `greeting` time: one that never sent the
+//!   HTTP/2 preface or a request head, one that finished a TLS handshake and said nothing
+//!   more, one that only asks for health or the console's assets;
+//! - with `idle` set (the HTTP ports), any connection quiet that long is closed too;
+//! - when the port is full, a quiet connection goes first to make room (an unauthenticated
+//!   one; on the HTTP ports any quiet keep-alive connection), oldest first; if none can go,
+//!   the new connection is closed.
+//!
+//! Each refusal and each close is counted (`tenure_connections_closed_total`).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::Connection;
+
+/// Quiet connections looked at, at most, to make room for one.
+const SCAN: usize = 64;
+
+/// What one port allows.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Connections open at once.
+    pub limit: usize,
+    /// Connections open at once from one address (members exempt).
+    pub per_address: usize,
+    /// How long a connection without an authenticated call may stay quiet.
+    pub greeting: Duration,
+    /// How long any connection may stay quiet (None: an authenticated one may for ever).
+    pub idle: Option<Duration>,
+}
+
+/// Why a connection was refused or closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// Its address had `per_address` open.
+    PerAddress,
+    /// The port was full and no quiet connection could go.
+    Full,
+    /// Quiet, without an authenticated call, past the greeting time.
+    Greeting,
+    /// Quiet past the idle time.
+    Idle,
+    /// Quiet when the port was full and a new connection needed its place.
+    Evicted,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 5] = [
+        Closed::PerAddress,
+        Closed::Full,
+        Closed::Greeting,
+        Closed::Idle,
+        Closed::Evicted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Closed::PerAddress => "per_address",
+            Closed::Full => "full",
+            Closed::Greeting => "greeting",
+            Closed::Idle => "idle",
+            Closed::Evicted => "evicted",
+        }
+    }
+}
+
+/// The connections of one port.
+pub struct Table {
+    /// The port, for the log and the metrics: `grpc`, `http` or `metrics`.
+    pub port: &'static str,
+    settings: Settings,
+    exempt: Box<dyn Fn(IpAddr) -> bool + Send + Sync>,
+    inner: Mutex<Inner>,
+    closed: [AtomicU64; 5],
+}
+
+#[derive(Default)]
+struct Inner {
+    open: usize,
+    by_address: HashMap<IpAddr, usize>,
+    /// Connections that may have to go to make room, in the order they came.
+    candidates: VecDeque<Weak<Connection>>,
+}
+
+/// A connection's place in its table, given back when the connection is dropped.
+pub struct Registration {
+    table: Arc<Table>,
+    ip: Option<IpAddr>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut inner = self.table.lock();
+        inner.open = inner.open.saturating_sub(1);
+        if let Some(ip) = self.ip {
+            if let Some(count) = inner.by_address.get_mut(&ip) {
+                *count -= 1;
+                if *count == 0 {
+                    inner.by_address.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+impl Table {
+    /// A table of `settings`; `exempt` says which addresses (the members') have no share.
+    pub fn new(
+        port: &'static str,
+        settings: Settings,
+        exempt: impl Fn(IpAddr) -> bool + Send + Sync + 'static,
+    ) -> Arc<Table> {
+        Arc::new(Table {
+            port,
+            settings,
+            exempt: Box::new(exempt),
+            inner: Mutex::default(),
+            closed: Default::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for a new connection from `remote`, making room if the port is full; or why
+    /// not.
+    pub fn admit(self: &Arc<Self>, remote: Option<SocketAddr>) -> Result<Registration, Closed> {
+        let ip = remote.map(|r| r.ip().to_canonical());
+        let exempt = ip.is_some_and(|ip| (self.exempt)(ip));
+        let mut inner = self.lock();
+        if let (Some(ip), false) = (ip, exempt) {
+            if inner.by_address.get(&ip).copied().unwrap_or(0) >= self.settings.per_address {
+                drop(inner);
+                return Err(self.count(Closed::PerAddress));
+            }
+        }
+        if inner.open >= self.settings.limit && !exempt && !self.make_room(&mut inner) {
+            drop(inner);
+            return Err(self.count(Closed::Full));
+        }
+        inner.open += 1;
+        if let Some(ip) = ip {
+            *inner.by_address.entry(ip).or_default() += 1;
+        }
+        Ok(Registration {
+            table: self.clone(),
+            ip,
+        })
+    }
+
+    /// Lists `connection` among those that may go to make room, and closes it when it has
+    /// been quiet too long.
+    pub fn watch(self: &Arc<Self>, connection: &Arc<Connection>) {
+        {
+            let mut inner = self.lock();
+            inner.candidates.push_back(Arc::downgrade(connection));
+            // Connections that ended leave their entries behind: sweep them now and then.
+            if inner.candidates.len() > 2 * self.settings.limit.max(SCAN) {
+                inner
+                    .candidates
+                    .retain(|c| c.upgrade().is_some_and(|c| !c.is_over()));
+            }
+        }
+        let (table, connection) = (Arc::downgrade(self), Arc::downgrade(connection));
+        tokio::spawn(async move {
+            loop {
+                let Some(wake) = table.upgrade().and_then(|t| t.quiet_check(&connection)) else {
+                    return;
+                };
+                tokio::time::sleep_until(wake.into()).await;
+            }
+        });
+    }
+
+    /// Closes `connection` if it has been quiet too long; when to look again, or None when
+    /// there is nothing more to watch.
+    fn quiet_check(&self, connection: &Weak<Connection>) -> Option<std::time::Instant> {
+        let connection = connection.upgrade()?;
+        if connection.is_over() {
+            return None;
+        }
+        let (limit, why) = match (connection.is_proven(), self.settings.idle) {
+            (false, _) => (self.settings.greeting, Closed::Greeting),
+            (true, Some(idle)) => (idle, Closed::Idle),
+            (true, None) => return None,
+        };
+        let now = std::time::Instant::now();
+        match connection.quiet_since() {
+            Some(since) if now.duration_since(since) >= limit => {
+                if connection.cut() {
+                    self.count(why);
+                    tracing::debug!(port = self.port, remote = ?connection.remote(), why = why.as_str(), "closed a quiet connection");
+                }
+                None
+            }
+            Some(since) => Some(since + limit),
+            // A call is open: look again a whole period later.
+            None => Some(now + limit),
+        }
+    }
+
+    /// Closes the oldest quiet connection that may go (one without an authenticated call;
+    /// on a port with an idle time, any): true if one went.
+    fn make_room(&self, inner: &mut Inner) -> bool {
+        for _ in 0..SCAN {
+            let Some(candidate) = inner.candidates.pop_front() else {
+                return false;
+            };
+            let Some(connection) = candidate.upgrade() else {
+                continue;
+            };
+            if connection.is_over() {
+                continue;
+            }
+            // An authenticated connection on the gRPC port stays: it is no candidate again.
+            if connection.is_proven() && self.settings.idle.is_none() {
+                continue;
+            }
+            if connection.quiet_since().is_none() {
+                inner.candidates.push_back(candidate);
+                continue;
+            }
+            if connection.cut() {
+                self.count(Closed::Evicted);
+                tracing::debug!(port = self.port, remote = ?connection.remote(), "closed a quiet connection to make room");
+                return true;
+            }
+        }
+        false
+    }
+
+    fn count(&self, why: Closed) -> Closed {
+        self.closed[why as usize].fetch_add(1, Ordering::Relaxed);
+        why
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.lock().open
+    }
+
+    /// Connections refused or closed for `why` since start.
+    pub fn closed(&self, why: Closed) -> u64 {
+        self.closed[why as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(idle: Option<Duration>) -> Settings {
+        Settings {
+            limit: 2,
+            per_address: 2,
+            greeting: Duration::from_secs(60),
+            idle,
+        }
+    }
+
+    fn from(last: u8) -> Option<SocketAddr> {
+        Some(SocketAddr::new(IpAddr::from([127, 0, 0, last]), 1))
+    }
+
+    /// A connection from `last` with a place in `table`, watched by it.
+    fn open(table: &Arc<Table>, last: u8) -> Result<Arc<Connection>, Closed> {
+        let registration = table.admit(from(last))?;
+        let connection = Arc::new(Connection::new(from(last), 10, Some(registration)));
+        table.watch(&connection);
+        Ok(connection)
+    }
+
+    #[tokio::test]
+    async fn a_full_port_closes_a_quiet_unproven_connection_and_never_a_busy_or_proven_one() {
+        let table = Table::new("grpc", settings(None), |_| false);
+        let proven = open(&table, 2).expect("first");
+        proven.prove();
+        let busy = open(&table, 3).expect("second");
+        let call = busy.call();
+        assert_eq!(open(&table, 4).err(), Some(Closed::Full), "nothing may go");
+        drop(call);
+        let third = open(&table, 4).expect("the quiet unproven one makes room");
+        assert!(busy.is_cut() && !proven.is_cut() && !third.is_cut());
+        assert_eq!(table.closed(Closed::Evicted), 1);
+        // Places come back when connections are dropped.
+        drop(busy);
+        assert_eq!(table.open(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_address_holds_its_share_and_a_member_has_none() {
+        let table = Table::new("http", settings(Some(Duration::from_secs(60))), |ip| {
+            ip == IpAddr::from([127, 0, 0, 1])
+        });
+        let first = open(&table, 2).expect("first");
+        let _second = open(&table, 2).expect("second");
+        assert_eq!(open(&table, 2).err(), Some(Closed::PerAddress));
+        let members: Vec<_> = (0..5).map(|_| open(&table, 1).expect("a member")).collect();
+        assert_eq!(table.open(), 7, "a member is held to no cap");
+        drop(members);
+        // On an HTTP port a quiet proven connection may go too.
+        first.prove();
+        let _third = open(&table, 3).expect("room made");
+        assert!(first.is_cut());
+    }
+}
