@@ -132,7 +132,7 @@ pub struct TransferArgs {
     /// The holder that takes the lease over, with a new fencing token.
     #[arg(long)]
     to_holder: String,
-    /// The principal the lease moves to (default: it keeps its principal).
+    /// The principal the lease moves to, an admin's call (default: it keeps its principal).
     #[arg(long, default_value = "")]
     to_principal: String,
 }

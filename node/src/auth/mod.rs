@@ -24,8 +24,8 @@ use crate::lease::history::SYSTEM_ACTOR;
 use crate::lease::policy;
 use crate::lease::Rejection;
 
-/// The principal of every caller when auth is off.
-pub const ANONYMOUS: &str = "anonymous";
+/// The principal of every caller when auth is off (held to the quotas, SPEC §4.17).
+pub use crate::lease::quota::ANONYMOUS;
 
 /// The shortest token a node accepts (unless `--insecure`): 32 bytes, e.g. `openssl rand
 /// -hex 16` or more.
@@ -94,12 +94,15 @@ impl Auth {
         self.tokens.is_some()
     }
 
-    /// Whether `principal` has a token here (with auth off, every name does: all callers are
-    /// `anonymous`).
-    pub fn knows(&self, principal: &str) -> bool {
-        self.tokens
-            .as_ref()
-            .is_none_or(|tokens| tokens.values().any(|e| e.principal == principal))
+    /// Whether `principal` has a client or admin token here, and so may hold leases (with auth
+    /// off, every name does: all callers are `anonymous`). A node's principal (role `peer`)
+    /// calls nothing that holds a lease.
+    pub fn may_hold(&self, principal: &str) -> bool {
+        self.tokens.as_ref().is_none_or(|tokens| {
+            tokens
+                .values()
+                .any(|e| e.principal == principal && e.role != Role::Peer)
+        })
     }
 
     /// Reads the token file. Unless `insecure`, a file that group or others may read and a

@@ -232,12 +232,13 @@ impl Leases for LeasesApi {
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
         // A lease handed to a principal nobody can call as would count against no one's
-        // quota: only principals of the token file receive leases.
+        // quota, and one handed to the nodes' principal could never be used: only client and
+        // admin principals of the token file receive leases.
         if let Some(to) = op.to_principal.as_deref() {
-            if !self.node.auth().knows(to) {
+            if !self.node.auth().may_hold(to) {
                 return Err(ApiError::invalid(
                     "to_principal",
-                    format!("{to} is not a principal of this cluster's token file"),
+                    format!("{to} is not a client or admin principal of this cluster's token file"),
                 )
                 .into());
             }

@@ -167,6 +167,15 @@ impl State {
             ));
         }
         let mut old = self.mutable_lease(ctx, op.into())?;
+        // Only an admin hands a lease to another principal: a client can put nothing on
+        // another principal's quota.
+        if let Some(to) = op.to_principal.as_deref() {
+            if to != old.principal.as_str() && !ctx.admin {
+                return Err(Rejection::InsufficientPermissions(format!(
+                    "only an admin may transfer a lease to another principal ({to})"
+                )));
+            }
+        }
         // The new holder's lease is its own, not on the old holder's session: it keeps the
         // expiry the session gave the old one.
         old.expires_at_ms = self.expiry_of(&old);
@@ -203,7 +212,8 @@ impl State {
         if new.principal != old.principal {
             let metadata = &new.metadata;
             let ad_hoc = self.is_ad_hoc(&op.resource);
-            self.admit_holding(ctx, &new.principal, ad_hoc, metadata, Quota::Leases)?;
+            // The receiver's quota holds whoever hands it the lease.
+            self.admit_for(&new.principal, &[ad_hoc], metadata, Quota::Leases)?;
         }
         let was = self.live_view(&old).status;
         self.untrack_due(&old);

@@ -208,7 +208,7 @@ impl State {
             &op.metadata,
             self.default_policy.max_metadata_bytes as usize,
         )?;
-        if !ctx.admin {
+        if !ctx.quota_exempt() {
             self.quotas.admit_all(
                 ctx.principal,
                 &[

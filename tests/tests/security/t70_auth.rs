@@ -231,12 +231,13 @@ async fn only_an_admin_registers_and_only_the_principal_or_an_admin_changes_a_le
     assert_eq!(released.status, pb::LeaseStatus::Released as i32);
     assert!(leases_on(&admin, "t70/reg").await.is_empty());
 
-    // A transfer to another principal hands over the right to change the lease.
+    // A transfer to another principal (an admin's call) hands over the right to change the
+    // lease.
     let lease = granted(&alice, "t70/reg", "alice-h", TTL).await;
-    let moved = alice
+    let moved = admin
         .transfer(transfer(&lease, "bob-h", "bob"))
         .await
-        .expect("alice transfers to bob")
+        .expect("the admin transfers alice's lease to bob")
         .lease
         .expect("the new lease");
     assert_eq!(

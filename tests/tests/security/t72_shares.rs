@@ -151,3 +151,94 @@ async fn one_principal_past_its_share_of_the_open_streams_is_refused_while_anoth
         .expect("a place again");
     cluster.shutdown().await;
 }
+
+/// With auth off every caller is the admin `anonymous`, held to the quotas all the same: a
+/// development cluster cannot be grown without limit either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_off_anonymous_is_held_to_the_quotas() {
+    let (cluster, _) = tenure_tests::started(1).await;
+    let client = cluster.client();
+    client
+        .set_quota(tenure_client::pb::SetQuotaRequest {
+            principal: String::new(),
+            changes: vec![tenure_client::pb::QuotaChange {
+                quota: "leases".into(),
+                limit: 2,
+                reset: false,
+            }],
+            request_id: String::new(),
+        })
+        .await
+        .expect("anonymous is an admin: it sets the defaults");
+    for n in 0..2 {
+        tenure_tests::granted(&client, &format!("t72/anon/{n}"), "h", TTL).await;
+    }
+    tenure_tests::refused(
+        "a third lease",
+        client
+            .acquire(acquire_request("t72/anon/2", "h", TTL))
+            .await,
+        Code::ResourceExhausted,
+        "resource_exhausted",
+    );
+    cluster.shutdown().await;
+}
+
+/// Only an admin hands a lease to another principal, and only to one that can use it: a client
+/// cannot put leases on another principal's quota, nor give one to the nodes' principal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_admin_transfers_a_lease_to_another_principal_that_can_hold_it() {
+    use super::t71_gate::ADMIN;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = token_file(
+        dir.path(),
+        &[
+            (PEER, "nodes", "peer"),
+            (ADMIN, "ops", "admin"),
+            (ALICE, "alice", "client"),
+            (BOB, "bob", "client"),
+        ],
+    );
+    let (cluster, _) = started_with(1, BTreeMap::from([(1, flags)])).await;
+    let admin = cluster.client().with_token(ADMIN).expect("token");
+    tenure_tests::register(
+        &admin,
+        "t72/t",
+        tenure_client::pb::Policy {
+            transferable: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let alice = cluster.client().with_token(ALICE).expect("token");
+    let lease = tenure_tests::granted(&alice, "t72/t", "a", TTL).await;
+    let transfer = |to_principal: &str| tenure_client::pb::TransferRequest {
+        resource: lease.resource.clone(),
+        lease_id: lease.lease_id.clone(),
+        holder: lease.holder.clone(),
+        fencing_token: lease.fencing_token,
+        to_holder: "b".into(),
+        to_principal: to_principal.into(),
+        request_id: String::new(),
+    };
+    tenure_tests::refused(
+        "alice hands her lease to bob",
+        alice.transfer(transfer("bob")).await,
+        Code::PermissionDenied,
+        "insufficient_permissions",
+    );
+    tenure_tests::refused(
+        "a lease for the nodes' principal",
+        admin.transfer(transfer("nodes")).await,
+        Code::InvalidArgument,
+        "invalid_argument",
+    );
+    let moved = admin
+        .transfer(transfer("bob"))
+        .await
+        .expect("an admin hands it to bob")
+        .lease
+        .expect("the lease");
+    assert_eq!(moved.principal, "bob");
+    cluster.shutdown().await;
+}

@@ -249,11 +249,11 @@ async fn a_lease_goes_only_to_a_principal_of_the_token_file() {
     };
     refused(
         "to a principal with no token",
-        alice.transfer(to("ghost")).await,
+        admin.transfer(to("ghost")).await,
         Code::InvalidArgument,
         "invalid_argument",
     );
-    let moved = alice.transfer(to("bob")).await.expect("to bob");
+    let moved = admin.transfer(to("bob")).await.expect("to bob");
     assert_eq!(moved.lease.expect("the new lease").principal, "bob");
 }
 

@@ -72,7 +72,7 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
                 // Past its budget (or the table's), a principal's new request ids are refused:
                 // nothing is done, nothing is remembered.
                 // An admin is held to the table's bound only (see `admit_holding`).
-                let room = state.dedup.room().and_then(|()| match ctx.admin {
+                let room = state.dedup.room().and_then(|()| match ctx.quota_exempt() {
                     true => Ok(()),
                     false => state
                         .quotas

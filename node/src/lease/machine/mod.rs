@@ -88,6 +88,15 @@ pub(super) struct Ctx<'a> {
     pub request_id: Option<&'a str>,
 }
 
+impl Ctx<'_> {
+    /// Whether what the caller makes for itself is held to no per-principal quota: an admin
+    /// of the token file's. With auth off every caller is the admin `anonymous`, held to the
+    /// quotas like a client (SPEC §4.17).
+    pub fn quota_exempt(&self) -> bool {
+        self.admin && self.principal != crate::lease::quota::ANONYMOUS
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
     pub(super) clock: LeaseClock,

@@ -32,9 +32,9 @@ fn hold(
 
 impl State {
     /// Refuses a new `what` (a lease, waiter or booking) of `principal` on `resource`, with
-    /// `metadata`, past any of the principal's quotas it would count against. An admin's
-    /// entry is not held to them (with auth off every caller is the admin `anonymous`): what
-    /// it makes still counts.
+    /// `metadata`, past any of the principal's quotas it would count against. What an admin
+    /// makes for itself is not held to them ([`Ctx::quota_exempt`]: not `anonymous`), and
+    /// still counts.
     pub(in crate::lease) fn admit_holding(
         &self,
         ctx: &Ctx<'_>,
@@ -56,9 +56,21 @@ impl State {
         metadata: &BTreeMap<String, String>,
         what: Quota,
     ) -> Result<(), Rejection> {
-        if ctx.admin {
+        if ctx.quota_exempt() {
             return Ok(());
         }
+        self.admit_for(principal, ad_hoc, metadata, what)
+    }
+
+    /// [`State::admit_holdings`] whoever calls: a lease transferred to `principal` is held to
+    /// its quotas whatever the caller's role.
+    pub(in crate::lease) fn admit_for(
+        &self,
+        principal: &str,
+        ad_hoc: &[bool],
+        metadata: &BTreeMap<String, String>,
+        what: Quota,
+    ) -> Result<(), Rejection> {
         let count = ad_hoc.len() as u64;
         self.quotas.admit_all(
             principal,

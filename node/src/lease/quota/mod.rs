@@ -19,6 +19,11 @@ use super::types::{Name, Rejection};
 /// remembered and writes that carry one are refused.
 pub const EXACTLY_ONCE_TOTAL_BYTES: u64 = 1 << 30;
 
+/// The principal of every caller when auth is off: the admin for permissions, but held to the
+/// quotas like a client (an admin's exemption is from permissions, not from bounds), so that a
+/// development cluster without a token file cannot be grown without limit either.
+pub const ANONYMOUS: &str = "anonymous";
+
 /// One kind of thing a principal holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Quota {

@@ -77,7 +77,7 @@ fn s4_11_history_records_every_event_we_emit_with_its_fields() {
     )); // 2
     log.elapse(1_000);
     lease(&log.renew(ALICE, renew_of(&a, None))); // 3
-    let b = lease(&log.transfer(ALICE, transfer_of(&a, "b", Some("bob")))); // 4
+    let b = lease(&log.transfer(ROOT, transfer_of(&a, "b", Some("bob")))); // 4
     lease(&log.release(BOB, release_of(&b))); // 5
     granted(&log.acquire(ALICE, acq_ttl("r", "c", 2_000))); // 6
     log.elapse(3_000);
@@ -129,7 +129,7 @@ fn s4_11_history_records_every_event_we_emit_with_its_fields() {
             (
                 4,
                 E::Transferred,
-                "alice",
+                "root",
                 "a",
                 "lse_2_0",
                 2,

@@ -88,13 +88,14 @@ fn the_lease_quota_counts_live_leases_and_frees_on_release_reclaim_and_transfer(
     log.elapse(2_000);
     log.tick();
     assert_eq!(usage(&log, "alice", Quota::Leases), 0, "reclaimed");
-    // A transfer to another principal counts against the receiver.
+    // A transfer to another principal (an admin's) counts against the receiver, whoever
+    // calls.
     let t = granted(&log.acquire(ALICE, acq("t", "a")));
     set(&mut log, Some("bob"), Quota::Leases, Some(1));
     let to_bob = transfer_of(&t, "b2", Some("bob"));
-    over_quota(&log.transfer(ALICE, to_bob.clone()), Quota::Leases);
+    over_quota(&log.transfer(ROOT, to_bob.clone()), Quota::Leases);
     set(&mut log, Some("bob"), Quota::Leases, Some(2));
-    lease(&log.transfer(ALICE, to_bob));
+    lease(&log.transfer(ROOT, to_bob));
     assert_eq!(usage(&log, "alice", Quota::Leases), 0);
     assert_eq!(usage(&log, "bob", Quota::Leases), 2);
     recount_agrees(&log);
@@ -296,5 +297,55 @@ fn an_admin_is_held_to_no_principal_quota_but_what_it_holds_still_counts() {
     assert!(usage(&log, "root", Quota::ExactlyOnceBytes) > 3 * RECORD_BYTES);
     granted(&log.acquire(ALICE, acq("b1", "a")));
     over_quota(&log.acquire(ALICE, acq("b2", "a")), Quota::Leases);
+    recount_agrees(&log);
+}
+
+/// With auth off every caller is the admin `anonymous`: the admin for permissions, held to the
+/// quotas that bound the replicated state like a client (SPEC §4.17).
+#[test]
+fn anonymous_is_an_admin_held_to_the_quotas() {
+    const ANONYMOUS: Caller = Caller {
+        principal: crate::lease::quota::ANONYMOUS,
+        admin: true,
+    };
+    let mut log = Log::new();
+    set(&mut log, None, Quota::Leases, Some(1));
+    set(&mut log, None, Quota::Sessions, Some(0));
+    set(&mut log, None, Quota::ExactlyOnceBytes, Some(1));
+    granted(&log.acquire(ANONYMOUS, acq("n1", "anon")));
+    over_quota(&log.acquire(ANONYMOUS, acq("n2", "anon")), Quota::Leases);
+    let op = Op::CreateSession(crate::lease::CreateSessionOp {
+        holder: "anon".into(),
+        ttl_ms: None,
+        metadata: Default::default(),
+    });
+    over_quota(&log.propose_with(ANONYMOUS, None, op), Quota::Sessions);
+    // Its first remembered request fills its exactly-once budget of 1 byte; the next is
+    // refused.
+    over_quota(
+        &log.propose_with(
+            ANONYMOUS,
+            Some("first-id".into()),
+            Op::Acquire(acq("n3", "anon")),
+        ),
+        Quota::Leases,
+    );
+    over_quota(
+        &log.propose_with(
+            ANONYMOUS,
+            Some("second-id".into()),
+            Op::Acquire(acq("n3", "anon")),
+        ),
+        Quota::ExactlyOnceBytes,
+    );
+    // Its permissions are an admin's.
+    let op = Op::CreateResource(crate::lease::CreateOp {
+        name: Some("registered".into()),
+        policy: Policy::registered(),
+    });
+    assert!(matches!(
+        log.propose_with(ANONYMOUS, None, op),
+        Reply::Resource(_)
+    ));
     recount_agrees(&log);
 }

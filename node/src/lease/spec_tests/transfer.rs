@@ -5,7 +5,7 @@ use crate::lease::history::{EventKind, Successor};
 use crate::lease::types::LeaseStatus;
 
 /// Registers "r" (index 1), alice acquires with metadata at lease time 0 (index 2), time moves
-/// 3 s, alice transfers to holder "b" (index 3).
+/// 3 s, alice transfers to holder "b" (index 3); to another principal, an admin does.
 fn handed_over(to_principal: Option<&str>) -> (Log, LeaseView, LeaseView) {
     let mut log = Log::new();
     log.register("r", transferable());
@@ -17,7 +17,11 @@ fn handed_over(to_principal: Option<&str>) -> (Log, LeaseView, LeaseView) {
         },
     ));
     log.elapse(3_000);
-    let new = lease(&log.transfer(ALICE, transfer_of(&old, "b", to_principal)));
+    let caller = match to_principal {
+        Some(_) => ROOT,
+        None => ALICE,
+    };
+    let new = lease(&log.transfer(caller, transfer_of(&old, "b", to_principal)));
     (log, old, new)
 }
 
@@ -102,7 +106,7 @@ fn s4_6_transfer_is_recorded_as_transferred_with_its_successor() {
     let (log, old, _) = handed_over(Some("bob"));
     let event = log.events("r").pop().expect("an event");
     assert_eq!(event.kind, EventKind::Transferred);
-    assert_eq!((event.revision, event.actor.as_str()), (3, "alice"));
+    assert_eq!((event.revision, event.actor.as_str()), (3, "root"));
     assert_eq!(
         (
             event.holder.as_str(),
@@ -150,4 +154,22 @@ fn s4_6_transfer_to_a_holder_of_the_resource_is_refused() {
         "to_holder"
     );
     assert_eq!(log.holders("db"), held(&[("a", 2), ("b", 3)]));
+}
+
+#[test]
+fn s4_6_only_an_admin_hands_a_lease_to_another_principal() {
+    let mut log = Log::new();
+    log.register("r", transferable());
+    let a = granted(&log.acquire(ALICE, acq("r", "a")));
+    let refusal = rejection(&log.transfer(ALICE, transfer_of(&a, "b", Some("bob"))));
+    assert!(
+        matches!(&refusal, Rejection::InsufficientPermissions(why) if why.contains("bob")),
+        "{refusal:?}"
+    );
+    assert_eq!(log.holders("r"), held(&[("a", a.lease.fencing_token)]));
+    // Naming its own principal is no hand-over.
+    let b = lease(&log.transfer(ALICE, transfer_of(&a, "b", Some("alice"))));
+    assert_eq!(b.lease.principal, "alice");
+    let c = lease(&log.transfer(ROOT, transfer_of(&b, "c", Some("bob"))));
+    assert_eq!(c.lease.principal, "bob");
 }
