@@ -63,6 +63,9 @@ pub struct Node {
     /// The places among the open streams of the waits blocked calls wait for here: one a
     /// wait, however many calls rejoin it.
     waits: streams::WaitPlaces,
+    /// Each principal's watch buffer (`grpc::watch`): what its watches hold read and not yet
+    /// written.
+    watch_buffers: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// Health Watch and reflection streams open, node-wide (`--max-public-streams`).
     pub public_streams: crate::limits::Gauge,
     /// The same, by address (`--max-public-streams-per-address`; members have no share).
@@ -171,6 +174,7 @@ impl Node {
                 limits.max_open_streams_per_principal,
             ),
             waits: Default::default(),
+            watch_buffers: Default::default(),
             watches: streams::counted(),
             all_watches: streams::counted(),
             serving: streams::counted(),

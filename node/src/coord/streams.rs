@@ -102,6 +102,23 @@ impl Node {
         self.streams_per_principal.held_by(principal)
     }
 
+    /// `principal`'s watch buffer on this node (`grpc::watch`), shared by its watches.
+    pub fn watch_buffer(&self, principal: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut buffers = self.watch_buffers.lock().unwrap_or_else(|p| p.into_inner());
+        // A principal whose watches all ended (no one else holds its buffer) is forgotten.
+        if buffers.len() > 64 {
+            buffers.retain(|_, buffer| Arc::strong_count(buffer) > 1);
+        }
+        buffers
+            .entry(principal.to_string())
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    crate::grpc::watch::WATCH_BUFFER_BYTES_PER_PRINCIPAL,
+                ))
+            })
+            .clone()
+    }
+
     /// How many waits hold a place among the open streams here.
     pub fn waits_open(&self) -> usize {
         let places = self.waits.0.lock().unwrap_or_else(|p| p.into_inner());

@@ -89,6 +89,76 @@ fn is_well_known(message: &MessageDescriptor) -> bool {
     message.package_name() == "google.protobuf"
 }
 
+/// A JSON value in which no object names a key twice: parsers disagree on which of two
+/// `"holder"`s counts (serde_json keeps the last), so a body that names one twice is refused
+/// rather than read one way here and another by whatever checked it on the way.
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Strict(value) = map.next_value()?;
+            if object.insert(key.clone(), value).is_some() {
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{key}` is given twice"
+                )));
+            }
+        }
+        Ok(Value::Object(object))
+    }
+}
+
 /// Builds the request of `input` from a JSON `body` (an object, or nothing), the `query`
 /// parameters and the `path` fields. A field given twice with different values is refused.
 pub fn request(
@@ -100,8 +170,8 @@ pub fn request(
     let given = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(object)) => object,
+        match serde_json::from_slice::<Strict>(body) {
+            Ok(Strict(Value::Object(object))) => object,
             Ok(_) => return Err(BadJson::new("", "the body must be a JSON object")),
             Err(e) => return Err(BadJson::new("", format!("the body is not JSON: {e}"))),
         }
@@ -265,9 +335,21 @@ mod tests {
         assert_eq!(bad.field, "holder");
         let bad = acquire(r#"{"requestId": "a", "request_id": "b"}"#, &[]).expect_err("refused");
         assert_eq!(bad.field, "requestId");
-        // A path field cannot be overridden under its other name either.
-        let bad = acquire(r#"{"resource": "accounts/alice", "resource": "x"}"#, &[]);
-        assert!(bad.is_err() || bad.is_ok_and(|r| r.resource == "accounts/alice"));
+        // A key given twice is refused, at any depth, whichever value would have counted.
+        for body in [
+            r#"{"holder": "a", "holder": "b"}"#,
+            r#"{"holder": "a", "metadata": {"k": "1", "k": "2"}}"#,
+            r#"{"resource": "accounts/alice", "resource": "x"}"#,
+        ] {
+            let bad = acquire(body, &[]).expect_err(body);
+            assert!(bad.message.contains("given twice"), "{body}: {bad}");
+        }
+        let many = messages("tenure.v1.Leases", "AcquireMany")
+            .expect("AcquireMany")
+            .0;
+        let body = br#"{"holder": "h", "claims": [{"resource": "a", "resource": "b"}]}"#;
+        let bad = request(&many, body, &[], &[]).expect_err("a key twice in a list's object");
+        assert!(bad.message.contains("`resource` is given twice"), "{bad}");
     }
 
     #[test]

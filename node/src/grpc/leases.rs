@@ -367,7 +367,7 @@ impl Leases for LeasesApi {
         Ok(Response::new(super::watch::start(
             self.node.clone(),
             spec,
-            (open_stream, credential),
+            (open_stream, credential, &caller.principal),
         )))
     }
 

@@ -6,6 +6,12 @@
 //! watcher that falls behind the live backlog (or sees a snapshot replace the state) goes
 //! back to reading the state from its cursor, which answers `compacted` if retention dropped
 //! anything it has not seen: never a silent gap.
+//!
+//! What a watch holds read and not yet written (the page it sends, the message queued for its
+//! client) counts against its principal's buffer on this node
+//! ([`WATCH_BUFFER_BYTES_PER_PRINCIPAL`]): a principal's watches that nobody reads hold that
+//! much between them, and the next waits (and is cut off as a slow watcher if it waits too
+//! long), however many of them are open.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,7 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenure_proto::v1 as pb;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::Stream;
 use tonic::Status;
 use tracing::Instrument;
@@ -31,10 +37,14 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Statu
 /// Events read from the state per lock hold (and per message at most), and about how many
 /// bytes of them: a page of large events is a few messages, never a large hold of the lock.
 const PAGE: usize = 1000;
-const PAGE_BYTES: usize = 256 * 1024;
-/// The most one message carries (a page of large events goes in several): what a watcher
-/// that does not read can make the node hold is a few of these.
-const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+const PAGE_BYTES: usize = 64 * 1024;
+/// The most one message carries (a page of large events goes in several): a watcher that
+/// does not read makes the node hold, beyond its principal's buffer, the one message being
+/// written.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+/// Bytes one principal's watches may hold read and not yet handed to the transport on a
+/// node, all together: a page being sent and the messages queued.
+pub const WATCH_BUFFER_BYTES_PER_PRINCIPAL: usize = 4 << 20;
 /// Messages ready for a watcher beyond the one being written.
 const QUEUED_MESSAGES: usize = 1;
 
@@ -46,9 +56,10 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 pub fn start(
     node: Arc<Node>,
     spec: WatchSpec,
-    (open_stream, credential): (crate::limits::Permit, Option<Credential>),
+    (open_stream, credential, principal): (crate::limits::Permit, Option<Credential>, &str),
 ) -> WatchStream {
     let (tx, rx) = mpsc::channel(QUEUED_MESSAGES);
+    let buffer = node.watch_buffer(principal);
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<Status>();
     // In the call's span: what the stream logs later names its call.
     tokio::spawn(
@@ -58,6 +69,8 @@ pub fn start(
                 tx,
                 queued: spec.after,
                 patience: node.config.limits.slow_watcher,
+                buffer,
+                held: None,
             };
             let ended = tokio::select! {
                 ended = run(&node, &spec, &mut sink) => ended,
@@ -73,15 +86,65 @@ pub fn start(
     );
     let ended =
         futures::stream::once(ended_rx).filter_map(|ended| async move { ended.ok().map(Err) });
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx).chain(ended))
+    // A message leaves its principal's buffer when the transport takes it.
+    let messages = tokio_stream::wrappers::ReceiverStream::new(rx).map(|(message, _held)| message);
+    Box::pin(messages.chain(ended))
 }
+
+/// A message for the client, with its share of the principal's buffer.
+type Queued = (
+    Result<pb::WatchResponse, Status>,
+    Option<OwnedSemaphorePermit>,
+);
 
 /// Where a watch's messages go, and the revision the last one queued covers.
 struct Sink {
-    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    tx: mpsc::Sender<Queued>,
     queued: u64,
     /// A watcher that takes no message for this long is cut off (`--slow-watcher`).
     patience: Duration,
+    /// The principal's watch buffer on this node, and the share of it this watch holds for
+    /// what it has read and not yet queued.
+    buffer: Arc<Semaphore>,
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl Sink {
+    /// Takes `bytes` of the principal's buffer before reading them (waiting for its other
+    /// watches' messages to be written, no longer than `--slow-watcher`).
+    async fn reserve(&mut self, bytes: usize) -> Result<(), Status> {
+        let bytes = bytes.min(WATCH_BUFFER_BYTES_PER_PRINCIPAL) as u32;
+        let reserved =
+            tokio::time::timeout(self.patience, self.buffer.clone().acquire_many_owned(bytes))
+                .await;
+        match reserved {
+            Ok(Ok(permit)) => {
+                match &mut self.held {
+                    Some(held) => held.merge(permit),
+                    None => self.held = Some(permit),
+                }
+                Ok(())
+            }
+            Ok(Err(_)) => Err(ApiError::Unavailable("the node is shutting down".into()).into()),
+            Err(_) => Err(self.too_slow()),
+        }
+    }
+
+    /// Gives back what was reserved and not queued.
+    fn release(&mut self) {
+        self.held = None;
+    }
+
+    fn too_slow(&self) -> Status {
+        ApiError::Limit {
+            cap: crate::limits::Cap::SlowWatcher,
+            detail: format!(
+                "this watcher took no message for {:?} (or its principal's watches hold their buffer on this node): cut off; watch again from start_revision {}",
+                self.patience, self.queued
+            ),
+        }
+        .into()
+    }
 }
 
 /// Ends with Ok when the client went away.
@@ -103,6 +166,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status>
     loop {
         // Catch up from the state.
         loop {
+            tx.reserve(PAGE_BYTES).await?;
             let (events, applied_index) = {
                 let applied = node.sm.read();
                 let page = applied
@@ -169,6 +233,11 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status>
                             };
                             cursor = cursor.max(Cursor::after_revision(newest));
                             if !fresh.is_empty() {
+                                let bytes = fresh
+                                    .iter()
+                                    .map(|(_, e)| crate::lease::history::event_cost(e) as usize)
+                                    .sum();
+                                tx.reserve(bytes).await?;
                                 if !send(tx, &fresh, newest).await? {
                                     return Ok(());
                                 }
@@ -238,25 +307,26 @@ async fn send(tx: &mut Sink, events: &[(Name, Event)], revision: u64) -> Result<
         message.events.push(entry);
     }
     message.revision = revision;
-    deliver(tx, message).await
+    let sent = deliver(tx, message).await;
+    tx.release();
+    sent
 }
 
-/// Queues one message for the client; false when it is gone.
+/// Queues one message for the client, with its share of what the watch holds of the
+/// principal's buffer; false when it is gone.
 async fn deliver(tx: &mut Sink, message: pb::WatchResponse) -> Result<bool, Status> {
     let revision = message.revision;
-    match tokio::time::timeout(tx.patience, tx.tx.send(Ok(message))).await {
+    let bytes = prost::Message::encoded_len(&message);
+    let share = match &mut tx.held {
+        Some(held) if held.num_permits() > bytes => held.split(bytes),
+        held => held.take(),
+    };
+    match tokio::time::timeout(tx.patience, tx.tx.send((Ok(message), share))).await {
         Ok(Ok(())) => {
             tx.queued = revision;
             Ok(true)
         }
         Ok(Err(_)) => Ok(false),
-        Err(_) => Err(ApiError::Limit {
-            cap: crate::limits::Cap::SlowWatcher,
-            detail: format!(
-                "this watcher took no message for {:?}: cut off; watch again from start_revision {}",
-                tx.patience, tx.queued
-            ),
-        }
-        .into()),
+        Err(_) => Err(tx.too_slow()),
     }
 }

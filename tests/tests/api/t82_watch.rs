@@ -193,7 +193,7 @@ async fn large_events_come_in_bounded_messages_that_never_claim_a_revision_early
         let revisions: std::collections::BTreeSet<u64> =
             message.events.iter().map(|e| e.revision).collect();
         assert!(
-            bytes <= 64 * 1024 || revisions.len() == 1,
+            bytes <= 16 * 1024 || revisions.len() == 1,
             "a message of {bytes} bytes with {} events",
             message.events.len()
         );

@@ -813,3 +813,36 @@ async fn a_request_head_that_never_ends_is_given_up_on() {
     );
     cluster.shutdown().await;
 }
+
+/// A body that names a key twice is refused: parsers disagree on which counts, and this one
+/// kept the last (`{"holder": "a", "holder": "b"}` granted to `b`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_names_a_key_twice_is_refused_and_nothing_is_done() {
+    let (cluster, addr) = open_node().await;
+    let http = Http::new(addr, None);
+    for body in [
+        r#"{"holder": "a", "holder": "b"}"#,
+        r#"{"holder": "a", "metadata": {"k": "1", "k": "2"}}"#,
+    ] {
+        let answer = http
+            .raw_with(
+                "POST",
+                "/v1/resources/t63%2Ftwice:acquire",
+                body,
+                &[("content-type", "application/json")],
+            )
+            .await;
+        assert_eq!(answer.status, 400, "{body}: {}", answer.json);
+        assert_eq!(answer.reason(), "invalid_argument", "{}", answer.json);
+        assert!(
+            answer.json.to_string().contains("given twice"),
+            "{}",
+            answer.json
+        );
+    }
+    let resource = tenure_tests::get_resource(&cluster.client(), "t63/twice")
+        .await
+        .expect("read");
+    assert!(resource.leases.is_empty(), "{resource:?}");
+    cluster.shutdown().await;
+}

@@ -121,7 +121,7 @@ fn a_node_refuses_to_start_open_on_a_network_address() {
 }
 
 /// The resident set of process `pid`, in bytes.
-fn rss(pid: u32) -> usize {
+pub(crate) fn rss(pid: u32) -> usize {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     let kib: usize = status
         .lines()

@@ -10,7 +10,9 @@ use tenure_proto::v1::leases_client::LeasesClient;
 use tenure_tests::{acquire_request, started_with};
 use tonic::Code;
 
-use super::t71_gate::{bearer, token_file, until, waiting_acquire, watch, ALICE, BOB, PEER, TTL};
+use super::t71_gate::{
+    bearer, rss, token_file, until, waiting_acquire, watch, ALICE, BOB, PEER, TTL,
+};
 
 /// One node with auth on (`ALICE` is alice, `BOB` is mallory, both clients) and `more` flags,
 /// and a client of it.
@@ -241,4 +243,59 @@ async fn only_an_admin_transfers_a_lease_to_another_principal_that_can_hold_it()
         .expect("the lease");
     assert_eq!(moved.principal, "bob");
     cluster.shutdown().await;
+}
+
+/// The attack `slow-watch` at a smaller scale: one principal's watches of everything from
+/// revision 0, never read. Each held a page of events read from the state and a message
+/// queued (≈ 270 KiB: 1,000 of them held 270 MiB of a node until `slow_watcher` cut them);
+/// now they share their principal's 4 MiB buffer, and each holds one message beyond it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_watches_hold_their_principals_buffer_not_a_page_each() {
+    const WATCHES: usize = 400;
+    const MIB: usize = 1 << 20;
+    let flags = tenure_tests::same_flags(1, &["--slow-watcher", "60s"]);
+    let cluster = tenure_tests::process::ProcessCluster::start(1, flags).expect("a node");
+    cluster
+        .leader(tenure_tests::ELECTION)
+        .await
+        .expect("a leader");
+    let client = cluster.client();
+    // About 3.6 MB of events to catch up on.
+    for n in 0..300 {
+        let mut request = acquire_request(&format!("t72/big/{n}"), "h", TTL);
+        request.metadata.insert("blob".into(), "x".repeat(12_000));
+        assert!(client.acquire(request).await.expect("acquire").granted);
+    }
+    let pid = cluster.pid(1).expect("pid");
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", cluster.addrs[&1]))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let before = rss(pid);
+    let mut unread = Vec::with_capacity(WATCHES);
+    for _ in 0..WATCHES {
+        let mut leases = LeasesClient::new(channel.clone());
+        unread.push(
+            leases
+                .watch(tenure_proto::v1::WatchRequest {
+                    prefix: "t72/big/".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("a watch"),
+        );
+    }
+    // Every watch has started its catch-up: what the node holds for them now stays.
+    let mut most = 0;
+    for _ in 0..30 {
+        most = most.max(rss(pid).saturating_sub(before));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        most < 40 * MIB,
+        "{WATCHES} unread watches grew the node by {} MiB",
+        most / MIB
+    );
+    drop(unread);
 }
