@@ -201,7 +201,30 @@ impl Node {
         if self.handing_over() {
             return Err(NotServed::NotLeader);
         }
+        if let Some(refused) = self.refused_before_proposing(&proposal).await {
+            return Ok(refused);
+        }
         self.batcher.propose(proposal).await
+    }
+
+    /// The answer to a write that would certainly be refused (its principal's quotas, its
+    /// request id: `State::certainly_refused`), given without proposing it, so that a client
+    /// sending such writes as fast as it can fills no node's log or disk (SPEC §4.21). The
+    /// state is asked again after a read barrier: it then holds every write acknowledged
+    /// before this one, so the refusal is the answer apply would give right after them.
+    async fn refused_before_proposing(&self, proposal: &Proposal) -> Option<Reply> {
+        self.sm.read().state.certainly_refused(proposal)?;
+        if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None;
+        }
+        match self.reads.read().await {
+            Ok(Ok(())) => {}
+            _ => return None,
+        }
+        let refused = self.sm.read().state.certainly_refused(proposal)?;
+        self.refused_before_proposing
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(Reply::Rejected(refused))
     }
 
     /// This leader is handing leadership over: writes and reads wait for the next leader.

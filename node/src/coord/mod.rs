@@ -87,6 +87,8 @@ pub struct Node {
     pub cooldown: Arc<crate::guard::Cooldown>,
     /// Connections cut for abuse since start.
     pub connections_cut: std::sync::atomic::AtomicU64,
+    /// Writes this node refused as leader without proposing them (`forward`).
+    pub refused_before_proposing: std::sync::atomic::AtomicU64,
     /// The connection tables of the ports serving (`connections`).
     connection_tables: std::sync::Mutex<Vec<Arc<crate::guard::Table>>>,
     /// Checks the snapshot a leader is sending, chunk by chunk (`store::snapshot::ChunkCheck`).
@@ -183,6 +185,7 @@ impl Node {
             member_ips: Default::default(),
             cooldown: Default::default(),
             connections_cut: Default::default(),
+            refused_before_proposing: Default::default(),
             connection_tables: Default::default(),
             receiving_snapshot: Default::default(),
             refusals: Default::default(),

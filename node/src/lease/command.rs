@@ -142,6 +142,15 @@ impl Op {
     }
 
     /// The acquire an op asks for, on a session or not.
+    /// The metadata the op carries, if any: most of what a large command weighs.
+    pub fn metadata(&self) -> Option<&BTreeMap<String, String>> {
+        match self {
+            Op::AcquireMany(op) => Some(&op.metadata),
+            Op::CreateSession(op) => Some(&op.metadata),
+            op => op.acquire_op().map(|op| &op.metadata),
+        }
+    }
+
     pub fn acquire_op(&self) -> Option<&AcquireOp> {
         match self {
             Op::Acquire(op) => Some(op),

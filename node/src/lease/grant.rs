@@ -11,6 +11,22 @@ use super::quota::Quota;
 use super::types::{AcquireOutcome, Lease, LeaseStatus, Mode, Name, Refusal, Rejection};
 use super::waiting::Waiter;
 
+/// What an acquire comes to ([`State::acquire_plan`]).
+#[allow(clippy::large_enum_variant)] // short-lived: decided, then carried out at once
+pub(super) enum AcquirePlan {
+    /// An answer that changes nothing: the same lease back, a rejoined wait, a refusal.
+    Answer(Reply),
+    /// Into the waiting room, for `refusal`.
+    Queue {
+        units: u64,
+        ttl_ms: u64,
+        wait_ms: u64,
+        refusal: Refusal,
+    },
+    /// A new lease.
+    Grant { units: u64, ttl_ms: u64 },
+}
+
 impl State {
     /// Registers a resource: argument checks → existence (`already_exists`) → admin role.
     pub(super) fn create_resource(
@@ -136,6 +152,36 @@ impl State {
         op: &AcquireOp,
         session: Option<NonZeroU64>,
     ) -> Result<Reply, Rejection> {
+        let (units, ttl_ms) = match self.acquire_plan(ctx, op, session)? {
+            AcquirePlan::Answer(reply) => return Ok(reply),
+            AcquirePlan::Queue {
+                units,
+                ttl_ms,
+                wait_ms,
+                refusal,
+            } => return self.queue(ctx, op, (units, ttl_ms, wait_ms), refusal, session),
+            AcquirePlan::Grant { units, ttl_ms } => (units, ttl_ms),
+        };
+        let claim = Waiter::claim(ctx, op, (units, ttl_ms), session);
+        let lease = self.lease_from(ctx.index, &op.resource, claim);
+        Ok(granted(self.grant(
+            ctx.index,
+            ctx.principal,
+            lease,
+            EventKind::Acquired,
+        )))
+    }
+
+    /// What an acquire comes to, decided without changing anything, every check of SPEC
+    /// §3.5 made, quotas included: apply carries it out ([`State::acquire`]), and the leader
+    /// asks it of a request it may refuse before proposing it
+    /// ([`State::certainly_refused`]).
+    pub(super) fn acquire_plan(
+        &self,
+        ctx: &Ctx<'_>,
+        op: &AcquireOp,
+        session: Option<NonZeroU64>,
+    ) -> Result<AcquirePlan, Rejection> {
         check_names(&op.resource, &op.holder)?;
         let (ttl_ms, units) = self.claim_terms(
             ctx,
@@ -159,7 +205,7 @@ impl State {
             }
             if own.mode == op.mode && own.units == units && own.session == session {
                 // Idempotent: the same lease, unchanged, ttl not extended (SPEC §4.2).
-                return Ok(granted(self.live_view(own)));
+                return Ok(AcquirePlan::Answer(granted(self.live_view(own))));
             }
             // Another mode, other units, or on another session (or none).
             return Err(Rejection::AlreadyHeld {
@@ -194,17 +240,17 @@ impl State {
             }
             // A retried or re-sent call joins the wait it already has.
             if op.wait_ms.is_some() {
-                return Ok(self.queued_reply(
+                return Ok(AcquirePlan::Answer(self.queued_reply(
                     &op.resource,
                     position,
                     waiter.wait_id,
                     Refusal::ResourceUnavailable,
-                ));
+                )));
             }
-            return Ok(Reply::Acquire(AcquireOutcome {
+            return Ok(AcquirePlan::Answer(Reply::Acquire(AcquireOutcome {
                 queue_position: position,
                 ..self.refused(&op.resource, Refusal::ResourceUnavailable)
-            }));
+            })));
         }
         if op.idempotency_key.is_some()
             && rs.leases.iter().any(|l| {
@@ -224,36 +270,24 @@ impl State {
                 if let Some(id) = session {
                     self.session_room(id.get(), 1)?;
                 }
-                return self.queue(ctx, op, (units, ttl_ms, wait_ms), refusal, session);
+                self.queue_room(ctx, op)?;
+                return Ok(AcquirePlan::Queue {
+                    units,
+                    ttl_ms,
+                    wait_ms,
+                    refusal,
+                });
             }
-            return Ok(Reply::Acquire(self.refused(&op.resource, refusal)));
+            return Ok(AcquirePlan::Answer(Reply::Acquire(
+                self.refused(&op.resource, refusal),
+            )));
         }
-
         let ad_hoc = rs.rare().registration.is_none();
         self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Leases)?;
         if let Some(id) = session {
             self.session_room(id.get(), 1)?;
         }
-        let claim = Waiter {
-            holder: op.holder.as_str().into(),
-            principal: Name::from(ctx.principal),
-            mode: op.mode,
-            units,
-            ttl_ms,
-            metadata: op.metadata.clone().into(),
-            idempotency_key: op.idempotency_key.as_deref().map(Name::from),
-            wait_id: ctx.index,
-            deadline_ms: 0,
-            request_id: None,
-            session,
-        };
-        let lease = self.lease_from(ctx.index, &op.resource, claim);
-        Ok(granted(self.grant(
-            ctx.index,
-            ctx.principal,
-            lease,
-            EventKind::Acquired,
-        )))
+        Ok(AcquirePlan::Grant { units, ttl_ms })
     }
 
     /// Why a new claim on `resource` by `holder` of (mode, units, reach) cannot be granted

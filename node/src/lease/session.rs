@@ -201,22 +201,7 @@ impl State {
         ctx: &Ctx<'_>,
         op: &CreateSessionOp,
     ) -> Result<Reply, Rejection> {
-        check_name("holder", &op.holder)?;
-        let ttl_ms = op.ttl_ms.unwrap_or(self.default_policy.default_ttl_ms);
-        check_ttl(&self.default_policy, ttl_ms)?;
-        policy::check_metadata(
-            &op.metadata,
-            self.default_policy.max_metadata_bytes as usize,
-        )?;
-        if !ctx.quota_exempt() {
-            self.quotas.admit_all(
-                ctx.principal,
-                &[
-                    (Quota::Sessions, 1),
-                    (Quota::MetadataBytes, metadata_cost(&op.metadata)),
-                ],
-            )?;
-        }
+        let ttl_ms = self.session_room_for(ctx, op)?;
         if self.sessions.contains_key(&ctx.index) {
             // One session per entry: a command without a resource commits alone.
             return Err(Rejection::invalid(
@@ -243,6 +228,32 @@ impl State {
         let view = self.live_session_view(ctx.index, &session);
         self.sessions.insert(ctx.index, Arc::new(session));
         Ok(Reply::Session(Box::new(view)))
+    }
+
+    /// Whether `op` may create a session, every check of [`State::create_session`] but the
+    /// entry's own: holder → ttl → metadata → quotas. Its ttl.
+    pub(in crate::lease) fn session_room_for(
+        &self,
+        ctx: &Ctx<'_>,
+        op: &CreateSessionOp,
+    ) -> Result<u64, Rejection> {
+        check_name("holder", &op.holder)?;
+        let ttl_ms = op.ttl_ms.unwrap_or(self.default_policy.default_ttl_ms);
+        check_ttl(&self.default_policy, ttl_ms)?;
+        policy::check_metadata(
+            &op.metadata,
+            self.default_policy.max_metadata_bytes as usize,
+        )?;
+        if !ctx.quota_exempt() {
+            self.quotas.admit_all(
+                ctx.principal,
+                &[
+                    (Quota::Sessions, 1),
+                    (Quota::MetadataBytes, metadata_cost(&op.metadata)),
+                ],
+            )?;
+        }
+        Ok(ttl_ms)
     }
 
     /// The live session a request names, which the caller may act on: id → existence (a

@@ -413,6 +413,11 @@ impl Rejection {
         }
     }
 
+    /// A `request_id` the principal already used with another request (SPEC §4.18).
+    pub fn request_id_reused() -> Self {
+        Rejection::invalid("request_id", "already used with a different request")
+    }
+
     /// The SPEC §3 reason.
     pub fn reason(&self) -> Reason {
         match self {

@@ -45,6 +45,31 @@ pub struct Waiter {
     pub session: Option<std::num::NonZeroU64>,
 }
 
+impl Waiter {
+    /// The claim of `op` by the caller of `ctx`, of (units, ttl): a grant's, or (with its
+    /// deadline and request id) a wait's.
+    pub(super) fn claim(
+        ctx: &Ctx<'_>,
+        op: &AcquireOp,
+        (units, ttl_ms): (u64, u64),
+        session: Option<std::num::NonZeroU64>,
+    ) -> Waiter {
+        Waiter {
+            holder: op.holder.as_str().into(),
+            principal: Name::from(ctx.principal),
+            mode: op.mode,
+            units,
+            ttl_ms,
+            metadata: op.metadata.clone().into(),
+            idempotency_key: op.idempotency_key.as_deref().map(Name::from),
+            wait_id: ctx.index,
+            deadline_ms: 0,
+            request_id: None,
+            session,
+        }
+    }
+}
+
 /// How a wait ended, for the node holding the blocked call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WaitOutcome {
@@ -86,26 +111,12 @@ impl State {
         why: Refusal,
         session: Option<std::num::NonZeroU64>,
     ) -> Result<Reply, Rejection> {
-        let max_waiters = self.policy_of(&op.resource).max_waiters;
-        let rs = self.resource_entry(&op.resource);
-        if rs.rare().waiters.len() >= max_waiters as usize {
-            return Err(Rejection::WaitingRoomFull { max_waiters });
-        }
-        let ad_hoc = rs.rare().registration.is_none();
-        self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Waiters)?;
+        self.queue_room(ctx, op)?;
         let now_ms = self.clock.now_ms();
         let waiter = Waiter {
-            holder: op.holder.as_str().into(),
-            principal: Name::from(ctx.principal),
-            mode: op.mode,
-            units,
-            ttl_ms,
-            metadata: op.metadata.clone().into(),
-            idempotency_key: op.idempotency_key.as_deref().map(Name::from),
-            wait_id: ctx.index,
             deadline_ms: now_ms.saturating_add(wait_ms),
             request_id: ctx.request_id.map(str::to_string),
-            session,
+            ..Waiter::claim(ctx, op, (units, ttl_ms), session)
         };
         let event = Event::about_waiter(EventKind::Queued, &waiter);
         self.wait_due.insert(wait_due_key(&op.resource, &waiter));
@@ -116,6 +127,21 @@ impl State {
         let position = rs.rare().waiters.len() as u32;
         self.record(ctx.index, ctx.principal, &op.resource, event);
         Ok(self.queued_reply(&op.resource, position, ctx.index, why))
+    }
+
+    /// Whether `op` may join its resource's waiting room: `waiting_room_full`, then the
+    /// `waiters` quota (with its metadata).
+    pub(super) fn queue_room(&self, ctx: &Ctx<'_>, op: &AcquireOp) -> Result<(), Rejection> {
+        let max_waiters = self.policy_of(&op.resource).max_waiters;
+        let waiting = self
+            .resources
+            .get(op.resource.as_str())
+            .map_or(0, |rs| rs.rare().waiters.len());
+        if waiting >= max_waiters as usize {
+            return Err(Rejection::WaitingRoomFull { max_waiters });
+        }
+        let ad_hoc = self.is_ad_hoc(&op.resource);
+        self.admit_holding(ctx, ctx.principal, ad_hoc, &op.metadata, Quota::Waiters)
     }
 
     /// The reply of a call that now waits at `position`, because of `why`.

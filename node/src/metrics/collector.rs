@@ -265,6 +265,13 @@ impl Collector for NodeCollector {
         }
         counter(
             e,
+            "tenure_writes_refused_unproposed",
+            "Writes the leader refused without proposing them: certainly refused for their principal's quotas or request id",
+            node.refused_before_proposing
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )?;
+        counter(
+            e,
             "tenure_snapshots_refused",
             "Snapshots from the leader refused: their checksum did not match",
             StorageStats::get(&s.snapshots_refused),

@@ -299,3 +299,84 @@ async fn unread_watches_hold_their_principals_buffer_not_a_page_each() {
     );
     drop(unread);
 }
+
+/// The attack `quota-flood`: acquires whose metadata the principal's quota cannot take, as
+/// fast as one client can send them. Each was refused in apply, after it had gone through
+/// Raft onto every node's log and disk; the leader now refuses them without proposing them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_a_quota_certainly_refuses_are_refused_before_they_reach_the_log() {
+    const FLOOD: usize = 60;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = token_file(
+        dir.path(),
+        &[
+            (PEER, "nodes", "peer"),
+            (super::t71_gate::ADMIN, "ops", "admin"),
+            (ALICE, "alice", "client"),
+        ],
+    );
+    let (cluster, leader) = started_with(
+        3,
+        tenure_tests::ids(3)
+            .into_iter()
+            .map(|id| (id, flags.clone()))
+            .collect(),
+    )
+    .await;
+    let admin = cluster
+        .client()
+        .with_token(super::t71_gate::ADMIN)
+        .expect("token");
+    admin
+        .set_quota(tenure_client::pb::SetQuotaRequest {
+            principal: "alice".into(),
+            changes: vec![tenure_client::pb::QuotaChange {
+                quota: "metadata_bytes".into(),
+                limit: 4096,
+                reset: false,
+            }],
+            request_id: String::new(),
+        })
+        .await
+        .expect("alice's metadata quota");
+    // Through a follower, as a client that reaches any node would.
+    let alice = cluster
+        .client_of(cluster.follower_of(leader))
+        .with_token(ALICE)
+        .expect("token");
+    let node = cluster.node(leader).clone();
+    let log_index = || {
+        use tenure_node::store::WatchReceiver as _;
+        node.raft
+            .metrics()
+            .borrow_watched()
+            .last_log_index
+            .unwrap_or(0)
+    };
+    let before = log_index();
+    for n in 0..FLOOD {
+        let mut request = acquire_request(&format!("t72/flood/{n}"), "a", TTL);
+        request.metadata.insert("blob".into(), "x".repeat(16_000));
+        tenure_tests::refused(
+            "an acquire past the metadata quota",
+            alice.acquire(request).await,
+            Code::ResourceExhausted,
+            "resource_exhausted",
+        );
+    }
+    let grown = log_index() - before;
+    assert!(
+        grown < 10,
+        "{FLOOD} refused acquires grew the leader's log by {grown} entries"
+    );
+    assert!(
+        node.refused_before_proposing
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= FLOOD as u64
+    );
+    // Within the quota, the same principal is served.
+    let mut small = acquire_request("t72/flood/small", "a", TTL);
+    small.metadata.insert("k".into(), "v".into());
+    assert!(alice.acquire(small).await.expect("acquire").granted);
+    cluster.shutdown().await;
+}

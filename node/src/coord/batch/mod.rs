@@ -50,6 +50,33 @@ struct Pending {
     reply: oneshot::Sender<ProposeResult>,
     /// When it joined the queue.
     queued_at: Instant,
+    /// What it weighs in its principal's share of the log ([`weight`]).
+    weight: usize,
+}
+
+impl Pending {
+    fn new(proposal: Proposal, reply: oneshot::Sender<ProposeResult>) -> Self {
+        Pending {
+            weight: weight(&proposal),
+            proposal,
+            reply,
+            queued_at: Instant::now(),
+        }
+    }
+}
+
+/// Bytes of a command that weigh one more in its principal's share of the log.
+pub const WEIGHT_BYTES: u64 = 1024;
+
+/// What a command weighs in its principal's share (SPEC §4.22): one, and one more for each
+/// [`WEIGHT_BYTES`] of metadata it carries, so that a principal that sends 16 KiB commands
+/// gets the bytes, not the count, of one that sends small ones.
+fn weight(proposal: &Proposal) -> usize {
+    let bytes = proposal
+        .op
+        .metadata()
+        .map_or(0, crate::lease::quota::metadata_cost);
+    1 + usize::try_from(bytes / WEIGHT_BYTES).unwrap_or(usize::MAX)
 }
 
 /// The queue in front of `client_write`. Cheap to clone.
@@ -85,11 +112,7 @@ impl Batcher {
             )));
         }
         let (reply, answer) = oneshot::channel();
-        if let Err(unsent) = self.queue.send(Pending {
-            proposal,
-            reply,
-            queued_at: Instant::now(),
-        }) {
+        if let Err(unsent) = self.queue.send(Pending::new(proposal, reply)) {
             drop(unsent);
             self.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(NotServed::Unavailable("this node is shutting down".into()));

@@ -15,8 +15,10 @@ pub(super) struct Segment {
     turns: HashMap<String, VecDeque<String>>,
     /// Per resource, its waiting commands in arrival order (of any principal).
     by_resource: HashMap<String, VecDeque<Pending>>,
-    /// Per principal, how many of its commands wait in `by_resource`.
+    /// Per principal, how many of its commands wait in `by_resource`, and what they weigh
+    /// (`super::weight`).
     queued: HashMap<String, usize>,
+    weights: HashMap<String, usize>,
     /// The command naming no resource that closes the segment: alone in its entry, after
     /// every command before it and before every command after it.
     then: Option<Pending>,
@@ -43,15 +45,20 @@ impl Segment {
         turns.push_back(resource);
     }
 
-    /// How many commands each principal may put in the next entry: as many as the busiest
-    /// of the others could (at least one); no bound when it is alone. A principal with more
-    /// waiting than everyone else together is paced to the others' rate, so that it cannot
-    /// take the log (and every node's time) from them: one flooding principal beside
-    /// clients with a call or two in flight each gets about one command per entry.
+    /// What weight of commands each principal may put in the next entry: as much as the
+    /// busiest of the others could (and at least one command); no bound when it is alone.
+    /// A principal with more waiting than everyone else together is paced to the others'
+    /// rate, so that it cannot take the log (and every node's time and disk) from them: one
+    /// flooding principal beside clients with a call or two in flight each gets about one
+    /// small command, or its bytes, per entry.
     pub(super) fn caps(&self) -> impl Fn(&str) -> usize + '_ {
         let (mut first, mut second) = (("", 0), 0);
         for principal in &self.principals {
-            let waiting = self.turns.get(principal).map_or(0, VecDeque::len);
+            // One command per resource it heads, of its commands' average weight.
+            let heads = self.turns.get(principal).map_or(0, VecDeque::len);
+            let count = self.queued.get(principal).copied().unwrap_or(0).max(1);
+            let weight = self.weights.get(principal).copied().unwrap_or(0);
+            let waiting = heads.saturating_mul(weight.div_ceil(count).max(1));
             if waiting > first.1 {
                 second = first.1;
                 first = (principal.as_str(), waiting);
@@ -105,6 +112,7 @@ impl Queue {
                 let waiting = last.by_resource.entry(name.clone()).or_default();
                 let first = waiting.is_empty();
                 let principal = pending.proposal.principal.clone();
+                *last.weights.entry(principal.clone()).or_default() += pending.weight;
                 waiting.push_back(pending);
                 *last.queued.entry(principal.clone()).or_default() += 1;
                 if first {
@@ -115,8 +123,9 @@ impl Queue {
     }
 
     /// The next entry's commands: up to [`MAX_BATCH`] naming distinct resources, each its
-    /// resource's oldest, the principals taking turns up to their [`Segment::caps`] (none
-    /// for a principal over its share, with `hold_back`: see [`Fairness`]); or, once the
+    /// resource's oldest, the principals taking turns up to the weight of their
+    /// [`Segment::caps`] (none for a principal over its share, with `hold_back`: see
+    /// [`Fairness`], which weighs shares too); or, once the
     /// segment's commands are all taken, the command naming no resource that closes it.
     /// Empty when all that waits is held back. O(commands taken + principals waiting).
     pub(super) fn take_batch(&mut self, hold_back: bool) -> Vec<Pending> {
@@ -158,7 +167,10 @@ impl Queue {
         // Taken resources, whose next command (if any) takes its turn after this entry.
         let mut again = Vec::new();
         let mut dropped = Vec::new();
+        // Per principal: commands taken, and their weight.
         let mut taken = vec![0usize; caps.len()];
+        let mut weighed = vec![0usize; caps.len()];
+        let mut full = vec![false; caps.len()];
         let mut more = true;
         while more && batch.len() < MAX_BATCH {
             more = false;
@@ -166,7 +178,7 @@ impl Queue {
                 if batch.len() == MAX_BATCH {
                     break;
                 }
-                if taken[i] == *cap {
+                if full[i] || weighed[i] >= *cap {
                     continue;
                 }
                 let Some(turns) = front.turns.get_mut(principal) else {
@@ -183,19 +195,27 @@ impl Queue {
                 // retry with the same request id is queued anew.
                 while waiting.front().is_some_and(|head| head.reply.is_closed()) {
                     if let Some(gone) = waiting.pop_front() {
-                        dropped.push(gone.proposal.principal);
+                        dropped.push((gone.proposal.principal, gone.weight));
                     }
                 }
-                if waiting
+                let head = waiting
                     .front()
-                    .is_some_and(|head| head.proposal.principal == *principal)
-                {
+                    .filter(|head| head.proposal.principal == *principal);
+                // Past its cap's weight a principal waits for the next entry (its first
+                // command goes whatever it weighs).
+                if head.is_some_and(|head| taken[i] > 0 && weighed[i] + head.weight > *cap) {
+                    turns.push_front(name);
+                    full[i] = true;
+                    continue;
+                }
+                if head.is_some() {
                     if let Some(pending) = waiting.pop_front() {
+                        weighed[i] += pending.weight;
                         batch.push(pending);
                         taken[i] += 1;
                     }
                 }
-                more |= taken[i] < *cap && !turns.is_empty();
+                more |= weighed[i] < *cap && !turns.is_empty();
                 match waiting.front() {
                     None => {
                         front.by_resource.remove(&name);
@@ -205,17 +225,25 @@ impl Queue {
             }
         }
         if !batch.is_empty() {
-            let counts: Vec<(String, usize)> = counts_of(&caps, &taken)
+            let weights: Vec<(String, usize)> = counts_of(&caps, &weighed)
                 .map(|(principal, n)| (principal.clone(), n))
                 .collect();
-            self.fairness.record(&waiting, &counts);
+            self.fairness.record(&waiting, &weights);
         }
-        let gone = dropped.iter().map(|principal| (principal, 1));
-        for (principal, n) in counts_of(&caps, &taken).chain(gone) {
+        let gone = dropped
+            .iter()
+            .map(|(principal, weight)| (principal, 1, *weight));
+        let served = counts_of(&caps, &taken)
+            .zip(counts_of(&caps, &weighed))
+            .map(|((principal, n), (_, weight))| (principal, n, weight));
+        for (principal, n, weight) in served.chain(gone) {
             if let Some(queued) = front.queued.get_mut(principal) {
                 *queued -= n;
                 if *queued == 0 {
                     front.queued.remove(principal);
+                    front.weights.remove(principal);
+                } else if let Some(weights) = front.weights.get_mut(principal) {
+                    *weights = weights.saturating_sub(weight);
                 }
             }
         }

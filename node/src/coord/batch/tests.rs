@@ -35,16 +35,8 @@ fn a_command_whose_caller_went_away_is_dropped() {
     let mut queue = Queue::default();
     let mut gone = release("a");
     gone.request_id = Some("gone".into());
-    queue.push(Pending {
-        proposal: gone,
-        reply: oneshot::channel().0,
-        queued_at: Instant::now(),
-    });
-    queue.push(Pending {
-        proposal: by("q", "a"),
-        reply: kept(),
-        queued_at: Instant::now(),
-    });
+    queue.push(Pending::new(gone, oneshot::channel().0));
+    queue.push(Pending::new(by("q", "a"), kept()));
     let batch = queue.take_batch(false);
     assert_eq!(principals(&batch), ["q"]);
     assert_eq!(queue.take_dropped(), 1);
@@ -62,11 +54,7 @@ fn tick() -> Proposal {
 fn queued(requests: Vec<Proposal>) -> Queue {
     let mut queue = Queue::default();
     for proposal in requests {
-        queue.push(Pending {
-            proposal,
-            reply: kept(),
-            queued_at: Instant::now(),
-        });
+        queue.push(Pending::new(proposal, kept()));
     }
     queue
 }
@@ -155,11 +143,7 @@ fn a_busy_resource_starves_nobody() {
     ]);
     let mut seen = Vec::new();
     for _ in 0..6 {
-        queue.push(Pending {
-            proposal: release("hot"),
-            reply: kept(),
-            queued_at: Instant::now(),
-        });
+        queue.push(Pending::new(release("hot"), kept()));
         seen.push(keys(&queue.take_batch(false)));
     }
     assert_eq!(seen[..3], [vec!["hot"], vec!["hot"], vec!["-"]]);
@@ -225,11 +209,7 @@ fn a_flooding_principal_is_paced_to_the_others() {
 fn a_flooding_principal_gets_about_the_share_of_the_busiest_other() {
     let mut queue = Queue::default();
     let push = |queue: &mut Queue, principal: &str, resource: String| {
-        queue.push(Pending {
-            proposal: by(principal, &resource),
-            reply: kept(),
-            queued_at: Instant::now(),
-        })
+        queue.push(Pending::new(by(principal, &resource), kept()))
     };
     let mut got: HashMap<String, usize> = HashMap::new();
     let (mut noisy_waiting, mut fresh) = (0, 0);
@@ -302,9 +282,8 @@ fn a_held_principal_takes_its_turn_once_its_oldest_command_has_waited_max_hold()
         queue
     };
     let pending = |principal: &str, resource: &str, waited: std::time::Duration| Pending {
-        proposal: by(principal, resource),
-        reply: kept(),
         queued_at: Instant::now() - waited,
+        ..Pending::new(by(principal, resource), kept())
     };
     let mut fresh = trained();
     fresh.push(pending("noisy", "n1", std::time::Duration::ZERO));
@@ -412,4 +391,63 @@ async fn commands_queued_behind_a_commit_share_one_entry_and_get_their_own_repli
     while calls.join_next().await.is_some() {}
     assert_eq!(*seen.lock().expect("lock"), [1, 1, 5]);
     assert_eq!(revisions, [0, 1, 2, 3, 4]);
+}
+
+/// An acquire of `resource` by `principal` with `bytes` of metadata.
+fn heavy(principal: &str, resource: &str, bytes: usize) -> Proposal {
+    Proposal {
+        principal: principal.into(),
+        op: Op::Acquire(crate::lease::AcquireOp {
+            resource: resource.into(),
+            holder: "h".into(),
+            ttl_ms: None,
+            mode: crate::lease::Mode::Exclusive,
+            units: 0,
+            metadata: [("blob".to_string(), "x".repeat(bytes))].into(),
+            wait_ms: None,
+            idempotency_key: None,
+        }),
+        ..release(resource)
+    }
+}
+
+/// Shares are of bytes, not commands (SPEC §4.22): a principal flooding 16 KiB commands
+/// beside honest ones that send small commands gets about the honest ones' bytes, not their
+/// count of commands.
+#[test]
+fn a_principal_flooding_large_commands_gets_the_bytes_not_the_count_of_the_others() {
+    let mut queue = Queue::default();
+    let mut bytes: HashMap<String, usize> = HashMap::new();
+    let (mut heavy_waiting, mut fresh) = (0, 0);
+    for entry in 0..2000 {
+        while heavy_waiting < 16 {
+            fresh += 1;
+            queue.push(Pending::new(
+                heavy("heavy", &format!("n{fresh}"), 16 * 1024),
+                kept(),
+            ));
+            heavy_waiting += 1;
+        }
+        for h in 0..4 {
+            let mut small = heavy(&format!("honest-{h}"), &format!("h{h}-{entry}"), 10);
+            small.op = match small.op {
+                Op::Acquire(op) => Op::Acquire(crate::lease::AcquireOp {
+                    metadata: Default::default(),
+                    ..op
+                }),
+                op => op,
+            };
+            queue.push(Pending::new(small, kept()));
+        }
+        for pending in queue.take_batch(true) {
+            heavy_waiting -= usize::from(pending.proposal.principal == "heavy");
+            *bytes.entry(pending.proposal.principal.clone()).or_default() += pending.weight;
+        }
+    }
+    let honest = bytes["honest-0"];
+    let heavy = bytes["heavy"];
+    assert!(
+        heavy <= 4 * honest,
+        "the heavy principal got {heavy} weight beside {honest} of each honest one: {bytes:?}"
+    );
 }

@@ -227,6 +227,14 @@ impl Dedup {
         }
     }
 
+    /// Whether (principal, request_id) is remembered: None for a new one, `Some(true)` for the
+    /// same request again, `Some(false)` for another request under the same id. What
+    /// [`Dedup::check`] decides, without reading the kept reply.
+    pub fn remembers(&self, principal: &str, request_id: &str, op: &Op) -> Option<bool> {
+        let seen = self.entries.get(&key(principal, request_id))?;
+        Some(seen.op == fingerprint(op))
+    }
+
     /// Whether the table may take another record: refused past [`EXACTLY_ONCE_TOTAL_BYTES`].
     /// (The principal's own budget is its `exactly_once_bytes` quota.)
     pub fn room(&self) -> Result<(), Rejection> {

@@ -64,21 +64,11 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
             .check(&proposal.principal, request_id, &proposal.op)
         {
             Seen::Retry(kept) => state.rebuild(kept, &proposal.op),
-            Seen::Conflict => Reply::Rejected(Rejection::invalid(
-                "request_id",
-                "already used with a different request",
-            )),
+            Seen::Conflict => Reply::Rejected(Rejection::request_id_reused()),
             Seen::New(ticket) => {
                 // Past its budget (or the table's), a principal's new request ids are refused:
                 // nothing is done, nothing is remembered.
-                // An admin is held to the table's bound only (see `admit_holding`).
-                let room = state.dedup.room().and_then(|()| match ctx.quota_exempt() {
-                    true => Ok(()),
-                    false => state
-                        .quotas
-                        .admit(ctx.principal, Quota::ExactlyOnceBytes, 1),
-                });
-                match room {
+                match state.exactly_once_room(&ctx) {
                     Err(refused) => Reply::Rejected(refused),
                     Ok(()) => {
                         let reply = state.execute(&ctx, proposal, reclaimed);

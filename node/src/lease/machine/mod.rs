@@ -12,6 +12,7 @@
 mod apply;
 mod checks;
 mod index;
+mod precheck;
 mod reclaim;
 mod record;
 mod resource;

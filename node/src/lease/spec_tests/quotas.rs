@@ -349,3 +349,66 @@ fn anonymous_is_an_admin_held_to_the_quotas() {
     ));
     recount_agrees(&log);
 }
+
+/// The leader refuses without proposing a write its state says would certainly be refused
+/// (SPEC §4.21): the refusal is the one apply gives, and a write apply would answer otherwise
+/// (granted, refused for its resource, a retry) is proposed.
+#[test]
+fn a_write_refused_before_it_is_proposed_is_refused_as_apply_refuses_it() {
+    let mut log = Log::new();
+    let unproposed = |log: &Log, caller: Caller, id: Option<&str>, op: &Op| {
+        let proposal = log.proposal(caller, id.map(str::to_string), op.clone());
+        log.state.certainly_refused(&proposal)
+    };
+    let with_metadata = |resource: &str, bytes: usize| {
+        Op::Acquire(AcquireOp {
+            metadata: [("blob".to_string(), "x".repeat(bytes))].into(),
+            ..acq(resource, "a")
+        })
+    };
+    set(&mut log, Some("alice"), Quota::MetadataBytes, Some(1_000));
+    // Within its quotas: proposed.
+    let small = with_metadata("m1", 100);
+    assert_eq!(unproposed(&log, ALICE, Some("1"), &small), None);
+    granted(&log.propose_with(ALICE, Some("1".into()), small.clone()));
+    // A retry of it is answered by apply, from memory.
+    assert_eq!(unproposed(&log, ALICE, Some("1"), &small), None);
+    // The same request id with another request: refused, as apply refuses it.
+    let other = with_metadata("m2", 100);
+    let early = unproposed(&log, ALICE, Some("1"), &other).expect("refused");
+    assert_eq!(
+        log.propose_with(ALICE, Some("1".into()), other),
+        Reply::Rejected(early)
+    );
+    // Past its metadata quota: refused before proposing, as apply refuses it.
+    let big = with_metadata("m3", 2_000);
+    let early = unproposed(&log, ALICE, Some("2"), &big).expect("refused");
+    assert!(matches!(&early, Rejection::QuotaExceeded { quota, .. } if quota == "metadata_bytes"));
+    assert_eq!(
+        log.propose_with(ALICE, Some("2".into()), big),
+        Reply::Rejected(early)
+    );
+    // Past it on a held resource, the refusal for the resource comes first: proposed.
+    granted(&log.acquire(BOB, acq("held", "b")));
+    let held = with_metadata("held", 2_000);
+    assert_eq!(unproposed(&log, ALICE, Some("3"), &held), None);
+    let (refusal, _) = refused(&log.propose_with(ALICE, Some("3".into()), held));
+    assert_eq!(refusal, Refusal::ResourceUnavailable);
+    // Sessions.
+    set(&mut log, Some("alice"), Quota::Sessions, Some(0));
+    let session = Op::CreateSession(crate::lease::CreateSessionOp {
+        holder: "s".into(),
+        ttl_ms: None,
+        metadata: Default::default(),
+    });
+    let early = unproposed(&log, ALICE, None, &session).expect("refused");
+    assert_eq!(
+        log.propose_with(ALICE, None, session),
+        Reply::Rejected(early)
+    );
+    // An admin's writes are held to no quota: proposed.
+    assert_eq!(
+        unproposed(&log, ROOT, None, &with_metadata("r1", 100_000)),
+        None
+    );
+}
