@@ -96,10 +96,11 @@ pub enum Command {
     },
     /// Remove namespaces, links and processes left by a run that was killed.
     Teardown,
-    /// HTTP/2 abuse against a local three-node Tenure cluster (loopback, auth on) beside
-    /// honest lock cycles: rapid reset, idle streams, a Watch never read. Prints a Markdown
-    /// table; exit 1 if an attack cost the honest clients more than 20 % of their quiet
-    /// throughput or a node more than twice its quiet memory.
+    /// HTTP/2 and connection abuse against a local three-node Tenure cluster (loopback, auth
+    /// on) beside honest lock cycles: rapid reset, idle streams and connections, Watch
+    /// streams never read, waits rejoined, writes a quota refuses. Prints a Markdown table;
+    /// exit 1 if an attack cost the honest clients more than 20 % of their quiet throughput
+    /// or a node more than twice its quiet memory or its descriptor bound.
     Abuse {
         /// Length of each phase (quiet baseline, then each attack).
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -116,11 +117,19 @@ pub enum Command {
         /// Watch streams over every resource that the slow-watch attack never reads.
         #[arg(long, default_value_t = 4)]
         slow_watchers: usize,
+        /// Silent connections the idle-connections attack keeps open to node 1 (and the
+        /// idle-gateway attack to its gateway), from 64 loopback addresses.
+        #[arg(long, default_value_t = 16_000)]
+        idle_connections: usize,
+        /// WAIT acquires of one held resource by one holder that the rejoin attack sends.
+        #[arg(long, default_value_t = 10_000)]
+        rejoins: usize,
         /// Report the figures without failing on a missed target (short smoke runs).
         #[arg(long)]
         report_only: bool,
-        /// Comma-separated attacks to run, each followed by a quiet phase (default:
-        /// rapid-reset, idle-streams, slow-watch).
+        /// Comma-separated attacks to run, each followed by a quiet phase (default: every
+        /// HTTP/2 and connection attack: rapid-reset, rapid-reset-auth, idle-streams,
+        /// slow-watch, rejoin, idle-connections, idle-gateway, health-watch, quota-flood).
         #[arg(long, default_value = "")]
         attacks: String,
         /// A flag for every tenured, e.g. `--tenured-arg=--max-in-flight=1000` (repeatable).

@@ -127,6 +127,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     reset_connections: 0,
                     idle_streams: 0,
                     slow_watchers: 0,
+                    idle_connections: 0,
+                    rejoins: 0,
                     attacks: tenure_jepsen::abuse::quota::ATTACKS
                         .map(String::from)
                         .to_vec(),
@@ -152,6 +154,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tenured_args,
             out,
             bin,
+            idle_connections,
+            rejoins,
         } => {
             let stamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -167,6 +171,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 reset_connections,
                 idle_streams,
                 slow_watchers,
+                idle_connections,
+                rejoins,
                 attacks: attacks
                     .split(',')
                     .map(str::trim)

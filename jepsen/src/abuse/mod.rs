@@ -10,19 +10,27 @@
 //!   their bodies;
 //! - `slow-watch`: a principal with a valid client token opens Watch streams over every
 //!   resource from revision 0 and never reads them;
+//! - `rapid-reset-auth`: the rapid reset with a valid client token;
+//! - the connection attacks ([`connections`]): `idle-connections` (silent TCP connections
+//!   from 64 addresses), `idle-gateway` (keep-alive connections to the gateway after a
+//!   console file), `health-watch` (health Watch streams from one address), `rejoin` (the same
+//!   WAIT acquire again and again, each call rejoining one wait);
 //! - the noisy neighbour ([`quota`], `tenure-jepsen bench --workloads noisy`): a principal
-//!   with the default quotas floods refused acquires with 16 KiB of metadata, acquires fresh
-//!   names, queues 10,000 waiters, watches every resource without reading, and floods
-//!   `ListLeases`.
+//!   with the default quotas floods refused acquires with 16 KiB of metadata, fills its
+//!   metadata quota and floods acquires it refuses (`quota-flood`), acquires fresh names,
+//!   queues 10,000 waiters, watches every resource without reading, and floods `ListLeases`.
 //!
-//! The attack comes from 127.0.0.2, an address that is not a member's, and runs on a thread
+//! The attack comes from 127.0.0.2 (and up), addresses that are not a member's, and runs on a thread
 //! of its own at nice 19, standing in for a machine of its own:
 //! on a 2-core box it would otherwise take CPU from the nodes by being there, whatever the
 //! nodes do. The honest clients are 16 principals of their own. The targets: honest
 //! throughput at least 80 % of the quiet baseline, honest p99 at most twice the baseline's,
-//! and no node's memory past twice its quiet size (a quota attack: past its quiet size plus
-//! [`QUOTA_RSS_ALLOWANCE`], what the default quotas let one principal keep).
+//! no node's memory past twice its quiet size (a quota attack: past its quiet size plus
+//! [`QUOTA_RSS_ALLOWANCE`], what the default quotas let one principal keep), and no node's
+//! descriptors past [`DESCRIPTOR_BOUND`]. Each phase also reports how much each node's data
+//! directory grew.
 
+mod connections;
 mod honest;
 mod idle_streams;
 pub mod quota;
@@ -60,6 +68,10 @@ pub struct AbuseOptions {
     pub idle_streams: usize,
     /// Watch streams the slow-watch attack opens.
     pub slow_watchers: usize,
+    /// Connections the idle-connections and idle-gateway attacks keep open.
+    pub idle_connections: usize,
+    /// WAIT acquires the rejoin attack sends.
+    pub rejoins: usize,
     /// The attacks to run, in order (default: all of [`ATTACKS`]).
     pub attacks: Vec<String>,
     /// More flags for every `tenured`.
@@ -75,6 +87,12 @@ pub struct Phase {
     pub honest_errors: u64,
     /// The most each node held during the phase, in bytes, node 1 first.
     pub rss_max: Vec<u64>,
+    /// The most descriptors each node held open during the phase.
+    #[serde(default)]
+    pub fds_max: Vec<u64>,
+    /// How much each node's data directory grew during the phase, in bytes.
+    #[serde(default)]
+    pub disk_grown: Vec<u64>,
     /// What the attack did.
     pub attack: String,
     /// The most the noisy principal held of each quota during the phase (`used/limit`),
@@ -84,8 +102,29 @@ pub struct Phase {
 
 /// How long a phase goes on after its attack stops, for the nodes to settle.
 const SETTLE: Duration = Duration::from_secs(5);
-/// The HTTP/2 attacks, in the order a run makes them (the default).
-pub const ATTACKS: [&str; 3] = ["rapid-reset", "idle-streams", "slow-watch"];
+/// The HTTP/2 and connection attacks, in the order a run makes them (the default, with
+/// [`DEFAULT_QUOTA_ATTACK`]).
+pub const ATTACKS: [&str; 8] = [
+    "rapid-reset",
+    "rapid-reset-auth",
+    "idle-streams",
+    "slow-watch",
+    "rejoin",
+    "idle-connections",
+    "idle-gateway",
+    "health-watch",
+];
+
+/// The quota attack a run makes after [`ATTACKS`] without `--attacks`: writes the leader
+/// refuses before proposing them.
+pub const DEFAULT_QUOTA_ATTACK: &str = "quota-flood";
+
+/// The most descriptors a node may hold under any attack: its connection caps (gRPC 8,192,
+/// gateway 4,096, metrics 64) and the 2,048 it keeps for its own files and members.
+pub const DESCRIPTOR_BOUND: u64 = 8192 + 4096 + 64 + 2048;
+
+/// Loopback addresses the connection attacks come from.
+const ATTACKING_ADDRESSES: usize = 64;
 
 /// What a node may hold past its quiet size while one principal attacks within the default
 /// quotas: its metadata (64 MiB) and exactly-once records (64 MiB) at their quotas, 100,000
@@ -112,7 +151,7 @@ struct Tokens {
 fn spawn_attack(
     attack: &'static str,
     options: &AbuseOptions,
-    endpoints: Vec<String>,
+    (endpoints, gateways): (Vec<String>, Vec<String>),
     tokens: &Tokens,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<String> {
@@ -121,7 +160,10 @@ fn spawn_attack(
         options.idle_streams,
         options.slow_watchers,
     );
+    let (idle_connections, rejoins) = (options.idle_connections, options.rejoins);
     let (mallory, noisy) = (tokens.mallory.clone(), tokens.noisy.clone());
+    // A principal other than the attacker's, for the calls made beside an attack.
+    let other = tokens.honest.first().cloned().unwrap_or_default();
     std::thread::spawn(move || {
         let _ = rustix::process::setpriority_process(None, 19);
         let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -134,14 +176,15 @@ fn spawn_attack(
         runtime.block_on(async move {
             let (a, b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
             match attack {
-                "rapid-reset" => {
+                "rapid-reset" | "rapid-reset-auth" => {
+                    let token = (attack == "rapid-reset-auth").then_some(mallory);
                     let tasks: Vec<_> = (0..connections)
                         .map(|i| {
                             tokio::spawn(rapid_reset(
                                 endpoints[i % endpoints.len()].clone(),
+                                token.clone(),
                                 stop.clone(),
-                                a.clone(),
-                                b.clone(),
+                                (a.clone(), b.clone()),
                             ))
                         })
                         .collect();
@@ -149,8 +192,13 @@ fn spawn_attack(
                         let _ = task.await;
                     }
                     format!(
-                        "{} streams opened and cancelled on {} connections",
+                        "{} streams opened and cancelled{} on {} connections",
                         a.load(Ordering::Relaxed),
+                        if token.is_some() {
+                            " with a client token"
+                        } else {
+                            ""
+                        },
                         b.load(Ordering::Relaxed)
                     )
                 }
@@ -169,6 +217,16 @@ fn spawn_attack(
                         a.load(Ordering::Relaxed)
                     )
                 }
+                "rejoin" => connections::rejoin(&endpoints, rejoins, (mallory, other), stop).await,
+                "idle-connections" => {
+                    let shape = (idle_connections, ATTACKING_ADDRESSES);
+                    connections::idle_connections(&endpoints, shape, other, stop).await
+                }
+                "idle-gateway" => {
+                    let shape = (idle_connections / 4, ATTACKING_ADDRESSES);
+                    connections::idle_gateway(&gateways, shape, other, stop).await
+                }
+                "health-watch" => connections::health_watch(&endpoints, stop).await,
                 quota_attack => quota::run(quota_attack, endpoints, noisy, stop).await,
             }
         })
@@ -220,7 +278,7 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     };
     let token_file = write_tokens(&options.out_dir, &tokens)?;
     let cluster = LocalCluster::start(
-        System::Tenure,
+        System::TenureHttp,
         &options.out_dir.join("nodes"),
         &options.tenured,
         &std::iter::once(format!("--token-file={}", token_file.display()))
@@ -273,7 +331,7 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     // phases on either side of it.
     let mut names: Vec<&'static str> = vec!["quiet"];
     let chosen: Vec<&'static str> = if options.attacks.is_empty() {
-        ATTACKS.to_vec()
+        ATTACKS.into_iter().chain([DEFAULT_QUOTA_ATTACK]).collect()
     } else {
         options
             .attacks
@@ -317,14 +375,28 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
     for (index, name) in names.iter().enumerate() {
         recorder.phase.store(index, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
-        let attack = (*name != "quiet")
-            .then(|| spawn_attack(name, options, endpoints.clone(), &tokens, stop.clone()));
+        let targets = (endpoints.clone(), cluster.http_endpoints.clone());
+        let attack =
+            (*name != "quiet").then(|| spawn_attack(name, options, targets, &tokens, stop.clone()));
         let started = Instant::now();
         let mut peak = std::collections::BTreeMap::<String, (u64, u64)>::new();
+        let disk_at_start = cluster.disk_bytes();
         let mut rss_max = vec![0u64; endpoints.len()];
-        let sample = |rss_max: &mut Vec<u64>| {
-            for (max, rss) in rss_max.iter_mut().zip(cluster.rss_bytes()) {
-                *max = (*max).max(rss);
+        let mut fds_max = vec![0u64; endpoints.len()];
+        let mut disk_max = disk_at_start.clone();
+        let mut sample = |rss_max: &mut Vec<u64>| {
+            let now = [
+                cluster.rss_bytes(),
+                cluster.descriptors(),
+                cluster.disk_bytes(),
+            ];
+            for (maxes, values) in [&mut *rss_max, &mut fds_max, &mut disk_max]
+                .into_iter()
+                .zip(now)
+            {
+                for (max, value) in maxes.iter_mut().zip(values) {
+                    *max = (*max).max(value);
+                }
             }
         };
         let mut ticks = 0u64;
@@ -372,6 +444,12 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
             honest_p99_ms: p99,
             honest_errors: recorder.errors[index].load(Ordering::Relaxed),
             rss_max,
+            fds_max: fds_max.clone(),
+            disk_grown: disk_max
+                .iter()
+                .zip(&disk_at_start)
+                .map(|(max, start)| max.saturating_sub(*start))
+                .collect(),
             attack,
             noisy_peak: peak
                 .iter()

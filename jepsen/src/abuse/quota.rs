@@ -5,6 +5,9 @@
 //! - `refused-flood`: it holds a resource with 16 KiB of metadata and sends acquires of it,
 //!   each with 16 KiB of metadata and a fresh request id, that are all refused (every one
 //!   an exactly-once record on every node);
+//! - `quota-flood`: it fills its `metadata_bytes` quota with 30 s leases of 16 KiB each, then
+//!   sends acquires of fresh names with 16 KiB of metadata, which the quota refuses (the
+//!   leader answers them without proposing them);
 //! - `ad-hoc`: acquires on fresh names, as fast as it can (leases, ad-hoc resources, their
 //!   histories; each lease lives 20 s, so it also makes mass expiries);
 //! - `waiters`: holds a resource and queues 10,000 waiting acquires on it;
@@ -27,8 +30,9 @@ use crate::bench::tenure::acquire_request;
 use tokio::task::JoinSet;
 
 /// The quota attacks, in the order a run makes them.
-pub const ATTACKS: [&str; 5] = [
+pub const ATTACKS: [&str; 6] = [
     "refused-flood",
+    "quota-flood",
     "ad-hoc",
     "waiters",
     "watch-all",
@@ -122,6 +126,7 @@ pub async fn run(
 ) -> String {
     let result = match attack {
         "refused-flood" => refused_flood(&endpoints, &token, stop).await,
+        "quota-flood" => quota_flood(&endpoints, &token, stop).await,
         "ad-hoc" => ad_hoc(&endpoints, &token, stop).await,
         "waiters" => waiters(&endpoints, &token, stop).await,
         "watch-all" => watch_all(&endpoints, &token, stop).await,
@@ -182,6 +187,67 @@ async fn refused_flood(
     let _ = clients[0].release(release_request(&lease)).await;
     Ok(format!(
         "acquires of a held resource with {} KiB of metadata and fresh request ids: {}",
+        BLOB / 1024,
+        tally.describe()
+    ))
+}
+
+async fn quota_flood(
+    endpoints: &[String],
+    token: &str,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<String> {
+    let clients = clients(endpoints, token, 3)?;
+    let metadata = HashMap::from([("blob".to_string(), "x".repeat(BLOB))]);
+    // Its metadata quota filled: 30 s leases of 16 KiB each until the quota refuses one (or
+    // the phase ends).
+    let filled = Arc::new(AtomicBool::new(false));
+    {
+        let (filled, stop) = (filled.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !filled.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            filled.store(true, Ordering::Relaxed);
+        });
+    }
+    let fill = Arc::new(Tally::default());
+    {
+        let (fill, marker, metadata) = (fill.clone(), filled.clone(), metadata.clone());
+        flood(&clients, &filled, move |client, task, n| {
+            let (fill, full) = (fill.clone(), marker.clone());
+            let mut request = acquire_request(
+                &format!("noisy/q/{task}/{n}"),
+                "noisy",
+                Duration::from_secs(30),
+            );
+            request.metadata = metadata.clone();
+            async move {
+                let answer = client.acquire(request).await;
+                if matches!(&answer, Err(e) if e.reason_str() == "resource_exhausted") {
+                    full.store(true, Ordering::Relaxed);
+                }
+                fill.acquire(&answer);
+            }
+        })
+        .await;
+    }
+    let tally = Arc::new(Tally::default());
+    let counts = tally.clone();
+    flood(&clients, &stop, move |client, task, n| {
+        let tally = counts.clone();
+        let mut request = acquire_request(
+            &format!("noisy/qf/{task}/{n}"),
+            "noisy",
+            Duration::from_secs(30),
+        );
+        request.metadata = metadata.clone();
+        async move { tally.acquire(&client.acquire(request).await) }
+    })
+    .await;
+    Ok(format!(
+        "its metadata quota filled ({}), then acquires of fresh names with {} KiB of metadata: {}",
+        fill.describe(),
         BLOB / 1024,
         tally.describe()
     ))

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use super::wire::{connect, head};
 
-/// Opens streams and cancels them at once, reconnecting when the node closes the
-/// connection, until `stop`. Counts the streams and the connections.
+/// Opens streams (with `token`, if given) and cancels them at once, reconnecting when the
+/// node closes the connection, until `stop`. Counts the streams and the connections.
 pub(super) async fn rapid_reset(
     endpoint: String,
+    token: Option<String>,
     stop: Arc<AtomicBool>,
-    streams: Arc<AtomicU64>,
-    connections: Arc<AtomicU64>,
+    (streams, connections): (Arc<AtomicU64>, Arc<AtomicU64>),
 ) {
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut client) = connect(&endpoint).await else {
@@ -25,7 +25,7 @@ pub(super) async fn rapid_reset(
                 break;
             };
             client = ready;
-            let Ok(request) = head(&endpoint, "Acquire", None) else {
+            let Ok(request) = head(&endpoint, "Acquire", token.as_deref()) else {
                 return;
             };
             match client.send_request(request, false) {

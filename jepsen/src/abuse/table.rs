@@ -1,10 +1,12 @@
 //! The phases' Markdown table against the targets.
 
-use super::{quota, Phase, QUOTA_RSS_ALLOWANCE};
+use super::{quota, Phase, DESCRIPTOR_BOUND, QUOTA_RSS_ALLOWANCE};
 
 /// The phases as a Markdown table, each attack against the quiet phases on either side of it
 /// (their mean: the honest clients' throughput and p99 and the nodes' memory as they would
-/// have been without the attack); and whether every attack met the targets.
+/// have been without the attack), with each node's most descriptors (against
+/// [`DESCRIPTOR_BOUND`]) and how much its data directory grew; and whether every attack met
+/// the targets.
 pub fn table(phases: &[Phase]) -> (String, bool) {
     let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
     let per_node = |values: &[f64]| {
@@ -16,7 +18,7 @@ pub fn table(phases: &[Phase]) -> (String, bool) {
     };
     let mut met = true;
     let mut text = String::from(
-        "| phase | honest ops/s | vs quiet | honest p99 ms | vs quiet | errors | max RSS per node (MiB) | bound (MiB) | target | attack |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| phase | honest ops/s | vs quiet | honest p99 ms | vs quiet | errors | max RSS per node (MiB) | bound (MiB) | max fds per node | disk grown per node (MiB) | target | attack |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (index, phase) in phases.iter().enumerate() {
         let around: Vec<&Phase> = [index.checked_sub(1), Some(index + 1)]
@@ -45,7 +47,8 @@ pub fn table(phases: &[Phase]) -> (String, bool) {
                 })
                 .collect();
             let memory = rss.iter().zip(&bounds).all(|(rss, bound)| rss <= bound);
-            let ok = throughput >= 0.8 && p99 <= 2.0 && memory;
+            let descriptors = phase.fds_max.iter().all(|fds| *fds <= DESCRIPTOR_BOUND);
+            let ok = throughput >= 0.8 && p99 <= 2.0 && memory && descriptors;
             met &= ok;
             cells = [
                 format!("{:.0} %", throughput * 100.0),
@@ -55,13 +58,21 @@ pub fn table(phases: &[Phase]) -> (String, bool) {
             ];
         }
         let [throughput, p99, bound, target] = cells;
+        let fds = phase
+            .fds_max
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" / ");
+        let disk: Vec<f64> = phase.disk_grown.iter().map(|b| *b as f64).collect();
         text.push_str(&format!(
-            "| {} | {:.0} | {throughput} | {:.1} | {p99} | {} | {} | {bound} | {target} | {} |\n",
+            "| {} | {:.0} | {throughput} | {:.1} | {p99} | {} | {} | {bound} | {fds} | {} | {target} | {} |\n",
             phase.name,
             phase.honest_ops_per_s,
             phase.honest_p99_ms,
             phase.honest_errors,
             per_node(&rss),
+            per_node(&disk),
             if phase.noisy_peak.is_empty() || !quota::ATTACKS.contains(&phase.name) {
                 phase.attack.clone()
             } else {

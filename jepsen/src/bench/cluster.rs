@@ -139,6 +139,18 @@ impl LocalCluster {
             .map(|id| self.procs.rss_bytes(id).unwrap_or(0))
             .collect()
     }
+
+    /// File descriptors each node holds open, node 1 first (0 for a stopped node).
+    pub fn descriptors(&self) -> Vec<u64> {
+        (1..=NODES)
+            .map(|id| self.procs.descriptors(id).unwrap_or(0))
+            .collect()
+    }
+
+    /// Bytes each node's data directory takes, node 1 first.
+    pub fn disk_bytes(&self) -> Vec<u64> {
+        (1..=NODES).map(|id| self.procs.disk_bytes(id)).collect()
+    }
 }
 
 /// `tenured` nodes; each serves its gateway on `http[id - 1]` when `http` is not empty.

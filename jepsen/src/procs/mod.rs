@@ -260,6 +260,11 @@ impl Procs {
         self.launcher.data_root.join(format!("n{id}"))
     }
 
+    /// Node `id`'s data directory.
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.data_path(id)
+    }
+
     fn disk_path(&self, id: u64) -> PathBuf {
         self.launcher.data_root.join(format!("n{id}.disk"))
     }

@@ -28,6 +28,30 @@ impl Procs {
         Some(Duration::from_millis((utime + stime) * 1000 / ticks))
     }
 
+    /// File descriptors node `id` holds open, if it runs.
+    pub fn descriptors(&self, id: u64) -> Option<u64> {
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", self.pid(id)?)).ok()?;
+        Some(fds.count() as u64)
+    }
+
+    /// Bytes node `id`'s data directory takes on disk (its log, snapshots and state).
+    pub fn disk_bytes(&self, id: u64) -> u64 {
+        fn size(path: &std::path::Path) -> u64 {
+            let Ok(entries) = std::fs::read_dir(path) else {
+                return 0;
+            };
+            entries
+                .flatten()
+                .map(|entry| match entry.metadata() {
+                    Ok(meta) if meta.is_dir() => size(&entry.path()),
+                    Ok(meta) => meta.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        }
+        size(&self.data_dir(id))
+    }
+
     /// Context switches, voluntary and not, of node `id`'s threads so far (of those alive
     /// now: a thread that ended took its count with it).
     pub fn context_switches(&self, id: u64) -> Option<u64> {
