@@ -27,6 +27,9 @@ use crate::lock::Lock;
 use crate::retry;
 use crate::session::Session;
 
+/// How long a lost campaign spends cancelling its wait (best effort, no retries after it).
+const CANCEL_WAIT_BUDGET: Duration = Duration::from_secs(10);
+
 /// How long one queued acquire of a campaign waits before it is re-queued. A candidate whose
 /// process and node both died stays queued at most this long (and, if admitted meanwhile,
 /// holds the key for one ttl).
@@ -66,15 +69,40 @@ impl Session {
     /// fencing token is what the protected system checks. A campaign future dropped just as
     /// the cluster admitted it leaves the key held on the session; campaigning again on the
     /// same session gets that lease back (§4.2).
+    ///
+    /// A campaign that ends because the session was lost here (its renewals failing, say in a
+    /// partition) may leave its wait in the cluster, where the session may still live (a node
+    /// that died holding the call cannot remove it): the wait could be admitted onto the
+    /// session and hold the key until the session's grace ends. So it also cancels that wait,
+    /// best effort ([`Session::cancel_wait`]: by the revision that queued it, never a newer
+    /// wait).
     pub async fn campaign(&self, key: &str) -> Result<Leadership, Error> {
         tokio::select! {
             biased;
-            lost = self.lost() => Err(Error::NotGranted {
-                reason: match lost {
-                    Lost::Refused(reason) => reason,
-                    Lost::DeadlinePassed | Lost::Released => Reason::WaitCancelled.as_str().into(),
-                },
-            }),
+            lost = self.lost() => {
+                let cancel = crate::session::cancel_wait_of(
+                    self.client().clone(),
+                    key.to_string(),
+                    (self.holder().to_string(), self.id().to_string()),
+                );
+                tokio::spawn(async move {
+                    match tokio::time::timeout(CANCEL_WAIT_BUDGET, cancel).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, "a lost campaign could not cancel its wait")
+                        }
+                        Err(_) => tracing::debug!("a lost campaign gave up cancelling its wait"),
+                    }
+                });
+                Err(Error::NotGranted {
+                    reason: match lost {
+                        Lost::Refused(reason) => reason,
+                        Lost::DeadlinePassed | Lost::Released => {
+                            Reason::WaitCancelled.as_str().into()
+                        }
+                    },
+                })
+            }
             led = campaign_with(key, || self.lock(key)) => led,
         }
     }

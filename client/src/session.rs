@@ -122,6 +122,20 @@ impl Session {
         &self.session
     }
 
+    /// Cancels this session's wait for `resource`, if it has one: the wait of its holder
+    /// that its history shows queued on this session, named by the revision that queued it,
+    /// so that a newer wait of the same holder (on another session) is never the one
+    /// cancelled. True if a wait was cancelled. A campaign lost here calls it (best effort)
+    /// for the wait it leaves behind.
+    pub async fn cancel_wait(&self, resource: &str) -> Result<bool, Error> {
+        cancel_wait_of(
+            self.client.clone(),
+            resource.to_string(),
+            (self.holder().to_string(), self.id().to_string()),
+        )
+        .await
+    }
+
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }
@@ -184,4 +198,37 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.renewer.abort();
     }
+}
+
+/// [`Session::cancel_wait`] of the session `session_id` of `holder`.
+pub(crate) async fn cancel_wait_of(
+    client: Client,
+    resource: String,
+    (holder, session_id): (String, String),
+) -> Result<bool, Error> {
+    let history = client
+        .history(pb::HistoryRequest {
+            resource: resource.clone(),
+            page_size: 100,
+            order: pb::Order::Desc as i32,
+            events: vec![pb::EventType::Queued as i32],
+            ..Default::default()
+        })
+        .await?;
+    let Some(queued) = history
+        .entries
+        .iter()
+        .find(|e| e.holder == holder && e.session_id == session_id)
+    else {
+        return Ok(false);
+    };
+    let cancelled = client
+        .cancel_wait(pb::CancelWaitRequest {
+            resource,
+            holder,
+            queued_revision: queued.revision,
+            request_id: String::new(),
+        })
+        .await?;
+    Ok(cancelled.cancelled)
 }
