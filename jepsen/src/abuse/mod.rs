@@ -161,7 +161,11 @@ fn spawn_attack(
         options.slow_watchers,
     );
     let (idle_connections, rejoins) = (options.idle_connections, options.rejoins);
-    let (mallory, noisy) = (tokens.mallory.clone(), tokens.noisy.clone());
+    let (mallory, noisy, admin) = (
+        tokens.mallory.clone(),
+        tokens.noisy.clone(),
+        tokens.admin.clone(),
+    );
     // A principal other than the attacker's, for the calls made beside an attack.
     let other = tokens.honest.first().cloned().unwrap_or_default();
     std::thread::spawn(move || {
@@ -227,7 +231,7 @@ fn spawn_attack(
                     connections::idle_gateway(&gateways, shape, other, stop).await
                 }
                 "health-watch" => connections::health_watch(&endpoints, stop).await,
-                quota_attack => quota::run(quota_attack, endpoints, noisy, stop).await,
+                quota_attack => quota::run(quota_attack, endpoints, (noisy, admin), stop).await,
             }
         })
     })

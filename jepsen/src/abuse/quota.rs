@@ -5,9 +5,10 @@
 //! - `refused-flood`: it holds a resource with 16 KiB of metadata and sends acquires of it,
 //!   each with 16 KiB of metadata and a fresh request id, that are all refused (every one
 //!   an exactly-once record on every node);
-//! - `quota-flood`: it fills its `metadata_bytes` quota with 30 s leases of 16 KiB each, then
-//!   sends acquires of fresh names with 16 KiB of metadata, which the quota refuses (the
-//!   leader answers them without proposing them);
+//! - `quota-flood`: its `metadata_bytes` quota set to 1 MiB for the phase (so that filling it
+//!   is not what is measured), it fills it with leases of 16 KiB each, then sends acquires of
+//!   fresh names with 16 KiB of metadata, which the quota refuses (the leader answers them
+//!   without proposing them);
 //! - `ad-hoc`: acquires on fresh names, as fast as it can (leases, ad-hoc resources, their
 //!   histories; each lease lives 20 s, so it also makes mass expiries);
 //! - `waiters`: holds a resource and queues 10,000 waiting acquires on it;
@@ -121,12 +122,12 @@ fn stopped(stop: Arc<AtomicBool>) -> watch::Receiver<bool> {
 pub async fn run(
     attack: &str,
     endpoints: Vec<String>,
-    token: String,
+    (token, admin): (String, String),
     stop: Arc<AtomicBool>,
 ) -> String {
     let result = match attack {
         "refused-flood" => refused_flood(&endpoints, &token, stop).await,
-        "quota-flood" => quota_flood(&endpoints, &token, stop).await,
+        "quota-flood" => quota_flood(&endpoints, (&token, &admin), stop).await,
         "ad-hoc" => ad_hoc(&endpoints, &token, stop).await,
         "waiters" => waiters(&endpoints, &token, stop).await,
         "watch-all" => watch_all(&endpoints, &token, stop).await,
@@ -192,12 +193,28 @@ async fn refused_flood(
     ))
 }
 
+/// The noisy principal's `metadata_bytes` quota during `quota-flood`.
+const FLOOD_METADATA_QUOTA: u64 = 1 << 20;
+
 async fn quota_flood(
     endpoints: &[String],
-    token: &str,
+    (token, admin): (&str, &str),
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<String> {
     let clients = clients(endpoints, token, 3)?;
+    let admin = Client::new(endpoints)?.with_token(admin)?;
+    let set_quota = |limit: u64, reset: bool| pb::SetQuotaRequest {
+        principal: PRINCIPAL.into(),
+        changes: vec![pb::QuotaChange {
+            quota: "metadata_bytes".into(),
+            limit,
+            reset,
+        }],
+        request_id: String::new(),
+    };
+    admin
+        .set_quota(set_quota(FLOOD_METADATA_QUOTA, false))
+        .await?;
     let metadata = HashMap::from([("blob".to_string(), "x".repeat(BLOB))]);
     // Its metadata quota filled: 30 s leases of 16 KiB each until the quota refuses one (or
     // the phase ends).
@@ -245,8 +262,10 @@ async fn quota_flood(
         async move { tally.acquire(&client.acquire(request).await) }
     })
     .await;
+    admin.set_quota(set_quota(0, true)).await?;
     Ok(format!(
-        "its metadata quota filled ({}), then acquires of fresh names with {} KiB of metadata: {}",
+        "its metadata quota ({} MiB) filled ({}), then acquires of fresh names with {} KiB of metadata: {}",
+        FLOOD_METADATA_QUOTA >> 20,
         fill.describe(),
         BLOB / 1024,
         tally.describe()

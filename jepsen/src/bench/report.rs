@@ -238,8 +238,11 @@ pub fn markdown(options: &BenchOptions, results: &Results) -> String {
 }
 
 /// The targets this run measured: (target, measured, met). Throughput at 64 clients, the
-/// single-client acquire p50 and the failover p50 against etcd's; the handoff p50 against
-/// 1 ms; at 1M leases, RSS per node,
+/// single-client acquire p50, the handoff p50 and the failover p50 against etcd's; renewals
+/// by the servers' CPU per renewal against etcd's per keepalive (the team's decision on issue
+/// 21: renewals stay replicated, so that a new leader reclaims a dead holder's lease on time,
+/// and are judged by what they cost, not by a throughput a leader-local renewal would buy),
+/// with the throughput ratio beside it; at 1M leases, RSS per node right after the load,
 /// restart to serving and renew throughput against 1k leases.
 pub fn targets(results: &Results) -> Vec<(String, String, bool)> {
     let mut out = Vec::new();
@@ -252,11 +255,6 @@ pub fn targets(results: &Results) -> Vec<(String, String, bool)> {
     let throughput = [
         (Workload::Lock, 5.0, "lock cycle at 64 clients ≥ 5× etcd"),
         (
-            Workload::Renew,
-            1.0,
-            "renew at 64 clients ≥ 1× etcd keepalive",
-        ),
-        (
             Workload::Read,
             2.0,
             "linearizable read at 64 clients ≥ 2× etcd",
@@ -268,6 +266,20 @@ pub fn targets(results: &Results) -> Vec<(String, String, bool)> {
             out.push((name.to_string(), format!("{r:.2}×"), r >= goal));
         }
     }
+    if let Some((t, e)) = pair(Workload::Renew, 64) {
+        let (per_t, per_e) = (t.cpu_s_per_1k, e.cpu_s_per_1k);
+        out.push((
+            "renew at 64 clients: server CPU per renewal ≤ etcd's per keepalive".into(),
+            format!(
+                "{:.0} vs {:.0} µs ({:.2}×; throughput {:.2}× etcd)",
+                per_t * 1000.0,
+                per_e * 1000.0,
+                per_t / per_e.max(f64::EPSILON),
+                t.ops_per_s / e.ops_per_s.max(f64::EPSILON)
+            ),
+            per_t <= per_e,
+        ));
+    }
     if let Some((t, e)) = pair(Workload::Acquire, 1) {
         let r = t.p50_us as f64 / e.p50_us as f64;
         out.push((
@@ -276,14 +288,13 @@ pub fn targets(results: &Results) -> Vec<(String, String, bool)> {
             r <= 1.0,
         ));
     }
-    // An absolute goal: etcd's figure is beside it for scale, not judged against.
-    if let Some(t) = find(results, System::Tenure, Workload::Handoff, 1) {
-        let etcd = find(results, System::Etcd, Workload::Handoff, 1)
-            .map_or(String::new(), |e| format!(" (etcd {} ms)", ms(e.p50_us)));
+    // Measured as the bench does it: the waiter queued 150 ms before the release.
+    if let Some((t, e)) = pair(Workload::Handoff, 1) {
+        let r = t.p50_us as f64 / e.p50_us.max(1) as f64;
         out.push((
-            "contended handoff p50 ≤ 1 ms (release sent → waiter granted)".into(),
-            format!("{} ms{etcd}", ms(t.p50_us)),
-            t.p50_us <= 1_000,
+            "contended handoff p50 ≤ 0.5× etcd (release sent → waiter granted)".into(),
+            format!("{r:.2}× ({} vs {} ms)", ms(t.p50_us), ms(e.p50_us)),
+            r <= 0.5,
         ));
     }
     let failover = |s: System| results.failovers.iter().find(|f| f.system == s);
@@ -301,7 +312,7 @@ pub fn targets(results: &Results) -> Vec<(String, String, bool)> {
     ) {
         let max_rss = large.rss_bytes.iter().copied().max().unwrap_or(0);
         out.push((
-            "1M leases: ≤ 1 GiB RSS per node".into(),
+            "1M leases: ≤ 1 GiB RSS per node, right after the load (issue 39's)".into(),
             format!("{:.0} MiB", max_rss as f64 / (1024.0 * 1024.0)),
             max_rss <= 1 << 30,
         ));
@@ -373,7 +384,10 @@ mod tests {
             cells: vec![
                 cell(System::Tenure, Workload::Lock, 64, 6_000.0, 10_000),
                 cell(System::Etcd, Workload::Lock, 64, 1_000.0, 50_000),
-                cell(System::Tenure, Workload::Renew, 64, 900.0, 1_000),
+                Cell {
+                    cpu_s_per_1k: 0.2,
+                    ..cell(System::Tenure, Workload::Renew, 64, 900.0, 1_000)
+                },
                 cell(System::Etcd, Workload::Renew, 64, 1_000.0, 1_000),
                 cell(System::Tenure, Workload::Acquire, 1, 1_000.0, 1_100),
                 cell(System::Etcd, Workload::Acquire, 1, 1_000.0, 1_000),
@@ -409,9 +423,9 @@ mod tests {
                 .map(|(_, met)| *met)
         };
         assert_eq!(met("lock cycle"), Some(true), "6× ≥ 5×");
-        assert_eq!(met("renew"), Some(false), "0.9× < 1×");
+        assert_eq!(met("renew"), Some(false), "200 µs of CPU per renewal > 100");
         assert_eq!(met("single-client acquire"), Some(false), "1.1 > 1.0");
-        assert_eq!(met("contended handoff"), Some(true), "1.00 ms ≤ 1 ms");
+        assert_eq!(met("contended handoff"), Some(true), "1 ms ≤ 0.5 × 3 ms");
         // Medians 800 and 1500: 0.53 > 0.5.
         assert_eq!(met("failover"), Some(false));
         assert_eq!(met("linearizable read"), None, "not measured, not judged");

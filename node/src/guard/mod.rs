@@ -316,45 +316,142 @@ where
 }
 
 /// Wraps each accepted connection so that it can be cut, with `strikes` to spend, and gives
-/// it a place in `table` (a connection the table refuses is closed at once).
+/// it a place in `table` (a connection the table refuses is closed at once). A connection is
+/// handed on to be served only once it has sent something (the HTTP/2 preface, a TLS hello,
+/// a request): until then it costs a descriptor and a place in the table, no server state,
+/// and the table closes it at its greeting time or to make room.
 pub fn guard<S>(
     incoming: S,
     strikes: u32,
     table: Arc<Table>,
 ) -> impl Stream<Item = std::io::Result<Guarded<tokio::net::TcpStream>>>
 where
-    S: Stream<Item = std::io::Result<tokio::net::TcpStream>>,
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>> + Unpin,
 {
-    use futures::StreamExt;
-    incoming.filter_map(move |io| {
-        let guarded = match io {
-            Ok(io) => {
-                let remote = io.peer_addr().ok();
-                match table.admit(remote) {
-                    Ok(registration) => {
-                        let connection =
-                            Arc::new(Connection::new(remote, strikes, Some(registration)));
-                        table.watch(&connection);
-                        Some(Ok(Guarded {
-                            inner: io,
-                            connection,
-                        }))
+    Greeted {
+        incoming,
+        done: false,
+        strikes,
+        table,
+        waiting: futures::stream::FuturesUnordered::new(),
+        budget: (tokio::time::Instant::now(), 0),
+        pause: Box::pin(tokio::time::sleep(Duration::ZERO)),
+    }
+}
+
+/// While a port is full, it accepts at most this many connections per [`FULL_WINDOW`] (each
+/// placed by making room, or closed, but a member's): a flood of new connections then costs
+/// the node a bounded share of its time, and the rest wait in the kernel's backlog.
+const ACCEPTS_WHEN_FULL: u32 = 100;
+const FULL_WINDOW: Duration = Duration::from_millis(100);
+
+/// A connection waiting to say something first ([`guard`]).
+type Silent =
+    Pin<Box<dyn std::future::Future<Output = Option<Guarded<tokio::net::TcpStream>>> + Send>>;
+
+struct Greeted<S> {
+    incoming: S,
+    done: bool,
+    strikes: u32,
+    table: Arc<Table>,
+    waiting: futures::stream::FuturesUnordered<Silent>,
+    /// The window of [`ACCEPTS_WHEN_FULL`] under way: its start, and its accepts so far.
+    budget: (tokio::time::Instant, u32),
+    /// Accepting again at the next window, when the budget ran out.
+    pause: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<S> Greeted<S> {
+    /// Admits `tcp` to the table; the connection, once it has sent something.
+    fn admit(&self, tcp: tokio::net::TcpStream) -> Option<Silent> {
+        let remote = tcp.peer_addr().ok();
+        let registration = match self.table.admit(remote) {
+            Ok(registration) => registration,
+            Err(why) => {
+                tracing::debug!(
+                    port = self.table.port,
+                    ?remote,
+                    why = why.as_str(),
+                    "refused a connection"
+                );
+                return None;
+            }
+        };
+        let connection = Arc::new(Connection::new(remote, self.strikes, Some(registration)));
+        self.table.watch(&connection);
+        Some(Box::pin(async move {
+            tokio::select! {
+                readable = tcp.readable() => readable.ok()?,
+                () = Cut(&connection) => return None,
+            }
+            Some(Guarded {
+                inner: tcp,
+                connection,
+            })
+        }))
+    }
+}
+
+impl<S> Stream for Greeted<S>
+where
+    S: Stream<Item = std::io::Result<tokio::net::TcpStream>> + Unpin,
+{
+    type Item = std::io::Result<Guarded<tokio::net::TcpStream>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        use futures::StreamExt;
+        let this = &mut *self;
+        while !this.done {
+            if this.table.is_full() {
+                let now = tokio::time::Instant::now();
+                if now.duration_since(this.budget.0) >= FULL_WINDOW {
+                    this.budget = (now, 0);
+                }
+                if this.budget.1 >= ACCEPTS_WHEN_FULL {
+                    this.pause.as_mut().reset(this.budget.0 + FULL_WINDOW);
+                    if std::future::Future::poll(this.pause.as_mut(), cx).is_pending() {
+                        break;
                     }
-                    Err(why) => {
-                        tracing::debug!(
-                            port = table.port,
-                            ?remote,
-                            why = why.as_str(),
-                            "refused a connection"
-                        );
-                        None
+                    continue;
+                }
+                this.budget.1 += 1;
+            }
+            match this.incoming.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(tcp))) => {
+                    if let Some(silent) = this.admit(tcp) {
+                        this.waiting.push(silent);
                     }
                 }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => this.done = true,
+                Poll::Pending => break,
             }
-            Err(e) => Some(Err(e)),
-        };
-        std::future::ready(guarded)
-    })
+        }
+        loop {
+            match this.waiting.poll_next_unpin(cx) {
+                Poll::Ready(Some(Some(greeted))) => return Poll::Ready(Some(Ok(greeted))),
+                // Cut, or broken, before it said anything: dropped.
+                Poll::Ready(Some(None)) => continue,
+                Poll::Ready(None) if this.done => return Poll::Ready(None),
+                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+/// Resolves once `connection` is cut.
+struct Cut<'a>(&'a Connection);
+
+impl std::future::Future for Cut<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.waker.register(cx.waker());
+        match self.0.is_cut() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -81,6 +81,8 @@ pub struct Table {
     exempt: Box<dyn Fn(IpAddr) -> bool + Send + Sync>,
     inner: Mutex<Inner>,
     closed: [AtomicU64; 5],
+    /// The sweep runs ([`Table::watch`]).
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -125,6 +127,7 @@ impl Table {
             exempt: Box::new(exempt),
             inner: Mutex::default(),
             closed: Default::default(),
+            sweeping: Default::default(),
         })
     }
 
@@ -159,53 +162,68 @@ impl Table {
     }
 
     /// Lists `connection` among those that may go to make room, and closes it when it has
-    /// been quiet too long.
+    /// been quiet too long (one sweep of the table's connections every so often: no task or
+    /// timer per connection, so that one refused or evicted at once costs nothing after it).
     pub fn watch(self: &Arc<Self>, connection: &Arc<Connection>) {
-        {
-            let mut inner = self.lock();
-            inner.candidates.push_back(Arc::downgrade(connection));
-            // Connections that ended leave their entries behind: sweep them now and then.
-            if inner.candidates.len() > 2 * self.settings.limit.max(SCAN) {
-                inner
-                    .candidates
-                    .retain(|c| c.upgrade().is_some_and(|c| !c.is_over()));
-            }
+        self.lock().candidates.push_back(Arc::downgrade(connection));
+        if !self.sweeping.swap(true, Ordering::AcqRel) {
+            let table = Arc::downgrade(self);
+            let every = self.sweep_period();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    let Some(table) = table.upgrade() else {
+                        return;
+                    };
+                    table.sweep();
+                }
+            });
         }
-        let (table, connection) = (Arc::downgrade(self), Arc::downgrade(connection));
-        tokio::spawn(async move {
-            loop {
-                let Some(wake) = table.upgrade().and_then(|t| t.quiet_check(&connection)) else {
-                    return;
-                };
-                tokio::time::sleep_until(wake.into()).await;
-            }
-        });
     }
 
-    /// Closes `connection` if it has been quiet too long; when to look again, or None when
-    /// there is nothing more to watch.
-    fn quiet_check(&self, connection: &Weak<Connection>) -> Option<std::time::Instant> {
-        let connection = connection.upgrade()?;
-        if connection.is_over() {
-            return None;
-        }
-        let (limit, why) = match (connection.is_proven(), self.settings.idle) {
-            (false, _) => (self.settings.greeting, Closed::Greeting),
-            (true, Some(idle)) => (idle, Closed::Idle),
-            (true, None) => return None,
+    /// How often the sweep runs: a quarter of the shortest quiet time, within 100 ms – 1 s.
+    fn sweep_period(&self) -> Duration {
+        let shortest = match self.settings.idle {
+            Some(idle) => idle.min(self.settings.greeting),
+            None => self.settings.greeting,
         };
+        (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    }
+
+    /// Closes every connection quiet too long, and forgets those that ended or need no
+    /// watching (an authenticated one on the gRPC port).
+    fn sweep(&self) {
         let now = std::time::Instant::now();
-        match connection.quiet_since() {
-            Some(since) if now.duration_since(since) >= limit => {
-                if connection.cut() {
-                    self.count(why);
-                    tracing::debug!(port = self.port, remote = ?connection.remote(), why = why.as_str(), "closed a quiet connection");
-                }
-                None
+        let mut closed = Vec::new();
+        self.lock().candidates.retain(|candidate| {
+            let Some(connection) = candidate.upgrade() else {
+                return false;
+            };
+            if connection.is_over() {
+                return false;
             }
-            Some(since) => Some(since + limit),
-            // A call is open: look again a whole period later.
-            None => Some(now + limit),
+            let (limit, why) = match (connection.is_proven(), self.settings.idle) {
+                (false, _) => (self.settings.greeting, Closed::Greeting),
+                (true, Some(idle)) => (idle, Closed::Idle),
+                (true, None) => return false,
+            };
+            match connection.quiet_since() {
+                Some(since) if now.duration_since(since) >= limit => {
+                    closed.push((connection, why));
+                    false
+                }
+                _ => true,
+            }
+        });
+        // Cut outside the lock: a cut connection's owner may drop it (and its registration,
+        // which takes the lock) at once.
+        for (connection, why) in closed {
+            if connection.cut() {
+                self.count(why);
+                tracing::debug!(port = self.port, remote = ?connection.remote(), why = why.as_str(), "closed a quiet connection");
+            }
         }
     }
 
@@ -242,6 +260,11 @@ impl Table {
     fn count(&self, why: Closed) -> Closed {
         self.closed[why as usize].fetch_add(1, Ordering::Relaxed);
         why
+    }
+
+    /// Whether it holds its limit of connections or more.
+    pub fn is_full(&self) -> bool {
+        self.lock().open >= self.settings.limit
     }
 
     /// Connections open now.
