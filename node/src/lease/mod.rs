@@ -5,6 +5,7 @@
 //! [`command::Stamp`] in each entry and the lease clock of [`lease_clock`]; the entry's log index
 //! is the fencing token of whatever it grants.
 
+mod admission;
 pub mod bookings;
 pub mod command;
 pub mod dedup;
@@ -18,6 +19,7 @@ mod mutate;
 pub mod policy;
 pub mod query;
 pub mod quota;
+mod rejection;
 pub mod session;
 pub mod types;
 pub mod unencoded;

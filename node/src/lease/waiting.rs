@@ -12,14 +12,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::command::{AcquireOp, CancelWaitOp, Reply};
-use super::history::{self, Event, EventKind};
+use super::history::{Event, EventKind};
 use super::machine::{check_names, Ctx, State};
 use super::many::ManyOutcome;
 use super::query::HOLDERS_SHOWN;
 use super::quota::Quota;
-use super::types::{
-    AcquireOutcome, Lease, LeaseId, LeaseView, Metadata, Mode, Name, Refusal, Rejection,
-};
+use super::types::{AcquireOutcome, LeaseId, Metadata, Mode, Name, Refusal, Rejection};
 
 /// One queued acquire: everything needed to grant it later.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,7 +228,14 @@ impl State {
 
     /// Ends the wait at `at` without a grant, and admits whoever that lets through. A wait of
     /// a multi-wait ends it in every room.
-    fn end_wait(&mut self, index: u64, actor: &str, resource: &str, at: usize, why: Refusal) {
+    pub(super) fn end_wait(
+        &mut self,
+        index: u64,
+        actor: &str,
+        resource: &str,
+        at: usize,
+        why: Refusal,
+    ) {
         let Some(waiter) = self.remove_waiter((index, actor), resource, at, why) else {
             return;
         };
@@ -269,7 +274,7 @@ impl State {
     }
 
     /// Hands a wait's outcome to the blocked call and to the queuing request's dedup entry.
-    fn wait_ended(&mut self, resource: &str, waiter: Waiter, outcome: AcquireOutcome) {
+    pub(super) fn wait_ended(&mut self, resource: &str, waiter: Waiter, outcome: AcquireOutcome) {
         if let Some(request_id) = &waiter.request_id {
             let reply = Reply::Acquire(outcome.clone());
             let (whose, change) = self.dedup.resolve(&waiter.principal, request_id, &reply);
@@ -285,173 +290,6 @@ impl State {
             outcome,
             many: None,
         });
-    }
-
-    /// Ends every wait whose timeout has passed on the lease clock.
-    pub(super) fn settle_waits(&mut self, index: u64) {
-        let now_ms = self.clock.now_ms();
-        while let Some((deadline_ms, resource, wait_id)) = self.wait_due.first().cloned() {
-            if deadline_ms > now_ms {
-                break;
-            }
-            self.wait_due.pop_first();
-            let at = self
-                .resources
-                .get(&resource)
-                .and_then(|rs| rs.rare().waiters.iter().position(|w| w.wait_id == wait_id));
-            if let Some(at) = at {
-                self.end_wait(
-                    index,
-                    history::SYSTEM_ACTOR,
-                    &resource,
-                    at,
-                    Refusal::WaitTimeout,
-                );
-            }
-        }
-        while let Some((until_ms, resource)) = self.reopen.first().cloned() {
-            if until_ms > now_ms {
-                break;
-            }
-            self.reopen.pop_first();
-            self.effects.touched.insert(resource);
-        }
-    }
-
-    /// Admits waiters of every resource this entry touched, head first, while they fit. A
-    /// multi-wait admitted touches its other rooms, whose next waiters are considered too.
-    pub(super) fn admit_touched(&mut self, index: u64) {
-        while let Some(resource) = self.effects.touched.pop_first() {
-            self.admit(index, &resource);
-        }
-    }
-
-    fn admit(&mut self, index: u64, resource: &str) {
-        loop {
-            let Some(rs) = self.resources.get(resource) else {
-                return;
-            };
-            let Some(head) = rs.rare().waiters.front() else {
-                return;
-            };
-            // A wait on a session past its grace (that the reclaim budget left for later) is
-            // never admitted: its session ends now, and the wait with it.
-            if let Some(id) = head.session {
-                let count = rs.rare().waiters.len();
-                self.settle_session(index, id.get());
-                let left = self
-                    .resources
-                    .get(resource)
-                    .map_or(0, |rs| rs.rare().waiters.len());
-                if left < count {
-                    continue;
-                }
-            }
-            let Some(rs) = self.resources.get(resource) else {
-                return;
-            };
-            let Some(head) = rs.rare().waiters.front() else {
-                return;
-            };
-            // A multi-wait at the head is admitted in every room at once, or waits on.
-            if let Some(id) = self.group_of(head) {
-                if self.admit_group(index, id) {
-                    continue;
-                }
-                return;
-            }
-            if self.refusal_of_head(resource, head).is_some() {
-                return;
-            }
-            let Some(waiter) = self
-                .resources
-                .get_mut(resource)
-                .map(Arc::make_mut)
-                .and_then(|rs| rs.rare_mut().waiters.pop_front())
-            else {
-                return;
-            };
-            self.wait_due.remove(&wait_due_key(resource, &waiter));
-            self.count_waiter(resource, &waiter, -1);
-            let principal = waiter.principal.clone();
-            let lease = self.lease_from(index, resource, waiter.clone());
-            let view = self.grant(index, &principal, lease, EventKind::Admitted);
-            self.wait_satisfied(resource, waiter, view);
-        }
-    }
-
-    /// Why the head of `resource`'s room cannot be admitted now, if it cannot.
-    pub(super) fn refusal_of_head(&self, resource: &str, head: &Waiter) -> Option<Refusal> {
-        // A lease on a session has no end of its own: every booking ahead is in its way.
-        let reach_ms = match head.session {
-            Some(_) => u64::MAX,
-            None => head.ttl_ms,
-        };
-        self.blocked(resource, head.mode, head.units, reach_ms, &head.holder)
-    }
-
-    /// The lease a claim (a wait, or a request made one) gets when granted by entry `index`.
-    pub(super) fn lease_from(&mut self, index: u64, resource: &str, claim: Waiter) -> Lease {
-        let now_ms = self.clock.now_ms();
-        Lease {
-            position: self.next_position(),
-            resource: Name::from(resource),
-            holder: claim.holder,
-            principal: claim.principal,
-            mode: claim.mode,
-            units: claim.units,
-            fencing_token: index,
-            acquired_at_ms: now_ms,
-            expires_at_ms: now_ms.saturating_add(claim.ttl_ms),
-            ttl_ms: claim.ttl_ms,
-            acquired_wall_ms: self.clock.wall_ms(),
-            metadata: claim.metadata,
-            idempotency_key: claim.idempotency_key.map(Box::new),
-            session: claim.session,
-        }
-    }
-
-    /// A holder that waits here just got a lease on the resource (a transfer to it): its
-    /// wait is over, admitted with that lease, and history says so.
-    pub(super) fn waiter_got_lease(
-        &mut self,
-        index: u64,
-        actor: &str,
-        resource: &str,
-        view: LeaseView,
-    ) {
-        let Some((position, waiter)) = self.waiting(resource, &view.lease.holder) else {
-            return;
-        };
-        let at = position as usize - 1;
-        // A wait on a session asked for a lease that lives on the session, and the transferred
-        // lease is the holder's own (SPEC §4.24); a multi-wait asked for all of its resources
-        // together (SPEC §4.25).
-        if waiter.mode != view.lease.mode
-            || waiter.units != view.lease.units
-            || waiter.session.is_some()
-            || self.group_of(waiter).is_some()
-        {
-            // It holds the resource now, but not as it asked: its wait is over, unanswered.
-            self.end_wait(index, actor, resource, at, Refusal::WaitCancelled);
-            return;
-        }
-        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
-            return;
-        };
-        if let Some(waiter) = rs.rare_mut().waiters.remove(at) {
-            self.wait_due.remove(&wait_due_key(resource, &waiter));
-            self.count_waiter(resource, &waiter, -1);
-            let event = Event::about(EventKind::Admitted, &view.lease, None, Some(view.status));
-            self.record(index, actor, resource, event);
-            self.wait_satisfied(resource, waiter, view);
-            // The next waiter is the head now.
-            self.effects.touched.insert(Name::from(resource));
-        }
-    }
-
-    fn wait_satisfied(&mut self, resource: &str, waiter: Waiter, view: LeaseView) {
-        self.wait_ended(resource, waiter, AcquireOutcome::granted(view));
     }
 
     /// The place of `holder` in the waiting room of `resource` (1 = the head) and its wait.

@@ -16,84 +16,10 @@ use crate::coord::Node;
 use crate::error::ApiError;
 use crate::lease::{Answer, BookOp, Op, Query, Reply, SessionAcquireOp};
 
+mod calls;
+
 pub struct LeasesApi {
     pub node: Arc<Node>,
-}
-
-impl LeasesApi {
-    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, ApiError> {
-        crate::auth::caller_of(request)
-    }
-
-    /// Proposes `op` as `caller`; a node that receives a call without a `request_id` assigns
-    /// one, so its own retries across elections are exactly-once too.
-    async fn propose(
-        &self,
-        caller: Caller,
-        request_id: Option<String>,
-        op: Op,
-    ) -> Result<Reply, ApiError> {
-        let request_id = request_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        crate::metrics::record_request_id(Some(&request_id));
-        let waits = crate::coord::wait::waits(&op);
-        let request = self.node.proposal(caller, request_id, op);
-        if waits {
-            crate::coord::wait::acquire(&self.node, request).await
-        } else {
-            self.node.propose(request).await
-        }
-    }
-
-    /// Proposes an acquire (of one resource or several) as the caller of `request`. A `WAIT`
-    /// holds a place among the open streams instead of one in flight (its wait's, which a call
-    /// that rejoins the wait shares), and ends as when its client goes away if a reload
-    /// revokes the caller's token.
-    async fn propose_acquire<T>(
-        &self,
-        request: &Request<T>,
-        request_id: Option<String>,
-        op: Op,
-    ) -> Result<Reply, ApiError> {
-        let caller = self.caller(request)?;
-        let wait = crate::coord::wait::wait_of(&op);
-        let waits = wait.is_some();
-        let _open_stream = match &wait {
-            Some((resource, holder)) => {
-                let open_stream = self.node.enter_wait(&caller, resource, holder)?;
-                if let Some(in_flight) = request.extensions().get::<crate::limits::InFlight>() {
-                    in_flight.release();
-                }
-                Some(open_stream)
-            }
-            None => None,
-        };
-        let proposed = self.propose(caller, request_id, op);
-        let credential = crate::auth::credential_in(request.extensions()).filter(|_| waits);
-        tokio::select! {
-            reply = proposed => reply,
-            () = self.node.revoked(credential) => Err(ApiError::revoked()),
-        }
-    }
-
-    /// Authenticates, then answers a read; a rejection in the answer becomes the error.
-    async fn read<T>(
-        &self,
-        request: &Request<T>,
-        (query, stale): (Query, bool),
-    ) -> Result<(Answer, u64), ApiError> {
-        crate::metrics::record_request_id(None);
-        let caller = self.caller(request)?;
-        if !caller.admin {
-            self.node
-                .read_pacer
-                .admit(&caller.principal, query.items())
-                .await;
-        }
-        match self.node.query(query, stale).await? {
-            (Answer::Rejected(rejection), _) => Err(rejection.into()),
-            answered => Ok(answered),
-        }
-    }
 }
 
 #[tonic::async_trait]
@@ -418,16 +344,8 @@ impl Leases for LeasesApi {
         request: Request<pb::CreateSessionRequest>,
     ) -> Result<Response<pb::SessionResponse>, Status> {
         let req = request.get_ref();
-        let op = validate::create_session(req)?;
-        let request_id = validate::request_id(&req.request_id)?;
-        let caller = self.caller(&request)?;
-        let reply = self
-            .propose(caller, request_id, Op::CreateSession(op))
-            .await?;
-        Ok(Response::new(pb::SessionResponse {
-            session: Some(session_reply(reply)?),
-            ..Default::default()
-        }))
+        let op = Op::CreateSession(validate::create_session(req)?);
+        self.session_write(&request, &req.request_id, op).await
     }
 
     async fn renew_session(
@@ -435,16 +353,8 @@ impl Leases for LeasesApi {
         request: Request<pb::RenewSessionRequest>,
     ) -> Result<Response<pb::SessionResponse>, Status> {
         let req = request.get_ref();
-        let op = validate::renew_session(req)?;
-        let request_id = validate::request_id(&req.request_id)?;
-        let caller = self.caller(&request)?;
-        let reply = self
-            .propose(caller, request_id, Op::RenewSession(op))
-            .await?;
-        Ok(Response::new(pb::SessionResponse {
-            session: Some(session_reply(reply)?),
-            ..Default::default()
-        }))
+        let op = Op::RenewSession(validate::renew_session(req)?);
+        self.session_write(&request, &req.request_id, op).await
     }
 
     async fn close_session(
@@ -452,16 +362,8 @@ impl Leases for LeasesApi {
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::SessionResponse>, Status> {
         let req = request.get_ref();
-        let op = validate::close_session(req)?;
-        let request_id = validate::request_id(&req.request_id)?;
-        let caller = self.caller(&request)?;
-        let reply = self
-            .propose(caller, request_id, Op::CloseSession(op))
-            .await?;
-        Ok(Response::new(pb::SessionResponse {
-            session: Some(session_reply(reply)?),
-            ..Default::default()
-        }))
+        let op = Op::CloseSession(validate::close_session(req)?);
+        self.session_write(&request, &req.request_id, op).await
     }
 
     async fn get_session(
