@@ -206,27 +206,42 @@ pub(crate) async fn cancel_wait_of(
     resource: String,
     (holder, session_id): (String, String),
 ) -> Result<bool, Error> {
-    let history = client
-        .history(pb::HistoryRequest {
-            resource: resource.clone(),
-            page_size: 100,
-            order: pb::Order::Desc as i32,
-            events: vec![pb::EventType::Queued as i32],
-            ..Default::default()
-        })
-        .await?;
-    let Some(queued) = history
-        .entries
-        .iter()
-        .find(|e| e.holder == holder && e.session_id == session_id)
-    else {
-        return Ok(false);
+    // The wait was queued after the session was created (at the index its id names): the
+    // history is read newest first, page by page, no further back than that.
+    let created = session_id
+        .strip_prefix("ses_")
+        .and_then(|index| index.parse::<u64>().ok())
+        .unwrap_or(0);
+    let mut page_token = String::new();
+    let queued = loop {
+        let page = client
+            .history(pb::HistoryRequest {
+                resource: resource.clone(),
+                page_size: 1000,
+                page_token,
+                order: pb::Order::Desc as i32,
+                events: vec![pb::EventType::Queued as i32],
+                ..Default::default()
+            })
+            .await?;
+        if let Some(queued) = page
+            .entries
+            .iter()
+            .find(|e| e.holder == holder && e.session_id == session_id)
+        {
+            break queued.revision;
+        }
+        let past_creation = page.entries.last().is_some_and(|e| e.revision < created);
+        if page.next_page_token.is_empty() || past_creation {
+            return Ok(false);
+        }
+        page_token = page.next_page_token;
     };
     let cancelled = client
         .cancel_wait(pb::CancelWaitRequest {
             resource,
             holder,
-            queued_revision: queued.revision,
+            queued_revision: queued,
             request_id: String::new(),
         })
         .await?;

@@ -41,17 +41,17 @@ impl Port {
             Port::Grpc => (
                 limits.max_connections,
                 limits.max_connections_per_address,
-                None,
+                limits.connection_idle_timeout,
             ),
             Port::Http => (
                 limits.http_max_connections,
                 limits.max_connections_per_address,
-                Some(limits.http_idle_timeout),
+                limits.http_idle_timeout,
             ),
             Port::Metrics => (
                 METRICS_CONNECTIONS,
                 METRICS_CONNECTIONS_PER_ADDRESS,
-                Some(limits.http_idle_timeout),
+                limits.http_idle_timeout,
             ),
         };
         Settings {
@@ -59,6 +59,9 @@ impl Port {
             per_address,
             greeting: limits.greeting_timeout,
             idle,
+            // A quiet gRPC client is one between its calls: only an unproven one goes to
+            // make room there.
+            evict_proven: self != Port::Grpc,
         }
     }
 }

@@ -213,7 +213,17 @@ impl Node {
     /// state is asked again after a read barrier: it then holds every write acknowledged
     /// before this one, so the refusal is the answer apply would give right after them.
     async fn refused_before_proposing(&self, proposal: &Proposal) -> Option<Reply> {
-        self.sm.read().state.certainly_refused(proposal)?;
+        let me = crate::lease::LeaderKey {
+            term: self.raft.metrics().borrow_watched().current_term,
+            node_id: self.id,
+        };
+        let refused = |node: &Self| {
+            node.sm
+                .read()
+                .state
+                .certainly_refused(proposal, me, &node.clock.stamp())
+        };
+        refused(self)?;
         if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return None;
         }
@@ -221,7 +231,7 @@ impl Node {
             Ok(Ok(())) => {}
             _ => return None,
         }
-        let refused = self.sm.read().state.certainly_refused(proposal)?;
+        let refused = refused(self)?;
         self.refused_before_proposing
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(Reply::Rejected(refused))

@@ -48,7 +48,8 @@ impl Drop for WaitPlace {
     }
 }
 
-/// What a waiting call holds: its principal's share (auth on), and its wait's place.
+/// What a waiting call holds: its principal's share (with auth off, a share of the node's
+/// limit), and its wait's place.
 pub struct WaitPermit {
     _share: Option<PrincipalPermit>,
     _place: Arc<WaitPlace>,
@@ -76,7 +77,22 @@ impl Node {
         resource: &str,
         holder: &str,
     ) -> Result<WaitPermit, ApiError> {
-        let share = self.stream_share(caller)?;
+        let share = match self.auth().is_on() {
+            true => self.stream_share(caller)?,
+            // With auth off the calls that rejoin waits share no principal's limit: they are
+            // held, between them, to the node's.
+            false => Some(
+                self.streams_per_principal
+                    .enter_up_to(&caller.principal, self.config.limits.max_open_streams)
+                    .ok_or_else(|| ApiError::Limit {
+                        cap: Cap::Streams,
+                        detail: format!(
+                            "this node has its limit of {} Watch, Serve, KeepAlive and waiting Acquire calls open (--max-open-streams); close some, or use another node",
+                            self.config.limits.max_open_streams
+                        ),
+                    })?,
+            ),
+        };
         let key = (resource.to_string(), holder.to_string());
         let mut places = self.waits.0.lock().unwrap_or_else(|p| p.into_inner());
         let place = match places.get(&key).and_then(Weak::upgrade) {

@@ -213,6 +213,10 @@ async fn handle(node: Arc<Node>, request: http::Request<Body>) -> Response {
             Ok(in_flight) => in_flight,
             Err(refused) => return unread(refusal(&node, refused, &parts.extensions)),
         };
+    // A caller the gate knows: its connection is held to the idle time, not the greeting's.
+    if let Some(on) = parts.extensions.get::<serve::OnConnection>() {
+        on.0.prove();
+    }
     let answered = async {
         let body = match read_body(&parts.headers, body).await {
             Ok(body) => body,

@@ -126,7 +126,13 @@ impl Sink {
                 Ok(())
             }
             Ok(Err(_)) => Err(ApiError::Unavailable("the node is shutting down".into()).into()),
-            Err(_) => Err(self.too_slow()),
+            // Its principal's other watches hold the whole buffer, unread: this one is told
+            // so (and where to resume) rather than left stalled without a word.
+            Err(_) => Err(self.cut_off(format!(
+                "its principal's watches on this node held their whole buffer ({} KiB) unread for {:?}",
+                WATCH_BUFFER_BYTES_PER_PRINCIPAL / 1024,
+                self.patience
+            ))),
         }
     }
 
@@ -136,11 +142,18 @@ impl Sink {
     }
 
     fn too_slow(&self) -> Status {
+        self.cut_off(format!(
+            "this watcher took no message for {:?}",
+            self.patience
+        ))
+    }
+
+    fn cut_off(&self, why: String) -> Status {
         ApiError::Limit {
             cap: crate::limits::Cap::SlowWatcher,
             detail: format!(
-                "this watcher took no message for {:?} (or its principal's watches hold their buffer on this node): cut off; watch again from start_revision {}",
-                self.patience, self.queued
+                "{why}: cut off; watch again from start_revision {}",
+                self.queued
             ),
         }
         .into()

@@ -129,6 +129,16 @@ impl Connection {
         first
     }
 
+    /// Closes the connection if no call has been open on it for `at_least` (checked and cut
+    /// at once, so that no call begins in between): true if this closed it.
+    pub fn cut_if_quiet(&self, at_least: Duration) -> bool {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        match calls.1 {
+            Some(since) if since.elapsed() >= at_least => self.cut(),
+            _ => false,
+        }
+    }
+
     /// Whether it is over, cut or closed: strikes no longer count.
     pub fn is_over(&self) -> bool {
         self.is_cut() || self.ended.load(Ordering::Acquire)
@@ -402,7 +412,8 @@ where
         use futures::StreamExt;
         let this = &mut *self;
         while !this.done {
-            if this.table.is_full() {
+            let full = this.table.is_full();
+            if full {
                 let now = tokio::time::Instant::now();
                 if now.duration_since(this.budget.0) >= FULL_WINDOW {
                     this.budget = (now, 0);
@@ -414,10 +425,13 @@ where
                     }
                     continue;
                 }
-                this.budget.1 += 1;
             }
             match this.incoming.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(tcp))) => {
+                    // Counted only while full, and only for a connection accepted.
+                    if full {
+                        this.budget.1 += 1;
+                    }
                     if let Some(silent) = this.admit(tcp) {
                         this.waiting.push(silent);
                     }

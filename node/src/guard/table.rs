@@ -7,10 +7,11 @@
 //!   once it has been quiet (no call open) for the `greeting` time: one that never sent the
 //!   HTTP/2 preface or a request head, one that finished a TLS handshake and said nothing
 //!   more, one that only asks for health or the console's assets;
-//! - with `idle` set (the HTTP ports), any connection quiet that long is closed too;
+//! - any connection quiet for the `idle` time is closed too (authenticated gRPC clients
+//!   reconnect when they next call; an HTTP keep-alive connection holds no place for ever);
 //! - when the port is full, a quiet connection goes first to make room (an unauthenticated
-//!   one; on the HTTP ports any quiet keep-alive connection), oldest first; if none can go,
-//!   the new connection is closed.
+//!   one; with `evict_proven`, the HTTP ports, any quiet keep-alive connection), the one
+//!   quiet the longest among those looked at; if none can go, the new connection is closed.
 //!
 //! Each refusal and each close is counted (`tenure_connections_closed_total`).
 
@@ -18,7 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Connection;
 
@@ -34,8 +35,11 @@ pub struct Settings {
     pub per_address: usize,
     /// How long a connection without an authenticated call may stay quiet.
     pub greeting: Duration,
-    /// How long any connection may stay quiet (None: an authenticated one may for ever).
-    pub idle: Option<Duration>,
+    /// How long any connection may stay quiet.
+    pub idle: Duration,
+    /// Whether a quiet authenticated connection may go to make room (not on the gRPC port,
+    /// where a quiet client is one between its calls).
+    pub evict_proven: bool,
 }
 
 /// Why a connection was refused or closed.
@@ -140,25 +144,38 @@ impl Table {
     pub fn admit(self: &Arc<Self>, remote: Option<SocketAddr>) -> Result<Registration, Closed> {
         let ip = remote.map(|r| r.ip().to_canonical());
         let exempt = ip.is_some_and(|ip| (self.exempt)(ip));
+        // Connections looked at to make room, dropped once the lock is given back.
+        let mut seen = Vec::new();
+        let admitted = self.place(ip, exempt, &mut seen);
+        drop(seen);
+        admitted.map_err(|why| self.count(why))?;
+        Ok(Registration {
+            table: self.clone(),
+            ip,
+        })
+    }
+
+    /// Takes a place for a connection from `ip`, under the lock.
+    fn place(
+        &self,
+        ip: Option<IpAddr>,
+        exempt: bool,
+        seen: &mut Vec<Arc<Connection>>,
+    ) -> Result<(), Closed> {
         let mut inner = self.lock();
         if let (Some(ip), false) = (ip, exempt) {
             if inner.by_address.get(&ip).copied().unwrap_or(0) >= self.settings.per_address {
-                drop(inner);
-                return Err(self.count(Closed::PerAddress));
+                return Err(Closed::PerAddress);
             }
         }
-        if inner.open >= self.settings.limit && !exempt && !self.make_room(&mut inner) {
-            drop(inner);
-            return Err(self.count(Closed::Full));
+        if inner.open >= self.settings.limit && !exempt && !self.make_room(&mut inner, seen) {
+            return Err(Closed::Full);
         }
         inner.open += 1;
         if let Some(ip) = ip {
             *inner.by_address.entry(ip).or_default() += 1;
         }
-        Ok(Registration {
-            table: self.clone(),
-            ip,
-        })
+        Ok(())
     }
 
     /// Lists `connection` among those that may go to make room, and closes it when it has
@@ -185,76 +202,103 @@ impl Table {
 
     /// How often the sweep runs: a quarter of the shortest quiet time, within 100 ms – 1 s.
     fn sweep_period(&self) -> Duration {
-        let shortest = match self.settings.idle {
-            Some(idle) => idle.min(self.settings.greeting),
-            None => self.settings.greeting,
-        };
+        let shortest = self.settings.idle.min(self.settings.greeting);
         (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
     }
 
-    /// Closes every connection quiet too long, and forgets those that ended or need no
-    /// watching (an authenticated one on the gRPC port).
+    /// Closes every connection quiet too long, and forgets those that ended.
     fn sweep(&self) {
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         let mut closed = Vec::new();
+        // Connections looked at are dropped only once the lock is given back: the last
+        // reference to one may be among them, and its registration takes the lock.
+        let mut seen = Vec::new();
         self.lock().candidates.retain(|candidate| {
             let Some(connection) = candidate.upgrade() else {
                 return false;
             };
-            if connection.is_over() {
-                return false;
-            }
-            let (limit, why) = match (connection.is_proven(), self.settings.idle) {
-                (false, _) => (self.settings.greeting, Closed::Greeting),
-                (true, Some(idle)) => (idle, Closed::Idle),
-                (true, None) => return false,
-            };
-            match connection.quiet_since() {
-                Some(since) if now.duration_since(since) >= limit => {
-                    closed.push((connection, why));
-                    false
+            let keep = if connection.is_over() {
+                false
+            } else {
+                let (limit, why) = self.quiet_limit(&connection);
+                match connection.quiet_since() {
+                    Some(since) if now.saturating_duration_since(since) >= limit => {
+                        closed.push((connection.clone(), limit, why));
+                        false
+                    }
+                    _ => true,
                 }
-                _ => true,
-            }
+            };
+            seen.push(connection);
+            keep
         });
-        // Cut outside the lock: a cut connection's owner may drop it (and its registration,
-        // which takes the lock) at once.
-        for (connection, why) in closed {
-            if connection.cut() {
+        drop(seen);
+        // Cut outside the lock: a cut connection's owner may drop it (and its registration)
+        // at once.
+        for (connection, limit, why) in closed {
+            if connection.cut_if_quiet(limit) {
                 self.count(why);
                 tracing::debug!(port = self.port, remote = ?connection.remote(), why = why.as_str(), "closed a quiet connection");
+            } else if !connection.is_over() {
+                // A call began on it meanwhile: it stays watched.
+                self.lock()
+                    .candidates
+                    .push_back(Arc::downgrade(&connection));
             }
         }
     }
 
-    /// Closes the oldest quiet connection that may go (one without an authenticated call;
-    /// on a port with an idle time, any): true if one went.
-    fn make_room(&self, inner: &mut Inner) -> bool {
+    /// How long `connection` may stay quiet, and why it is closed past that.
+    fn quiet_limit(&self, connection: &Connection) -> (Duration, Closed) {
+        match connection.is_proven() {
+            false if self.settings.greeting <= self.settings.idle => {
+                (self.settings.greeting, Closed::Greeting)
+            }
+            _ => (self.settings.idle, Closed::Idle),
+        }
+    }
+
+    /// Closes the quiet connection that may go (one without an authenticated call; with
+    /// `evict_proven`, any) quiet the longest among the oldest [`SCAN`]: true if one went.
+    /// The connections looked at are put in `seen`, to be dropped once the lock is given
+    /// back.
+    fn make_room(&self, inner: &mut Inner, seen: &mut Vec<Arc<Connection>>) -> bool {
+        let mut quietest: Option<(Instant, usize)> = None;
+        let mut looked = Vec::new();
         for _ in 0..SCAN {
             let Some(candidate) = inner.candidates.pop_front() else {
-                return false;
+                break;
             };
             let Some(connection) = candidate.upgrade() else {
                 continue;
             };
             if connection.is_over() {
+                seen.push(connection);
                 continue;
             }
-            // An authenticated connection on the gRPC port stays: it is no candidate again.
-            if connection.is_proven() && self.settings.idle.is_none() {
-                continue;
+            if !connection.is_proven() || self.settings.evict_proven {
+                if let Some(since) = connection.quiet_since() {
+                    if quietest.is_none_or(|(oldest, _)| since < oldest) {
+                        quietest = Some((since, looked.len()));
+                    }
+                }
             }
-            if connection.quiet_since().is_none() {
-                inner.candidates.push_back(candidate);
-                continue;
-            }
-            if connection.cut() {
+            looked.push((candidate, connection));
+        }
+        let mut made = false;
+        for (at, (candidate, connection)) in looked.into_iter().enumerate() {
+            let chosen = quietest.is_some_and(|(_, index)| index == at);
+            if chosen && connection.cut_if_quiet(Duration::ZERO) {
                 self.count(Closed::Evicted);
                 tracing::debug!(port = self.port, remote = ?connection.remote(), "closed a quiet connection to make room");
-                return true;
+                made = true;
+            } else {
+                // Looked at and kept: back to the end, so the next scan looks further.
+                inner.candidates.push_back(candidate);
             }
+            seen.push(connection);
         }
-        false
+        made
     }
 
     fn count(&self, why: Closed) -> Closed {
@@ -286,12 +330,13 @@ impl Table {
 mod tests {
     use super::*;
 
-    fn settings(idle: Option<Duration>) -> Settings {
+    fn settings(evict_proven: bool) -> Settings {
         Settings {
             limit: 2,
             per_address: 2,
             greeting: Duration::from_secs(60),
-            idle,
+            idle: Duration::from_secs(600),
+            evict_proven,
         }
     }
 
@@ -309,7 +354,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_port_closes_a_quiet_unproven_connection_and_never_a_busy_or_proven_one() {
-        let table = Table::new("grpc", settings(None), |_| false);
+        let table = Table::new("grpc", settings(false), |_| false);
         let proven = open(&table, 2).expect("first");
         proven.prove();
         let busy = open(&table, 3).expect("second");
@@ -326,7 +371,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_address_holds_its_share_and_a_member_has_none() {
-        let table = Table::new("http", settings(Some(Duration::from_secs(60))), |ip| {
+        let table = Table::new("http", settings(true), |ip| {
             ip == IpAddr::from([127, 0, 0, 1])
         });
         let first = open(&table, 2).expect("first");
@@ -339,5 +384,26 @@ mod tests {
         first.prove();
         let _third = open(&table, 3).expect("room made");
         assert!(first.is_cut());
+    }
+
+    #[tokio::test]
+    async fn the_sweep_closes_a_connection_quiet_past_its_time_and_never_a_busy_one() {
+        let quick = Settings {
+            idle: Duration::ZERO,
+            ..settings(false)
+        };
+        let table = Table::new("grpc", quick, |_| false);
+        let proven = open(&table, 2).expect("first");
+        proven.prove();
+        let busy = open(&table, 3).expect("second");
+        let call = busy.call();
+        table.sweep();
+        assert!(proven.is_cut(), "quiet past the idle time");
+        assert!(!busy.is_cut(), "a call is open on it");
+        assert_eq!(table.closed(Closed::Idle), 1);
+        drop(call);
+        table.sweep();
+        assert!(busy.is_cut(), "watched still, and quiet now");
+        assert_eq!(table.closed(Closed::Idle), 2);
     }
 }

@@ -22,15 +22,24 @@ pub enum Plan {
     Wait(u64),
 }
 
+/// How far leader `me`, whose clock reads `now`, is ahead of the log's clock: the time since
+/// the newest stamp the log holds; None when the log's clock is not anchored on this leader
+/// (its next entry re-anchors it, advancing nothing).
+pub fn since_stamp_ms(state: &State, me: LeaderKey, now: &Stamp) -> Option<u64> {
+    match state.clock().anchor() {
+        Some((leader, epoch, last_mono_ms)) if leader == me && epoch == now.clock_epoch => {
+            Some(now.mono_ms.saturating_sub(last_mono_ms))
+        }
+        _ => None,
+    }
+}
+
 /// Decides the leader's next proposal from the committed state and its clock reading `now`.
 pub fn plan(state: &State, me: LeaderKey, now: Stamp, tick_interval_ms: u64) -> Plan {
     let clock = state.clock();
-    let since_stamp_ms = match clock.anchor() {
-        Some((leader, epoch, last_mono_ms)) if leader == me && epoch == now.clock_epoch => {
-            now.mono_ms.saturating_sub(last_mono_ms)
-        }
-        // The log's clock is not anchored on this leader yet: anchor it at once.
-        _ => return Plan::Propose(Op::Tick),
+    // The log's clock is not anchored on this leader yet: anchor it at once.
+    let Some(since_stamp_ms) = since_stamp_ms(state, me, &now) else {
+        return Plan::Propose(Op::Tick);
     };
     let estimate_ms = clock.now_ms().saturating_add(since_stamp_ms);
     let due = state.due_by(estimate_ms, MAX_RECLAIM_LIST);

@@ -131,6 +131,12 @@ pub struct Limits {
     #[arg(long, env = "TENURED_GREETING_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub greeting_timeout: Duration,
 
+    /// A gRPC connection with no call open for this long is closed, authenticated or not:
+    /// a client's channel connects again when it next calls, and nobody holds places for
+    /// ever with connections that say nothing. Default: 5m.
+    #[arg(long, env = "TENURED_CONNECTION_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub connection_idle_timeout: Duration,
+
     /// Connections the HTTP gateway (--http-listen) holds open at once; past it the connection
     /// quiet the longest is closed to make room, or, if none is quiet, the new one. Lowered to
     /// what the process's open-file limit leaves room for. Default: 4096.
@@ -240,6 +246,7 @@ impl Limits {
             ("--max-connection-age", self.max_connection_age),
             ("--slow-watcher", self.slow_watcher),
             ("--greeting-timeout", self.greeting_timeout),
+            ("--connection-idle-timeout", self.connection_idle_timeout),
             ("--http-idle-timeout", self.http_idle_timeout),
         ] {
             anyhow::ensure!(

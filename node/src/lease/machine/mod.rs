@@ -38,6 +38,7 @@ pub use apply::apply;
 pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
 pub(super) use index::LeaseIndex;
+pub use precheck::FRESH_MS;
 pub(super) use reclaim::due_key;
 pub use reclaim::RECLAIMS_PER_ENTRY;
 use resource::packed;

@@ -4,17 +4,37 @@
 //! checks stay the authority: this only answers as apply would, with the same rules
 //! ([`State::acquire_plan`], [`State::session_room_for`], [`State::exactly_once_room`]).
 
-use super::super::command::{Op, Proposal};
+use super::super::command::{Op, Proposal, Stamp};
+use super::super::expiry::since_stamp_ms;
+use super::super::lease_clock::LeaderKey;
 use super::super::quota::{metadata_cost, Quota};
 use super::super::types::Rejection;
 use super::{Ctx, State};
 
+/// How recent the newest entry the state applied must be, on the leader's clock, for a
+/// refusal to be given unproposed. Apply first settles what time decided by its entry's stamp
+/// (reclaims, timed-out waits, request ids forgotten), which may free the very quota that
+/// refuses: a state this fresh holds all of that but what fell due in the last moments (as if
+/// the write had come that much sooner), and one older (a cluster idle for a while) has the
+/// write proposed, which brings it up to date.
+pub const FRESH_MS: u64 = 250;
+
 impl State {
     /// The refusal `proposal` would get if it were applied right after the entries this
-    /// state has applied; None when it would not be refused, or when finding out would cost
-    /// what applying does. A look at the principal's quotas decides first whether the rest
-    /// is worth asking: a write within its quotas is never looked at further.
-    pub fn certainly_refused(&self, proposal: &Proposal) -> Option<Rejection> {
+    /// state has applied; None when it would not be refused, when finding out would cost what
+    /// applying does, or when the state is not fresh: its newest entry stamped by another
+    /// leader than `me`, or more than [`FRESH_MS`] before `now` on `me`'s clock. A look at the
+    /// principal's quotas decides first whether the rest is worth asking: a write within its
+    /// quotas is never looked at further.
+    pub fn certainly_refused(
+        &self,
+        proposal: &Proposal,
+        me: LeaderKey,
+        now: &Stamp,
+    ) -> Option<Rejection> {
+        if since_stamp_ms(self, me, now)? > FRESH_MS {
+            return None;
+        }
         let ctx = Ctx {
             index: 0,
             principal: &proposal.principal,
