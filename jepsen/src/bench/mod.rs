@@ -145,6 +145,9 @@ async fn bench_system(
     })
     .await?;
     eprintln!("bench: {} cluster ready in {took:?}", system.name());
+    if system.is_tenure() {
+        tenure::unbounded_anonymous(&cluster.endpoints).await?;
+    }
     let first_term = term(system, &cluster.endpoints).await?;
     let mut counted = false;
     for &workload in &options.workloads {

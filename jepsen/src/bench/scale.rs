@@ -122,6 +122,7 @@ pub(super) async fn started_tenure(options: &BenchOptions, data: &Path) -> Resul
         super::ready(System::Tenure, &cluster.endpoints, &[true; NODES as usize])
     })
     .await?;
+    super::tenure::unbounded_anonymous(&cluster.endpoints).await?;
     Ok(cluster)
 }
 

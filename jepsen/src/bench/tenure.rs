@@ -197,6 +197,36 @@ pub async fn term(endpoints: &[String]) -> Result<u64> {
     Ok(highest)
 }
 
+/// Raises the quotas of `anonymous` (every caller of a cluster without a token file, which
+/// the benchmarks run) past what any workload here holds: a million leases, their exactly-once
+/// records, 10,000 sessions. With auth off `anonymous` is held to the default quotas like any
+/// client (SPEC §4.17); an operator whose development cluster must hold more raises them so.
+pub async fn unbounded_anonymous(endpoints: &[String]) -> Result<()> {
+    let changes = [
+        "leases",
+        "ad_hoc_resources",
+        "waiters",
+        "metadata_bytes",
+        "exactly_once_bytes",
+        "sessions",
+    ]
+    .into_iter()
+    .map(|quota| pb::QuotaChange {
+        quota: quota.into(),
+        limit: 1 << 40,
+        reset: false,
+    })
+    .collect();
+    Client::new(endpoints)?
+        .set_quota(pb::SetQuotaRequest {
+            principal: "anonymous".into(),
+            changes,
+            request_id: String::new(),
+        })
+        .await?;
+    Ok(())
+}
+
 /// Every running node names the same leader and an acquire through each commits.
 pub async fn ready(endpoints: &[String], running: &[bool]) -> Result<()> {
     let mut leaders = Vec::new();
