@@ -89,6 +89,9 @@ pub struct Node {
     pub connections_cut: std::sync::atomic::AtomicU64,
     /// Writes this node refused as leader without proposing them (`forward`).
     pub refused_before_proposing: std::sync::atomic::AtomicU64,
+    /// Held while a `Tick` brings a stale state up to date before a refusal (`forward`): the
+    /// writes that find it stale at once wait for the one `Tick`.
+    pub(crate) refreshing: tokio::sync::Mutex<()>,
     /// The connection tables of the ports serving (`connections`).
     connection_tables: std::sync::Mutex<Vec<Arc<crate::guard::Table>>>,
     /// Checks the snapshot a leader is sending, chunk by chunk (`store::snapshot::ChunkCheck`).
@@ -186,6 +189,7 @@ impl Node {
             cooldown: Default::default(),
             connections_cut: Default::default(),
             refused_before_proposing: Default::default(),
+            refreshing: Default::default(),
             connection_tables: Default::default(),
             receiving_snapshot: Default::default(),
             refusals: Default::default(),

@@ -87,7 +87,7 @@ impl Node {
                     .ok_or_else(|| ApiError::Limit {
                         cap: Cap::Streams,
                         detail: format!(
-                            "this node has its limit of {} Watch, Serve, KeepAlive and waiting Acquire calls open (--max-open-streams); close some, or use another node",
+                            "this node has its limit of {} waiting Acquire calls open (--max-open-streams; with auth off, calls that rejoin a wait count too); close some, or use another node",
                             self.config.limits.max_open_streams
                         ),
                     })?,
@@ -113,7 +113,8 @@ impl Node {
         })
     }
 
-    /// How many long-lived calls of `principal` are open here (counted with auth on).
+    /// How many long-lived calls of `principal` are open here (with auth off, only the waiting
+    /// calls of `anonymous`).
     pub fn streams_held_by(&self, principal: &str) -> usize {
         self.streams_per_principal.held_by(principal)
     }

@@ -42,14 +42,7 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
             };
             match plan {
                 Plan::Propose(op) => {
-                    let request = Proposal {
-                        stamp: Stamp::default(),
-                        principal: SYSTEM.into(),
-                        admin: true,
-                        request_id: None,
-                        require_registration: false,
-                        op,
-                    };
+                    let request = own(op);
                     let outcome = tokio::time::timeout(
                         node.config.request_timeout,
                         node.propose_local(request),
@@ -72,5 +65,17 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
             changed = metrics.changed() => if changed.is_err() { return },
             _ = stop.changed() => return,
         }
+    }
+}
+
+/// A command of the leader's own (`Tick`, `Reclaim`): the system's, stamped when batched.
+pub fn own(op: crate::lease::Op) -> Proposal {
+    Proposal {
+        stamp: Stamp::default(),
+        principal: SYSTEM.into(),
+        admin: true,
+        request_id: None,
+        require_registration: false,
+        op,
     }
 }

@@ -113,13 +113,23 @@ async fn accept<S, IO>(
         connections.spawn(async move {
             let service =
                 tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
-                    // The request is open on its connection until its response's body is done.
-                    let open = connection.call();
+                    // The request is open on its connection until its response's body is done;
+                    // one read just before the connection was closed is not begun.
+                    let open = connection.try_call();
                     request
                         .extensions_mut()
                         .insert(OnConnection(connection.clone()));
                     let app = app.clone();
                     async move {
+                        let Some(open) = open else {
+                            let mut closed = http::Response::new(axum::body::Body::empty());
+                            *closed.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+                            closed.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
+                            return Ok(closed);
+                        };
                         let response = app.oneshot(request.map(axum::body::Body::new)).await?;
                         Ok::<_, std::convert::Infallible>(response.map(|body| {
                             axum::body::Body::new(body.map_frame(move |frame| {

@@ -331,8 +331,19 @@ where
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let node = self.node.clone();
         let connection = connection(&request);
-        // The call is open on its connection until its response's body is done.
-        let open = connection.as_ref().map(|c| c.call());
+        // The call is open on its connection until its response's body is done. One read
+        // just before its connection was closed (quiet, or to make room) is not begun: nothing
+        // is done for it, and its client retries on a new connection.
+        let open = match connection.as_ref().map(|c| c.try_call()) {
+            Some(None) => {
+                let response = tonic::Status::unavailable(
+                    "this connection was closed; retry on a new one (nothing was done)",
+                )
+                .into_http::<Body>();
+                return Box::pin(std::future::ready(Ok(response)));
+            }
+            open => open.flatten(),
+        };
         let peer = door(request.uri().path()) == Door::Peer;
         match self.admit(&mut request) {
             Err(refused) => {

@@ -129,7 +129,7 @@ impl Sink {
             // Its principal's other watches hold the whole buffer, unread: this one is told
             // so (and where to resume) rather than left stalled without a word.
             Err(_) => Err(self.cut_off(format!(
-                "its principal's watches on this node held their whole buffer ({} KiB) unread for {:?}",
+                "its principal's watches on this node held too much of their {} KiB buffer unread for {:?} to take this watch's next page",
                 WATCH_BUFFER_BYTES_PER_PRINCIPAL / 1024,
                 self.patience
             ))),

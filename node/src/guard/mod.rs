@@ -86,12 +86,17 @@ impl Connection {
         }
     }
 
-    /// A call begins on it; it is open until the result is dropped.
-    pub fn call(self: &Arc<Self>) -> CallOpen {
+    /// A call begins on it, open until the result is dropped; unless it is over (checked
+    /// under the same lock as a quiet connection's close, so a call either begins before the
+    /// close, which then does not happen, or not at all).
+    pub fn try_call(self: &Arc<Self>) -> Option<CallOpen> {
         let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_over() {
+            return None;
+        }
         calls.0 += 1;
         calls.1 = None;
-        CallOpen(self.clone())
+        Some(CallOpen(self.clone()))
     }
 
     /// It carried a call whose caller proved who it is.

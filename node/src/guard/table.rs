@@ -95,6 +95,8 @@ struct Inner {
     by_address: HashMap<IpAddr, usize>,
     /// Connections that may have to go to make room, in the order they came.
     candidates: VecDeque<Weak<Connection>>,
+    /// Every connection open, for the sweep.
+    watched: Vec<Weak<Connection>>,
 }
 
 /// A connection's place in its table, given back when the connection is dropped.
@@ -182,7 +184,11 @@ impl Table {
     /// been quiet too long (one sweep of the table's connections every so often: no task or
     /// timer per connection, so that one refused or evicted at once costs nothing after it).
     pub fn watch(self: &Arc<Self>, connection: &Arc<Connection>) {
-        self.lock().candidates.push_back(Arc::downgrade(connection));
+        {
+            let mut inner = self.lock();
+            inner.candidates.push_back(Arc::downgrade(connection));
+            inner.watched.push(Arc::downgrade(connection));
+        }
         if !self.sweeping.swap(true, Ordering::AcqRel) {
             let table = Arc::downgrade(self);
             let every = self.sweep_period();
@@ -206,46 +212,57 @@ impl Table {
         (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(1))
     }
 
-    /// Closes every connection quiet too long, and forgets those that ended.
+    /// Closes every connection quiet too long, and forgets those that ended (and, as
+    /// candidates to make room, those that may not go).
     fn sweep(&self) {
         let now = Instant::now();
         let mut closed = Vec::new();
         // Connections looked at are dropped only once the lock is given back: the last
         // reference to one may be among them, and its registration takes the lock.
         let mut seen = Vec::new();
-        self.lock().candidates.retain(|candidate| {
-            let Some(connection) = candidate.upgrade() else {
-                return false;
-            };
-            let keep = if connection.is_over() {
-                false
-            } else {
-                let (limit, why) = self.quiet_limit(&connection);
-                match connection.quiet_since() {
-                    Some(since) if now.saturating_duration_since(since) >= limit => {
+        {
+            let mut inner = self.lock();
+            inner.watched.retain(|watched| {
+                let Some(connection) = watched.upgrade() else {
+                    return false;
+                };
+                let keep = !connection.is_over();
+                if keep {
+                    let (limit, why) = self.quiet_limit(&connection);
+                    if connection
+                        .quiet_since()
+                        .is_some_and(|since| now.saturating_duration_since(since) >= limit)
+                    {
                         closed.push((connection.clone(), limit, why));
-                        false
                     }
-                    _ => true,
                 }
-            };
-            seen.push(connection);
-            keep
-        });
+                seen.push(connection);
+                keep
+            });
+            inner.candidates.retain(|candidate| {
+                let Some(connection) = candidate.upgrade() else {
+                    return false;
+                };
+                let keep = self.may_go(&connection);
+                seen.push(connection);
+                keep
+            });
+        }
         drop(seen);
         // Cut outside the lock: a cut connection's owner may drop it (and its registration)
-        // at once.
+        // at once. One a call began on meanwhile stays, and is looked at again next time.
         for (connection, limit, why) in closed {
             if connection.cut_if_quiet(limit) {
                 self.count(why);
                 tracing::debug!(port = self.port, remote = ?connection.remote(), why = why.as_str(), "closed a quiet connection");
-            } else if !connection.is_over() {
-                // A call began on it meanwhile: it stays watched.
-                self.lock()
-                    .candidates
-                    .push_back(Arc::downgrade(&connection));
             }
         }
+    }
+
+    /// Whether `connection` may go to make room: open, and unproven unless the port lets
+    /// proven ones go.
+    fn may_go(&self, connection: &Connection) -> bool {
+        !connection.is_over() && (self.settings.evict_proven || !connection.is_proven())
     }
 
     /// How long `connection` may stay quiet, and why it is closed past that.
@@ -258,45 +275,37 @@ impl Table {
         }
     }
 
-    /// Closes the quiet connection that may go (one without an authenticated call; with
-    /// `evict_proven`, any) quiet the longest among the oldest [`SCAN`]: true if one went.
-    /// The connections looked at are put in `seen`, to be dropped once the lock is given
-    /// back.
+    /// Closes a quiet connection that may go ([`Table::may_go`]): of the oldest [`SCAN`]
+    /// candidates, the one quiet the longest (the next if a call began on it meanwhile).
+    /// True if one went. Those looked at are put in `seen`, to be dropped once the lock is
+    /// given back.
     fn make_room(&self, inner: &mut Inner, seen: &mut Vec<Arc<Connection>>) -> bool {
-        let mut quietest: Option<(Instant, usize)> = None;
         let mut looked = Vec::new();
-        for _ in 0..SCAN {
+        while looked.len() < SCAN {
             let Some(candidate) = inner.candidates.pop_front() else {
                 break;
             };
             let Some(connection) = candidate.upgrade() else {
                 continue;
             };
-            if connection.is_over() {
-                seen.push(connection);
-                continue;
+            // One that may never go is no candidate again: it costs no place in the scan.
+            if self.may_go(&connection) {
+                looked.push((connection.quiet_since(), candidate, connection.clone()));
             }
-            if !connection.is_proven() || self.settings.evict_proven {
-                if let Some(since) = connection.quiet_since() {
-                    if quietest.is_none_or(|(oldest, _)| since < oldest) {
-                        quietest = Some((since, looked.len()));
-                    }
-                }
-            }
-            looked.push((candidate, connection));
+            seen.push(connection);
         }
+        // Quiet ones first, the longest quiet first; busy ones (None) last.
+        looked.sort_by_key(|(since, _, _)| (since.is_none(), *since));
         let mut made = false;
-        for (at, (candidate, connection)) in looked.into_iter().enumerate() {
-            let chosen = quietest.is_some_and(|(_, index)| index == at);
-            if chosen && connection.cut_if_quiet(Duration::ZERO) {
+        for (since, candidate, connection) in looked {
+            if !made && since.is_some() && connection.cut_if_quiet(Duration::ZERO) {
                 self.count(Closed::Evicted);
                 tracing::debug!(port = self.port, remote = ?connection.remote(), "closed a quiet connection to make room");
                 made = true;
-            } else {
-                // Looked at and kept: back to the end, so the next scan looks further.
-                inner.candidates.push_back(candidate);
+                continue;
             }
-            seen.push(connection);
+            // Kept: back to the end, so the next scan looks further.
+            inner.candidates.push_back(candidate);
         }
         made
     }
@@ -358,7 +367,7 @@ mod tests {
         let proven = open(&table, 2).expect("first");
         proven.prove();
         let busy = open(&table, 3).expect("second");
-        let call = busy.call();
+        let call = busy.try_call().expect("open");
         assert_eq!(open(&table, 4).err(), Some(Closed::Full), "nothing may go");
         drop(call);
         let third = open(&table, 4).expect("the quiet unproven one makes room");
@@ -396,7 +405,7 @@ mod tests {
         let proven = open(&table, 2).expect("first");
         proven.prove();
         let busy = open(&table, 3).expect("second");
-        let call = busy.call();
+        let call = busy.try_call().expect("open");
         table.sweep();
         assert!(proven.is_cut(), "quiet past the idle time");
         assert!(!busy.is_cut(), "a call is open on it");

@@ -39,7 +39,7 @@ pub use command::{
 };
 pub use history::{Event, EventKind};
 pub use lease_clock::{LeaderKey, LeaseClock};
-pub use machine::{apply, check_name, Effects, EntryMeta, State};
+pub use machine::{apply, check_name, Effects, EntryMeta, State, FRESH_MS};
 pub use many::{ClaimOutcome, ManyOutcome};
 pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};

@@ -243,6 +243,102 @@ async fn the_gateway_closes_quiet_keep_alive_connections_first_and_serves_a_clie
     cluster.shutdown().await;
 }
 
+/// A connection held open and silent holds no place for ever, a token or not: past
+/// `--connection-idle-timeout` without a call an authenticated gRPC connection is closed, and
+/// its client's channel connects again when it next calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_authenticated_connection_is_closed_at_the_idle_time_and_its_client_reconnects() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = node_with(
+        dir.path(),
+        &[
+            "--connection-idle-timeout",
+            "1s",
+            "--greeting-timeout",
+            "1h",
+        ],
+    )
+    .await;
+    let mut leases = LeasesClient::new(channel_from(&cluster.addrs[&1], "127.0.0.6").await);
+    leases
+        .acquire(bearer(acquire_request("t73/idle/a", "a", TTL), ALICE))
+        .await
+        .expect("alice is served");
+    let grpc = table(&cluster, "grpc");
+    use tenure_node::guard::Closed;
+    super::t71_gate::until("alice's quiet connection is closed", || {
+        grpc.closed(Closed::Idle) >= 1 && grpc.open() == 0
+    })
+    .await;
+    assert_eq!(grpc.closed(Closed::Greeting), 0, "closed for its idle time");
+    leases
+        .acquire(bearer(acquire_request("t73/idle/b", "a", TTL), ALICE))
+        .await
+        .expect("alice's channel connects again");
+    cluster.shutdown().await;
+}
+
+/// Alice's listing of resources on the keep-alive connection `stream`: the answer's head,
+/// once its whole body is read.
+async fn listed(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(
+            format!("GET /v1/resources HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {ALICE}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("a request");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    let (head, length) = loop {
+        let n = stream.read(&mut buf).await.expect("an answer");
+        assert!(n > 0, "closed before answering");
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).to_string();
+        if let Some((head, _)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().expect("a length"))
+                })
+                .expect("a content-length");
+            break (head.to_string(), length);
+        }
+    };
+    while answer.len() < head.len() + 4 + length {
+        let n = stream.read(&mut buf).await.expect("the body");
+        assert!(n > 0, "closed before the body ended");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    head
+}
+
+/// A gateway connection that carried an authenticated call is held to the idle time, not to
+/// the greeting's: it outlives a connection that fetched only a console file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_connection_with_an_authenticated_call_outlives_the_greeting_time() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = node_with(
+        dir.path(),
+        &["--http-listen", "127.0.0.1:0", "--greeting-timeout", "1s"],
+    )
+    .await;
+    let addr = cluster.http_addr(1).expect("the gateway");
+    // Alice's connection first: it is quiet the longer of the two.
+    let mut alice = connect_from(addr, "127.0.0.4").await;
+    let head = listed(&mut alice).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut files = keep_alive(addr, "127.0.0.5", "/console/console.css").await;
+    closed_by_the_node(&mut files, "a connection of console files only").await;
+    let gateway = table(&cluster, "http");
+    assert_eq!(gateway.open(), 1, "alice's connection stays");
+    let head = listed(&mut alice).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    cluster.shutdown().await;
+}
+
 /// `/metrics` answers only requests addressed to this machine (a page of another site that
 /// resolves to it cannot read the principals' names), and closes quiet connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,26 +15,23 @@ use super::{Ctx, State};
 /// refusal to be given unproposed. Apply first settles what time decided by its entry's stamp
 /// (reclaims, timed-out waits, request ids forgotten), which may free the very quota that
 /// refuses: a state this fresh holds all of that but what fell due in the last moments (as if
-/// the write had come that much sooner), and one older (a cluster idle for a while) has the
-/// write proposed, which brings it up to date.
+/// the write had come that much sooner; a lease can only last longer for it), and one older (a
+/// cluster idle for a while) is brought up to date by an entry first.
 pub const FRESH_MS: u64 = 250;
 
 impl State {
+    /// Whether this state is fresh for leader `me`, whose clock reads `now`: its newest entry
+    /// stamped by `me`, at most [`FRESH_MS`] before `now`.
+    pub fn is_fresh(&self, me: LeaderKey, now: &Stamp) -> bool {
+        since_stamp_ms(self, me, now).is_some_and(|since| since <= FRESH_MS)
+    }
+
     /// The refusal `proposal` would get if it were applied right after the entries this
-    /// state has applied; None when it would not be refused, when finding out would cost what
-    /// applying does, or when the state is not fresh: its newest entry stamped by another
-    /// leader than `me`, or more than [`FRESH_MS`] before `now` on `me`'s clock. A look at the
-    /// principal's quotas decides first whether the rest is worth asking: a write within its
-    /// quotas is never looked at further.
-    pub fn certainly_refused(
-        &self,
-        proposal: &Proposal,
-        me: LeaderKey,
-        now: &Stamp,
-    ) -> Option<Rejection> {
-        if since_stamp_ms(self, me, now)? > FRESH_MS {
-            return None;
-        }
+    /// state has applied (at their time: see [`State::is_fresh`]); None when it would not be
+    /// refused, or when finding out would cost what applying does. A look at the principal's
+    /// quotas decides first whether the rest is worth asking: a write within its quotas is
+    /// never looked at further.
+    pub fn certainly_refused(&self, proposal: &Proposal) -> Option<Rejection> {
         let ctx = Ctx {
             index: 0,
             principal: &proposal.principal,

@@ -358,8 +358,7 @@ fn a_write_refused_before_it_is_proposed_is_refused_as_apply_refuses_it() {
     let mut log = Log::new();
     let unproposed = |log: &Log, caller: Caller, id: Option<&str>, op: &Op| {
         let proposal = log.proposal(caller, id.map(str::to_string), op.clone());
-        log.state
-            .certainly_refused(&proposal, LEADER, &stamp_at(log.mono_ms()))
+        log.state.certainly_refused(&proposal)
     };
     let with_metadata = |resource: &str, bytes: usize| {
         Op::Acquire(AcquireOp {
@@ -414,38 +413,42 @@ fn a_write_refused_before_it_is_proposed_is_refused_as_apply_refuses_it() {
     );
 }
 
-/// Apply settles what time decided before the command (§4.21): a write whose refusal time
-/// may have lifted (its principal's lease expired, its request ids forgotten) while no entry
-/// was written is proposed and answered by apply; once an entry brings the state up to date,
-/// the refusal is given unproposed again.
+/// Apply settles what time decided before the command (§4.21): a state whose newest entry
+/// is older than [`FRESH_MS`] may hold what time has freed since (a lease expired, request ids
+/// forgotten), and is not fresh for a refusal; an entry brings it up to date.
 #[test]
-fn a_refusal_that_time_may_have_lifted_is_left_to_apply() {
+fn a_refusal_is_given_only_from_a_fresh_state() {
     use crate::lease::machine::FRESH_MS;
     let mut log = Log::new();
-    let unproposed = |log: &Log, id: &str, op: &Op| {
+    let refused = |log: &Log, id: &str, op: &Op| {
+        let fresh = log.state.is_fresh(LEADER, &stamp_at(log.mono_ms()));
         let proposal = log.proposal(ALICE, Some(id.to_string()), op.clone());
-        log.state
-            .certainly_refused(&proposal, LEADER, &stamp_at(log.mono_ms()))
+        fresh
+            .then(|| log.state.certainly_refused(&proposal))
+            .flatten()
     };
     set(&mut log, Some("alice"), Quota::Leases, Some(1));
     granted(&log.propose(ALICE, Op::Acquire(acq_ttl("a", "x", 5_000))));
     let next = Op::Acquire(acq("b", "x"));
-    assert!(unproposed(&log, "1", &next).is_some(), "refused: a is live");
+    assert!(refused(&log, "1", &next).is_some(), "refused: a is live");
     // No entry since: the leader cannot tell from its state what time freed.
     log.elapse(FRESH_MS + 1);
-    assert_eq!(unproposed(&log, "1", &next), None);
+    assert!(!log.state.is_fresh(LEADER, &stamp_at(log.mono_ms())));
     // An entry brings the state up to date: a is still live.
     log.propose(ROOT, Op::Tick);
-    assert!(unproposed(&log, "1", &next).is_some(), "refused: a is live");
-    // Past a's reclaim with no entry written (an idle cluster): proposed, and granted.
+    assert!(refused(&log, "1", &next).is_some(), "refused: a is live");
+    // Past a's reclaim with no entry written (an idle cluster): not fresh; the Tick that
+    // refreshes it reclaims a, and the write is no longer refused.
     let reclaimed_ms = log.state.next_due_ms().expect("the lease is due");
     log.elapse(reclaimed_ms - log.now_ms());
-    assert_eq!(unproposed(&log, "1", &next), None);
+    assert_eq!(refused(&log, "1", &next), None);
+    log.propose(ROOT, Op::Tick);
+    assert_eq!(refused(&log, "1", &next), None);
     let b = granted(&log.propose_with(ALICE, Some("1".into()), next));
     log.release(ALICE, release_of(&b));
 
-    // One remembered request fills its exactly-once budget; once the window forgets it, the
-    // next new request id fits again.
+    // One remembered request fills its exactly-once budget; once the window forgets it (an
+    // entry past the window), the next new request id fits again.
     set(&mut log, Some("alice"), Quota::Leases, None);
     let remembered = usage(&log, "alice", Quota::ExactlyOnceBytes);
     assert!(remembered >= RECORD_BYTES, "request 1 is remembered");
@@ -456,8 +459,10 @@ fn a_refusal_that_time_may_have_lifted_is_left_to_apply() {
         Some(remembered),
     );
     let other = Op::Acquire(acq("c", "x"));
-    assert!(unproposed(&log, "2", &other).is_some(), "budget full");
+    assert!(refused(&log, "2", &other).is_some(), "budget full");
     log.elapse(crate::lease::policy::DEDUP_WINDOW_MS);
-    assert_eq!(unproposed(&log, "2", &other), None);
+    assert_eq!(refused(&log, "2", &other), None, "stale");
+    log.propose(ROOT, Op::Tick);
+    assert_eq!(refused(&log, "2", &other), None, "forgotten");
     granted(&log.propose_with(ALICE, Some("2".into()), other));
 }
