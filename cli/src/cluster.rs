@@ -27,6 +27,8 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                         "applied_index": s.applied_index, "active_leases": s.active_leases,
                         "lease_now_ms": s.lease_now_ms,
                         "config_digest": s.config_digest, "config_mismatches": s.config_mismatches,
+                        "rules_version": s.rules_version, "rules_range": s.rules_range,
+                        "rules_held_back": s.rules_held_back, "halted": s.halted,
                         "top_principals": s.top_principals.iter().map(quota_json).collect::<Vec<_>>(),
                         "members": status_members_json(&s),
                         "storage": {"log_appends": storage.log_appends, "log_entries": storage.log_entries,
@@ -37,12 +39,17 @@ pub async fn status(out: Output, client: &Client) -> Result<ExitCode, Error> {
                             "snapshot_building": storage.snapshot_building},
                     }),
                     format!(
-                        "{endpoint}  id {} {:<9} term {} leader {} log {} commit {} applied {} leases {}  fsyncs {} (avg {avg_sync_us} µs) for {} appends / {} entries  config {}{}",
+                        "{endpoint}  id {} {:<9} term {} leader {} log {} commit {} applied {} leases {}  fsyncs {} (avg {avg_sync_us} µs) for {} appends / {} entries  config {}  rules {} (this node {}){}",
                         s.id, s.state, s.term, s.leader_id, s.last_log_index, s.commit_index, s.applied_index,
                         s.active_leases, storage.log_fsyncs, storage.log_appends, storage.log_entries,
-                        s.config_digest,
-                        status_members_text(&s)
+                        s.config_digest, s.rules_version, s.rules_range,
+                        (!s.halted.is_empty())
+                            .then(|| format!("\n    HALTED: {}", s.halted))
                             .into_iter()
+                            .chain(status_members_text(&s))
+                            .chain(s.rules_held_back
+                                .iter()
+                                .map(|why| format!("\n    rules held back: {why}")))
                             .chain(s.config_mismatches
                                 .iter()
                                 .map(|m| format!("\n    refused (configuration differs) {m}")))
@@ -88,6 +95,9 @@ fn status_members_json(s: &pb::StatusResponse) -> Value {
         .iter()
         .map(|m| {
             let mut member = json!({"id": m.id, "addr": m.addr, "voter": m.voter});
+            if !m.rules.is_empty() {
+                member["rules"] = json!(m.rules);
+            }
             if leader {
                 member["matched_index"] = json!(m.matched_index);
                 member["healthy"] = json!(m.healthy);
@@ -113,7 +123,11 @@ fn status_members_text(s: &pb::StatusResponse) -> Vec<String> {
                     if m.healthy { "healthy" } else { "NOT healthy" }
                 ),
             };
-            format!("\n    member {} {} {role}{progress}", m.id, m.addr)
+            let rules = match m.rules.as_str() {
+                "" => String::new(),
+                range => format!(", rules {range}"),
+            };
+            format!("\n    member {} {} {role}{progress}{rules}", m.id, m.addr)
         })
         .collect()
 }

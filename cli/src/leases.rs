@@ -320,6 +320,7 @@ pub async fn renew(out: Output, client: &Client, args: &RenewArgs) -> Result<Exi
             fencing_token: lease.token,
             ttl: args.ttl.map(prost_duration),
             request_id: lease.request_id.clone(),
+            ..Default::default()
         })
         .await?;
     output::print_lease(out, "renewed", response.lease.as_ref());

@@ -113,6 +113,7 @@ pub fn renew_request(lease: &pb::Lease, ttl: Duration) -> pb::RenewRequest {
         fencing_token: lease.fencing_token,
         ttl: Some(prost_duration(ttl)),
         request_id: uuid::Uuid::new_v4().to_string(),
+        ..Default::default()
     }
 }
 

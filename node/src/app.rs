@@ -84,7 +84,11 @@ pub async fn start(mut config: Config, listener: TcpListener) -> anyhow::Result<
         config.skips_log_sync(),
     )?
     .of_node(config.id);
-    let sm = StateMachineStore::open(config.data_dir.join("snapshots"), stats)?;
+    let sm = StateMachineStore::open_with_rules(
+        config.data_dir.join("snapshots"),
+        stats,
+        config.max_rules,
+    )?;
     let shared = sm.shared.clone();
     let auth = match &config.token_file {
         Some(path) => crate::auth::Auth::load(path, config.insecure)?,
@@ -111,6 +115,7 @@ pub async fn start(mut config: Config, listener: TcpListener) -> anyhow::Result<
     let config_digest =
         crate::agreement::digest(&auth, config.require_registration, config.ad_hoc_bookable);
     peers.identify(config.id, &config_digest);
+    peers.announce(crate::rules::own_range(config.max_rules));
     let raft = Raft::new(
         config.id,
         Arc::new(raft_config(&config)?),
@@ -139,6 +144,11 @@ pub async fn start(mut config: Config, listener: TcpListener) -> anyhow::Result<
     if config.breaks_linearizable_reads() {
         tracing::error!(
             "fault injection: DELIBERATELY BROKEN: linearizable reads are served from local state"
+        );
+    }
+    if config.ungated() {
+        tracing::error!(
+            "fault injection: DELIBERATELY BROKEN: commands are proposed before the cluster's rules allow them"
         );
     }
 
@@ -173,6 +183,7 @@ pub async fn start(mut config: Config, listener: TcpListener) -> anyhow::Result<
         node.clone(),
         stop_rx.clone(),
     ));
+    tokio::spawn(crate::coord::rules::run(node.clone(), stop_rx.clone()));
     let timers = tokio::spawn(crate::coord::timers::run(node.clone(), stop_rx));
 
     if config.join {

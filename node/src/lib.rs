@@ -19,5 +19,6 @@ pub mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod network;
+pub mod rules;
 pub mod store;
 pub mod tls;

@@ -124,6 +124,9 @@ reasons! {
     ReplyTooLarge = "reply_too_large",
     /// A peer whose configuration differs.
     ConfigMismatch = "config_mismatch",
+    /// The request needs a rules version the cluster has not reached (not every member
+    /// supports it yet).
+    RulesNotReached = "rules_not_reached",
     /// No leader or quorum in time, or a full queue: retry with the same `request_id`.
     Unavailable = "unavailable",
     /// A bug; never bad input.

@@ -191,6 +191,11 @@ impl InProcessCluster {
         }
     }
 
+    /// Node `id`'s extra flags from its next start on.
+    pub fn set_flags(&mut self, id: u64, flags: Vec<String>) {
+        self.extra.insert(id, flags);
+    }
+
     /// Starts a killed node again on its port and data dir.
     pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         let listener = TcpListener::bind(&self.addrs[&id]).await?;

@@ -72,6 +72,8 @@ export const Reason = Object.freeze({
   REPLY_TOO_LARGE: "reply_too_large",
   /** A peer whose configuration differs. */
   CONFIG_MISMATCH: "config_mismatch",
+  /** The request needs a rules version the cluster has not reached (not every member supports it yet). */
+  RULES_NOT_REACHED: "rules_not_reached",
   /** No leader or quorum in time, or a full queue: retry with the same `request_id`. */
   UNAVAILABLE: "unavailable",
   /** A bug; never bad input. */

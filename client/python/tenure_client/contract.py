@@ -111,6 +111,9 @@ class Reason(str, Enum):
     CONFIG_MISMATCH = "config_mismatch"
     """A peer whose configuration differs."""
 
+    RULES_NOT_REACHED = "rules_not_reached"
+    """The request needs a rules version the cluster has not reached (not every member supports it yet)."""
+
     UNAVAILABLE = "unavailable"
     """No leader or quorum in time, or a full queue: retry with the same `request_id`."""
 

@@ -153,6 +153,15 @@ pub struct Config {
     #[arg(long, env = "TENURED_AD_HOC_BOOKABLE")]
     pub ad_hoc_bookable: bool,
 
+    /// The highest rules version this node agrees to (docs/operations.md, "Upgrade"): the
+    /// cluster raises its rules only to a version every member supports, so a node started
+    /// with this release's previous version keeps the way back to the previous release open.
+    /// A node refuses data written under higher rules than this. Default: the highest this
+    /// release applies.
+    #[arg(long, env = "TENURED_MAX_RULES", default_value_t = crate::rules::RELEASE.max,
+          value_parser = clap::value_parser!(u32).range(i64::from(crate::rules::RELEASE.min)..=i64::from(crate::rules::RELEASE.max)))]
+    pub max_rules: u32,
+
     /// Test-only (feature `fault-injection`): start with both clocks stepped by this many ms.
     #[cfg(feature = "fault-injection")]
     #[arg(
@@ -186,6 +195,13 @@ pub struct Config {
     #[cfg(feature = "fault-injection")]
     #[arg(long, env = "TENURED_FI_ACK_BEFORE_SYNC")]
     pub fi_ack_before_sync: bool,
+
+    /// Test-only (feature `fault-injection`), DELIBERATELY BROKEN: propose commands of rules
+    /// the cluster has not reached (no `rules_not_reached`), so that the fault harness can
+    /// show its mixed-version runs catch an ungated command.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, env = "TENURED_FI_UNGATED")]
+    pub fi_ungated: bool,
 }
 
 /// The cluster's members by id.
@@ -403,6 +419,14 @@ impl Config {
     pub fn skips_log_sync(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.fi_ack_before_sync;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
+    /// Whether this node was told to propose ungated commands (fault-injection builds only).
+    pub fn ungated(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.fi_ungated;
         #[cfg(not(feature = "fault-injection"))]
         false
     }

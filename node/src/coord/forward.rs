@@ -180,6 +180,7 @@ impl Node {
     /// Commits `proposal` through the leader, wherever it is, and returns the applied reply.
     /// Its stamp is the leader's to take.
     pub async fn propose(&self, proposal: Proposal) -> Result<Reply, ApiError> {
+        self.gate(&proposal.op)?;
         let proposal = &proposal;
         self.through_leader(
             "no leader committed the request in time; its outcome is unknown: retry with the same request_id",
@@ -200,6 +201,11 @@ impl Node {
     pub async fn propose_local(&self, proposal: Proposal) -> ProposeResult {
         if self.handing_over() {
             return Err(NotServed::NotLeader);
+        }
+        // A follower gated it against its own state; the leader's may not have applied the
+        // raise yet: the follower tries again.
+        if let Err(refused) = self.gate(&proposal.op) {
+            return Err(NotServed::Unavailable(refused.to_string()));
         }
         if let Some(refused) = self.refused_before_proposing(&proposal).await {
             return Ok(refused);

@@ -18,6 +18,7 @@ pub mod member_ips;
 pub mod membership;
 pub mod read_barrier;
 mod reload;
+pub mod rules;
 pub mod stamp_clock;
 mod streams;
 pub mod succession;

@@ -58,6 +58,10 @@ pub enum ApiError {
     /// [`Rejection::AlreadyExists`]).
     #[error("{0}")]
     MemberExists(String),
+    /// The request needs rules the cluster has not reached (`crate::rules`): nothing was
+    /// proposed.
+    #[error("{0}")]
+    RulesNotReached(String),
 }
 
 impl ApiError {
@@ -115,6 +119,7 @@ impl ApiError {
             ApiError::MemberExists(_) => (Reason::AlreadyExists, Code::AlreadyExists),
             ApiError::Limit { cap, .. } => (cap.reason(), Code::ResourceExhausted),
             ApiError::ConfigMismatch { .. } => (Reason::ConfigMismatch, Code::FailedPrecondition),
+            ApiError::RulesNotReached(_) => (Reason::RulesNotReached, Code::FailedPrecondition),
         }
     }
 }

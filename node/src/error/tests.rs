@@ -130,6 +130,11 @@ fn samples() -> Vec<(ApiError, &'static str, Code)> {
             Code::FailedPrecondition,
         ),
         (
+            ApiError::RulesNotReached("needs 2".into()),
+            "rules_not_reached",
+            Code::FailedPrecondition,
+        ),
+        (
             ApiError::Limit {
                 cap: crate::limits::Cap::InFlight,
                 detail: "busy".into(),

@@ -101,6 +101,7 @@ fn to_pb(members: Vec<MemberView>, from_leader: bool) -> Vec<pb::Member> {
             voter: m.voter,
             matched_index: m.matched.unwrap_or(0),
             healthy: from_leader && m.matched.is_some(),
+            rules: String::new(),
         })
         .collect()
 }
@@ -117,14 +118,28 @@ impl Cluster for ClusterApi {
         let members = self.members(&metrics);
         let leader = node.leader();
         let s = &node.sm.stats;
-        let (active_leases, lease_now_ms, applied_index, top) = {
+        let (active_leases, lease_now_ms, applied_index, top, rules_version) = {
             let applied = node.sm.read();
             (
                 applied.state.live_leases() as u64,
                 applied.state.clock().now_ms(),
                 applied.last_applied.map_or(0, |id| id.index),
                 top_principals(&applied.state.quotas),
+                applied.state.rules(),
             )
+        };
+        let mut members = members;
+        let heard = node.member_rules(&metrics);
+        for member in &mut members {
+            member.rules = heard
+                .iter()
+                .find(|(id, _)| *id == member.id)
+                .and_then(|(_, range)| range.map(|r| r.to_string()))
+                .unwrap_or_default();
+        }
+        let rules_held_back = match (metrics.state == ServerState::Leader, node.rules_raise()) {
+            (true, crate::rules::Raise::HeldBack(why)) => why,
+            _ => Vec::new(),
         };
         let commit_index = commit_index(node.id, &metrics, applied_index);
         Ok(Response::new(pb::StatusResponse {
@@ -154,6 +169,10 @@ impl Cluster for ClusterApi {
             config_digest: self.node.config_digest(),
             config_mismatches: self.node.peers.mismatches.recent(MISMATCHES_SHOWN_FOR),
             top_principals: top.iter().map(|v| quota_pb(node, v)).collect(),
+            rules_version,
+            rules_range: node.rules_range().to_string(),
+            rules_held_back,
+            halted: node.sm.halted().unwrap_or_default(),
         }))
     }
 

@@ -187,7 +187,7 @@ async fn renew(
                     "a KeepAlive message renews a lease or a session, not both",
                 ))
             }
-            (Some(req), _) => (Op::Renew(validate::renew(&req)?), req.request_id),
+            (Some(req), _) => (validate::renew(&req)?, req.request_id),
             (None, "") => {
                 return Err(ApiError::invalid(
                     "renew",

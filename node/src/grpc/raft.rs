@@ -49,6 +49,21 @@ impl RaftApi {
     }
 }
 
+impl RaftApi {
+    /// An answer to one of openraft's calls, with this node's rules range: the leader learns
+    /// from it what every member applies (`crate::rules`).
+    fn announced(
+        &self,
+        answer: Result<Response<RaftBytes>, Status>,
+    ) -> Result<Response<RaftBytes>, Status> {
+        let mut answer = answer?;
+        if let Ok(range) = self.node.rules_range().to_string().parse() {
+            answer.metadata_mut().insert(crate::rules::HEADER, range);
+        }
+        Ok(answer)
+    }
+}
+
 /// Answers in the encoding the call came in, so a peer of an earlier release understands.
 fn reply<T: serde::Serialize>(wire: Wire, value: &T) -> Result<Response<RaftBytes>, Status> {
     encode_as(wire, value)
@@ -82,12 +97,12 @@ impl Raft for RaftApi {
     ) -> Result<Response<RaftBytes>, Status> {
         let (body, wire) = self.body(&request)?;
         self.node.succession.heard_from_leader();
-        reply(wire, &self.node.raft.append_entries(body).await)
+        self.announced(reply(wire, &self.node.raft.append_entries(body).await))
     }
 
     async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         let (body, wire) = self.body(&request)?;
-        reply(wire, &self.node.raft.vote(body).await)
+        self.announced(reply(wire, &self.node.raft.vote(body).await))
     }
 
     async fn install_snapshot(
@@ -113,7 +128,7 @@ impl Raft for RaftApi {
             return Err(Status::data_loss(refused));
         }
         use openraft_legacy::network_v1::ChunkedSnapshotReceiver;
-        reply(wire, &self.node.raft.install_snapshot(body).await)
+        self.announced(reply(wire, &self.node.raft.install_snapshot(body).await))
     }
 
     async fn propose(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {

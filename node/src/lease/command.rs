@@ -24,14 +24,30 @@ pub enum Command {
     Batch(Vec<Proposal>),
 }
 
+impl Command {
+    /// The rules version a member needs to apply the entry: its ops' highest.
+    pub fn rules_needed(&self) -> u32 {
+        self.proposals()
+            .iter()
+            .map(|p| p.op.rules_needed())
+            .max()
+            .unwrap_or(crate::rules::FIRST)
+    }
+
+    /// The entry's proposals, in the order they apply.
+    pub fn proposals(&self) -> &[Proposal] {
+        match self {
+            Command::V1(proposal) => std::slice::from_ref(proposal),
+            Command::Batch(proposals) => proposals.as_slice(),
+        }
+    }
+}
+
 /// How openraft names an entry's payload in its logs: the resources it touches, not the
 /// whole command (which holds callers' names and metadata).
 impl std::fmt::Display for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let proposals = match self {
-            Command::V1(proposal) => std::slice::from_ref(proposal),
-            Command::Batch(proposals) => proposals.as_slice(),
-        };
+        let proposals = self.proposals();
         write!(f, "{} command(s)", proposals.len())?;
         if let Some(resource) = proposals.iter().find_map(|p| p.op.resource_key()) {
             write!(f, ", first on {resource:?}")?;
@@ -108,6 +124,14 @@ pub enum Op {
     AcquireOnSession(SessionAcquireOp),
     /// All of several resources in one entry, or none (SPEC §4.25).
     AcquireMany(AcquireManyOp),
+    /// Proposed by the leader once every member supports rules version `to` (SPEC §4.26):
+    /// the cluster uses them from the next entry on. Rules version 2.
+    RaiseRules {
+        to: u32,
+    },
+    /// A renew that also replaces its lease's metadata (`RenewRequest.replace_metadata`).
+    /// Rules version 2.
+    RenewWithMetadata(RenewMetadataOp),
 }
 
 impl Op {
@@ -121,6 +145,7 @@ impl Op {
             Op::BookV1(op) => Some(&op.resource),
             Op::Acquire(op) => Some(&op.resource),
             Op::Renew(op) => Some(&op.resource),
+            Op::RenewWithMetadata(op) => Some(&op.renew.resource),
             Op::Release(op) => Some(&op.resource),
             Op::Transfer(op) => Some(&op.resource),
             Op::CancelWait(op) => Some(&op.resource),
@@ -134,6 +159,7 @@ impl Op {
             Op::Reclaim { .. }
             | Op::Tick
             | Op::SetQuota(_)
+            | Op::RaiseRules { .. }
             | Op::CreateSession(_)
             | Op::CloseSession(_)
             // Its grants share its entry's index as their token: an entry of its own.
@@ -147,6 +173,7 @@ impl Op {
         match self {
             Op::AcquireMany(op) => Some(&op.metadata),
             Op::CreateSession(op) => Some(&op.metadata),
+            Op::RenewWithMetadata(op) => Some(&op.metadata),
             op => op.acquire_op().map(|op| &op.metadata),
         }
     }
@@ -165,8 +192,24 @@ impl Op {
     pub fn exactly_once(&self) -> bool {
         !matches!(
             self,
-            Op::Renew(_) | Op::RenewSession(_) | Op::Reclaim { .. } | Op::Tick
+            Op::Renew(_)
+                | Op::RenewWithMetadata(_)
+                | Op::RenewSession(_)
+                | Op::Reclaim { .. }
+                | Op::Tick
+                | Op::RaiseRules { .. }
         )
+    }
+
+    /// The rules version that introduced the op (SPEC §4.26): a member of an older release
+    /// cannot decode it, so it is proposed only once the cluster runs that version.
+    pub fn rules_needed(&self) -> u32 {
+        match self {
+            // A member applies a raise only to rules it knows.
+            Op::RaiseRules { to } => (*to).max(crate::rules::RAISE),
+            Op::RenewWithMetadata(_) => crate::rules::RENEW_METADATA,
+            _ => crate::rules::FIRST,
+        }
     }
 }
 
@@ -303,6 +346,13 @@ pub struct RenewOp {
     pub fencing_token: u64,
     /// None = the lease's last ttl.
     pub ttl_ms: Option<u64>,
+}
+
+/// [`Op::RenewWithMetadata`]: the renew, and the lease's metadata from now on (empty: none).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewMetadataOp {
+    pub renew: RenewOp,
+    pub metadata: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -34,8 +34,8 @@ mod spec_tests;
 pub use bookings::Booking;
 pub use command::{
     AcquireManyOp, AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, Claim, CloseSessionOp,
-    Command, CreateOp, CreateSessionOp, Op, Proposal, ReleaseOp, RenewOp, RenewSessionOp, Reply,
-    SessionAcquireOp, Stamp, TransferOp,
+    Command, CreateOp, CreateSessionOp, Op, Proposal, ReleaseOp, RenewMetadataOp, RenewOp,
+    RenewSessionOp, Reply, SessionAcquireOp, Stamp, TransferOp,
 };
 pub use history::{Event, EventKind};
 pub use lease_clock::{LeaderKey, LeaseClock};

@@ -4,8 +4,10 @@
 use super::command::{ReleaseOp, RenewOp, Reply, TransferOp};
 use super::history::{Event, EventKind, Successor};
 use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, PushLean, State};
-use super::quota::Quota;
-use super::types::{Lease, LeaseId, LeaseStatus, Name, Rejection};
+use super::policy;
+use super::quota::{metadata_cost, Quota};
+use super::types::{Lease, LeaseId, LeaseStatus, Metadata, Name, Rejection};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The lease a renew, release or transfer names, and the token it claims.
@@ -94,10 +96,20 @@ impl State {
         Ok(lease.clone())
     }
 
-    pub(super) fn renew(&mut self, ctx: &Ctx<'_>, op: &RenewOp) -> Result<Reply, Rejection> {
+    /// Renews a lease; with `metadata` (rules version 2), its metadata becomes that too.
+    pub(super) fn renew(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: &RenewOp,
+        metadata: Option<&BTreeMap<String, String>>,
+    ) -> Result<Reply, Rejection> {
         // A ttl the caller gave is an argument: SPEC §3 checks it (both bounds) before the lease.
         if let Some(ttl_ms) = op.ttl_ms {
             check_ttl(self.policy_of(&op.resource), ttl_ms)?;
+        }
+        if let Some(metadata) = metadata {
+            let policy = self.policy_of(&op.resource);
+            policy::check_metadata(metadata, policy.max_metadata_bytes as usize)?;
         }
         let mut lease = self.mutable_lease(ctx, op.into())?;
         if let Some(session) = lease.session {
@@ -128,13 +140,34 @@ impl State {
                 start_wall_ms: b.start_wall_ms,
             });
         }
+        // New metadata counts against the lease's principal's quota, as an acquire's does
+        // (an admin's own leases are held to none).
+        let grown = metadata.map(|new| {
+            let (old, new) = (metadata_cost(lease.metadata.iter()), metadata_cost(new));
+            new as i64 - old as i64
+        });
+        if let Some(grown) = grown.filter(|grown| *grown > 0) {
+            if !(ctx.quota_exempt() && lease.principal.as_str() == ctx.principal) {
+                self.quotas
+                    .admit_all(&lease.principal, &[(Quota::MetadataBytes, grown as u64)])?;
+            }
+        }
         let was = self.live_view(&lease).status;
         self.untrack_due(&lease);
         lease.expires_at_ms = expires_at_ms;
         lease.ttl_ms = ttl_ms;
         self.track_due(&lease);
+        let mut event_metadata = Metadata::default();
+        if let (Some(metadata), Some(grown)) = (metadata, grown) {
+            lease.metadata = Metadata::from(metadata.clone());
+            event_metadata = lease.metadata.clone();
+            self.quotas
+                .add(&lease.principal, Quota::MetadataBytes, grown);
+        }
         let view = self.live_view(&lease);
-        let event = Event::about(EventKind::Renewed, &lease, Some(was), Some(view.status));
+        let mut event = Event::about(EventKind::Renewed, &lease, Some(was), Some(view.status));
+        // Watchers see the metadata a renew set (an acquire's event carries its own).
+        event.metadata = event_metadata;
         self.replace_live(ctx.index, lease);
         self.record(ctx.index, ctx.principal, &op.resource, event);
         Ok(Reply::Lease(view))

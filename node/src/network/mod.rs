@@ -41,6 +41,8 @@ struct PeerHeaders {
     authorization: Option<MetadataValue<Ascii>>,
     from: Option<MetadataValue<Ascii>>,
     digest: Option<MetadataValue<Ascii>>,
+    /// This node's rules range (`crate::rules`).
+    rules: Option<MetadataValue<Ascii>>,
 }
 
 impl tonic::service::Interceptor for PeerAuth {
@@ -62,6 +64,7 @@ impl tonic::service::Interceptor for PeerAuth {
             ("authorization", &headers.authorization),
             (crate::agreement::FROM_HEADER, &headers.from),
             (crate::agreement::DIGEST_HEADER, &headers.digest),
+            (crate::rules::HEADER, &headers.rules),
         ] {
             if let Some(value) = value {
                 metadata.insert(name, value.clone());
@@ -85,6 +88,8 @@ pub struct Peers {
     tls: Arc<Mutex<Option<tonic::transport::ClientTlsConfig>>>,
     /// Which peers do not answer Raft calls, for a log line per change, not per call.
     health: Arc<PeerHealth>,
+    /// The rules range each peer announced in its answers (`crate::rules`).
+    pub rules: Arc<crate::rules::Heard>,
 }
 
 /// The id of the node a Raft RPC is meant for. A node refuses RPCs meant for another id: a
@@ -130,6 +135,7 @@ impl Peers {
             mismatches: Arc::default(),
             tls: Arc::new(Mutex::new(tls)),
             health: Arc::default(),
+            rules: Arc::default(),
         })
     }
 
@@ -138,6 +144,12 @@ impl Peers {
         let mut headers = self.auth.0.write().unwrap_or_else(|p| p.into_inner());
         headers.from = from.to_string().parse().ok();
         headers.digest = digest.parse().ok();
+    }
+
+    /// Announces this node's rules range on every call from now on.
+    pub fn announce(&self, rules: crate::rules::Range) {
+        let mut headers = self.auth.0.write().unwrap_or_else(|p| p.into_inner());
+        headers.rules = rules.to_string().parse().ok();
     }
 
     /// Sends `body` to `addr` through `send`, in the binary encoding.
@@ -346,11 +358,13 @@ impl PeerConnection {
                 }
             }
         };
-        let reply = self
-            .peers
-            .call(&self.addr, req, send)
-            .await
-            .map(tonic::Response::into_inner);
+        let reply = self.peers.call(&self.addr, req, send).await.map(|reply| {
+            // Every answer says which rules the peer applies; one of 0.1.0 says nothing.
+            let announced = reply.metadata().get(crate::rules::HEADER);
+            let range = crate::rules::Range::of_header(announced.map(|v| v.as_bytes()));
+            self.peers.rules.record(self.target, range);
+            reply.into_inner()
+        });
         let health = &self.peers.health;
         let report = match &reply {
             Ok(_) => health.answered(self.target, tokio::time::Instant::now()),

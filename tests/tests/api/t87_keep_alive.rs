@@ -60,6 +60,7 @@ fn renewal(seq: u64, lease: &pb::Lease, ttl: Duration) -> pb::KeepAliveRequest {
             fencing_token: lease.fencing_token,
             ttl: Some(prost_duration(ttl)),
             request_id: String::new(),
+            ..Default::default()
         }),
         session_id: String::new(),
     }

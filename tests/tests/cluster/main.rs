@@ -8,3 +8,4 @@ mod t25_answers;
 mod t30_process;
 mod t35_paused_node;
 mod t40_clock;
+mod t45_rules;

@@ -872,6 +872,7 @@ async fn every_answer_from_a_follower_is_the_leaders() {
             fencing_token: shared.fencing_token,
             ttl: Some(prost_duration(Duration::from_secs(25))),
             request_id: request_id("renew-a"),
+            ..Default::default()
         }
     );
     assert_eq!(renewed.lease.expect("renewed").lease_id, shared.lease_id);
@@ -913,6 +914,7 @@ async fn every_answer_from_a_follower_is_the_leaders() {
         fencing_token: shared.fencing_token,
         ttl: None,
         request_id: String::new(),
+        ..Default::default()
     };
     for request in [
         pb::KeepAliveRequest {

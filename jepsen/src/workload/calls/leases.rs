@@ -229,6 +229,7 @@ impl Env {
             fencing_token: lease.token,
             ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
             request_id: String::new(),
+            ..Default::default()
         };
         let outcome = match self.client.renew(request).await {
             Ok(_) => Outcome::Ok {

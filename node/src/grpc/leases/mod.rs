@@ -129,7 +129,7 @@ impl Leases for LeasesApi {
         let op = validate::renew(req)?;
         let request_id = validate::request_id(&req.request_id)?;
         let caller = self.caller(&request)?;
-        let reply = self.propose(caller, request_id, Op::Renew(op)).await?;
+        let reply = self.propose(caller, request_id, op).await?;
         Ok(Response::new(pb::RenewResponse {
             lease: Some(lease_reply(reply)?),
         }))

@@ -142,14 +142,27 @@ pub fn cancel_booking(req: &pb::CancelBookingRequest) -> Result<CancelBookingOp,
     })
 }
 
-pub fn renew(req: &pb::RenewRequest) -> Result<RenewOp, ApiError> {
-    Ok(RenewOp {
+/// A renew, and with `replace_metadata` the lease's new metadata (rules version 2).
+pub fn renew(req: &pb::RenewRequest) -> Result<Op, ApiError> {
+    let renew = RenewOp {
         resource: name("resource", &req.resource)?,
         lease_id: key("lease_id", &req.lease_id)?.unwrap_or_default(),
         holder: name("holder", &req.holder)?,
         fencing_token: token(req.fencing_token)?,
         ttl_ms: ttl("ttl", req.ttl.as_ref())?,
-    })
+    };
+    if !req.replace_metadata {
+        if !req.metadata.is_empty() {
+            return Err(ApiError::invalid(
+                "metadata",
+                "set replace_metadata to replace the lease's metadata (or leave metadata empty)",
+            ));
+        }
+        return Ok(Op::Renew(renew));
+    }
+    let metadata = req.metadata.clone().into_iter().collect();
+    policy::check_metadata(&metadata, MAX_METADATA_BYTES)?;
+    Ok(Op::RenewWithMetadata(RenewMetadataOp { renew, metadata }))
 }
 
 pub fn release(req: &pb::ReleaseRequest) -> Result<ReleaseOp, ApiError> {

@@ -22,7 +22,8 @@ use crate::lease::quota::{self, Quota};
 use crate::lease::types::lease_order;
 use crate::lease::{
     AcquireManyOp, AcquireOp, BookOp, CancelBookingOp, CancelWaitOp, Claim, CreateOp, EventKind,
-    FsmRequirement, Mode, Policy, Query, Rejection, ReleaseOp, RenewOp, TransferOp,
+    FsmRequirement, Mode, Op, Policy, Query, Rejection, ReleaseOp, RenewMetadataOp, RenewOp,
+    TransferOp,
 };
 
 pub use leases::*;

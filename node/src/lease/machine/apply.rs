@@ -89,6 +89,15 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
 
 impl State {
     fn execute(&mut self, ctx: &Ctx<'_>, proposal: &Proposal, reclaimed: Vec<LeaseView>) -> Reply {
+        // The leader proposes nothing the cluster's rules do not have yet; this is apply's
+        // own check (the raise is what brings a version in).
+        let needs = proposal.op.rules_needed();
+        if needs > self.rules && !matches!(proposal.op, Op::RaiseRules { .. }) {
+            return Reply::Rejected(Rejection::invalid(
+                "op",
+                crate::rules::not_reached("this command", needs, self.rules),
+            ));
+        }
         let result = match &proposal.op {
             Op::CreateResource(op) => self.create_resource(ctx, op),
             Op::CreateResourceV1(op) => self.create_resource(
@@ -104,7 +113,8 @@ impl State {
             Op::CreateSession(op) => self.create_session(ctx, op),
             Op::RenewSession(op) => self.renew_session(ctx, op),
             Op::CloseSession(op) => self.close_session(ctx, op),
-            Op::Renew(op) => self.renew(ctx, op),
+            Op::Renew(op) => self.renew(ctx, op, None),
+            Op::RenewWithMetadata(op) => self.renew(ctx, &op.renew, Some(&op.metadata)),
             Op::Release(op) => self.release(ctx, op),
             Op::Transfer(op) => self.transfer(ctx, op),
             Op::CancelWait(op) => self.cancel_wait(ctx, op),
@@ -123,6 +133,11 @@ impl State {
             Op::CancelBooking(op) => self.cancel_booking(ctx, op),
             Op::SetQuota(op) => self.set_quota(ctx, op),
             Op::Reclaim { .. } | Op::Tick => Ok(Reply::Reclaimed(reclaimed)),
+            Op::RaiseRules { to } => {
+                // Never down: a raise that arrives after a higher one changes nothing.
+                self.rules = self.rules.max(*to);
+                Ok(Reply::Reclaimed(reclaimed))
+            }
         };
         result.unwrap_or_else(Reply::Rejected)
     }

@@ -165,6 +165,14 @@ pub struct State {
     /// Multi-waits (SPEC §4.25) by the index of the entry that queued each.
     #[serde(default)]
     pub(in crate::lease) groups: OrdMap<u64, Arc<Group>>,
+    /// The rules version the cluster runs (SPEC §4.26, `crate::rules`). Not in the state's
+    /// own encoding: a snapshot of format 8 carries it beside the state, format 7 means 1.
+    #[serde(skip, default = "first_rules")]
+    pub(super) rules: u32,
+}
+
+fn first_rules() -> u32 {
+    crate::rules::FIRST
 }
 
 /// The side effects of applying one entry, for the node to publish: the events it recorded
@@ -230,7 +238,19 @@ impl State {
             session_due: BTreeSet::new(),
             on_sessions: 0,
             groups: OrdMap::new(),
+            rules: crate::rules::FIRST,
         }
+    }
+
+    /// The rules version the cluster runs (SPEC §4.26).
+    pub fn rules(&self) -> u32 {
+        self.rules
+    }
+
+    /// The state with the rules version a snapshot carries beside it.
+    pub fn with_rules(mut self, rules: u32) -> Self {
+        self.rules = rules;
+        self
     }
 
     /// The resource `name`, created if the state does not know it. A new resource counts as

@@ -31,6 +31,7 @@ impl State {
             groups: self.groups.clone(),
             history_total: self.history_total,
             history_total_bytes: self.history_total_bytes,
+            rules: self.rules,
             ..State::with_default_policy(self.default_policy.clone())
         }
     }

@@ -20,6 +20,7 @@ mod mutate;
 mod order;
 mod pipeline;
 mod quotas;
+mod rules;
 mod sessions;
 mod time;
 mod transfer;

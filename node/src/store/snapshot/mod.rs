@@ -44,9 +44,13 @@ pub fn meta_at(last_log_id: Option<LogId>, last_membership: StoredMembership) ->
 /// `bookable` and `max_holders`, bookings that need not deny earlier leases.
 /// 6: sessions; events name the session of their lease; the `sessions` quota.
 /// 7: multi-waits (`AcquireMany` with `WAIT`).
-/// Formats 2 to 6 are still read (2 and 3 without a checksum to check), so a node upgrades in
+/// 8: the rules version (SPEC §4.26) before the state; written only once the cluster runs
+/// rules 2, so that a snapshot sent to a member of 0.1.0 (format 7) is one it reads.
+/// Formats 2 to 7 are still read (2 and 3 without a checksum to check), so a node upgrades in
 /// place.
-const FORMAT_VERSION: u32 = 7;
+const FORMAT_VERSION: u32 = 8;
+/// The format before the rules version: what a cluster still on rules 1 writes.
+const FORMAT_BEFORE_RULES: u32 = 7;
 /// The format before multi-waits.
 const FORMAT_BEFORE_GROUPS: u32 = 6;
 /// The format before sessions.
@@ -62,11 +66,15 @@ const PREFIX: &str = "snapshot-";
 /// The last format written as JSON; its body is `{"format_version": 2, "state": {..}}`.
 const JSON_FORMAT: u32 = 2;
 
-/// Writes a snapshot's body (what follows the meta line): the format version, then the
-/// state, both in postcard's encoding. Only the state's own fields are written; the derived
-/// indexes are rebuilt on load.
+/// Writes a snapshot's body (what follows the meta line): the format version, then (format
+/// 8) the rules version, then the state, in postcard's encoding. The format is the newest the
+/// cluster's rules allow: every member reads it. Only the state's own fields are written;
+/// the derived indexes are rebuilt on load.
 pub fn encode_state_into<W: Write>(state: &State, out: W) -> postcard::Result<W> {
-    postcard::to_io(&(FORMAT_VERSION, state), out)
+    match state.rules() {
+        crate::rules::FIRST => postcard::to_io(&(FORMAT_BEFORE_RULES, state), out),
+        rules => postcard::to_io(&(FORMAT_VERSION, rules, state), out),
+    }
 }
 
 /// The body in memory (tests and tools; a node writes it to the file directly).
@@ -85,7 +93,11 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
     }
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
     let state = match version {
-        FORMAT_VERSION => postcard::from_bytes(body)?,
+        FORMAT_VERSION => {
+            let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
+            postcard::from_bytes::<State>(body)?.with_rules(rules)
+        }
+        FORMAT_BEFORE_RULES => postcard::from_bytes(body)?,
         FORMAT_BEFORE_GROUPS => State::from_format_6(body)?,
         FORMAT_BEFORE_SESSIONS => State::from_format_5(body)?,
         UNCHECKED_FORMAT | CHECKSUM_SINCE => State::from_format_4(body)?,

@@ -45,6 +45,10 @@ pub struct Shared {
     pub stats: Arc<StorageStats>,
     /// Events and decided waits of applied entries, for this node's watchers and waiters.
     pub notify: Arc<Notifier>,
+    /// The highest rules version this node applies (`crate::rules`, `--max-rules`).
+    max_rules: u32,
+    /// Why this node stopped applying (an entry or snapshot above its rules), if it did.
+    halted: Mutex<Option<String>>,
 }
 
 /// Yields before a blocked lock wait leaves the runtime (see [`lock_without_stalling`]).
@@ -88,6 +92,32 @@ impl Shared {
     /// Write access to the applied state (apply, install). Never held across an await.
     fn write(&self) -> RwLockWriteGuard<'_, Applied> {
         lock_without_stalling(|| self.applied.try_write(), || self.applied.write())
+    }
+
+    /// The highest rules version this node applies.
+    pub fn max_rules(&self) -> u32 {
+        self.max_rules
+    }
+
+    /// Why this node stopped applying, if it did (health and `Cluster.Status` say so).
+    pub fn halted(&self) -> Option<String> {
+        self.halted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Stops this node's applying for `why`: logged, remembered, and returned as the error
+    /// that stops openraft (it never applies past what it cannot read).
+    fn halt(&self, why: String) -> std::io::Error {
+        tracing::error!("{why}");
+        *self.halted.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        std::io::Error::other(why)
+    }
+
+    /// A state (from a snapshot) whose rules are above this node's: why it cannot use it.
+    fn above_own_rules(&self, state: &State, what: &str) -> Option<String> {
+        (state.rules() > self.max_rules).then(|| above_rules(what, state.rules(), self.max_rules))
     }
 
     /// Fires with the applied index after every applied batch.
@@ -139,13 +169,44 @@ fn sm_err(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
+/// Why a node of rules up to `max` does not apply `what`, written under rules `rules`.
+pub fn above_rules(what: &str, rules: u32, max: u32) -> String {
+    format!(
+        "{what} is of rules version {rules}, and this node applies rules up to {max} ({}): run a release that supports rules {rules} (the data cannot go back to an older one)",
+        if max < crate::rules::RELEASE.max {
+            format!("--max-rules {max}")
+        } else {
+            format!("release {}", env!("CARGO_PKG_VERSION"))
+        }
+    )
+}
+
 impl StateMachineStore {
     /// Opens the state machine, loading the newest snapshot from `snapshot_dir`.
     pub fn open(snapshot_dir: PathBuf, stats: Arc<StorageStats>) -> anyhow::Result<Self> {
+        StateMachineStore::open_with_rules(snapshot_dir, stats, crate::rules::RELEASE.max)
+    }
+
+    /// [`StateMachineStore::open`] for a node that applies rules up to `max_rules`: data
+    /// written under higher rules is refused (an older release never guesses at it).
+    pub fn open_with_rules(
+        snapshot_dir: PathBuf,
+        stats: Arc<StorageStats>,
+        max_rules: u32,
+    ) -> anyhow::Result<Self> {
         snapshot::remove_unfinished(&snapshot_dir)?;
         let (applied, current) = match snapshot::newest(&snapshot_dir)? {
             Some((_, path, bytes)) => {
                 let (meta, state) = snapshot::load(&path)?;
+                anyhow::ensure!(
+                    state.rules() <= max_rules,
+                    "{}",
+                    above_rules(
+                        &format!("the snapshot {}", path.display()),
+                        state.rules(),
+                        max_rules
+                    )
+                );
                 let index = meta.last_log_id.map_or(0, |id| id.index);
                 StorageStats::set(&stats.last_snapshot_index, index);
                 StorageStats::set(&stats.last_snapshot_bytes, bytes);
@@ -174,6 +235,8 @@ impl StateMachineStore {
             applied_index,
             stats,
             notify: Arc::default(),
+            max_rules,
+            halted: Mutex::default(),
         };
         Ok(StateMachineStore {
             shared: Arc::new(shared),
@@ -207,6 +270,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let index = {
             let mut applied = self.shared.write();
             for (entry, responder) in batch {
+                if let EntryPayload::Normal(command) = &entry.payload {
+                    let rules = command.rules_needed();
+                    if rules > self.shared.max_rules {
+                        let what = format!("log entry {}", entry.log_id.index);
+                        let max = self.shared.max_rules;
+                        return Err(self.shared.halt(above_rules(&what, rules, max)));
+                    }
+                }
                 applied.last_applied = Some(entry.log_id);
                 let reply = match &entry.payload {
                     EntryPayload::Blank => Reply::None,
@@ -282,6 +353,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let state = tokio::task::spawn_blocking(move || {
             let body = snapshot::received_body(&data)?;
             let state = snapshot::decode_state(body)?;
+            if let Some(why) = shared.above_own_rules(&state, "the leader's snapshot") {
+                return Err(anyhow::Error::from(shared.halt(why)));
+            }
             // Written again in this release's format (with its checksum), whatever format
             // the leader sent.
             let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;

@@ -41,3 +41,89 @@ fn a_build_finishing_after_a_newer_install_never_replaces_it() {
     let files = std::fs::read_dir(dir.path()).expect("list").count();
     assert_eq!(files, 1, "only the newest snapshot file is kept");
 }
+
+fn own_entry(index: u64, op: crate::lease::Op) -> crate::store::Entry {
+    crate::store::Entry {
+        log_id: crate::store::LogId::new(
+            crate::store::LeaderId {
+                term: 1,
+                node_id: 1,
+            },
+            index,
+        ),
+        payload: EntryPayload::Normal(crate::lease::Command::V1(crate::coord::timers::own(op))),
+    }
+}
+
+/// SPEC §4.26: a node never applies an entry of rules above its range; it stops there, says
+/// why, and applies nothing after it.
+#[tokio::test]
+async fn a_node_stops_at_an_entry_of_rules_above_its_own() {
+    use crate::lease::Op;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut sm = StateMachineStore::open_with_rules(dir.path().to_path_buf(), Arc::default(), 1)
+        .expect("open");
+    let entries = |list: Vec<crate::store::Entry>| {
+        futures::stream::iter(list.into_iter().map(|e| Ok((e, None))))
+    };
+    sm.apply(entries(vec![own_entry(1, Op::Tick)]))
+        .await
+        .expect("a tick is of rules 1");
+    let stopped = sm
+        .apply(entries(vec![
+            own_entry(2, Op::RaiseRules { to: 2 }),
+            own_entry(3, Op::Tick),
+        ]))
+        .await
+        .expect_err("stops");
+    assert!(
+        stopped
+            .to_string()
+            .contains("log entry 2 is of rules version 2")
+            && stopped.to_string().contains("--max-rules 1"),
+        "{stopped}"
+    );
+    let applied = sm.shared.read();
+    assert_eq!(applied.last_applied.map(|id| id.index), Some(1));
+    assert_eq!(applied.state.rules(), 1);
+    drop(applied);
+    assert!(sm.shared.halted().is_some());
+}
+
+/// SPEC §4.26: data written under rules above a node's range is refused at start, naming both.
+#[test]
+fn a_node_refuses_to_start_on_a_snapshot_of_higher_rules() {
+    let dir = tempfile::tempdir().expect("dir");
+    let log_id = crate::store::LogId::new(
+        crate::store::LeaderId {
+            term: 1,
+            node_id: 1,
+        },
+        7,
+    );
+    let meta = SnapshotMeta {
+        last_log_id: Some(log_id),
+        last_membership: Membership::default(),
+        snapshot_id: "1-7".into(),
+    };
+    let shared = StateMachineStore::open(dir.path().to_path_buf(), Arc::default())
+        .expect("open")
+        .shared;
+    let mut writer = Writer::create(dir.path(), meta).expect("create");
+    writer
+        .state(&State::default().with_rules(2))
+        .expect("encode");
+    shared
+        .keep_if_newer(writer.finish().expect("finish"))
+        .expect("keep");
+    let refused = StateMachineStore::open_with_rules(dir.path().to_path_buf(), Arc::default(), 1)
+        .err()
+        .expect("refused");
+    let refused = refused.to_string();
+    assert!(
+        refused.contains("is of rules version 2, and this node applies rules up to 1"),
+        "{refused}"
+    );
+    let opened = StateMachineStore::open(dir.path().to_path_buf(), Arc::default()).expect("opens");
+    assert_eq!(opened.shared.read().state.rules(), 2);
+}

@@ -127,6 +127,7 @@ impl Base<'_> {
             fencing_token: self.held.fencing_token,
             ttl: ttl(600, 0),
             request_id: String::new(),
+            ..Default::default()
         }
     }
 

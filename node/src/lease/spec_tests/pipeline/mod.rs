@@ -140,8 +140,9 @@ impl Run {
                     fencing_token,
                     ttl: *ttl,
                     request_id: request_id.clone(),
+                    ..Default::default()
                 };
-                request::renew(&req).map(Op::Renew)
+                request::renew(&req)
             }
             Step::Release { target } => {
                 let (resource, lease_id, holder, fencing_token) = self.aim(target);
