@@ -25,9 +25,11 @@ pub enum Command {
         nodes: u64,
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         time_limit: Duration,
-        /// Comma-separated: partition, kill, pause, clock, loss, member, power (empty: none).
-        /// `power` puts each node's data directory on a FUSE filesystem that forgets what was
-        /// not synced, and cuts the power of one node, a minority or all at once.
+        /// Comma-separated: partition, kill, pause, clock, loss, member, power, upgrade (empty:
+        /// none). `power` puts each node's data directory on a FUSE filesystem that forgets
+        /// what was not synced, and cuts the power of one node, a minority or all at once.
+        /// `upgrade` starts the nodes on the release before this build and swaps them one at
+        /// a time to this build and back, then finishes the upgrade and the rules' raise.
         #[arg(long, default_value = "partition,kill,pause,clock,loss,member")]
         nemesis: String,
         /// What a power cut keeps of the writes not synced, one drawn per cut: drop (nothing),
@@ -75,9 +77,25 @@ pub enum Command {
         #[arg(long, default_value_t = 0.02)]
         clock_epsilon: f64,
         /// Deliberately broken node: `stale-reads` serves linearizable reads from local state;
-        /// `fsync-lies` acknowledges log appends without syncing them.
+        /// `fsync-lies` acknowledges log appends without syncing them; `ungated` (with the
+        /// `upgrade` nemesis) proposes commands before the cluster's rules allow them.
         #[arg(long)]
         broken: Option<String>,
+        /// The release before's tenured for the `upgrade` nemesis (default: built from the
+        /// commit CHANGELOG.md names, in a git worktree, into target/releases/).
+        #[arg(long, env = "TENURED_OLD_BIN")]
+        old_bin: Option<PathBuf>,
+        /// With the `upgrade` nemesis: one rolling upgrade (every node onto this build, one at
+        /// a time with the leader last, from a quarter of the run on) instead of swaps both
+        /// ways; the run fails if any client call fails but for refusals of rules not reached
+        /// yet, or if no call that needs the raised rules is served.
+        #[arg(long)]
+        rolling_upgrade: bool,
+        /// Clients hold their leases without stalls past their ttl, without transfers and
+        /// without leaving any to expire, with ttls of 6 to 8 s: lock cycles in which every
+        /// call should succeed.
+        #[arg(long)]
+        calm: bool,
         /// The tenured binary (default: next to this one; needs feature fault-injection).
         #[arg(long, env = "TENURED_BIN")]
         bin: Option<PathBuf>,
@@ -96,6 +114,14 @@ pub enum Command {
     },
     /// Remove namespaces, links and processes left by a run that was killed.
     Teardown,
+    /// Build (once) the release before this build's `tenured`, from the commit CHANGELOG.md
+    /// names, in a git worktree under target/releases/, and print its path.
+    PreviousRelease {
+        /// This build's tenured (default: next to this binary): its target directory and
+        /// profile are used.
+        #[arg(long, env = "TENURED_BIN")]
+        bin: Option<PathBuf>,
+    },
     /// HTTP/2 and connection abuse against a local three-node Tenure cluster (loopback, auth
     /// on) beside honest lock cycles: rapid reset, idle streams and connections, Watch
     /// streams never read, waits rejoined, writes a quota refuses. Prints a Markdown table;

@@ -10,6 +10,7 @@ pub mod hosts;
 pub mod nemesis;
 pub mod power;
 pub mod procs;
+pub mod releases;
 pub mod report;
 pub mod run;
 pub mod secure;

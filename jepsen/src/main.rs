@@ -201,6 +201,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("no leftovers");
             Ok(ExitCode::SUCCESS)
         }
+        Command::PreviousRelease { bin } => {
+            let bin = match bin {
+                Some(bin) => bin,
+                None => tenure_jepsen::procs::tenured_bin()?,
+            };
+            let repo = tenure_jepsen::releases::repository()?;
+            let (release, path) = tenure_jepsen::releases::previous_tenured(&repo, &bin)?;
+            println!(
+                "{} ({}): {}",
+                release.version,
+                release.commit,
+                path.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check {
             history,
             clock_epsilon,
@@ -243,12 +258,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             clock_epsilon,
             power_modes,
             broken,
+            old_bin,
+            rolling_upgrade,
+            calm,
             bin,
             secure,
         } => {
             anyhow::ensure!(nodes == 3 || nodes == 5, "--nodes is 3 or 5");
             let seed = seed.unwrap_or_else(rand::random);
-            let faults = nemesis
+            let faults: Vec<Fault> = nemesis
                 .split(',')
                 .filter(|s| !s.trim().is_empty())
                 .map(Fault::parse)
@@ -261,12 +279,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             kinds.sort();
             kinds.dedup();
             anyhow::ensure!(!kinds.is_empty(), "--workload names no resource kind");
-            let node_args = match broken.as_deref() {
-                None => vec![],
-                Some("stale-reads") => vec!["--fi-stale-reads".to_string()],
-                Some("fsync-lies") => vec!["--fi-ack-before-sync".to_string()],
+            let (node_args, new_args) = match broken.as_deref() {
+                None => (vec![], vec![]),
+                Some("stale-reads") => (vec!["--fi-stale-reads".to_string()], vec![]),
+                Some("fsync-lies") => (vec!["--fi-ack-before-sync".to_string()], vec![]),
+                Some("ungated") => {
+                    anyhow::ensure!(
+                        faults.contains(&Fault::Upgrade),
+                        "--broken ungated needs the upgrade nemesis (a cluster of two releases)"
+                    );
+                    (vec![], vec!["--fi-ungated".to_string()])
+                }
                 Some(other) => {
-                    anyhow::bail!("unknown --broken mode `{other}` (stale-reads, fsync-lies)")
+                    anyhow::bail!(
+                        "unknown --broken mode `{other}` (stale-reads, fsync-lies, ungated)"
+                    )
                 }
             };
             let power_modes = power_modes
@@ -279,32 +306,50 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "tenure-jepsen: seed {seed}; output in {}",
                 out_dir.display()
             );
+            let mut workload_config = WorkloadConfig {
+                clients,
+                resources,
+                kinds,
+                watchers,
+                ..WorkloadConfig::default()
+            };
+            if calm {
+                workload_config = workload_config.calm();
+            }
             let options = TestOptions {
                 nodes,
                 time_limit,
                 faults,
                 seed,
-                workload: WorkloadConfig {
-                    clients,
-                    resources,
-                    kinds,
-                    watchers,
-                    ..WorkloadConfig::default()
-                },
+                workload: workload_config,
                 out_dir: out_dir.clone(),
                 min_grants,
                 min_leader_changes,
                 min_admissions,
                 node_args,
+                new_args,
+                old_bin,
                 secure,
                 bin,
                 clock_epsilon,
                 power_modes,
                 min_majority_power_cuts,
+                rolling_upgrade,
             };
             let (history, check, verdict) = run_test(&options)?;
             let summary = report::write_all(&out_dir, &history, &check)?;
             println!("{}", report::text(&summary, &check));
+            println!("calls: {}", verdict.calls.describe());
+            if options.faults.contains(&Fault::Upgrade) {
+                println!(
+                    "upgrade: {} swaps onto this build, {} back to the release before; rules raised to {}",
+                    verdict.upgrades,
+                    verdict.downgrades,
+                    verdict
+                        .rules_raised_to
+                        .map_or("nothing (not raised)".to_string(), |r| r.to_string())
+                );
+            }
             for problem in &verdict.problems {
                 println!("FAIL: {problem}");
             }
@@ -318,6 +363,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if secure {
                 extra.push_str(" --secure");
+            }
+            if rolling_upgrade {
+                extra.push_str(" --rolling-upgrade");
+            }
+            if calm {
+                extra.push_str(" --calm");
             }
             println!("reproduce: tenure-jepsen test --nodes {nodes} --time-limit {} --nemesis {nemesis} --workload {workload} --watchers {watchers} --seed {seed}{extra}", humantime::format_duration(time_limit));
             println!("report: {}", out_dir.join("report.html").display());

@@ -1,8 +1,10 @@
 //! The harness must fail when it should: a node told to serve linearizable reads from its
 //! local state (`--fi-stale-reads`, fault-injection builds only) is caught within a short
-//! partitioned run, and nodes that acknowledge log appends without fdatasync
-//! (`--fi-ack-before-sync`) within a short run of power cuts. Needs root and `ip netns`;
-//! elsewhere it prints a note and passes.
+//! partitioned run, nodes that acknowledge log appends without fdatasync
+//! (`--fi-ack-before-sync`) within a short run of power cuts, and nodes of this build that
+//! propose commands the cluster's rules do not have yet (`--fi-ungated`) within a short run of
+//! two releases (the release before is built from CHANGELOG.md's commit the first time).
+//! Needs root and `ip netns`; elsewhere it prints a note and passes.
 
 use std::time::Duration;
 
@@ -36,6 +38,11 @@ fn run_broken(
     };
     let out = tempfile::tempdir().expect("temp dir");
     let power = faults.contains(&Fault::Power);
+    // A flag of this build only goes to its nodes: the release before does not know it.
+    let (node_args, new_args) = match faults.contains(&Fault::Upgrade) {
+        true => (vec![], vec![broken.to_string()]),
+        false => (vec![broken.to_string()], vec![]),
+    };
     let options = TestOptions {
         nodes: 3,
         time_limit,
@@ -46,12 +53,15 @@ fn run_broken(
         min_grants: 0,
         min_leader_changes: 0,
         min_admissions: 0,
-        node_args: vec![broken.into()],
+        node_args,
+        new_args,
+        old_bin: None,
         secure: false,
         bin: Some(bin),
         clock_epsilon: 0.02,
         power_modes: vec![CutMode::Drop],
         min_majority_power_cuts: usize::from(power),
+        rolling_upgrade: false,
     };
     let ran = run_test(&options).expect("the run itself works");
     assert!(!ran.0.ops.is_empty());
@@ -139,5 +149,31 @@ fn nodes_whose_fsync_lies_are_caught_by_power_cuts() {
             .any(|a| LOST_WRITES.contains(&a.kind.as_str())),
         "acknowledged appends lost to a power cut went unnoticed: {:?}",
         check.anomalies
+    );
+}
+
+/// A node of this build that proposes what the cluster's rules do not have yet (a renew that
+/// replaces metadata, before the raise) is caught in a cluster of two releases: a node of the
+/// release before cannot decode the entry and falls behind for good.
+#[test]
+fn an_ungated_command_in_a_cluster_of_two_releases_is_caught() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((_, _, verdict)) = run_broken(
+        "an_ungated_command_in_a_cluster_of_two_releases_is_caught",
+        "--fi-ungated",
+        vec![Fault::Upgrade],
+        5,
+        Duration::from_secs(40),
+        two_exclusive(),
+    ) else {
+        return;
+    };
+    assert!(
+        verdict
+            .problems
+            .iter()
+            .any(|p| p.contains("fell behind") || p.contains("not every node applied")),
+        "an ungated command went unnoticed: {:?}",
+        verdict.problems
     );
 }

@@ -241,13 +241,15 @@ fn procs_start_kill_pause_and_clean_up() {
             root.join("bad"),
             vec!["--bogus".into()],
             false,
+            None,
         );
         let text = format!("{:#}", bad.err().expect("start with a bad flag must fail"));
         assert!(
             text.contains("exited at start") && text.contains("--bogus"),
             "{text}"
         );
-        let mut procs = Procs::start(&hosts, bin, 3, root.clone(), vec![], false).expect("start");
+        let mut procs =
+            Procs::start(&hosts, bin, 3, root.clone(), vec![], false, None).expect("start");
         assert_eq!(procs.endpoints()[0], "10.77.0.11:7100");
         for id in 1..=3 {
             let pid = procs.pid(id).expect("pid");

@@ -26,6 +26,10 @@ use crate::store::NodeId;
 /// The header of a member's range, on peer calls and their answers.
 pub const HEADER: &str = "tenure-rules";
 
+/// The header of the rules version the sender's state runs, on its Raft calls: a receiver
+/// whose range stops below it cannot apply what follows and stops before decoding it.
+pub const CLUSTER_HEADER: &str = "tenure-rules-cluster";
+
 /// A range of rules versions, both ends included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Range {
@@ -93,8 +97,14 @@ pub fn own_range(max_rules: u32) -> Range {
 }
 
 /// How long a member's announced range counts: it answers the leader's heartbeats many times
-/// a second, so one heard longer ago is of a member that may have been replaced since.
+/// a second, so one heard longer ago is of a member that may have been replaced since. At
+/// least ten heartbeats ([`heard_for`]).
 pub const HEARD_FOR: Duration = Duration::from_secs(3);
+
+/// [`HEARD_FOR`], or ten heartbeats if that is longer.
+pub fn heard_for(heartbeat: Duration) -> Duration {
+    HEARD_FOR.max(heartbeat * 10)
+}
 
 /// The ranges the members last announced to this node, from the answers to its peer calls.
 #[derive(Default)]
@@ -108,13 +118,22 @@ impl Heard {
             .insert(member, (range, Instant::now()));
     }
 
-    /// `member`'s range, if it announced one within [`HEARD_FOR`].
-    pub fn of(&self, member: NodeId) -> Option<Range> {
+    /// `member`'s range, if it announced one within `within`.
+    pub fn of(&self, member: NodeId, within: Duration) -> Option<Range> {
         let heard = self.0.lock().unwrap_or_else(|p| p.into_inner());
         heard
             .get(&member)
-            .filter(|(_, at)| at.elapsed() < HEARD_FOR)
+            .filter(|(_, at)| at.elapsed() < within)
             .map(|(range, _)| *range)
+    }
+
+    /// `member` did not answer: what it announced may be of a process that is gone (a
+    /// binary being replaced), so it counts for nothing until it answers again.
+    pub fn forget(&self, member: NodeId) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&member);
     }
 }
 
@@ -143,6 +162,18 @@ pub fn raise(current: u32, members: &[(NodeId, Option<Range>)]) -> Raise {
     }
     if !held.is_empty() {
         return Raise::HeldBack(held);
+    }
+    // A member that no longer applies the target (a later release that dropped it) cannot
+    // be raised to it either.
+    let too_new: Vec<String> = members
+        .iter()
+        .filter_map(|(id, range)| {
+            let range = (*range)?;
+            (range.min > target).then(|| format!("node {id} applies rules from {} only", range.min))
+        })
+        .collect();
+    if !too_new.is_empty() {
+        return Raise::HeldBack(too_new);
     }
     if target > current && target != u32::MAX {
         return Raise::To(target);
@@ -213,5 +244,10 @@ mod tests {
         assert_eq!(raise(1, &[(1, r(1, 1)), (2, r(1, 1))]), Raise::Current);
         // Never down.
         assert_eq!(raise(2, &[(1, r(1, 2)), (2, r(1, 1))]), Raise::Current);
+        // A member past the target's range holds it back too.
+        assert_eq!(
+            raise(1, &[(1, r(1, 2)), (2, r(3, 4))]),
+            Raise::HeldBack(vec!["node 2 applies rules from 3 only".into()])
+        );
     }
 }

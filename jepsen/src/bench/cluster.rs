@@ -184,6 +184,7 @@ fn tenure_launcher(
         }),
         rejoin: None,
         endpoints: addrs,
+        previous: None,
     })
 }
 
@@ -235,6 +236,7 @@ fn etcd_launcher(data_root: &Path) -> Result<Launcher> {
         }),
         rejoin: None,
         endpoints: client,
+        previous: None,
     })
 }
 

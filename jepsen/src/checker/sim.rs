@@ -143,6 +143,7 @@ pub fn correct_history(
                         lease_id: format!("lse_{my_token}_0"),
                         token: my_token,
                         ttl_ms,
+                        sets_metadata: false,
                     };
                     let outcome = match truth {
                         Some((h, token, _)) if h == c && token == my_token => {

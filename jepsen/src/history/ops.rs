@@ -40,6 +40,9 @@ pub enum Call {
         lease_id: String,
         token: u64,
         ttl_ms: u64,
+        /// It also replaced the lease's metadata (rules version 2, spec §4.3).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        sets_metadata: bool,
     },
     Release {
         resource: String,
@@ -205,8 +208,12 @@ impl Call {
                 holder,
                 token,
                 ttl_ms,
+                sets_metadata,
                 ..
-            } => format!("renew({holder}, token {token}, ttl {ttl_ms}ms)"),
+            } => format!(
+                "renew({holder}, token {token}, ttl {ttl_ms}ms{})",
+                if *sets_metadata { ", metadata" } else { "" }
+            ),
             Call::Release { holder, token, .. } => format!("release({holder}, token {token})"),
             Call::Transfer {
                 holder,

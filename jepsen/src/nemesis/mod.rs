@@ -3,7 +3,8 @@
 //! changes and steps through the nodes' fault-injection clock control, random packet loss,
 //! membership changes: a member (the leader half the time) removed, its disk wiped and
 //! the host rejoining under a new Raft id, or leadership handed to another voter; and power
-//! cuts that lose what the nodes had not synced.
+//! cuts that lose what the nodes had not synced; and upgrades: nodes swapped between this
+//! build and the release before, under load (`upgrade`).
 //!
 //! The schedule deals the faults like cards: each once, in an order drawn from the seed, then
 //! again, so a short run sees every fault it names.
@@ -18,6 +19,7 @@ mod member;
 mod partition;
 mod pause;
 mod power;
+mod upgrade;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,6 +37,7 @@ use crate::procs::Procs;
 use crate::secure::Connect;
 pub use clock::set_clock;
 pub use power::START_FAILED;
+pub use upgrade::{DOWNGRADED, LAGGING, RAISED, UPGRADED};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -45,6 +48,7 @@ pub enum Fault {
     Loss,
     Member,
     Power,
+    Upgrade,
 }
 
 impl Fault {
@@ -57,9 +61,10 @@ impl Fault {
             "loss" => Fault::Loss,
             "member" => Fault::Member,
             "power" => Fault::Power,
+            "upgrade" => Fault::Upgrade,
             other => {
                 anyhow::bail!(
-                    "unknown nemesis `{other}` (partition, kill, pause, clock, loss, member, power)"
+                    "unknown nemesis `{other}` (partition, kill, pause, clock, loss, member, power, upgrade)"
                 )
             }
         })
@@ -74,6 +79,7 @@ impl Fault {
             Fault::Loss => "loss",
             Fault::Member => "member",
             Fault::Power => "power",
+            Fault::Upgrade => "upgrade",
         }
     }
 }
@@ -106,6 +112,14 @@ pub struct Nemesis {
     next_id: u64,
     /// Set when the run is interrupted: faults are healed at once and no new one starts.
     stop: tokio::sync::watch::Receiver<bool>,
+    /// When the run started and ends (set by [`Nemesis::run`]).
+    span: Option<(Instant, Instant)>,
+    /// Where the `upgrade` nemesis stands.
+    stage: upgrade::Stage,
+    /// The rules version nodes of this build are held at while the run is mixed.
+    held: Option<u32>,
+    /// The `upgrade` nemesis makes one rolling upgrade, not swaps both ways.
+    rolling: bool,
 }
 
 /// The leader most nodes name right now, if any.
@@ -152,6 +166,10 @@ impl Nemesis {
             rng: SmallRng::seed_from_u64(seed ^ 0x006e_656d_6573_6973),
             next_id: nodes + 1,
             stop,
+            span: None,
+            stage: upgrade::Stage::default(),
+            held: None,
+            rolling: false,
         }
     }
 
@@ -206,12 +224,18 @@ impl Nemesis {
 
     /// Runs faults until `deadline`, each held for a few seconds, with quiet gaps between.
     pub async fn run(mut self, deadline: Instant) -> Vec<NemesisEvent> {
+        self.span = Some((Instant::now(), deadline));
         self.wait(Duration::from_secs(2)).await;
         while !self.faults.is_empty()
             && !self.stopped()
             && Instant::now() + Duration::from_secs(4) < deadline
         {
-            let fault = self.deal();
+            // The upgrade is finished when it is due, whatever card comes next, so that the
+            // raise and what needs it run under load in every run.
+            let fault = match self.faults.contains(&Fault::Upgrade) && self.upgrade_due() {
+                true => Fault::Upgrade,
+                false => self.deal(),
+            };
             let hold = Duration::from_millis(self.rng.random_range(1_500..5_000));
             if let Err(e) = self.inject(fault, hold).await {
                 tracing::warn!(fault = fault.name(), "nemesis failed: {e:#}");
@@ -244,6 +268,7 @@ impl Nemesis {
             Fault::Member => self.change_member().await?,
             Fault::Loss => self.loss(nodes, hold).await?,
             Fault::Power => self.power(nodes, hold).await?,
+            Fault::Upgrade => self.upgrade().await?,
         }
         Ok(())
     }

@@ -11,6 +11,13 @@ use crate::hosts::{node_ip, node_namespace, Hosts};
 
 pub const PORT: u16 = 7100;
 
+/// Which build a node runs: this one, or the release before it ([`Launcher::previous`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Release {
+    Current,
+    Previous,
+}
+
 pub(super) const BUILD_HINT: &str = "build it with `cargo build --bin tenured --features tenure-node/fault-injection` or set TENURED_BIN";
 
 /// The `tenured` binary: `$TENURED_BIN`, else `tenured` in the target directory of the running
@@ -53,16 +60,29 @@ pub struct Launcher {
     pub rejoin: Option<Box<dyn Fn(u64, u64) -> Command + Send>>,
     /// `HOST:PORT` clients use, node 1 first.
     pub endpoints: Vec<String>,
+    /// The release before this build, that nodes can be swapped to and from (the `upgrade`
+    /// nemesis, `tenure-jepsen upgrade`); None where there is none.
+    pub previous: Option<Previous>,
+}
+
+/// Another build of `tenured` the same nodes can run: its binary and how its nodes start
+/// (the same flags, less those it does not know).
+pub struct Previous {
+    pub bin: PathBuf,
+    pub command: Box<dyn Fn(u64) -> Command + Send>,
+    pub rejoin: Option<Box<dyn Fn(u64, u64) -> Command + Send>>,
 }
 
 impl Launcher {
     /// `tenured` nodes on the namespace hosts: node N in `t-nN` on `10.77.0.(10+N):7100`.
+    /// With `previous` (its binary and its flags), the nodes can run that release too.
     pub fn namespaced(
         hosts: &Hosts,
         bin: PathBuf,
         nodes: u64,
         data_root: PathBuf,
         extra_args: Vec<String>,
+        previous: Option<(PathBuf, Vec<String>)>,
     ) -> Result<Launcher> {
         if nodes == 0 || nodes > hosts.nodes() {
             bail!("cannot start {nodes} nodes on {} hosts", hosts.nodes());
@@ -70,23 +90,54 @@ impl Launcher {
         let addrs: Vec<String> = (1..=nodes)
             .map(|n| format!("{}:{PORT}", node_ip(n)))
             .collect();
-        let tenured = Arc::new(tenured_command(
-            bin.clone(),
-            data_root.clone(),
-            addrs.clone(),
-            extra_args,
-        ));
-        let rejoining = tenured.clone();
+        let (command, rejoin) =
+            namespaced_commands(bin.clone(), data_root.clone(), addrs.clone(), extra_args);
+        let previous = previous.map(|(bin, args)| {
+            let (command, rejoin) =
+                namespaced_commands(bin.clone(), data_root.clone(), addrs.clone(), args);
+            Previous {
+                bin,
+                command,
+                rejoin: Some(rejoin),
+            }
+        });
         Ok(Launcher {
             nodes,
             bin,
             data_root,
-            command: Box::new(move |id| in_namespace(id, tenured(id, None))),
-            rejoin: Some(Box::new(move |slot, raft_id| {
-                in_namespace(slot, rejoining(slot, Some(raft_id)))
-            })),
+            command,
+            rejoin: Some(rejoin),
             endpoints: addrs,
+            previous,
         })
+    }
+}
+
+type StartNode = Box<dyn Fn(u64) -> Command + Send>;
+type JoinNode = Box<dyn Fn(u64, u64) -> Command + Send>;
+
+/// How `bin` starts host slot N in its namespace, founding or joining.
+fn namespaced_commands(
+    bin: PathBuf,
+    data_root: PathBuf,
+    addrs: Vec<String>,
+    extra_args: Vec<String>,
+) -> (StartNode, JoinNode) {
+    let tenured = Arc::new(tenured_command(bin, data_root, addrs, extra_args));
+    let rejoining = tenured.clone();
+    (
+        Box::new(move |id| in_namespace(id, tenured(id, None))),
+        Box::new(move |slot, raft_id| in_namespace(slot, rejoining(slot, Some(raft_id)))),
+    )
+}
+
+impl Launcher {
+    /// The binary node processes of `release` end up as.
+    pub fn bin_of(&self, release: Release) -> &Path {
+        match (release, &self.previous) {
+            (Release::Previous, Some(previous)) => &previous.bin,
+            _ => &self.bin,
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use nix::unistd::Pid;
 use crate::hosts::Hosts;
 use crate::power::{CutMode, CutStats, PowerDisk};
 use launcher::BUILD_HINT;
-pub use launcher::{tenured_bin, tenured_command, Launcher, PORT};
+pub use launcher::{tenured_bin, tenured_command, Launcher, Previous, Release, PORT};
 use procfs::listens;
 
 struct Node {
@@ -29,6 +29,8 @@ struct Node {
     /// The Raft id of the member on this host slot, when it is not the slot number (a
     /// replacement that joined under a new id).
     raft_id: Option<u64>,
+    /// The build it runs (and runs again when restarted).
+    release: Release,
 }
 
 /// The processes of one cluster (a guard). Dropping it SIGKILLs and reaps every node, then
@@ -40,11 +42,15 @@ pub struct Procs {
     /// With power cuts on: node `id`'s data directory on a forgetting disk kept in
     /// `<data_root>/nN.disk`, index `id - 1`. Empty otherwise.
     disks: Vec<PowerDisk>,
+    /// Nodes of the current build start with `--max-rules` this (the way back to the
+    /// previous release kept open), while set.
+    hold: Option<u32>,
 }
 
 impl Procs {
     /// Starts `tenured` nodes `1..=nodes` on the namespace hosts (see [`Launcher::namespaced`]),
-    /// each on a forgetting disk if `power` (see [`Procs::power_cut`]).
+    /// each on a forgetting disk if `power` (see [`Procs::power_cut`]). With `previous` (the
+    /// release before: its binary and flags), every node starts on that release.
     pub fn start(
         hosts: &Hosts,
         bin: PathBuf,
@@ -52,8 +58,9 @@ impl Procs {
         data_root: PathBuf,
         extra_args: Vec<String>,
         power: bool,
+        previous: Option<(PathBuf, Vec<String>)>,
     ) -> Result<Procs> {
-        let launcher = Launcher::namespaced(hosts, bin, nodes, data_root, extra_args)?;
+        let launcher = Launcher::namespaced(hosts, bin, nodes, data_root, extra_args, previous)?;
         Procs::launch_with(launcher, power)
     }
 
@@ -66,6 +73,13 @@ impl Procs {
         if !launcher.bin.is_file() {
             bail!("no binary at {}; {BUILD_HINT}", launcher.bin.display());
         }
+        let release = match &launcher.previous {
+            Some(previous) if !previous.bin.is_file() => {
+                bail!("no previous release's binary at {}", previous.bin.display())
+            }
+            Some(_) => Release::Previous,
+            None => Release::Current,
+        };
         std::fs::create_dir_all(&launcher.data_root)
             .with_context(|| format!("creating {}", launcher.data_root.display()))?;
         let mut procs = Procs {
@@ -74,10 +88,12 @@ impl Procs {
                     child: None,
                     paused: false,
                     raft_id: None,
+                    release,
                 })
                 .collect(),
             disks: Vec::new(),
             launcher,
+            hold: None,
         };
         if power {
             for id in 1..=procs.nodes.len() as u64 {
@@ -110,10 +126,22 @@ impl Procs {
             .append(true)
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
-        let mut cmd = match (self.node(id)?.raft_id, &self.launcher.rejoin) {
-            (Some(raft_id), Some(rejoin)) => rejoin(id, raft_id),
-            _ => (self.launcher.command)(id),
+        let (raft_id, release) = {
+            let node = self.node(id)?;
+            (node.raft_id, node.release)
         };
+        let launcher = &self.launcher;
+        let (command, rejoin) = match (release, &launcher.previous) {
+            (Release::Previous, Some(previous)) => (&previous.command, &previous.rejoin),
+            _ => (&launcher.command, &launcher.rejoin),
+        };
+        let mut cmd = match (raft_id, rejoin) {
+            (Some(raft_id), Some(rejoin)) => rejoin(id, raft_id),
+            _ => command(id),
+        };
+        if let (Release::Current, Some(hold)) = (release, self.hold) {
+            cmd.args(["--max-rules", &hold.to_string()]);
+        }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -130,9 +158,10 @@ impl Procs {
     /// and has a listening socket of its own, or fails with the tail of its log if it exited.
     /// (The binary's name alone is no proof: a bad flag makes it exit right after the exec.)
     fn await_exec(&mut self, id: u64) -> Result<()> {
+        let release = self.node(id)?.release;
         let expected: String = self
             .launcher
-            .bin
+            .bin_of(release)
             .file_name()
             .map(|n| n.to_string_lossy().chars().take(15).collect())
             .unwrap_or_default();
@@ -211,6 +240,57 @@ impl Procs {
             child.wait().with_context(|| format!("reaping node {id}"))?;
         }
         Ok(())
+    }
+
+    /// Stops node `id` as an operator does (SIGTERM: a leader hands leadership over first),
+    /// SIGKILL if it has not exited after `patience`, and reaps it.
+    pub fn stop(&mut self, id: u64, patience: Duration) -> Result<()> {
+        if self.is_paused(id) {
+            self.resume(id)?;
+        }
+        if self.is_running(id) {
+            self.signal(id, Signal::SIGTERM)?;
+            let deadline = Instant::now() + patience;
+            while self.exited(id)?.is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.kill9(id)
+    }
+
+    /// The build node `id` runs.
+    pub fn release_of(&self, id: u64) -> Release {
+        let index = id.wrapping_sub(1) as usize;
+        self.nodes
+            .get(index)
+            .map_or(Release::Current, |n| n.release)
+    }
+
+    /// Whether the nodes can run the release before this build.
+    pub fn has_previous(&self) -> bool {
+        self.launcher.previous.is_some()
+    }
+
+    /// Replaces node `id`'s binary by `release`'s on the same data dir: stopped as an
+    /// operator does ([`Procs::stop`]), started again on the other binary.
+    pub fn swap(&mut self, id: u64, release: Release, patience: Duration) -> Result<()> {
+        if release == Release::Previous && self.launcher.previous.is_none() {
+            bail!("this cluster has no previous release to run");
+        }
+        self.stop(id, patience)?;
+        self.node(id)?.release = release;
+        self.spawn(id)
+    }
+
+    /// Nodes of the current build started from now on announce at most rules `hold` (None:
+    /// all they support).
+    pub fn set_hold(&mut self, hold: Option<u32>) {
+        self.hold = hold;
+    }
+
+    /// The rules version nodes of the current build are held at, if they are.
+    pub fn hold(&self) -> Option<u32> {
+        self.hold
     }
 
     /// Starts a stopped (killed or crashed) node again on the same data dir.

@@ -129,3 +129,53 @@ pub(super) async fn set_quotas(
         }
     }
 }
+
+/// Whether every node has applied what the leader had committed once the run was healed: a
+/// node left behind (one that cannot decode or apply the log, say a command of rules its
+/// release does not have, or one halted) fails the run. Empty when they all have.
+pub(super) async fn converged(per_node: &[Client], patience: Duration) -> Vec<String> {
+    let deadline = Instant::now() + patience;
+    let status = |client: &Client| {
+        let client = client.with_timeout(Duration::from_secs(1));
+        async move { client.node_status(0).await }
+    };
+    let mut target = 0;
+    for client in per_node {
+        if let Ok(s) = status(client).await {
+            if s.state == "Leader" {
+                target = target.max(s.commit_index);
+            }
+        }
+    }
+    if target == 0 {
+        return vec!["no leader named its commit index after the run".into()];
+    }
+    loop {
+        let mut behind = Vec::new();
+        for (i, client) in per_node.iter().enumerate() {
+            match status(client).await {
+                Ok(s) if s.applied_index >= target => {}
+                Ok(s) => behind.push(format!(
+                    "n{} applied {} of {target}{}",
+                    i + 1,
+                    s.applied_index,
+                    match s.halted.as_str() {
+                        "" => String::new(),
+                        why => format!(" (halted: {why})"),
+                    }
+                )),
+                Err(e) => behind.push(format!("n{} gave no status ({e})", i + 1)),
+            }
+        }
+        if behind.is_empty() {
+            return Vec::new();
+        }
+        if Instant::now() >= deadline {
+            return vec![format!(
+                "not every node applied the log within {patience:?} after the run: {}",
+                behind.join("; ")
+            )];
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

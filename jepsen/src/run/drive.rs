@@ -9,7 +9,7 @@ use std::time::Duration;
 use tenure_client::Client;
 use tokio::time::Instant;
 
-use super::cluster::{observe_leaders, register, set_quotas, wait_for_leader};
+use super::cluster::{converged, observe_leaders, register, set_quotas, wait_for_leader};
 use super::TestOptions;
 use crate::history::{now_ns, History, Mode};
 use crate::hosts::Hosts;
@@ -26,7 +26,7 @@ pub(super) async fn drive(
     hosts: Arc<Hosts>,
     procs: Arc<Mutex<Procs>>,
     connect: Connect,
-) -> anyhow::Result<(History, bool)> {
+) -> anyhow::Result<(History, bool, Vec<String>)> {
     let endpoints = procs.lock().unwrap_or_else(|p| p.into_inner()).endpoints();
     let timeout = options.workload.call_timeout;
     // The harness's own calls are an admin's; the workload's are its principal's.
@@ -125,6 +125,10 @@ pub(super) async fn drive(
         options.seed,
         interrupt_rx,
     );
+    let nemesis = match options.rolling_upgrade {
+        true => nemesis.rolling(),
+        false => nemesis,
+    };
     let nemesis = tokio::spawn(nemesis.run(deadline));
     let mut clients: Vec<_> = (1..=options.workload.clients)
         .map(|p| {
@@ -158,12 +162,14 @@ pub(super) async fn drive(
     let healed = wait_for_leader(&per_node, Duration::from_secs(30))
         .await
         .is_some();
+    let mut problems = Vec::new();
     if healed {
         for (resource, _) in options.workload.all_resources() {
             for node in 1..=options.nodes {
                 env.read(0, &resource, node).await;
             }
         }
+        problems.extend(converged(&per_node, Duration::from_secs(30)).await);
     }
     let progress_deadline = Instant::now() + Duration::from_secs(15);
     let mut progress = false;
@@ -234,7 +240,7 @@ pub(super) async fn drive(
         unread,
         watches,
     };
-    Ok((history, progress))
+    Ok((history, progress, problems))
 }
 
 /// Waits until no resource of the run has anyone in its waiting room and the clients have no

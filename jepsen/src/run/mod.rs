@@ -34,6 +34,12 @@ pub struct TestOptions {
     pub min_admissions: usize,
     /// Extra `tenured` flags, e.g. `--fi-stale-reads` for a deliberately broken build.
     pub node_args: Vec<String>,
+    /// Flags for this build's nodes only (the release before does not know them), e.g.
+    /// `--fi-ungated`.
+    pub new_args: Vec<String>,
+    /// The release before's `tenured` for the `upgrade` nemesis (None: built from the commit
+    /// CHANGELOG.md names, `crate::releases`).
+    pub old_bin: Option<PathBuf>,
     /// Auth and TLS on (`crate::secure`).
     pub secure: bool,
     pub bin: Option<PathBuf>,
@@ -42,6 +48,9 @@ pub struct TestOptions {
     pub power_modes: Vec<CutMode>,
     /// Power cuts of a majority of the nodes at once the run needs.
     pub min_majority_power_cuts: usize,
+    /// The `upgrade` nemesis makes one rolling upgrade (every node onto this build, the leader
+    /// last), and every client call must succeed but for refusals of rules not reached yet.
+    pub rolling_upgrade: bool,
 }
 
 /// What the run found, beyond the checker's anomalies.
@@ -50,7 +59,80 @@ pub struct RunVerdict {
     pub grants: usize,
     pub leader_changes: usize,
     pub progress_after_heal: bool,
+    /// Nodes swapped onto this build and back to the release before (`upgrade`).
+    pub upgrades: usize,
+    pub downgrades: usize,
+    /// The rules version the upgrade raised the cluster to, if it did.
+    pub rules_raised_to: Option<u32>,
+    pub calls: Calls,
     pub problems: Vec<String>,
+}
+
+/// The clients' calls (their own writes to the fenced store aside) by how they ended.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Calls {
+    pub ok: usize,
+    /// Definite failures, by reason.
+    pub failed: std::collections::BTreeMap<String, usize>,
+    /// Outcome unknown: timeouts, `unavailable` past the client's retries.
+    pub unknown: usize,
+    /// Renews that replaced their lease's metadata (rules version 2): served, and refused
+    /// `rules_not_reached` (before the raise).
+    pub metadata_renews_served: usize,
+    pub metadata_renews_refused: usize,
+}
+
+impl Calls {
+    pub fn of(history: &History) -> Calls {
+        use crate::history::{Call, Outcome};
+        let mut calls = Calls::default();
+        for op in &history.ops {
+            if matches!(op.call, Call::Write { .. }) {
+                continue;
+            }
+            let sets_metadata = matches!(
+                op.call,
+                Call::Renew {
+                    sets_metadata: true,
+                    ..
+                }
+            );
+            match &op.outcome {
+                Outcome::Ok { .. } => {
+                    calls.ok += 1;
+                    calls.metadata_renews_served += usize::from(sets_metadata);
+                }
+                Outcome::Fail { reason } => {
+                    *calls.failed.entry(reason.clone()).or_default() += 1;
+                    calls.metadata_renews_refused += usize::from(
+                        sets_metadata && tenure_client::Reason::RulesNotReached == reason.as_str(),
+                    );
+                }
+                Outcome::QuotaExceeded { quota, .. } => {
+                    *calls.failed.entry(format!("quota {quota}")).or_default() += 1;
+                }
+                Outcome::Unknown { .. } => calls.unknown += 1,
+            }
+        }
+        calls
+    }
+
+    /// One line: `N ok, failed: reason×n, …, M unknown`.
+    pub fn describe(&self) -> String {
+        let failed: Vec<String> = self
+            .failed
+            .iter()
+            .map(|(reason, n)| format!("{reason} ×{n}"))
+            .collect();
+        format!(
+            "{} ok, failed: {}, {} unknown; renews setting metadata: {} served, {} refused rules_not_reached",
+            self.ok,
+            if failed.is_empty() { "none".into() } else { failed.join(", ") },
+            self.unknown,
+            self.metadata_renews_served,
+            self.metadata_renews_refused
+        )
+    }
 }
 
 impl RunVerdict {
@@ -90,7 +172,26 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
         Connect::default()
     };
     let power = options.faults.contains(&Fault::Power);
-    let procs = Procs::start(&hosts, bin, options.nodes, data_root, node_args, power)?;
+    let previous = match (options.faults.contains(&Fault::Upgrade), &options.old_bin) {
+        (false, _) => None,
+        (true, Some(old)) => Some((old.clone(), node_args.clone())),
+        (true, None) => {
+            let repo = crate::releases::repository()?;
+            let (release, old) = crate::releases::previous_tenured(&repo, &bin)?;
+            tracing::info!(version = %release.version, bin = %old.display(), "the release before");
+            Some((old, node_args.clone()))
+        }
+    };
+    node_args.extend(options.new_args.iter().cloned());
+    let procs = Procs::start(
+        &hosts,
+        bin,
+        options.nodes,
+        data_root,
+        node_args,
+        power,
+        previous,
+    )?;
     let procs = Arc::new(Mutex::new(procs));
 
     // The clients talk to the nodes from the client namespace: every runtime thread is
@@ -107,7 +208,7 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
     drop(procs);
     drop(hosts);
 
-    let (history, progress) = driven?;
+    let (history, progress, problems) = driven?;
     history.write_jsonl(&options.out_dir.join("history.jsonl"))?;
     let check = checker::check(
         &history,
@@ -116,7 +217,8 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
             max_states_per_resource: 5_000_000,
         },
     );
-    let verdict = judge(options, &history, &check, progress);
+    let mut verdict = judge(options, &history, &check, progress);
+    verdict.problems.extend(problems);
     Ok((history, check, verdict))
 }
 
@@ -136,12 +238,56 @@ fn judge(
         seen.dedup();
         seen.len().saturating_sub(1)
     };
+    let upgrade_events = || history.nemesis.iter().filter(|e| e.kind == "upgrade");
     let mut verdict = RunVerdict {
         grants: check.grants,
         leader_changes,
         progress_after_heal: progress,
+        upgrades: upgrade_events()
+            .filter(|e| e.detail.contains(crate::nemesis::UPGRADED))
+            .count(),
+        downgrades: upgrade_events()
+            .filter(|e| e.detail.contains(crate::nemesis::DOWNGRADED))
+            .count(),
+        rules_raised_to: upgrade_events().find_map(|e| {
+            e.detail
+                .strip_prefix(crate::nemesis::RAISED)
+                .and_then(|v| v.trim().parse().ok())
+        }),
+        calls: Calls::of(history),
         problems: vec![],
     };
+    if options.rolling_upgrade {
+        let failed: usize = verdict
+            .calls
+            .failed
+            .iter()
+            .filter(|(reason, _)| tenure_client::Reason::RulesNotReached != reason.as_str())
+            .map(|(_, n)| n)
+            .sum();
+        if failed + verdict.calls.unknown > 0 {
+            verdict.problems.push(format!(
+                "a rolling upgrade failed client calls: {}",
+                verdict.calls.describe()
+            ));
+        }
+        if verdict.calls.metadata_renews_served == 0 {
+            verdict
+                .problems
+                .push("no renew that needed the raised rules was served".into());
+        }
+    }
+    for lag in upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::LAGGING)) {
+        verdict.problems.push(format!(
+            "a node fell behind in a cluster of two releases: {}",
+            lag.detail
+        ));
+    }
+    if options.faults.contains(&Fault::Upgrade) && verdict.rules_raised_to.is_none() {
+        verdict
+            .problems
+            .push("the upgrade did not finish with the rules raised".into());
+    }
     if !progress {
         verdict
             .problems

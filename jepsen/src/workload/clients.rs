@@ -248,11 +248,19 @@ async fn hold(
         {
             return;
         }
-        if !matches!(env.renew(process, &lease, ttl_ms).await, Outcome::Ok { .. }) {
-            return;
+        match env.renew(process, &lease, ttl_ms).await {
+            Outcome::Ok { .. } => {}
+            // A renew of rules the cluster has not reached did nothing: the lease is as it
+            // was, and released as usual.
+            Outcome::Fail { reason }
+                if tenure_client::Reason::RulesNotReached == reason.as_str() =>
+            {
+                break;
+            }
+            _ => return,
         }
     }
-    if rng.random_bool(0.8) {
+    if !rng.random_bool(config.abandon_probability) {
         env.release(process, &lease).await;
     }
 }

@@ -141,8 +141,27 @@ pub struct WorkloadConfig {
     pub stall_probability: f64,
     /// Chance, per round, that a holder of a transferable lease hands it over.
     pub transfer_probability: f64,
+    /// Chance that a holder leaves its lease to expire instead of releasing it (its holder
+    /// may find it still held when it acquires the resource again).
+    pub abandon_probability: f64,
     /// Deadline of each call, retries included: past it the outcome is unknown.
     pub call_timeout: Duration,
+}
+
+impl WorkloadConfig {
+    /// Lock cycles in which every call should succeed (`--calm`): no stalls past a ttl, no
+    /// transfers, no lease left to expire, and ttls of 6 to 8 s, longer than a loaded
+    /// machine's scheduling ever holds a client up.
+    pub fn calm(self) -> Self {
+        WorkloadConfig {
+            stall_probability: 0.0,
+            transfer_probability: 0.0,
+            abandon_probability: 0.0,
+            ttl_min_ms: 6_000,
+            ttl_max_ms: 8_000,
+            ..self
+        }
+    }
 }
 
 impl Default for WorkloadConfig {
@@ -170,6 +189,7 @@ impl Default for WorkloadConfig {
             ttl_max_ms: 3_000,
             stall_probability: 0.1,
             transfer_probability: 0.4,
+            abandon_probability: 0.2,
             call_timeout: Duration::from_secs(2),
         }
     }

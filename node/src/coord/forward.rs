@@ -203,9 +203,11 @@ impl Node {
             return Err(NotServed::NotLeader);
         }
         // A follower gated it against its own state; the leader's may not have applied the
-        // raise yet: the follower tries again.
+        // raise yet: nothing was proposed, and the caller tries again shortly.
         if let Err(refused) = self.gate(&proposal.op) {
-            return Err(NotServed::Unavailable(refused.to_string()));
+            return Err(NotServed::Busy(format!(
+                "{refused} (the leader has not applied the raise yet): nothing was done"
+            )));
         }
         if let Some(refused) = self.refused_before_proposing(&proposal).await {
             return Ok(refused);
@@ -280,6 +282,12 @@ impl Node {
     /// `stale`. Returns the answer and the applied index it was read at.
     pub async fn query(&self, query: Query, stale: bool) -> Result<(Answer, u64), ApiError> {
         if stale || self.config.breaks_linearizable_reads() {
+            if let Some(why) = self.sm.halted() {
+                // Its state stopped at what it could apply: not an answer to give.
+                return Err(ApiError::Unavailable(format!(
+                    "this node stopped applying the log: {why}: ask another node"
+                )));
+            }
             return Ok(self.read_local(&query));
         }
         let request = &ReadRequest { query };

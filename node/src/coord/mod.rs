@@ -116,6 +116,11 @@ pub struct Node {
     /// This leader is handing leadership over (`TransferLeader`): it takes no writes or
     /// linearizable reads, which would renew the followers' lease on it.
     pub handing_over: std::sync::atomic::AtomicBool,
+    /// This node's rules range as its answers to peers carry it (`crate::rules::HEADER`).
+    pub rules_header: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+    /// Held by a raise of the rules and by a membership change: a member added while a raise
+    /// is decided would miss the check of its rules.
+    pub(crate) members_or_rules: tokio::sync::Mutex<()>,
 }
 
 impl Node {
@@ -206,6 +211,11 @@ impl Node {
             )),
             rpc_latency: crate::metrics::rpc_latency(),
             handing_over: Default::default(),
+            rules_header: crate::rules::own_range(config.max_rules)
+                .to_string()
+                .parse()
+                .unwrap_or_else(|_| tonic::metadata::MetadataValue::from_static("1-1")),
+            members_or_rules: Default::default(),
             config,
         }
     }

@@ -21,6 +21,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     let mut snapshotted = node.sm.read().state.rules();
+    node.peers.announce_cluster_rules(snapshotted);
     let mut every = tokio::time::interval(LOOK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -34,8 +35,12 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
                 rules = current,
                 "the cluster runs rules version {current} now"
             );
-            if node.raft.trigger().snapshot().await.is_ok() {
-                snapshotted = current;
+            node.peers.announce_cluster_rules(current);
+            // A snapshot that covers the raise: its format names the version to any release
+            // started on this data (one from before the raise refuses the format by name).
+            match node.snapshot_now().await {
+                Ok(_) => snapshotted = current,
+                Err(e) => tracing::warn!("no snapshot after the raise yet: {e}"),
             }
         }
         let leading = node.raft.metrics().borrow_watched().state == ServerState::Leader;
@@ -43,6 +48,8 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
         if !leading || node.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             continue;
         }
+        // No member joins or leaves while a raise is decided and committed.
+        let _members = node.members_or_rules.lock().await;
         if let Raise::To(to) = node.rules_raise() {
             tracing::info!(
                 from = current,
@@ -73,17 +80,50 @@ impl Node {
             .membership_config
             .membership()
             .nodes()
-            .map(|(id, _)| match *id == self.id {
-                true => (*id, Some(self.rules_range())),
-                false => (*id, self.peers.rules.of(*id)),
-            })
+            .map(|(id, _)| (*id, self.rules_of(*id)))
             .collect()
     }
 
-    /// What the leader may raise the rules to now, or what holds a raise back.
+    /// Member `id`'s range as this node knows it: its own, or as `id` last announced it.
+    pub fn rules_of(&self, id: NodeId) -> Option<Range> {
+        match id == self.id {
+            true => Some(self.rules_range()),
+            false => self
+                .peers
+                .rules
+                .of(id, rules::heard_for(self.config.heartbeat)),
+        }
+    }
+
+    /// What the leader may raise the rules to now, or what holds a raise back. Only over a
+    /// membership that is settled: committed and applied, and not a joint one (a member on
+    /// its way in may not have been heard from yet).
     pub fn rules_raise(&self) -> Raise {
-        let members = self.member_rules(&self.raft.metrics().borrow_watched());
-        rules::raise(self.sm.read().state.rules(), &members)
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = &metrics.membership_config;
+        let applied = self.sm.read().last_applied.map_or(0, |id| id.index);
+        let changing = membership.log_id().is_some_and(|id| id.index > applied)
+            || membership.membership().get_joint_config().len() > 1;
+        if changing {
+            return Raise::HeldBack(vec!["a membership change is under way".into()]);
+        }
+        rules::raise(self.sm.read().state.rules(), &self.member_rules(&metrics))
+    }
+
+    /// Why learner `id` may not become a voter under the cluster's rules, if it may not: it
+    /// has not announced a range that holds them (an older release would stop at the next
+    /// entry, and a voter that cannot apply costs the quorum a member).
+    pub fn rules_refuse_voter(&self, id: NodeId) -> Option<String> {
+        let cluster = self.sm.read().state.rules();
+        match self.rules_of(id) {
+            Some(range) if range.contains(cluster) => None,
+            Some(range) => Some(format!(
+                "learner {id} applies rules {range} and the cluster runs {cluster}: start it on a release that supports {cluster}"
+            )),
+            None => Some(format!(
+                "learner {id} has not announced its rules lately; retry once it answers the leader"
+            )),
+        }
     }
 
     /// Refuses `op` if it needs rules the cluster has not reached, as this node's state

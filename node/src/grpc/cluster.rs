@@ -40,7 +40,7 @@ impl ClusterApi {
     /// The membership as this node sees it, with the leader's view of each member's log.
     fn members(&self, metrics: &RaftMetrics) -> Vec<pb::Member> {
         let is_leader = metrics.state == ServerState::Leader;
-        to_pb(member_views(self.node.id, metrics), is_leader)
+        to_pb(&self.node, member_views(self.node.id, metrics), is_leader)
     }
 
     /// Runs a membership change through the leader and answers with the membership after it,
@@ -62,7 +62,7 @@ impl ClusterApi {
         };
         Ok(Response::new(pb::MembershipResponse {
             log_index,
-            members: to_pb(members, true),
+            members: to_pb(&self.node, members, true),
             leader_id: self.node.leader().map_or(0, |(id, _)| id),
             caught_up,
         }))
@@ -92,7 +92,7 @@ fn quota_pb(node: &Node, view: &QuotaView) -> pb::QuotaResponse {
     }
 }
 
-fn to_pb(members: Vec<MemberView>, from_leader: bool) -> Vec<pb::Member> {
+fn to_pb(node: &Node, members: Vec<MemberView>, from_leader: bool) -> Vec<pb::Member> {
     members
         .into_iter()
         .map(|m| pb::Member {
@@ -101,7 +101,10 @@ fn to_pb(members: Vec<MemberView>, from_leader: bool) -> Vec<pb::Member> {
             voter: m.voter,
             matched_index: m.matched.unwrap_or(0),
             healthy: from_leader && m.matched.is_some(),
-            rules: String::new(),
+            rules: node
+                .rules_of(m.id)
+                .map(|range| range.to_string())
+                .unwrap_or_default(),
         })
         .collect()
 }
@@ -128,15 +131,6 @@ impl Cluster for ClusterApi {
                 applied.state.rules(),
             )
         };
-        let mut members = members;
-        let heard = node.member_rules(&metrics);
-        for member in &mut members {
-            member.rules = heard
-                .iter()
-                .find(|(id, _)| *id == member.id)
-                .and_then(|(_, range)| range.map(|r| r.to_string()))
-                .unwrap_or_default();
-        }
         let rules_held_back = match (metrics.state == ServerState::Leader, node.rules_raise()) {
             (true, crate::rules::Raise::HeldBack(why)) => why,
             _ => Vec::new(),

@@ -187,6 +187,14 @@ async fn renew(
                     "a KeepAlive message renews a lease or a session, not both",
                 ))
             }
+            (Some(req), _) if req.replace_metadata => {
+                // Renewals on a stream are answered as they finish, not in order: two that
+                // replace the metadata could land in either order.
+                return Err(ApiError::invalid(
+                    "renew.replace_metadata",
+                    "replace a lease's metadata with Renew, not on a KeepAlive stream",
+                ));
+            }
             (Some(req), _) => (validate::renew(&req)?, req.request_id),
             (None, "") => {
                 return Err(ApiError::invalid(

@@ -57,10 +57,31 @@ impl RaftApi {
         answer: Result<Response<RaftBytes>, Status>,
     ) -> Result<Response<RaftBytes>, Status> {
         let mut answer = answer?;
-        if let Ok(range) = self.node.rules_range().to_string().parse() {
-            answer.metadata_mut().insert(crate::rules::HEADER, range);
-        }
+        answer
+            .metadata_mut()
+            .insert(crate::rules::HEADER, self.node.rules_header.clone());
         Ok(answer)
+    }
+
+    /// Refuses, before decoding it, a leader's call whose state runs rules above this node's
+    /// range: what it carries may not decode here, and could never apply. This node stops.
+    fn within_rules(&self, request: &Request<RaftBytes>) -> Result<(), Status> {
+        let Some(cluster) = request
+            .metadata()
+            .get(crate::rules::CLUSTER_HEADER)
+            .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
+        else {
+            return Ok(());
+        };
+        let max = self.node.sm.max_rules();
+        if cluster <= max {
+            return Ok(());
+        }
+        let why = crate::store::state_machine::above_rules("the cluster", cluster, max);
+        if self.node.sm.halted().is_none() {
+            let _ = self.node.sm.halt(why.clone());
+        }
+        Err(Status::failed_precondition(why))
     }
 }
 
@@ -95,6 +116,7 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
+        self.within_rules(&request)?;
         let (body, wire) = self.body(&request)?;
         self.node.succession.heard_from_leader();
         self.announced(reply(wire, &self.node.raft.append_entries(body).await))
@@ -109,6 +131,7 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
+        self.within_rules(&request)?;
         let (body, wire): (
             openraft_legacy::network_v1::InstallSnapshotRequest<TypeConfig>,
             _,
@@ -136,7 +159,10 @@ impl Raft for RaftApi {
         let (request, wire): (Unstamped<String, Op>, _) = self.body(&request)?;
         let request = request.into_proposal();
         // Only client commands are handed over; the leader proposes Tick and Reclaim itself.
-        if matches!(request.op, Op::Tick | Op::Reclaim { .. }) {
+        if matches!(
+            request.op,
+            Op::Tick | Op::Reclaim { .. } | Op::RaiseRules { .. }
+        ) {
             return Err(Status::permission_denied(
                 "only client commands may be forwarded",
             ));

@@ -188,12 +188,13 @@ impl Op {
 
     /// Whether a `request_id` makes the op exactly-once (SPEC §5). A renew does not: applied
     /// again with the same token it extends the same lease from a later instant, as asked,
-    /// and renews are most of a busy cluster's writes. Nor do the leader's own entries.
+    /// and renews are most of a busy cluster's writes. Nor do the leader's own entries. A
+    /// renew that replaces metadata does: applied again late, it could put back metadata a
+    /// later renew replaced.
     pub fn exactly_once(&self) -> bool {
         !matches!(
             self,
             Op::Renew(_)
-                | Op::RenewWithMetadata(_)
                 | Op::RenewSession(_)
                 | Op::Reclaim { .. }
                 | Op::Tick

@@ -159,14 +159,17 @@ impl State {
         self.track_due(&lease);
         let mut event_metadata = Metadata::default();
         if let (Some(metadata), Some(grown)) = (metadata, grown) {
-            lease.metadata = Metadata::from(metadata.clone());
-            event_metadata = lease.metadata.clone();
+            if *metadata != *lease.metadata {
+                lease.metadata = Metadata::from(metadata.clone());
+                event_metadata = lease.metadata.clone();
+            }
             self.quotas
                 .add(&lease.principal, Quota::MetadataBytes, grown);
         }
         let view = self.live_view(&lease);
         let mut event = Event::about(EventKind::Renewed, &lease, Some(was), Some(view.status));
-        // Watchers see the metadata a renew set (an acquire's event carries its own).
+        // Watchers see metadata a renew changed (an acquire's event carries its own); a renew
+        // that set what was there already costs the history nothing more than a plain one.
         event.metadata = event_metadata;
         self.replace_live(ctx.index, lease);
         self.record(ctx.index, ctx.principal, &op.resource, event);

@@ -43,6 +43,8 @@ struct PeerHeaders {
     digest: Option<MetadataValue<Ascii>>,
     /// This node's rules range (`crate::rules`).
     rules: Option<MetadataValue<Ascii>>,
+    /// The rules version this node's state runs.
+    cluster_rules: Option<MetadataValue<Ascii>>,
 }
 
 impl tonic::service::Interceptor for PeerAuth {
@@ -65,6 +67,7 @@ impl tonic::service::Interceptor for PeerAuth {
             (crate::agreement::FROM_HEADER, &headers.from),
             (crate::agreement::DIGEST_HEADER, &headers.digest),
             (crate::rules::HEADER, &headers.rules),
+            (crate::rules::CLUSTER_HEADER, &headers.cluster_rules),
         ] {
             if let Some(value) = value {
                 metadata.insert(name, value.clone());
@@ -150,6 +153,12 @@ impl Peers {
     pub fn announce(&self, rules: crate::rules::Range) {
         let mut headers = self.auth.0.write().unwrap_or_else(|p| p.into_inner());
         headers.rules = rules.to_string().parse().ok();
+    }
+
+    /// Tells every peer called from now on that this node's state runs rules `version`.
+    pub fn announce_cluster_rules(&self, version: u32) {
+        let mut headers = self.auth.0.write().unwrap_or_else(|p| p.into_inner());
+        headers.cluster_rules = Some(MetadataValue::from(version));
     }
 
     /// Sends `body` to `addr` through `send`, in the binary encoding.
@@ -365,6 +374,9 @@ impl PeerConnection {
             self.peers.rules.record(self.target, range);
             reply.into_inner()
         });
+        if reply.is_err() {
+            self.peers.rules.forget(self.target);
+        }
         let health = &self.peers.health;
         let report = match &reply {
             Ok(_) => health.answered(self.target, tokio::time::Instant::now()),

@@ -163,6 +163,7 @@ fn renew(holder: &str, token: u64, ttl_ms: u64) -> Call {
         lease_id: format!("lse_{token}_0"),
         token,
         ttl_ms,
+        sets_metadata: false,
     }
 }
 fn release(holder: &str, token: u64) -> Call {

@@ -55,6 +55,7 @@ fn renew(r: &str, h: &str, token: u64) -> Call {
         lease_id: format!("lse_{token}"),
         token,
         ttl_ms: 3000,
+        sets_metadata: false,
     }
 }
 

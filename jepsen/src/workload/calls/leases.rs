@@ -214,14 +214,23 @@ impl Env {
 
     pub async fn renew(&self, process: u64, lease: &Tenancy, ttl_ms: u64) -> Outcome {
         let holder = lease.holder.clone();
+        // A third of the leases publish their holder's name in their metadata as they renew
+        // (rules version 2, spec §4.3): before the cluster runs it they are refused
+        // `rules_not_reached`, which changes nothing; a mixed-version run sees both.
+        let replace_metadata = lease.token.is_multiple_of(3);
         let call = Call::Renew {
             resource: lease.resource.clone(),
             holder: holder.clone(),
             lease_id: lease.lease_id.clone(),
             token: lease.token,
             ttl_ms,
+            sets_metadata: replace_metadata,
         };
         let pending = self.recorder.invoke(process, call);
+        let metadata = match replace_metadata {
+            true => [("renewed_by".to_string(), holder.clone())].into(),
+            false => Default::default(),
+        };
         let request = pb::RenewRequest {
             resource: lease.resource.clone(),
             lease_id: lease.lease_id.clone(),
@@ -229,7 +238,8 @@ impl Env {
             fencing_token: lease.token,
             ttl: Some(prost_duration(Duration::from_millis(ttl_ms))),
             request_id: String::new(),
-            ..Default::default()
+            metadata,
+            replace_metadata,
         };
         let outcome = match self.client.renew(request).await {
             Ok(_) => Outcome::Ok {

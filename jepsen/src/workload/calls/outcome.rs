@@ -22,6 +22,8 @@ const DEFINITE_FAILURES: &[Reason] = &[
     // `RenewSession` (not exactly-once) may be told so after an earlier attempt renewed: the
     // checkers then just miss that renewal, which only makes them more lenient.
     Reason::SessionNotFound,
+    // Refused before it is proposed: the cluster's rules do not have it yet (spec §4.26).
+    Reason::RulesNotReached,
 ];
 
 /// The quota and limit of a refusal for a quota: `resource_exhausted` with the message

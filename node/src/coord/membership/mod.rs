@@ -137,8 +137,13 @@ impl Node {
                 Ok(Ok(AdminReply::Campaigning))
             }
             _ if !leads => Err(NotServed::NotLeader),
-            AdminRequest::AddLearner { id, addr, wait } => self.add_learner(*id, addr, *wait).await,
+            // One at a time with a raise of the rules (`coord::rules`).
+            AdminRequest::AddLearner { id, addr, wait } => {
+                let _rules = self.members_or_rules.lock().await;
+                self.add_learner(*id, addr, *wait).await
+            }
             AdminRequest::ChangeMembership { promote, remove } => {
+                let _rules = self.members_or_rules.lock().await;
                 self.change_voters(promote, remove).await
             }
             AdminRequest::TransferLeader { to, from } => {
@@ -290,6 +295,9 @@ impl Node {
                 return Ok(Err(AdminError::Unavailable(format!(
                     "learner {id} has not caught up (it has the log to {matched} of {commit}); retry once it has"
                 ))));
+            }
+            if let Some(why) = self.rules_refuse_voter(*id) {
+                return Ok(Err(AdminError::Unavailable(why)));
             }
         }
         let mut log_index = 0;

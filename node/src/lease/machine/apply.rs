@@ -57,6 +57,18 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
         request_id: proposal.request_id.as_deref(),
     };
 
+    // The leader proposes nothing the cluster's rules do not have yet; this is apply's own
+    // check, before the exactly-once table (a refusal is not remembered: the same request
+    // may be taken once the rules rise). The raise is what brings a version in. The refusal
+    // is a reason every release decodes (it may be remembered in a snapshot 0.1.0 reads).
+    let needs = proposal.op.rules_needed();
+    if needs > state.rules && !matches!(proposal.op, Op::RaiseRules { .. }) {
+        state.admit_touched(meta.index);
+        return Reply::Rejected(Rejection::invalid(
+            "op",
+            crate::rules::not_reached("this command", needs, state.rules),
+        ));
+    }
     let reply = match ctx.request_id.filter(|_| proposal.op.exactly_once()) {
         None => state.execute(&ctx, proposal, reclaimed),
         Some(request_id) => match state
@@ -89,15 +101,6 @@ fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Re
 
 impl State {
     fn execute(&mut self, ctx: &Ctx<'_>, proposal: &Proposal, reclaimed: Vec<LeaseView>) -> Reply {
-        // The leader proposes nothing the cluster's rules do not have yet; this is apply's
-        // own check (the raise is what brings a version in).
-        let needs = proposal.op.rules_needed();
-        if needs > self.rules && !matches!(proposal.op, Op::RaiseRules { .. }) {
-            return Reply::Rejected(Rejection::invalid(
-                "op",
-                crate::rules::not_reached("this command", needs, self.rules),
-            ));
-        }
         let result = match &proposal.op {
             Op::CreateResource(op) => self.create_resource(ctx, op),
             Op::CreateResourceV1(op) => self.create_resource(
@@ -133,6 +136,14 @@ impl State {
             Op::CancelBooking(op) => self.cancel_booking(ctx, op),
             Op::SetQuota(op) => self.set_quota(ctx, op),
             Op::Reclaim { .. } | Op::Tick => Ok(Reply::Reclaimed(reclaimed)),
+            // Only the leader's own entry raises the rules (never one handed over).
+            Op::RaiseRules { .. }
+                if !ctx.admin || ctx.principal != crate::coord::timers::SYSTEM =>
+            {
+                Err(Rejection::InsufficientPermissions(
+                    "only the leader raises the rules".into(),
+                ))
+            }
             Op::RaiseRules { to } => {
                 // Never down: a raise that arrives after a higher one changes nothing.
                 self.rules = self.rules.max(*to);

@@ -21,8 +21,14 @@ fn renew_setting(view: &LeaseView, metadata: &[(&str, &str)]) -> Op {
     })
 }
 
+/// The leader's own principal: only its entries raise the rules.
+const LEADER_ITSELF: Caller = Caller {
+    principal: crate::coord::timers::SYSTEM,
+    admin: true,
+};
+
 fn raise(log: &mut Log, to: u32) {
-    let reply = log.propose(ROOT, Op::RaiseRules { to });
+    let reply = log.propose(LEADER_ITSELF, Op::RaiseRules { to });
     assert!(matches!(reply, Reply::Reclaimed(_)), "{reply:?}");
 }
 
@@ -34,6 +40,13 @@ fn s4_26_a_command_of_rules_not_reached_is_refused_by_apply_and_taken_after_the_
     let refused = log.propose(ALICE, renew_setting(&a, &[("k", "v")]));
     assert_eq!(invalid_field(&refused), "op");
     assert!(a.lease.metadata.is_empty(), "nothing changed");
+    // Not even an admin raises the rules: only the leader's own entry does.
+    let by_admin = log.propose(ROOT, Op::RaiseRules { to: 2 });
+    assert!(
+        matches!(rejection(&by_admin), Rejection::InsufficientPermissions(_)),
+        "{by_admin:?}"
+    );
+    assert_eq!(log.state.rules(), 1);
     raise(&mut log, 2);
     assert_eq!(log.state.rules(), 2);
     raise(&mut log, 1);
@@ -90,6 +103,11 @@ fn s4_3_a_renew_replaces_metadata_within_bounds_and_its_principals_quota() {
         event.metadata.get("addr").map(String::as_str),
         Some("10.0.0.7:80")
     );
+    // The same metadata again: a plain renewed event, no bytes of metadata in the history.
+    lease(&log.propose(ALICE, renew_setting(&a, &[("addr", "10.0.0.7:80")])));
+    let event = log.events("r").pop().expect("an event");
+    assert_eq!(event.kind, EventKind::Renewed);
+    assert!(event.metadata.is_empty());
     // Over the quota: refused, nothing changed.
     set(&mut log, Some("alice"), Quota::MetadataBytes, Some(200));
     let big = "y".repeat(300);

@@ -109,7 +109,7 @@ impl Shared {
 
     /// Stops this node's applying for `why`: logged, remembered, and returned as the error
     /// that stops openraft (it never applies past what it cannot read).
-    fn halt(&self, why: String) -> std::io::Error {
+    pub fn halt(&self, why: String) -> std::io::Error {
         tracing::error!("{why}");
         *self.halted.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
         std::io::Error::other(why)
@@ -265,19 +265,29 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         while let Some(next) = entries.next().await {
             batch.push(next?);
         }
+        // An entry of rules above this node's: what comes before it is applied (and answered,
+        // and published) as usual, then this node stops there.
+        let max = self.shared.max_rules;
+        let above = batch.iter().position(|(entry, _)| match &entry.payload {
+            EntryPayload::Normal(command) => command.rules_needed() > max,
+            _ => false,
+        });
+        let stopped_at = above.map(|i| {
+            let (entry, _) = &batch[i];
+            let rules = match &entry.payload {
+                EntryPayload::Normal(command) => command.rules_needed(),
+                _ => max,
+            };
+            (entry.log_id.index, rules)
+        });
+        if let Some(i) = above {
+            batch.truncate(i);
+        }
         let mut replies = Vec::with_capacity(batch.len());
         let mut effects = Vec::new();
         let index = {
             let mut applied = self.shared.write();
             for (entry, responder) in batch {
-                if let EntryPayload::Normal(command) = &entry.payload {
-                    let rules = command.rules_needed();
-                    if rules > self.shared.max_rules {
-                        let what = format!("log entry {}", entry.log_id.index);
-                        let max = self.shared.max_rules;
-                        return Err(self.shared.halt(above_rules(&what, rules, max)));
-                    }
-                }
                 applied.last_applied = Some(entry.log_id);
                 let reply = match &entry.payload {
                     EntryPayload::Blank => Reply::None,
@@ -323,6 +333,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             if let Some(responder) = responder {
                 responder.send(reply);
             }
+        }
+        if let Some((index, rules)) = stopped_at {
+            let what = format!("log entry {index}");
+            return Err(self.shared.halt(above_rules(&what, rules, max)));
         }
         Ok(())
     }

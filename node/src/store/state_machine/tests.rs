@@ -69,22 +69,26 @@ async fn a_node_stops_at_an_entry_of_rules_above_its_own() {
     sm.apply(entries(vec![own_entry(1, Op::Tick)]))
         .await
         .expect("a tick is of rules 1");
+    let mut applied_index = sm.shared.subscribe();
     let stopped = sm
         .apply(entries(vec![
-            own_entry(2, Op::RaiseRules { to: 2 }),
-            own_entry(3, Op::Tick),
+            own_entry(2, Op::Tick),
+            own_entry(3, Op::RaiseRules { to: 2 }),
+            own_entry(4, Op::Tick),
         ]))
         .await
         .expect_err("stops");
     assert!(
         stopped
             .to_string()
-            .contains("log entry 2 is of rules version 2")
+            .contains("log entry 3 is of rules version 2")
             && stopped.to_string().contains("--max-rules 1"),
         "{stopped}"
     );
+    // What came before it in the same batch is applied, and published.
+    assert_eq!(*applied_index.borrow_and_update(), 2);
     let applied = sm.shared.read();
-    assert_eq!(applied.last_applied.map(|id| id.index), Some(1));
+    assert_eq!(applied.last_applied.map(|id| id.index), Some(2));
     assert_eq!(applied.state.rules(), 1);
     drop(applied);
     assert!(sm.shared.halted().is_some());
