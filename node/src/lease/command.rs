@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::bookings::Booking;
+pub use super::legacy::shapes::{BookOpV1, CreateOpV1};
 use super::many::ManyOutcome;
-use super::policy::{Policy, PolicyV1};
+use super::policy::Policy;
 use super::query::ResourceView;
 use super::quota::{Quota, QuotaView};
 use super::session::SessionView;
@@ -313,22 +314,6 @@ pub struct BookOp {
     /// The proposing node lets holders book ad-hoc resources (`--ad-hoc-bookable`); carried
     /// in the entry so that every node applies alike.
     pub ad_hoc_bookable: bool,
-}
-
-/// [`Op::BookV1`]'s booking.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BookOpV1 {
-    pub resource: String,
-    pub holder: String,
-    pub start_wall_ms: u64,
-    pub duration_ms: u64,
-}
-
-/// [`Op::CreateResourceV1`]'s registration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CreateOpV1 {
-    pub name: Option<String>,
-    pub policy: PolicyV1,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,6 +13,7 @@ pub mod expiry;
 mod grant;
 pub mod history;
 pub mod lease_clock;
+mod legacy;
 pub mod machine;
 pub mod many;
 mod mutate;

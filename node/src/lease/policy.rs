@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::types::{Mode, Rejection};
 
 /// The name rule is the contract's, shared with the API's request checks.
+pub use super::legacy::shapes::PolicyV1;
 pub use tenure_proto::contract::{valid_name, MAX_NAME_BYTES, NAME_RULE};
 
 pub const SECOND_MS: u64 = 1_000;
@@ -32,71 +33,6 @@ pub const MAX_FSM_REQUIREMENTS: usize = 64;
 
 fn bookable_before_the_rule() -> bool {
     true
-}
-
-/// A policy as old logs (`Op::CreateResourceV1`) and snapshots of format 3 and 4 hold it
-/// (postcard has no optional fields): without `bookable` (every resource was) and
-/// `max_holders`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PolicyV1 {
-    pub default_ttl_ms: u64,
-    pub max_ttl_ms: u64,
-    pub max_lifetime_ms: u64,
-    pub renewal_grace_ms: u64,
-    pub transferable: bool,
-    pub shared_modes: Vec<Mode>,
-    pub total_units: u64,
-    pub lock_delay_ms: u64,
-    pub max_waiters: u32,
-    pub max_metadata_bytes: u32,
-    pub kind: String,
-    pub display_name: String,
-    #[serde(default)]
-    pub fsm_requirements: Vec<FsmRequirement>,
-}
-
-impl From<PolicyV1> for Policy {
-    fn from(old: PolicyV1) -> Policy {
-        Policy {
-            bookable: true,
-            max_holders: 0,
-            default_ttl_ms: old.default_ttl_ms,
-            max_ttl_ms: old.max_ttl_ms,
-            max_lifetime_ms: old.max_lifetime_ms,
-            renewal_grace_ms: old.renewal_grace_ms,
-            transferable: old.transferable,
-            shared_modes: old.shared_modes,
-            total_units: old.total_units,
-            lock_delay_ms: old.lock_delay_ms,
-            max_waiters: old.max_waiters,
-            max_metadata_bytes: old.max_metadata_bytes,
-            kind: old.kind,
-            display_name: old.display_name,
-            fsm_requirements: old.fsm_requirements,
-        }
-    }
-}
-
-/// The layout of before (tests of the readers of old logs and snapshots).
-#[cfg(test)]
-impl From<&Policy> for PolicyV1 {
-    fn from(p: &Policy) -> PolicyV1 {
-        PolicyV1 {
-            default_ttl_ms: p.default_ttl_ms,
-            max_ttl_ms: p.max_ttl_ms,
-            max_lifetime_ms: p.max_lifetime_ms,
-            renewal_grace_ms: p.renewal_grace_ms,
-            transferable: p.transferable,
-            shared_modes: p.shared_modes.clone(),
-            total_units: p.total_units,
-            lock_delay_ms: p.lock_delay_ms,
-            max_waiters: p.max_waiters,
-            max_metadata_bytes: p.max_metadata_bytes,
-            kind: p.kind.clone(),
-            display_name: p.display_name.clone(),
-            fsm_requirements: p.fsm_requirements.clone(),
-        }
-    }
 }
 
 /// A (machine, transition) pair a lease on the resource may guard (SPEC §4.10).

@@ -374,7 +374,10 @@ impl Dedup {
     }
 }
 
+// The formats of older snapshots, kept with the other old formats (`lease::legacy`).
+#[path = "../legacy/dedup_format4.rs"]
 mod format4;
+#[path = "../legacy/dedup_format5.rs"]
 mod format5;
 mod retry;
 

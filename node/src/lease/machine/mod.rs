@@ -15,7 +15,7 @@ mod index;
 mod precheck;
 mod reclaim;
 mod record;
-mod resource;
+pub(in crate::lease) mod resource;
 mod snapshot;
 
 use std::collections::{BTreeSet, VecDeque};

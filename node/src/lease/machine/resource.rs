@@ -131,19 +131,19 @@ impl Eq for ResourceState {}
 /// A resource as snapshots store it: every field in place, in this order (postcard's encoding
 /// follows it; format 2's JSON names the fields).
 #[derive(Serialize, Deserialize)]
-pub(super) struct StoredResource<L, E, H, P, W, B> {
-    pub(super) registration: Option<P>,
-    pub(super) leases: L,
-    pub(super) ended: E,
-    pub(super) revision: u64,
-    pub(super) closed_until_ms: u64,
-    pub(super) history: H,
+pub(in crate::lease) struct StoredResource<L, E, H, P, W, B> {
+    pub(in crate::lease) registration: Option<P>,
+    pub(in crate::lease) leases: L,
+    pub(in crate::lease) ended: E,
+    pub(in crate::lease) revision: u64,
+    pub(in crate::lease) closed_until_ms: u64,
+    pub(in crate::lease) history: H,
     #[serde(default)]
-    pub(super) trimmed_through: Option<(u64, u32)>,
+    pub(in crate::lease) trimmed_through: Option<(u64, u32)>,
     #[serde(default)]
-    pub(super) waiters: W,
+    pub(in crate::lease) waiters: W,
     #[serde(default)]
-    pub(super) bookings: B,
+    pub(in crate::lease) bookings: B,
 }
 
 impl Serialize for ResourceState {
