@@ -3,8 +3,8 @@
 //! the clone's own history into a git worktree under the target directory, and built there
 //! with the target directory this build uses, so the dependencies compiled for this build are
 //! reused and only Tenure's own crates compile again. The binary is kept under
-//! `target/releases/<version>/` with the commit it was built from, and built again only when
-//! that commit changes.
+//! `target/releases/<version>/<profile>/` with the commit it was built from, and built again
+//! only when that commit changes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,6 +65,9 @@ pub fn previous_tenured(repo: &Path, current: &Path) -> Result<(Release, PathBuf
         .with_context(|| format!("reading {}/CHANGELOG.md", repo.display()))?;
     let release = previous(&changelog)
         .context("CHANGELOG.md names no release with a commit: no release before this one")?;
+    let current = current
+        .canonicalize()
+        .with_context(|| format!("finding {}", current.display()))?;
     let profile_dir = current
         .parent()
         .context("the current tenured has no directory")?;
@@ -77,37 +80,23 @@ pub fn previous_tenured(repo: &Path, current: &Path) -> Result<(Release, PathBuf
         .parent()
         .context("the current tenured is not in a target directory")?;
     let home = target.join("releases").join(&release.version);
-    let bin = home.join("tenured");
-    let stamp = home.join("commit");
+    let bin = home.join(&profile).join("tenured");
+    let stamp = home.join(&profile).join("commit");
+    std::fs::create_dir_all(home.join(&profile))?;
+    // One build at a time: two runs share the worktree and the binary this build's own is
+    // moved aside from.
+    let lock = std::fs::File::create(home.join(".lock"))?;
+    lock.lock()
+        .context("waiting for another build of the release before")?;
     if bin.is_file() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&release.commit) {
         return Ok((release, bin));
     }
-    std::fs::create_dir_all(&home)?;
     let source = home.join("src");
-    if source.exists() {
-        run(
-            Command::new("git").arg("-C").arg(&source).args([
-                "checkout",
-                "--quiet",
-                "--detach",
-                &release.commit,
-            ]),
-            "checking out the previous release",
-        )?;
-    } else {
-        run(
-            Command::new("git")
-                .arg("-C")
-                .arg(repo)
-                .args(["worktree", "add", "--quiet", "--detach"])
-                .arg(&source)
-                .arg(&release.commit),
-            "adding a worktree of the previous release",
-        )?;
-    }
-    // The build writes `<target>/<profile>/tenured` too: keep this build's there.
+    worktree(repo, &source, &release.commit)?;
+    // The build writes `<target>/<profile>/tenured` too: this build's is kept aside and put
+    // back, and checked to be back.
     let built = target.join(&profile).join("tenured");
-    let kept = home.join("current-tenured.tmp");
+    let kept = home.join(format!("current-tenured.{}.tmp", std::process::id()));
     let had_current = built.is_file();
     if had_current {
         std::fs::copy(&built, &kept).context("keeping the current tenured aside")?;
@@ -137,16 +126,69 @@ pub fn previous_tenured(repo: &Path, current: &Path) -> Result<(Release, PathBuf
     }
     tracing::info!(version = %release.version, commit = %release.commit, "building the previous release's tenured");
     let result = run(&mut cargo, "building the previous release");
+    // Whole or not at all: a temporary name, then renamed into place.
+    let partial = bin.with_extension("tmp");
     let copied = result.and_then(|()| {
-        std::fs::copy(&built, &bin).context("keeping the previous release's tenured")?;
+        std::fs::copy(&built, &partial).context("keeping the previous release's tenured")?;
+        std::fs::rename(&partial, &bin)?;
         Ok(())
     });
     if had_current {
         std::fs::rename(&kept, &built).context("putting the current tenured back")?;
+        anyhow::ensure!(
+            std::fs::read(&built)? != std::fs::read(&bin).unwrap_or_default(),
+            "{} is the previous release's tenured after its build: build this one again",
+            built.display()
+        );
     }
     copied?;
     std::fs::write(&stamp, &release.commit)?;
     Ok((release, bin))
+}
+
+/// `source` as a worktree of `repo` at `commit`: added, or checked out again (a leftover
+/// that is no worktree of its own, or one git forgot, is made again).
+fn worktree(repo: &Path, source: &Path, commit: &str) -> Result<()> {
+    let own = source.exists()
+        && Command::new("git")
+            .arg("-C")
+            .arg(source)
+            .args(["rev-parse", "--show-toplevel"])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .and_then(|top| PathBuf::from(top.trim()).canonicalize().ok())
+            == source.canonicalize().ok();
+    if own {
+        return run(
+            Command::new("git")
+                .arg("-C")
+                .arg(source)
+                .args(["checkout", "--quiet", "--force", "--detach", commit]),
+            "checking out the previous release",
+        );
+    }
+    if source.exists() {
+        std::fs::remove_dir_all(source)
+            .with_context(|| format!("removing {}", source.display()))?;
+    }
+    run(
+        Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["worktree", "prune"]),
+        "pruning forgotten worktrees",
+    )?;
+    run(
+        Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["worktree", "add", "--quiet", "--force", "--detach"])
+            .arg(source)
+            .arg(commit),
+        "adding a worktree of the previous release",
+    )
 }
 
 #[cfg(test)]

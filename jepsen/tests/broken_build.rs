@@ -163,7 +163,7 @@ fn an_ungated_command_in_a_cluster_of_two_releases_is_caught() {
         "--fi-ungated",
         vec![Fault::Upgrade],
         5,
-        Duration::from_secs(40),
+        Duration::from_secs(30),
         two_exclusive(),
     ) else {
         return;

@@ -37,7 +37,9 @@ use crate::procs::Procs;
 use crate::secure::Connect;
 pub use clock::set_clock;
 pub use power::START_FAILED;
-pub use upgrade::{DOWNGRADED, LAGGING, RAISED, UPGRADED};
+pub use upgrade::{
+    DOWNGRADED, DOWNGRADE_ACCEPTED, FINISHED, LAGGING, RAISED, SWAP_FAILED, UPGRADED,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -243,6 +245,15 @@ impl Nemesis {
             let quiet = Duration::from_millis(self.rng.random_range(500..3_000));
             self.wait(quiet.min(deadline.saturating_duration_since(Instant::now())))
                 .await;
+        }
+        // A fault that ran past the upgrade's time leaves it unfinished: finished now.
+        if self.faults.contains(&Fault::Upgrade)
+            && self.stage == upgrade::Stage::Mixed
+            && !self.stopped()
+        {
+            if let Err(e) = self.finish_upgrade().await {
+                tracing::warn!("finishing the upgrade: {e:#}");
+            }
         }
         self.heal_all().await;
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))

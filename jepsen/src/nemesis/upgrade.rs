@@ -22,7 +22,7 @@ use crate::procs::Release;
 const STOP_PATIENCE: Duration = Duration::from_secs(10);
 /// How long a swapped node has to catch up with the leader, and the cluster to raise its
 /// rules once every node may.
-const SETTLE: Duration = Duration::from_secs(20);
+const SETTLE: Duration = Duration::from_secs(15);
 
 /// The `detail` of an upgrade event that moved a node onto this build.
 pub const UPGRADED: &str = "(upgrade)";
@@ -30,6 +30,13 @@ pub const UPGRADED: &str = "(upgrade)";
 pub const DOWNGRADED: &str = "(downgrade)";
 /// The `detail` prefix of the event of the raise.
 pub const RAISED: &str = "rules raised to";
+/// The `detail` of the event that ends the upgrade: every node on this build, the rules
+/// raised if this build has higher ones, and the release before refusing the raised data.
+pub const FINISHED: &str = "upgrade finished";
+/// The `detail` of the event of a node that did not start on the binary it was swapped to.
+pub const SWAP_FAILED: &str = "SWAP FAILED";
+/// The `detail` of the event of a release before that started on data of raised rules.
+pub const DOWNGRADE_ACCEPTED: &str = "DOWNGRADE ACCEPTED";
 /// The `detail` of an event that found a node behind the leader before or after a swap: in a
 /// cluster of two releases every member keeps up, or one cannot apply what the other wrote.
 pub const LAGGING: &str = "LAGGING";
@@ -148,13 +155,18 @@ impl Nemesis {
         let start = now_ns();
         let from = self.procs().release_of(slot);
         let procs = self.procs.clone();
-        tokio::task::spawn_blocking(move || {
+        let swapped = tokio::task::spawn_blocking(move || {
             procs
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .swap(slot, to, STOP_PATIENCE)
         })
-        .await??;
+        .await?;
+        if let Err(e) = swapped {
+            let detail = format!("{SWAP_FAILED}: n{slot} {from:?} → {to:?}: {e:#}");
+            self.record("upgrade", detail, start, Some(now_ns()));
+            return Err(e);
+        }
         let what = match (from, to) {
             (Release::Previous, Release::Current) => format!("previous → this build {UPGRADED}"),
             (Release::Current, Release::Previous) => format!("this build → previous {DOWNGRADED}"),
@@ -183,7 +195,7 @@ impl Nemesis {
     }
 
     /// Every node onto this build, the leader last; the hold released; the raise awaited.
-    async fn finish_upgrade(&mut self) -> anyhow::Result<()> {
+    pub(super) async fn finish_upgrade(&mut self) -> anyhow::Result<()> {
         let hold = self.previous_rules().await;
         self.held = Some(hold);
         self.stage = Stage::Finished;
@@ -191,10 +203,28 @@ impl Nemesis {
         let leader = self.leader_slot().await;
         let mut order: Vec<u64> = (1..=self.nodes).filter(|s| Some(*s) != leader).collect();
         order.extend(leader);
+        // Every node, even past one that failed (its failure is an event of its own).
+        let mut failed = None;
         for slot in order {
-            self.swap(slot, Release::Current).await?;
+            if let Err(e) = self.swap(slot, Release::Current).await {
+                failed.get_or_insert(e);
+            }
         }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        // A raise is due only if this build applies rules the release before does not.
+        let ours = self.current_rules().await;
         let start = now_ns();
+        if ours.is_some_and(|max| max <= hold) {
+            self.record(
+                "upgrade",
+                format!("{FINISHED}: both releases apply rules up to {hold}, nothing to raise"),
+                start,
+                Some(start),
+            );
+            return Ok(());
+        }
         let deadline = Instant::now() + SETTLE;
         loop {
             let rules = self.cluster_rules().await;
@@ -206,6 +236,9 @@ impl Nemesis {
                     start,
                     Some(now_ns()),
                 );
+                self.downgrade_refused().await?;
+                let now = now_ns();
+                self.record("upgrade", FINISHED.to_string(), now, Some(now));
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -215,6 +248,115 @@ impl Nemesis {
             }
             self.wait(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The highest rules version this build applies, as one of its nodes announces it.
+    async fn current_rules(&self) -> Option<u32> {
+        for slot in 1..=self.nodes {
+            if self.procs().release_of(slot) != Release::Current {
+                continue;
+            }
+            let status = self.per_node[(slot - 1) as usize]
+                .with_timeout(Duration::from_secs(1))
+                .node_status(0)
+                .await;
+            if let Some(max) = status.ok().and_then(|s| {
+                s.rules_range
+                    .split_once('-')
+                    .and_then(|(_, max)| max.parse::<u32>().ok())
+            }) {
+                return Some(max);
+            }
+        }
+        None
+    }
+
+    /// After the raise the release before must refuse a node's data: one follower, once its
+    /// snapshot covers the raise, is started on the release before, which must exit at once
+    /// (a 0.1.0 node refuses the snapshot format the raise brought, naming it); then it runs
+    /// this build again. Started instead, it is a [`DOWNGRADE_ACCEPTED`] event.
+    async fn downgrade_refused(&mut self) -> anyhow::Result<()> {
+        let leader = self.leader_slot().await;
+        let Some(slot) = (1..=self.nodes).find(|s| Some(*s) != leader) else {
+            return Ok(());
+        };
+        let client = self.per_node[(slot - 1) as usize].with_timeout(Duration::from_secs(1));
+        let covered = match leader {
+            Some(leader) => self.per_node[(leader - 1) as usize]
+                .with_timeout(Duration::from_secs(1))
+                .node_status(0)
+                .await
+                .map_or(0, |s| s.applied_index),
+            None => 0,
+        };
+        let deadline = Instant::now() + SETTLE;
+        while Instant::now() < deadline {
+            let snapshot = client
+                .node_status(0)
+                .await
+                .ok()
+                .and_then(|s| s.storage)
+                .map_or(0, |s| s.last_snapshot_index);
+            if snapshot >= covered {
+                break;
+            }
+            self.wait(Duration::from_millis(200)).await;
+        }
+        let start = now_ns();
+        let procs = self.procs.clone();
+        let tried = tokio::task::spawn_blocking(move || {
+            procs.lock().unwrap_or_else(|p| p.into_inner()).swap(
+                slot,
+                Release::Previous,
+                STOP_PATIENCE,
+            )
+        })
+        .await?;
+        // It may listen a moment before it reads its data and exits: alive after a few
+        // seconds, it took the data.
+        let mut refused = tried.is_err();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !refused && Instant::now() < deadline {
+            refused = !self.procs().is_running(slot);
+            self.wait(Duration::from_millis(100)).await;
+        }
+        let detail = match refused {
+            false => format!(
+                "{DOWNGRADE_ACCEPTED}: n{slot} started on the release before after the raise"
+            ),
+            true => {
+                let log = self.procs().log_path(slot);
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let why = text
+                    .lines()
+                    .rev()
+                    .find(|l| l.starts_with("Error:"))
+                    .unwrap_or("it exited at start")
+                    .trim()
+                    .to_string();
+                format!("n{slot}: the release before refused the raised data: {why}")
+            }
+        };
+        self.record("upgrade", detail, start, Some(now_ns()));
+        // Back on this build (not counted as an upgrade: it was on it before the try).
+        let start = now_ns();
+        let procs = self.procs.clone();
+        tokio::task::spawn_blocking(move || {
+            procs.lock().unwrap_or_else(|p| p.into_inner()).swap(
+                slot,
+                Release::Current,
+                STOP_PATIENCE,
+            )
+        })
+        .await??;
+        self.record(
+            "upgrade",
+            format!("n{slot}: back on this build"),
+            start,
+            Some(now_ns()),
+        );
+        self.check_lag("after the release before was refused").await;
+        Ok(())
     }
 
     /// The rules version the leader runs, if a leader answers.

@@ -139,16 +139,22 @@ pub(super) async fn converged(per_node: &[Client], patience: Duration) -> Vec<St
         let client = client.with_timeout(Duration::from_secs(1));
         async move { client.node_status(0).await }
     };
+    // The leader's commit index; an election under way is waited out.
     let mut target = 0;
-    for client in per_node {
-        if let Ok(s) = status(client).await {
-            if s.state == "Leader" {
-                target = target.max(s.commit_index);
+    while target == 0 {
+        for client in per_node {
+            if let Ok(s) = status(client).await {
+                if s.state == "Leader" {
+                    target = target.max(s.commit_index);
+                }
             }
         }
-    }
-    if target == 0 {
-        return vec!["no leader named its commit index after the run".into()];
+        if target == 0 {
+            if Instant::now() >= deadline {
+                return vec!["no leader named its commit index after the run".into()];
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     loop {
         let mut behind = Vec::new();

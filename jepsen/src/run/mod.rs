@@ -76,14 +76,22 @@ pub struct Calls {
     pub failed: std::collections::BTreeMap<String, usize>,
     /// Outcome unknown: timeouts, `unavailable` past the client's retries.
     pub unknown: usize,
-    /// Renews that replaced their lease's metadata (rules version 2): served, and refused
-    /// `rules_not_reached` (before the raise).
+    /// Renews that replaced their lease's metadata (rules version 2): served once the
+    /// cluster ran rules 2 (in a run of two releases, invoked after the raise was seen), and
+    /// refused `rules_not_reached`.
     pub metadata_renews_served: usize,
     pub metadata_renews_refused: usize,
+    /// Of those served, the ones before the raise: a node of the release before, which does
+    /// not know the fields, renewed without them.
+    pub metadata_renews_before_raise: usize,
+    /// `rules_not_reached` refusals of calls invoked after the raise was seen (a failure).
+    pub refused_after_raise: usize,
 }
 
 impl Calls {
-    pub fn of(history: &History) -> Calls {
+    /// The calls of `history`; `raised_ns`: when the raise of the rules was seen (a run of
+    /// two releases), None where the cluster ran this build's rules from the start.
+    pub fn of(history: &History, raised_ns: Option<crate::history::Nanos>) -> Calls {
         use crate::history::{Call, Outcome};
         let mut calls = Calls::default();
         for op in &history.ops {
@@ -97,16 +105,22 @@ impl Calls {
                     ..
                 }
             );
+            let after_raise = raised_ns.is_none_or(|raised| op.invoke_ns >= raised);
             match &op.outcome {
                 Outcome::Ok { .. } => {
                     calls.ok += 1;
-                    calls.metadata_renews_served += usize::from(sets_metadata);
+                    if sets_metadata && after_raise {
+                        calls.metadata_renews_served += 1;
+                    } else if sets_metadata {
+                        calls.metadata_renews_before_raise += 1;
+                    }
                 }
                 Outcome::Fail { reason } => {
                     *calls.failed.entry(reason.clone()).or_default() += 1;
-                    calls.metadata_renews_refused += usize::from(
-                        sets_metadata && tenure_client::Reason::RulesNotReached == reason.as_str(),
-                    );
+                    if tenure_client::Reason::RulesNotReached == reason.as_str() {
+                        calls.metadata_renews_refused += usize::from(sets_metadata);
+                        calls.refused_after_raise += usize::from(after_raise);
+                    }
                 }
                 Outcome::QuotaExceeded { quota, .. } => {
                     *calls.failed.entry(format!("quota {quota}")).or_default() += 1;
@@ -125,12 +139,14 @@ impl Calls {
             .map(|(reason, n)| format!("{reason} ×{n}"))
             .collect();
         format!(
-            "{} ok, failed: {}, {} unknown; renews setting metadata: {} served, {} refused rules_not_reached",
+            "{} ok, failed: {}, {} unknown; renews setting metadata: {} served after the raise, {} refused rules_not_reached ({} after the raise), {} renewed without it before the raise",
             self.ok,
             if failed.is_empty() { "none".into() } else { failed.join(", ") },
             self.unknown,
             self.metadata_renews_served,
-            self.metadata_renews_refused
+            self.metadata_renews_refused,
+            self.refused_after_raise,
+            self.metadata_renews_before_raise
         )
     }
 }
@@ -254,7 +270,13 @@ fn judge(
                 .strip_prefix(crate::nemesis::RAISED)
                 .and_then(|v| v.trim().parse().ok())
         }),
-        calls: Calls::of(history),
+        calls: Calls::of(
+            history,
+            upgrade_events()
+                .find(|e| e.detail.starts_with(crate::nemesis::RAISED))
+                .map(|e| e.end_ns.unwrap_or(e.start_ns))
+                .or(options.faults.contains(&Fault::Upgrade).then_some(u64::MAX)),
+        ),
         problems: vec![],
     };
     if options.rolling_upgrade {
@@ -265,7 +287,7 @@ fn judge(
             .filter(|(reason, _)| tenure_client::Reason::RulesNotReached != reason.as_str())
             .map(|(_, n)| n)
             .sum();
-        if failed + verdict.calls.unknown > 0 {
+        if failed + verdict.calls.refused_after_raise + verdict.calls.unknown > 0 {
             verdict.problems.push(format!(
                 "a rolling upgrade failed client calls: {}",
                 verdict.calls.describe()
@@ -277,16 +299,26 @@ fn judge(
                 .push("no renew that needed the raised rules was served".into());
         }
     }
+    for accepted in
+        upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::DOWNGRADE_ACCEPTED))
+    {
+        verdict.problems.push(accepted.detail.clone());
+    }
+    for failed in upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::SWAP_FAILED)) {
+        verdict.problems.push(failed.detail.clone());
+    }
     for lag in upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::LAGGING)) {
         verdict.problems.push(format!(
             "a node fell behind in a cluster of two releases: {}",
             lag.detail
         ));
     }
-    if options.faults.contains(&Fault::Upgrade) && verdict.rules_raised_to.is_none() {
+    if options.faults.contains(&Fault::Upgrade)
+        && !upgrade_events().any(|e| e.detail.starts_with(crate::nemesis::FINISHED))
+    {
         verdict
             .problems
-            .push("the upgrade did not finish with the rules raised".into());
+            .push("the upgrade did not finish (every node on this build, the rules raised)".into());
     }
     if !progress {
         verdict

@@ -80,6 +80,12 @@ impl RaftApi {
         let why = crate::store::state_machine::above_rules("the cluster", cluster, max);
         if self.node.sm.halted().is_none() {
             let _ = self.node.sm.halt(why.clone());
+            // As a halt in apply does: Raft stops, so that this node, which can take no
+            // entry, does not campaign with ever higher terms and unseat the leader.
+            let raft = self.node.raft.clone();
+            tokio::spawn(async move {
+                let _ = raft.shutdown().await;
+            });
         }
         Err(Status::failed_precondition(why))
     }

@@ -215,8 +215,9 @@ impl Env {
     pub async fn renew(&self, process: u64, lease: &Tenancy, ttl_ms: u64) -> Outcome {
         let holder = lease.holder.clone();
         // A third of the leases publish their holder's name in their metadata as they renew
-        // (rules version 2, spec §4.3): before the cluster runs it they are refused
-        // `rules_not_reached`, which changes nothing; a mixed-version run sees both.
+        // (rules version 2, spec §4.3). Before the cluster runs it, a node of this build
+        // refuses them `rules_not_reached` (nothing done), and one of the release before,
+        // which does not know the fields, renews without them.
         let replace_metadata = lease.token.is_multiple_of(3);
         let call = Call::Renew {
             resource: lease.resource.clone(),
