@@ -86,6 +86,10 @@ pub struct Calls {
     pub metadata_renews_before_raise: usize,
     /// `rules_not_reached` refusals of calls invoked after the raise was seen (a failure).
     pub refused_after_raise: usize,
+    /// Renews replacing metadata refused `invalid_argument`: a command of rules the cluster
+    /// had not reached was proposed anyway (apply refused it), or handed to a node of the
+    /// release before, which could not decode it. Never right.
+    pub metadata_renews_invalid: usize,
 }
 
 impl Calls {
@@ -120,6 +124,9 @@ impl Calls {
                     if tenure_client::Reason::RulesNotReached == reason.as_str() {
                         calls.metadata_renews_refused += usize::from(sets_metadata);
                         calls.refused_after_raise += usize::from(after_raise);
+                    }
+                    if tenure_client::Reason::InvalidArgument == reason.as_str() {
+                        calls.metadata_renews_invalid += usize::from(sets_metadata);
                     }
                 }
                 Outcome::QuotaExceeded { quota, .. } => {
@@ -303,6 +310,12 @@ fn judge(
         upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::DOWNGRADE_ACCEPTED))
     {
         verdict.problems.push(accepted.detail.clone());
+    }
+    if verdict.calls.metadata_renews_invalid > 0 {
+        verdict.problems.push(format!(
+            "{} renews replacing metadata were refused invalid_argument: a command of rules the cluster had not reached was proposed, or handed to a node that cannot decode it",
+            verdict.calls.metadata_renews_invalid
+        ));
     }
     for failed in upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::SWAP_FAILED)) {
         verdict.problems.push(failed.detail.clone());
