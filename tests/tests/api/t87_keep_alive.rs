@@ -359,3 +359,38 @@ async fn a_principal_has_at_most_64_keep_alive_streams_on_a_node() {
     let _bob = stream_on(addr, Some(BOB)).await;
     drop(open);
 }
+
+/// SPEC §4.3: a renew that replaces its lease's metadata is refused on a stream, whose
+/// renewals finish in any order (two such renews could land either way); the lease is
+/// untouched and a plain renewal on the same stream is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_replaces_metadata_is_refused_on_a_stream() {
+    let (cluster, leader) = started(3).await;
+    let client = cluster.client();
+    let lease = granted(&client, "t87/metadata", "a", Duration::from_secs(30)).await;
+    let (requests, mut answers) = stream_on(&cluster.addrs[&leader], None).await;
+    let mut replacing = renewal(1, &lease, Duration::from_secs(60));
+    if let Some(renew) = replacing.renew.as_mut() {
+        renew.metadata = [("addr".to_string(), "10.0.0.7:80".to_string())].into();
+        renew.replace_metadata = true;
+    }
+    requests.send(replacing).await.expect("send");
+    let answer = next_answer(&mut answers).await;
+    let (reason, code) = refused(&answer);
+    assert_eq!((reason, code), ("invalid_argument", Code::InvalidArgument));
+    assert!(
+        answer
+            .refusal
+            .as_ref()
+            .is_some_and(|r| r.message.contains("replace_metadata")),
+        "{answer:?}"
+    );
+    requests
+        .send(renewal(2, &lease, Duration::from_secs(60)))
+        .await
+        .expect("send");
+    let renewed = next_answer(&mut answers).await;
+    let renewed = renewed.lease.expect("the plain renewal is served");
+    assert!(renewed.metadata.is_empty(), "{renewed:?}");
+    cluster.shutdown().await;
+}

@@ -125,3 +125,53 @@ async fn the_rules_rise_only_once_every_member_supports_them_and_gate_what_needs
     );
     cluster.shutdown().await;
 }
+
+/// SPEC §4.26: a node whose range stops below the cluster's version, added after the raise,
+/// stops at the leader's first call (before decoding what it carries) and is never promoted
+/// to voter (it neither catches up nor announces a range that holds the version), so it
+/// costs the quorum nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_below_the_clusters_rules_halts_and_is_not_promoted() {
+    let mut cluster = InProcessCluster::start(3, BTreeMap::new())
+        .await
+        .expect("cluster");
+    let leader = cluster.leader(ELECTION).await.expect("leader");
+    let node = cluster.node(leader).clone();
+    until(&cluster, leader, "the raise applies", || {
+        node.sm.read().state.rules() == 2
+    })
+    .await;
+    cluster.set_flags(4, vec!["--max-rules".to_string(), "1".to_string()]);
+    let addr = cluster.join(4, None).await.expect("node 4 starts");
+    let client = cluster.client();
+    client
+        .add_learner(4, &addr, false)
+        .await
+        .expect("a learner is added");
+    let joined = cluster.node(4).clone();
+    until(&cluster, leader, "node 4 halts", || {
+        joined.sm.halted().is_some()
+    })
+    .await;
+    let why = joined.sm.halted().unwrap_or_default();
+    assert!(
+        why.contains("rules version 2, and this node applies rules up to 1"),
+        "{why}"
+    );
+    let refused = client
+        .change_membership(vec![4], Vec::new())
+        .await
+        .expect_err("not promoted");
+    assert_eq!(refused.reason(), Some(Reason::Unavailable), "{refused}");
+    assert!(refused.to_string().contains("learner 4"), "{refused}");
+    let status = client
+        .node_status(leader as usize - 1)
+        .await
+        .expect("status");
+    assert!(
+        status.members.iter().any(|m| m.id == 4 && !m.voter),
+        "{:?}",
+        status.members
+    );
+    cluster.shutdown().await;
+}
