@@ -122,6 +122,8 @@ pub struct Nemesis {
     held: Option<u32>,
     /// The `upgrade` nemesis makes one rolling upgrade, not swaps both ways.
     rolling: bool,
+    /// Whether a node of this build has been handed the leadership of a mixed cluster yet.
+    current_led: bool,
 }
 
 /// The leader most nodes name right now, if any.
@@ -172,6 +174,7 @@ impl Nemesis {
             stage: upgrade::Stage::default(),
             held: None,
             rolling: false,
+            current_led: false,
         }
     }
 
