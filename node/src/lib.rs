@@ -15,7 +15,8 @@ pub mod error;
 pub mod gateway;
 pub mod grpc;
 pub mod guard;
-pub mod lease;
+/// The pure domain, a crate of its own (`tenure-lease`) so that the compiler keeps it pure.
+pub use tenure_lease as lease;
 pub mod limits;
 pub mod metrics;
 pub mod network;

@@ -9,12 +9,7 @@
 //! the leader refuses what needs it (`rules_not_reached`), snapshots keep the format every
 //! member reads, and any member can go back to the release before.
 //!
-//! What each version brought (the table docs/operations.md's "Upgrade" repeats):
-//!
-//! | version | release | what it brought |
-//! |---|---|---|
-//! | 1 | 0.1.0 | everything up to issue 37 (log entries as `Command::V1`/`Batch`, snapshot format 7) |
-//! | 2 | 0.2.0 | the version itself (`Op::RaiseRules`), snapshot format 8 (which carries it), `RenewRequest.metadata` (`Op::RenewWithMetadata`) |
+//! Which version introduced what: `tenure_lease::rules`, re-exported here.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,6 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::store::NodeId;
+pub use tenure_lease::rules::{not_reached, FIRST, RAISE, RENEW_METADATA};
 
 /// The header of a member's range, on peer calls and their answers.
 pub const HEADER: &str = "tenure-rules";
@@ -39,16 +35,6 @@ pub struct Range {
 
 /// The versions this release applies.
 pub const RELEASE: Range = Range { min: 1, max: 2 };
-
-/// The first version: 0.1.0's rules, which any member applies. A member that announces no
-/// range (0.1.0 itself) supports exactly this one.
-pub const FIRST: u32 = 1;
-
-/// The version of the rules version itself: `Op::RaiseRules`, snapshot format 8.
-pub const RAISE: u32 = 2;
-
-/// `RenewRequest.metadata`: a renew that replaces its lease's metadata.
-pub const RENEW_METADATA: u32 = 2;
 
 impl Range {
     /// A member that sent no range: 0.1.0.
@@ -193,14 +179,6 @@ pub fn raise(current: u32, members: &[(NodeId, Option<Range>)]) -> Raise {
     } else {
         Raise::HeldBack(below)
     }
-}
-
-/// Why a request is refused before it is proposed: it needs `needs`, the cluster runs
-/// `cluster`.
-pub fn not_reached(what: &str, needs: u32, cluster: u32) -> String {
-    format!(
-        "{what} needs rules version {needs} and the cluster runs {cluster}: every member must run a release that supports {needs} first (`tenure cluster status` shows what holds it back)"
-    )
 }
 
 #[cfg(test)]

@@ -162,7 +162,7 @@ impl Node {
         let principal = caller.principal.as_str();
         let limit = match caller.admin {
             true => u64::MAX,
-            false => self.sm.read().state.quotas.limits(principal).get(quota),
+            false => self.sm.read().state.quotas().limits(principal).get(quota),
         };
         let tally = self.tally(quota);
         let place = tally

@@ -13,8 +13,7 @@ use crate::coord::Node;
 use crate::lease::expiry::{self, Plan};
 use crate::lease::{LeaderKey, Proposal, Stamp};
 
-/// The principal the leader's own entries carry.
-pub const SYSTEM: &str = "tenure";
+pub use crate::lease::command::SYSTEM;
 
 pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     let mut applied = node.sm.subscribe();

@@ -127,7 +127,7 @@ impl Cluster for ClusterApi {
                 applied.state.live_leases() as u64,
                 applied.state.clock().now_ms(),
                 applied.last_applied.map_or(0, |id| id.index),
-                top_principals(&applied.state.quotas),
+                top_principals(applied.state.quotas()),
                 applied.state.rules(),
             )
         };
@@ -199,7 +199,13 @@ impl Cluster for ClusterApi {
         self.admin_only(&request)?;
         let principal = request.into_inner().principal;
         let principal = super::validate::quota_principal(&principal)?;
-        let view = self.node.sm.read().state.quotas.view(principal.as_deref());
+        let view = self
+            .node
+            .sm
+            .read()
+            .state
+            .quotas()
+            .view(principal.as_deref());
         Ok(Response::new(quota_pb(&self.node, &view)))
     }
 

@@ -18,3 +18,6 @@ pub mod reflection;
 pub mod transport;
 pub mod validate;
 pub mod watch;
+
+#[cfg(test)]
+mod pipeline_tests;

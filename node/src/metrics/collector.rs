@@ -48,8 +48,8 @@ impl Collector for NodeCollector {
                 state.live_leases(),
                 state.waiters(),
                 applied.last_applied.map_or(0, |id| id.index),
-                (state.dedup.len(), state.dedup.bytes()),
-                crate::coord::views::top_principals(&state.quotas),
+                (state.dedup().len(), state.dedup().bytes()),
+                crate::coord::views::top_principals(state.quotas()),
             )
         };
         let e = &mut encoder;

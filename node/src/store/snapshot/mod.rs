@@ -15,7 +15,8 @@ use anyhow::Context;
 use sha2::{Digest, Sha256};
 
 use super::{LogId, StoredMembership, TypeConfig};
-use crate::lease::dedup::Dedup;
+use crate::lease::encoding::CHECKSUM_SINCE;
+pub use crate::lease::encoding::{decode_state, encode_state, encode_state_into};
 use crate::lease::State;
 
 /// A snapshot's meta as files hold it (openraft 0.9's layout: with a snapshot id, which names
@@ -37,92 +38,9 @@ pub fn meta_at(last_log_id: Option<LogId>, last_membership: StoredMembership) ->
     }
 }
 
-/// 2: resources hold several leases, their registration and their history, JSON.
-/// 3: postcard's binary encoding; exactly-once records hold digests.
-/// 4: format 3, the file followed by its SHA-256.
-/// 5: exactly-once records keep their principal and a slim reply; quotas; policies with
-/// `bookable` and `max_holders`, bookings that need not deny earlier leases.
-/// 6: sessions; events name the session of their lease; the `sessions` quota.
-/// 7: multi-waits (`AcquireMany` with `WAIT`).
-/// 8: the rules version (SPEC §4.26) before the state; written only once the cluster runs
-/// rules 2, so that a snapshot sent to a member of 0.1.0 (format 7) is one it reads.
-/// Formats 2 to 7 are still read (2 and 3 without a checksum to check), so a node upgrades in
-/// place.
-const FORMAT_VERSION: u32 = 8;
-/// The format before the rules version: what a cluster still on rules 1 writes.
-const FORMAT_BEFORE_RULES: u32 = 7;
-/// The format before multi-waits.
-const FORMAT_BEFORE_GROUPS: u32 = 6;
-/// The format before sessions.
-const FORMAT_BEFORE_SESSIONS: u32 = 5;
-/// The first format with a checksum.
-const CHECKSUM_SINCE: u32 = 4;
-/// The format before the checksum, read as it is.
-const UNCHECKED_FORMAT: u32 = 3;
 /// The checksum's length at the end of a format-4 or later file.
 const CHECKSUM_BYTES: usize = 32;
 const PREFIX: &str = "snapshot-";
-
-/// The last format written as JSON; its body is `{"format_version": 2, "state": {..}}`.
-const JSON_FORMAT: u32 = 2;
-
-/// Writes a snapshot's body (what follows the meta line): the format version, then (format
-/// 8) the rules version, then the state, in postcard's encoding. The format is the newest the
-/// cluster's rules allow: every member reads it. Only the state's own fields are written;
-/// the derived indexes are rebuilt on load.
-pub fn encode_state_into<W: Write>(state: &State, out: W) -> postcard::Result<W> {
-    match state.rules() {
-        crate::rules::FIRST => postcard::to_io(&(FORMAT_BEFORE_RULES, state), out),
-        rules => postcard::to_io(&(FORMAT_VERSION, rules, state), out),
-    }
-}
-
-/// The body in memory (tests and tools; a node writes it to the file directly).
-pub fn encode_state(state: &State) -> postcard::Result<Vec<u8>> {
-    encode_state_into(state, Vec::new())
-}
-
-fn unreadable(version: u64) -> anyhow::Error {
-    anyhow::anyhow!("snapshot format {version} is not readable by this release (reads {UNCHECKED_FORMAT} to {FORMAT_VERSION}, and {JSON_FORMAT})")
-}
-
-pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
-    // A JSON body starts with `{`; a postcard body with the version, which is not 123.
-    if data.first() == Some(&b'{') {
-        return decode_json(data);
-    }
-    let (version, body) = postcard::take_from_bytes::<u32>(data)?;
-    let state = match version {
-        FORMAT_VERSION => {
-            let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
-            postcard::from_bytes::<State>(body)?.with_rules(rules)
-        }
-        FORMAT_BEFORE_RULES => postcard::from_bytes(body)?,
-        FORMAT_BEFORE_GROUPS => State::from_format_6(body)?,
-        FORMAT_BEFORE_SESSIONS => State::from_format_5(body)?,
-        UNCHECKED_FORMAT | CHECKSUM_SINCE => State::from_format_4(body)?,
-        _ => return Err(unreadable(version.into())),
-    };
-    Ok(state.restored())
-}
-
-/// Format 2: the same state in JSON, with exactly-once records keyed by their text.
-fn decode_json(data: &[u8]) -> anyhow::Result<State> {
-    let mut body: serde_json::Value = serde_json::from_slice(data)?;
-    let version = body["format_version"].as_u64().unwrap_or(0);
-    if version != u64::from(JSON_FORMAT) {
-        return Err(unreadable(version));
-    }
-    let mut state = body["state"].take();
-    let dedup = state
-        .get_mut("dedup")
-        .map(serde_json::Value::take)
-        .unwrap_or_default();
-    state["dedup"] = serde_json::to_value(Dedup::default())?;
-    let mut state: State = serde_json::from_value(state)?;
-    state.dedup = Dedup::from_format_2(dedup)?;
-    Ok(state.restored())
-}
 
 /// Writes a snapshot file: a line of JSON with openraft's meta, then the body. The body is
 /// encoded straight into the file, so no copy of the state and no buffer as large as the

@@ -1,5 +1,6 @@
 use super::*;
 use crate::lease::dedup::{format_4_table, Kept, Seen};
+use crate::lease::encoding::{CHECKSUM_SINCE, UNCHECKED_FORMAT};
 use crate::lease::{
     apply, AcquireOp, Command, CreateOp, EntryMeta, LeaderKey, Mode, Op, Policy, Proposal, Stamp,
 };
@@ -192,7 +193,7 @@ fn a_format_5_snapshot_loads_as_it_was() {
     assert_eq!(restored.waiters(), 1);
     assert_eq!(
         restored
-            .quotas
+            .quotas()
             .limits("pp")
             .get(crate::lease::quota::Quota::Leases),
         7
@@ -265,14 +266,14 @@ fn a_format_2_snapshot_loads_with_its_exactly_once_records() {
     let restored = decode_state(body).expect("decode");
     assert_eq!(restored.live_leases(), 1);
     let seen = restored
-        .dedup
+        .dedup()
         .check("pp", "req-1", &Op::Acquire(op.clone()));
     assert!(matches!(seen, Seen::Retry(Kept::Reply(r)) if r == reply));
     let other = Op::Acquire(AcquireOp {
         holder: "other".into(),
         ..op
     });
-    let seen = restored.dedup.check("pp", "req-1", &other);
+    let seen = restored.dedup().check("pp", "req-1", &other);
     assert!(matches!(seen, Seen::Conflict));
 }
 
@@ -337,13 +338,13 @@ fn a_format_4_snapshot_loads_with_its_records_slimmed() {
     data.extend(checksum);
     let (_, body) = checked(&data).expect("a format 4 file with its checksum");
     let restored = decode_state(body).expect("decode");
-    assert_eq!(restored.dedup.len(), 1);
+    assert_eq!(restored.dedup().len(), 1);
     assert!(
-        restored.dedup.bytes() < 400,
+        restored.dedup().bytes() < 400,
         "{} bytes",
-        restored.dedup.bytes()
+        restored.dedup().bytes()
     );
-    match restored.dedup.check("p", "r1", &acquire) {
+    match restored.dedup().check("p", "r1", &acquire) {
         Seen::Retry(kept) => assert_eq!(restored.rebuild(kept, &acquire), reply),
         _ => panic!("the record was lost"),
     }

@@ -1,0 +1,93 @@
+//! The state's encoding in snapshot bodies (what follows a snapshot file's meta line), in
+//! every format a release may meet: this one's, written by the cluster's rules version, and
+//! the older ones, read (their readers: `legacy`). The file around it (meta, checksum, names)
+//! is the node's.
+
+use std::io::Write;
+
+use crate::dedup::Dedup;
+use crate::machine::State;
+
+/// 2: resources hold several leases, their registration and their history, JSON.
+/// 3: postcard's binary encoding; exactly-once records hold digests.
+/// 4: format 3, the file followed by its SHA-256.
+/// 5: exactly-once records keep their principal and a slim reply; quotas; policies with
+/// `bookable` and `max_holders`, bookings that need not deny earlier leases.
+/// 6: sessions; events name the session of their lease; the `sessions` quota.
+/// 7: multi-waits (`AcquireMany` with `WAIT`).
+/// 8: the rules version (SPEC §4.26) before the state; written only once the cluster runs
+/// rules 2, so that a snapshot sent to a member of 0.1.0 (format 7) is one it reads.
+/// Formats 2 to 7 are still read (2 and 3 without a checksum to check), so a node upgrades in
+/// place.
+pub const FORMAT_VERSION: u32 = 8;
+/// The format before the rules version: what a cluster still on rules 1 writes.
+const FORMAT_BEFORE_RULES: u32 = 7;
+/// The format before multi-waits.
+const FORMAT_BEFORE_GROUPS: u32 = 6;
+/// The format before sessions.
+const FORMAT_BEFORE_SESSIONS: u32 = 5;
+/// The first format with a checksum.
+pub const CHECKSUM_SINCE: u32 = 4;
+/// The format before the checksum, read as it is.
+pub const UNCHECKED_FORMAT: u32 = 3;
+
+/// The last format written as JSON; its body is `{"format_version": 2, "state": {..}}`.
+const JSON_FORMAT: u32 = 2;
+
+/// Writes a snapshot's body (what follows the meta line): the format version, then (format
+/// 8) the rules version, then the state, in postcard's encoding. The format is the newest the
+/// cluster's rules allow: every member reads it. Only the state's own fields are written;
+/// the derived indexes are rebuilt on load.
+pub fn encode_state_into<W: Write>(state: &State, out: W) -> postcard::Result<W> {
+    match state.rules() {
+        crate::rules::FIRST => postcard::to_io(&(FORMAT_BEFORE_RULES, state), out),
+        rules => postcard::to_io(&(FORMAT_VERSION, rules, state), out),
+    }
+}
+
+/// The body in memory (tests and tools; a node writes it to the file directly).
+pub fn encode_state(state: &State) -> postcard::Result<Vec<u8>> {
+    encode_state_into(state, Vec::new())
+}
+
+fn unreadable(version: u64) -> anyhow::Error {
+    anyhow::anyhow!("snapshot format {version} is not readable by this release (reads {UNCHECKED_FORMAT} to {FORMAT_VERSION}, and {JSON_FORMAT})")
+}
+
+pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
+    // A JSON body starts with `{`; a postcard body with the version, which is not 123.
+    if data.first() == Some(&b'{') {
+        return decode_json(data);
+    }
+    let (version, body) = postcard::take_from_bytes::<u32>(data)?;
+    let state = match version {
+        FORMAT_VERSION => {
+            let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
+            postcard::from_bytes::<State>(body)?.with_rules(rules)
+        }
+        FORMAT_BEFORE_RULES => postcard::from_bytes(body)?,
+        FORMAT_BEFORE_GROUPS => State::from_format_6(body)?,
+        FORMAT_BEFORE_SESSIONS => State::from_format_5(body)?,
+        UNCHECKED_FORMAT | CHECKSUM_SINCE => State::from_format_4(body)?,
+        _ => return Err(unreadable(version.into())),
+    };
+    Ok(state.restored())
+}
+
+/// Format 2: the same state in JSON, with exactly-once records keyed by their text.
+fn decode_json(data: &[u8]) -> anyhow::Result<State> {
+    let mut body: serde_json::Value = serde_json::from_slice(data)?;
+    let version = body["format_version"].as_u64().unwrap_or(0);
+    if version != u64::from(JSON_FORMAT) {
+        return Err(unreadable(version));
+    }
+    let mut state = body["state"].take();
+    let dedup = state
+        .get_mut("dedup")
+        .map(serde_json::Value::take)
+        .unwrap_or_default();
+    state["dedup"] = serde_json::to_value(Dedup::default())?;
+    let mut state: State = serde_json::from_value(state)?;
+    state.dedup = Dedup::from_format_2(dedup)?;
+    Ok(state.restored())
+}

@@ -1,0 +1,381 @@
+//! The replicated state and the one function that changes it.
+//!
+//! [`apply`] is the only entry that modifies [`State`]. It is pure: the same state and entry
+//! give the same reply and the same next state on every node. The entry's log index is the
+//! fencing token of whatever it grants, and the lease clock advances only by the leader's stamp.
+//! The rules themselves live in `grant` (register, acquire) and `mutate` (renew, release,
+//! transfer). Here: the state (this file) and its resources (`resource`), the dispatch
+//! (`apply`), expiry and the ends of leases (`reclaim`), history bookkeeping (`record`), the
+//! holder and principal index (`index`), snapshots (`snapshot`), and the argument checks the
+//! rules share (`checks`).
+
+mod apply;
+mod checks;
+mod index;
+mod precheck;
+mod reclaim;
+mod record;
+pub(crate) mod resource;
+mod snapshot;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use imbl::OrdMap;
+use serde::{Deserialize, Serialize};
+
+use super::dedup::Dedup;
+use super::history::{self, Event, Retention};
+use super::lease_clock::{LeaderKey, LeaseClock};
+use super::many::Group;
+use super::policy::Policy;
+use super::quota::Quotas;
+use super::session::Session;
+use super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Name};
+use super::waiting::WaitOutcome;
+
+pub use apply::apply;
+pub use checks::check_name;
+pub(super) use checks::{check_names, check_ttl};
+pub(super) use index::LeaseIndex;
+pub use precheck::FRESH_MS;
+pub(super) use reclaim::due_key;
+pub use reclaim::RECLAIMS_PER_ENTRY;
+use resource::packed;
+pub use resource::{Ended, Rare, ResourceState};
+
+/// Ended leases remembered per resource, so a late caller learns how its lease ended.
+pub const ENDED_KEPT: usize = 8;
+
+/// Appending without doubling. Most resources hold one lease, a few ended ones and a few
+/// events; `Vec`'s first growth to four would leave three quarters of each of those
+/// allocations empty, about 1.5 KB per resource, a third of the state at a million leases.
+/// Growth by half keeps appends amortized O(1).
+pub(super) trait PushLean<T> {
+    fn push_lean(&mut self, item: T);
+}
+
+impl<T> PushLean<T> for Vec<T> {
+    fn push_lean(&mut self, item: T) {
+        if self.len() == self.capacity() {
+            self.reserve_exact((self.len() / 2).max(1));
+        }
+        self.push(item);
+    }
+}
+
+impl<T> PushLean<T> for VecDeque<T> {
+    fn push_lean(&mut self, item: T) {
+        if self.len() == self.capacity() {
+            self.reserve_exact((self.len() / 2).max(1));
+        }
+        self.push_back(item);
+    }
+}
+
+/// Where an entry sits in the log: its index (the fencing token of its grants) and its writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryMeta {
+    pub index: u64,
+    pub leader: LeaderKey,
+}
+
+/// What a rule needs to know about the entry it runs in.
+pub(super) struct Ctx<'a> {
+    pub index: u64,
+    pub principal: &'a str,
+    pub admin: bool,
+    pub require_registration: bool,
+    /// The entry's exactly-once key, if it has one.
+    pub request_id: Option<&'a str>,
+}
+
+impl Ctx<'_> {
+    /// Whether what the caller makes for itself is held to no per-principal quota: an admin
+    /// of the token file's. With auth off every caller is the admin `anonymous`, held to the
+    /// quotas like a client (SPEC §4.17).
+    pub fn quota_exempt(&self) -> bool {
+        self.admin && self.principal != crate::quota::ANONYMOUS
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub(super) clock: LeaseClock,
+    pub(super) default_policy: Policy,
+    /// A persistent map with shared resource states: a snapshot takes an O(1) copy and
+    /// encodes it while apply goes on, and apply then copies only the map nodes and resource
+    /// states it changes (`Arc::make_mut`).
+    pub(super) resources: OrdMap<Name, Arc<ResourceState>>,
+    pub(crate) dedup: Dedup,
+    /// (expires_at + grace, resource, lease_id) of every live lease: the next reclaim is first.
+    #[serde(skip)]
+    pub(super) due: BTreeSet<(u64, Name, Name)>,
+    #[serde(skip)]
+    pub(super) retention: Retention,
+    /// The (revision, seq) of the newest event the global bound dropped: a resource created
+    /// after that (perhaps a forgotten one, used again) may have had events up to it.
+    #[serde(default)]
+    pub(super) dropped_through: Option<(u64, u32)>,
+    /// Quotas per principal: the limits replicated, the usage derived.
+    #[serde(default)]
+    pub(crate) quotas: Quotas,
+    /// The delivery position of the newest event the global bound dropped (it drops in
+    /// delivery order): a prefix watch behind it is `compacted`.
+    #[serde(default)]
+    pub(super) dropped_last: Option<history::Position>,
+    /// The delivery positions of what the per-resource bound dropped, newer than
+    /// `dropped_last`: the other way a prefix watch can miss events.
+    #[serde(skip)]
+    pub(super) trims: BTreeSet<history::Position>,
+    /// The global bound on retained events: [`history::TOTAL`]; tests lower it.
+    #[serde(skip, default = "history_total")]
+    pub(super) history_total: usize,
+    /// The global bound on what they cost: [`history::TOTAL_BYTES`]; tests lower it.
+    #[serde(skip, default = "history_total_bytes")]
+    pub(super) history_total_bytes: u64,
+    /// (timeout, resource, wait_id) of every waiter: the next wait timeout is first.
+    #[serde(skip)]
+    pub(super) wait_due: BTreeSet<(u64, Name, u64)>,
+    /// (lock delay end, resource) of resources a reclaim closed, until the delay ends: they
+    /// admit their waiters then.
+    #[serde(skip)]
+    pub(super) reopen: BTreeSet<(u64, Name)>,
+    /// (window end, resource) of every booking: ended windows are forgotten.
+    #[serde(skip)]
+    pub(super) booking_ends: BTreeSet<(u64, Name)>,
+    /// The live leases of each holder and of each principal, in `ListLeases` order.
+    #[serde(skip)]
+    pub(super) by_holder: LeaseIndex,
+    #[serde(skip)]
+    pub(super) by_principal: LeaseIndex,
+    /// What the entry being applied did besides its reply.
+    #[serde(skip)]
+    pub(super) effects: Effects,
+    /// Live sessions (SPEC §4.24) by the index of the entry that created each (`ses_<index>`).
+    /// Persistent, like `resources`: a snapshot's copy is O(1).
+    #[serde(default)]
+    pub(crate) sessions: OrdMap<u64, Arc<Session>>,
+    /// (expires_at + grace, session) of every live session: the next reclaim is first.
+    #[serde(skip)]
+    pub(crate) session_due: BTreeSet<(u64, u64)>,
+    /// Live leases on sessions (not in `due`).
+    #[serde(skip)]
+    pub(crate) on_sessions: usize,
+    /// Multi-waits (SPEC §4.25) by the index of the entry that queued each.
+    #[serde(default)]
+    pub(crate) groups: OrdMap<u64, Arc<Group>>,
+    /// The rules version the cluster runs (SPEC §4.26, `crate::rules`). Not in the state's
+    /// own encoding: a snapshot of format 8 carries it beside the state, format 7 means 1.
+    #[serde(skip, default = "first_rules")]
+    pub(super) rules: u32,
+}
+
+fn first_rules() -> u32 {
+    crate::rules::FIRST
+}
+
+/// The side effects of applying one entry, for the node to publish: the events it recorded
+/// (watchers) and the waits it decided (blocked calls). Cleared when the next entry applies;
+/// not part of the replicated state, so two states compare equal whatever their effects.
+#[derive(Clone, Debug, Default)]
+pub struct Effects {
+    /// (resource, event) in the order recorded.
+    pub events: Vec<(Name, Event)>,
+    pub waits: Vec<WaitOutcome>,
+    /// Resources whose capacity may have grown: their waiters are considered.
+    pub(super) touched: BTreeSet<Name>,
+    /// Leases granted so far by this entry: the `<position>` of the next `lse_<index>_<position>`.
+    pub(super) granted: u32,
+    /// Due leases this entry reclaimed in its own time (see [`RECLAIMS_PER_ENTRY`]).
+    pub(super) reclaimed: usize,
+}
+
+impl PartialEq for Effects {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Effects {}
+
+fn history_total() -> usize {
+    history::TOTAL
+}
+
+fn history_total_bytes() -> u64 {
+    history::TOTAL_BYTES
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self::with_default_policy(Policy::ad_hoc())
+    }
+}
+
+impl State {
+    pub fn with_default_policy(default_policy: Policy) -> Self {
+        State {
+            clock: LeaseClock::default(),
+            default_policy,
+            resources: OrdMap::new(),
+            dedup: Dedup::default(),
+            due: BTreeSet::new(),
+            retention: Retention::default(),
+            dropped_through: None,
+            quotas: Quotas::default(),
+            dropped_last: None,
+            trims: BTreeSet::new(),
+            history_total: history::TOTAL,
+            history_total_bytes: history::TOTAL_BYTES,
+            wait_due: BTreeSet::new(),
+            reopen: BTreeSet::new(),
+            booking_ends: BTreeSet::new(),
+            by_holder: LeaseIndex::default(),
+            by_principal: LeaseIndex::default(),
+            effects: Effects::default(),
+            sessions: OrdMap::new(),
+            session_due: BTreeSet::new(),
+            on_sessions: 0,
+            groups: OrdMap::new(),
+            rules: crate::rules::FIRST,
+        }
+    }
+
+    /// The rules version the cluster runs (SPEC §4.26).
+    pub fn rules(&self) -> u32 {
+        self.rules
+    }
+
+    /// The state with the rules version a snapshot carries beside it.
+    pub fn with_rules(mut self, rules: u32) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The resource `name`, created if the state does not know it. A new resource counts as
+    /// trimmed through every event the global bound has dropped, so a history cursor kept
+    /// from a forgotten resource of the same name answers `compacted`, never a silent gap.
+    pub(super) fn resource_entry(&mut self, name: &str) -> &mut ResourceState {
+        let dropped_through = self.dropped_through;
+        Arc::make_mut(self.resources.entry(Name::from(name)).or_insert_with(|| {
+            let mut rs = ResourceState::default();
+            rs.set_trimmed(dropped_through.and_then(packed));
+            Arc::new(rs)
+        }))
+    }
+
+    /// The quotas: the limits replicated, each principal's usage.
+    pub fn quotas(&self) -> &Quotas {
+        &self.quotas
+    }
+
+    /// The exactly-once records.
+    pub fn dedup(&self) -> &Dedup {
+        &self.dedup
+    }
+
+    pub fn clock(&self) -> &LeaseClock {
+        &self.clock
+    }
+
+    pub fn live_leases(&self) -> usize {
+        self.due.len() + self.on_sessions
+    }
+
+    /// Waiters in all waiting rooms.
+    pub fn waiters(&self) -> usize {
+        self.wait_due.len()
+    }
+
+    /// What the last applied entry did besides its reply: its events and decided waits.
+    pub fn effects(&self) -> &Effects {
+        &self.effects
+    }
+
+    /// Takes the last applied entry's effects (the node publishes them once).
+    pub fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// The position of the next lease this entry grants: its id is `lse_<index>_<position>`.
+    pub(super) fn next_position(&mut self) -> u32 {
+        let position = self.effects.granted;
+        self.effects.granted += 1;
+        position
+    }
+
+    /// Events retained in all resources' histories.
+    pub fn retained_events(&self) -> usize {
+        self.retention.len()
+    }
+
+    /// The lease-clock instant at which the next live lease is due for reclaim, or the next
+    /// wait times out, or a lock delay ends that waiters wait behind.
+    pub fn next_due_ms(&self) -> Option<u64> {
+        let reclaim = self.due.first().map(|(due_ms, _, _)| *due_ms);
+        reclaim
+            .into_iter()
+            .chain(self.next_wait_due_ms())
+            .chain(self.next_session_due_ms())
+            .min()
+    }
+
+    /// Up to `limit` live leases due at or before `at_ms`, as (resource, fencing token).
+    pub fn due_by(&self, at_ms: u64, limit: usize) -> Vec<(String, u64)> {
+        self.due
+            .iter()
+            .take_while(|(due_ms, _, _)| *due_ms <= at_ms)
+            .take(limit)
+            .filter_map(|(_, name, lease_id)| {
+                let lease = self.resources.get(name)?.lease(LeaseId::parse(lease_id)?)?;
+                Some((name.to_string(), lease.fencing_token))
+            })
+            .collect()
+    }
+
+    /// The policy of `resource` and whether it runs ad hoc, in one lookup.
+    pub(super) fn policy_and_ad_hoc(&self, resource: &str) -> (&Policy, bool) {
+        match self
+            .resources
+            .get(resource)
+            .and_then(|rs| rs.rare().registration.as_deref())
+        {
+            Some(policy) => (policy, false),
+            None => (&self.default_policy, true),
+        }
+    }
+
+    pub(super) fn policy_of(&self, resource: &str) -> &Policy {
+        self.resources
+            .get(resource)
+            .and_then(|rs| rs.rare().registration.as_deref())
+            .unwrap_or(&self.default_policy)
+    }
+
+    pub(super) fn live_view(&self, lease: &Lease) -> LeaseView {
+        let now_ms = self.clock.now_ms();
+        let expires_at_ms = self.expiry_of(lease);
+        let mut lease = lease.clone();
+        lease.expires_at_ms = expires_at_ms;
+        LeaseView {
+            lease,
+            status: if now_ms < expires_at_ms {
+                LeaseStatus::Active
+            } else {
+                LeaseStatus::Grace
+            },
+            expires_wall_ms: self.clock.wall_of(expires_at_ms),
+            remaining_ms: expires_at_ms.saturating_sub(now_ms),
+        }
+    }
+
+    pub(super) fn ended_view(&self, ended: &Ended) -> LeaseView {
+        LeaseView {
+            lease: ended.lease.clone(),
+            status: ended.status,
+            expires_wall_ms: self.clock.wall_of(ended.lease.expires_at_ms),
+            remaining_ms: 0,
+        }
+    }
+}

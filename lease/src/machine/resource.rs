@@ -1,0 +1,224 @@
+//! One resource's state: its live and ended leases, its history, and what most resources never
+//! use (a registration, a lock delay, waiters, bookings) behind one pointer; and the form
+//! snapshots store it in.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU64;
+
+use serde::{Deserialize, Serialize};
+
+use super::super::bookings::{Booking, BookingV1};
+use super::super::history::{self, Event, EventV5};
+use super::super::policy::{Policy, PolicyV1};
+use super::super::types::{Lease, LeaseId, LeaseStatus};
+use super::super::waiting::Waiter;
+
+/// A tenure that ended, so its holder learns how it ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ended {
+    pub lease: Lease,
+    pub status: LeaseStatus,
+    pub at_ms: u64,
+    /// Transfers: the fencing token of the lease that took over.
+    #[serde(default)]
+    pub superseded_by: Option<u64>,
+}
+
+/// One resource. What most resources never use (a registration, a lock delay, waiters,
+/// bookings) sits behind one pointer: at a million one-lease resources that
+/// is ≈ 100 bytes each. Stored (snapshots) with every field in place, as [`StoredResource`].
+#[derive(Clone, Debug, Default)]
+pub struct ResourceState {
+    /// Live leases (active or in grace), in grant order.
+    pub leases: Vec<Lease>,
+    /// The newest ended leases, oldest first, at most [`ENDED_KEPT`](super::ENDED_KEPT) (a `Vec`: a few entries,
+    /// and a word smaller than a `VecDeque`).
+    pub ended: Vec<Ended>,
+    /// The index of the newest entry that changed this resource.
+    pub revision: u64,
+    /// Retained events, oldest first.
+    pub history: VecDeque<Event>,
+    /// The (revision, seq) of the newest event retention dropped: paging past it is
+    /// `compacted` ([`ResourceState::trimmed_through`]). Not rare: once the global bound drops
+    /// events, every new resource starts with it. Revisions are log indexes, never 0, so this
+    /// is 16 bytes instead of 24, and the whole state fits an allocation of 128 with its `Arc`.
+    trimmed_revision: Option<NonZeroU64>,
+    trimmed_seq: u32,
+    /// What the retained events cost ([`history::event_cost`]): bounded per resource by
+    /// [`history::PER_RESOURCE_BYTES`]. Derived (counted again when a snapshot loads).
+    pub(crate) history_bytes: u32,
+    rare: Option<Box<Rare>>,
+}
+
+/// A (revision, seq) position as [`ResourceState`] keeps it.
+pub(super) fn packed((revision, seq): (u64, u32)) -> Option<(NonZeroU64, u32)> {
+    NonZeroU64::new(revision).map(|revision| (revision, seq))
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rare {
+    /// The registered policy; None = ad hoc, under the default policy.
+    pub registration: Option<Box<Policy>>,
+    /// Lock delay: nothing is granted before this lease-clock instant.
+    pub closed_until_ms: u64,
+    /// The waiting room, head first.
+    pub waiters: VecDeque<Waiter>,
+    /// Bookings whose window has not ended, by start.
+    pub bookings: Vec<Booking>,
+}
+
+const NOTHING_RARE: &Rare = &Rare {
+    registration: None,
+    closed_until_ms: 0,
+    waiters: VecDeque::new(),
+    bookings: Vec::new(),
+};
+
+impl ResourceState {
+    pub fn lease(&self, lease_id: LeaseId) -> Option<&Lease> {
+        self.leases.iter().find(|l| l.lease_id() == lease_id)
+    }
+
+    /// The (revision, seq) of the newest event retention dropped.
+    pub fn trimmed_through(&self) -> Option<(u64, u32)> {
+        self.trimmed_revision
+            .map(|revision| (revision.get(), self.trimmed_seq))
+    }
+
+    pub(crate) fn set_trimmed_through(&mut self, position: (u64, u32)) {
+        self.set_trimmed(packed(position));
+    }
+
+    pub(super) fn set_trimmed(&mut self, trimmed: Option<(NonZeroU64, u32)>) {
+        self.trimmed_revision = trimmed.map(|(revision, _)| revision);
+        self.trimmed_seq = trimmed.map_or(0, |(_, seq)| seq);
+    }
+
+    /// The registration, lock delay, waiting room and bookings.
+    pub fn rare(&self) -> &Rare {
+        self.rare.as_deref().unwrap_or(NOTHING_RARE)
+    }
+
+    /// The same, to change.
+    pub fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_default()
+    }
+
+    /// Nothing to remember: an ad-hoc resource in this state is forgotten.
+    pub(super) fn idle(&self) -> bool {
+        let rare = self.rare();
+        rare.registration.is_none()
+            && self.leases.is_empty()
+            && self.history.is_empty()
+            && rare.waiters.is_empty()
+            && rare.bookings.is_empty()
+    }
+}
+
+impl PartialEq for ResourceState {
+    fn eq(&self, other: &Self) -> bool {
+        self.leases == other.leases
+            && self.ended == other.ended
+            && self.revision == other.revision
+            && self.history == other.history
+            && self.trimmed_through() == other.trimmed_through()
+            && self.rare() == other.rare()
+    }
+}
+
+impl Eq for ResourceState {}
+
+/// A resource as snapshots store it: every field in place, in this order (postcard's encoding
+/// follows it; format 2's JSON names the fields).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct StoredResource<L, E, H, P, W, B> {
+    pub(crate) registration: Option<P>,
+    pub(crate) leases: L,
+    pub(crate) ended: E,
+    pub(crate) revision: u64,
+    pub(crate) closed_until_ms: u64,
+    pub(crate) history: H,
+    #[serde(default)]
+    pub(crate) trimmed_through: Option<(u64, u32)>,
+    #[serde(default)]
+    pub(crate) waiters: W,
+    #[serde(default)]
+    pub(crate) bookings: B,
+}
+
+impl Serialize for ResourceState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let rare = self.rare();
+        StoredResource {
+            registration: rare.registration.as_deref(),
+            leases: &self.leases,
+            ended: &self.ended,
+            revision: self.revision,
+            closed_until_ms: rare.closed_until_ms,
+            history: &self.history,
+            trimmed_through: self.trimmed_through(),
+            waiters: &rare.waiters,
+            bookings: &rare.bookings,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// A stored resource with its registration of type `P`, bookings of type `B` and events of
+/// type `E`: the current ones, or those of an older snapshot format.
+type Stored<P, B, E> =
+    StoredResource<Vec<Lease>, Vec<Ended>, VecDeque<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
+
+impl<'de> Deserialize<'de> for ResourceState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Stored::<Policy, Booking, Event>::deserialize(deserializer).map(ResourceState::from_stored)
+    }
+}
+
+/// A resource as snapshot format 5 holds it (events without a session).
+pub(crate) struct ResourceStateV5(pub(crate) ResourceState);
+
+impl<'de> Deserialize<'de> for ResourceStateV5 {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Stored::<Policy, Booking, EventV5>::deserialize(deserializer)
+            .map(|stored| ResourceStateV5(ResourceState::from_stored(stored)))
+    }
+}
+
+/// A resource as snapshot formats 3 and 4 hold it (policies without `bookable` and
+/// `max_holders`, bookings that deny earlier leases), read into the current form.
+pub(crate) struct ResourceStateV4(pub(crate) ResourceState);
+
+impl<'de> Deserialize<'de> for ResourceStateV4 {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Stored::<PolicyV1, BookingV1, EventV5>::deserialize(deserializer)
+            .map(|stored| ResourceStateV4(ResourceState::from_stored(stored)))
+    }
+}
+
+impl ResourceState {
+    fn from_stored<P: Into<Policy>, B: Into<Booking>, E: Into<Event>>(
+        stored: Stored<P, B, E>,
+    ) -> ResourceState {
+        let history: VecDeque<Event> = stored.history.into_iter().map(Into::into).collect();
+        let rare = Rare {
+            registration: stored.registration.map(|p| Box::new((*p).into())),
+            closed_until_ms: stored.closed_until_ms,
+            waiters: stored.waiters,
+            bookings: stored.bookings.into_iter().map(Into::into).collect(),
+        };
+        let history_bytes = history::bytes_of(&history);
+        let mut rs = ResourceState {
+            leases: stored.leases,
+            ended: stored.ended,
+            revision: stored.revision,
+            history,
+            trimmed_revision: None,
+            trimmed_seq: 0,
+            history_bytes,
+            rare: (rare != *NOTHING_RARE).then(|| Box::new(rare)),
+        };
+        rs.set_trimmed(stored.trimmed_through.and_then(packed));
+        rs
+    }
+}

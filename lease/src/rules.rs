@@ -1,0 +1,29 @@
+//! The rules versions the state machine knows (SPEC §4.26): which version introduced each
+//! command, field, rule and format. The node negotiates the version in force (its `rules`
+//! module: ranges, headers, the raise); the state carries it (`State::rules`) and `apply`
+//! refuses what needs a version the state has not reached.
+//!
+//! What each version brought (the table docs/operations.md's "Upgrade" repeats):
+//!
+//! | version | release | what it brought |
+//! |---|---|---|
+//! | 1 | 0.1.0 | everything up to issue 37 (log entries as `Command::V1`/`Batch`, snapshot format 7) |
+//! | 2 | 0.2.0 | the version itself (`Op::RaiseRules`), snapshot format 8 (which carries it), `RenewRequest.metadata` (`Op::RenewWithMetadata`) |
+
+/// The first version: 0.1.0's rules, which any member applies. A member that announces no
+/// range (0.1.0 itself) supports exactly this one.
+pub const FIRST: u32 = 1;
+
+/// The version of the rules version itself: `Op::RaiseRules`, snapshot format 8.
+pub const RAISE: u32 = 2;
+
+/// `RenewRequest.metadata`: a renew that replaces its lease's metadata.
+pub const RENEW_METADATA: u32 = 2;
+
+/// Why a request is refused before it is proposed: it needs `needs`, the cluster runs
+/// `cluster`.
+pub fn not_reached(what: &str, needs: u32, cluster: u32) -> String {
+    format!(
+        "{what} needs rules version {needs} and the cluster runs {cluster}: every member must run a release that supports {needs} first (`tenure cluster status` shows what holds it back)"
+    )
+}
