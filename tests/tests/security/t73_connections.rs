@@ -271,10 +271,20 @@ async fn a_quiet_authenticated_connection_is_closed_at_the_idle_time_and_its_cli
     })
     .await;
     assert_eq!(grpc.closed(Closed::Greeting), 0, "closed for its idle time");
-    leases
-        .acquire(bearer(acquire_request("t73/idle/b", "a", TTL), ALICE))
-        .await
-        .expect("alice's channel connects again");
+    // The channel learns of the close when the node's FIN reaches it: a call sent before
+    // that fails as the connection goes (`cancelled` or `unavailable`, nothing done), and
+    // the next one connects again.
+    let again = || bearer(acquire_request("t73/idle/b", "a", TTL), ALICE);
+    match leases.acquire(again()).await {
+        Ok(_) => {}
+        Err(raced) if matches!(raced.code(), Code::Cancelled | Code::Unavailable) => {
+            leases
+                .acquire(again())
+                .await
+                .expect("alice's channel connects again");
+        }
+        Err(other) => panic!("alice's channel connects again: {other:?}"),
+    }
     cluster.shutdown().await;
 }
 
@@ -431,11 +441,19 @@ async fn an_authenticated_client_that_resets_its_calls_at_once_is_cut_off() {
     let cluster = node_with(dir.path(), &["--connection-strikes", "20"]).await;
     let addr: SocketAddr = cluster.addrs[&1].parse().expect("an address");
     let tcp = connect_from(addr, "127.0.0.2").await;
-    let (mut client, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    let (mut client, mut connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    let mut ping = connection.ping_pong().expect("a ping");
     let driver = tokio::spawn(connection);
     let mut sent = 0u32;
     let cut = tokio::time::timeout(ELECTION, async {
         loop {
+            // A PING answered every 50 calls: the node has read what came before it. Sent
+            // further ahead, thousands of resets of calls h2 has not handed over yet trip
+            // h2's own limit (1,000) first on a busy machine, and that close is not the
+            // node's strikes.
+            if sent % 50 == 49 && ping.ping(h2::Ping::opaque()).await.is_err() {
+                return;
+            }
             let Ok(ready) = client.clone().ready().await else {
                 return;
             };
