@@ -6,6 +6,7 @@
 //! is the fencing token of whatever it grants.
 
 mod admission;
+pub mod archive;
 pub mod bookings;
 pub mod command;
 pub mod dedup;

@@ -3,8 +3,8 @@
 //!
 //! Applies N acquires of distinct resources the way the scale benchmark loads a cluster
 //! (`scale/<n>`, 64 holders, a fresh `request_id` each, so every one leaves an exactly-once
-//! record), and prints the growth of the process's resident memory divided by N. Uses the
-//! node's allocator. `--no-request-ids` leaves the exactly-once records out. Then applies one
+//! record, kept where a node keeps them: in an archive on disk), and prints the growth of the
+//! process's resident memory divided by N. Uses the node's allocator. `--no-request-ids` leaves the exactly-once records out. Then applies one
 //! entry stamped past the exactly-once window, which forgets the load's own records, and
 //! prints the resident memory per lease again: what a node holding the leases uses once its
 //! load is over ten minutes old. mimalloc gives emptied pages back to the system later, on
@@ -40,7 +40,11 @@ fn main() -> anyhow::Result<()> {
             n => leases = n.parse()?,
         }
     }
+    // The state keeps its exactly-once records where a node's does: in an archive on disk.
+    let dir = tempfile::tempdir()?;
+    let archives = tenure_node::store::archive::Archives::open(&dir.path().join("archive"))?;
     let mut state = State::default();
+    state.move_into_archive(archives.fresh()?);
     let before = resident_bytes()?;
     let started = Instant::now();
     for k in 1..=leases {
@@ -50,9 +54,9 @@ fn main() -> anyhow::Result<()> {
                 wall_ms: 1_700_000_000_000 + k,
                 clock_epoch: 0,
             },
-            // As on the benchmark's cluster (auth off): the admin `anonymous`, whom quotas do
-            // not limit. A non-admin principal stops at its 100,000 leases.
-            principal: "anonymous".into(),
+            // An admin of the token file, whom quotas do not limit (the benchmark raises the
+            // quotas of `anonymous` instead; a client stops at its 100,000 leases).
+            principal: "root".into(),
             admin: true,
             request_id: request_ids.then(|| uuid::Uuid::new_v4().to_string()),
             require_registration: false,
@@ -96,7 +100,7 @@ fn main() -> anyhow::Result<()> {
             wall_ms: 1_700_000_000_000 + leases + DEDUP_WINDOW_MS + 1,
             clock_epoch: 0,
         },
-        principal: "anonymous".into(),
+        principal: "root".into(),
         admin: true,
         request_id: None,
         require_registration: false,

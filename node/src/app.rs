@@ -84,8 +84,9 @@ pub async fn start(mut config: Config, listener: TcpListener) -> anyhow::Result<
         config.skips_log_sync(),
     )?
     .of_node(config.id);
-    let sm = StateMachineStore::open_with_rules(
+    let sm = StateMachineStore::open_with(
         config.data_dir.join("snapshots"),
+        Some(&config.data_dir.join("archive")),
         stats,
         config.max_rules,
     )?;

@@ -13,15 +13,11 @@
 //! get their answer.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use imbl::{OrdMap, Vector};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::command::{Op, Reply};
-use super::policy::DEDUP_WINDOW_MS;
 use super::quota::EXACTLY_ONCE_TOTAL_BYTES;
 use super::types::{Metadata, Name, Rejection};
 
@@ -173,23 +169,12 @@ impl Remembered {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Dedup {
-    /// Persistent, like the resources: a snapshot's copy is O(1). A record sits behind a
-    /// pointer: a map node then holds its keys close together, and a lookup in a table of
-    /// millions touches fewer cache lines (and copying a node copies no record).
-    entries: OrdMap<Digest128, Arc<Remembered>>,
-    /// Keys in the order they were remembered; lease time never runs backwards.
-    order: Vector<(u64, Digest128)>,
-    /// The cost of all records: derived, counted again when a snapshot loads.
-    #[serde(skip)]
-    bytes: u64,
-}
-
 /// A request seen for the first time: what [`Dedup::remember`] needs to record it.
 pub struct Ticket {
     key: Digest128,
     op: Digest128,
+    /// The live key of the same index prefix, and its chunk, if there is one (`table`).
+    sharing: Option<(Digest128, u32)>,
 }
 
 /// What a retried request gets.
@@ -202,18 +187,17 @@ pub enum Seen {
     Conflict,
 }
 
-/// A change of one principal's remembered bytes, for its quota.
-pub type Charge<'a> = (&'a str, i64);
-
 impl Dedup {
     pub fn check(&self, principal: &str, request_id: &str, op: &Op) -> Seen {
-        let ticket = Ticket {
-            key: key(principal, request_id),
-            op: fingerprint(op),
-        };
-        match self.entries.get(&ticket.key) {
-            None => Seen::New(ticket),
-            Some(seen) if seen.op == ticket.op => match postcard::from_bytes(&seen.kept) {
+        let key = key(principal, request_id);
+        let op = fingerprint(op);
+        match self.record(&key) {
+            None => Seen::New(Ticket {
+                key,
+                op,
+                sharing: self.sharing(&key),
+            }),
+            Some(seen) if seen.op == op => match postcard::from_bytes(&seen.kept) {
                 Ok(kept) => Seen::Retry(kept),
                 // A record of the release before sessions (a SetQuota's nine quotas).
                 Err(_) => match postcard::from_bytes::<format5::KeptV5>(&seen.kept) {
@@ -231,14 +215,14 @@ impl Dedup {
     /// same request again, `Some(false)` for another request under the same id. What
     /// [`Dedup::check`] decides, without reading the kept reply.
     pub fn remembers(&self, principal: &str, request_id: &str, op: &Op) -> Option<bool> {
-        let seen = self.entries.get(&key(principal, request_id))?;
+        let seen = self.record(&key(principal, request_id))?;
         Some(seen.op == fingerprint(op))
     }
 
     /// Whether the table may take another record: refused past [`EXACTLY_ONCE_TOTAL_BYTES`].
     /// (The principal's own budget is its `exactly_once_bytes` quota.)
     pub fn room(&self) -> Result<(), Rejection> {
-        if self.bytes >= EXACTLY_ONCE_TOTAL_BYTES {
+        if self.bytes() >= EXACTLY_ONCE_TOTAL_BYTES {
             return Err(Rejection::QuotaExceeded {
                 quota: "exactly_once_bytes".into(),
                 limit: EXACTLY_ONCE_TOTAL_BYTES,
@@ -250,73 +234,28 @@ impl Dedup {
 
     /// Records the reply of a new request; returns what it costs the principal.
     pub fn remember(&mut self, principal: &str, ticket: Ticket, reply: &Reply, now_ms: u64) -> i64 {
-        self.order.push_back((now_ms, ticket.key));
         let record = Remembered {
             principal: Name::from(principal),
             op: ticket.op,
             kept: Kept::encode_of(reply),
             at_ms: now_ms,
         };
-        let cost = record.cost();
-        self.bytes += cost;
-        if let Some(old) = self.entries.insert(ticket.key, Arc::new(record)) {
-            // Only a key remembered again after its order entry was dropped gets here.
-            self.bytes -= old.cost();
-            return cost as i64 - old.cost() as i64;
-        }
-        cost as i64
+        self.add(ticket, record)
     }
 
     /// Replaces the remembered reply of a request, if still remembered: a waiting acquire's
     /// reply becomes the wait's outcome once an entry decides it. Returns whose record it is
     /// (as the record says: empty for one converted from format 4) and the change of cost.
     pub fn resolve(&mut self, principal: &str, request_id: &str, reply: &Reply) -> (Name, i64) {
-        let Some(seen) = self.entries.get_mut(&key(principal, request_id)) else {
+        let key = key(principal, request_id);
+        let Some(mut record) = self.record(&key) else {
             return (Name::default(), 0);
         };
-        let seen = Arc::make_mut(seen);
-        let before = seen.cost();
-        seen.kept = Kept::encode_of(reply);
-        let after = seen.cost();
-        self.bytes = self.bytes + after - before;
-        (seen.principal.clone(), after as i64 - before as i64)
-    }
-
-    /// Forgets what is older than the window, telling `charge` whose bytes it freed.
-    pub fn prune(&mut self, now_ms: u64, mut charge: impl FnMut(Charge<'_>)) {
-        while let Some((at_ms, _)) = self.order.front() {
-            if at_ms.saturating_add(DEDUP_WINDOW_MS) > now_ms {
-                break;
-            }
-            if let Some((at_ms, key)) = self.order.pop_front() {
-                // One walk of the map: the record is this order entry's, unless its key was
-                // remembered again since (then it goes back).
-                match self.entries.remove(&key) {
-                    Some(old) if old.at_ms == at_ms => {
-                        self.bytes -= old.cost();
-                        charge((&old.principal, -(old.cost() as i64)));
-                    }
-                    Some(newer) => {
-                        self.entries.insert(key, newer);
-                    }
-                    None => {}
-                }
-            }
-        }
-    }
-
-    /// Counts the bytes again (a loaded snapshot), telling `charge` each record's principal.
-    pub fn recount(&mut self, mut charge: impl FnMut(Charge<'_>)) {
-        self.bytes = 0;
-        for record in self.entries.values() {
-            self.bytes += record.cost();
-            charge((&record.principal, record.cost() as i64));
-        }
-    }
-
-    /// The cost of all records, in bytes.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
+        let before = record.clone();
+        record.kept = Kept::encode_of(reply);
+        let whose = record.principal.clone();
+        let change = self.replace(&key, &before, record);
+        (whose, change)
     }
 
     /// The table as format 2 snapshots hold it (JSON): keyed by `<principal length>:
@@ -355,22 +294,18 @@ impl Dedup {
         Ok(Dedup::of_records(remembered))
     }
 
+    /// A table of `(at_ms, key, record)`, remembered in that order (formats before 5).
     fn of_records(mut remembered: Vec<(u64, Digest128, Remembered)>) -> Dedup {
         remembered.sort_by_key(|(at_ms, key, _)| (*at_ms, *key));
-        let mut dedup = Dedup::default();
-        for (at_ms, key, record) in remembered {
-            dedup.order.push_back((at_ms, key));
-            dedup.entries.insert(key, Arc::new(record));
-        }
-        dedup
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        let order = remembered
+            .iter()
+            .map(|(at_ms, key, _)| (*at_ms, *key))
+            .collect();
+        let entries = remembered
+            .into_iter()
+            .map(|(_, key, record)| (key, record))
+            .collect();
+        Dedup::of_table(entries, order)
     }
 }
 
@@ -380,6 +315,9 @@ mod format4;
 #[path = "../legacy/dedup_format5.rs"]
 mod format5;
 mod retry;
+mod table;
+
+pub use table::{Charge, Dedup, CHUNK};
 
 #[cfg(feature = "testkit")]
 pub use format4::format_4_table;

@@ -64,26 +64,24 @@ pub fn format_4_table(
 impl From<Format4> for Dedup {
     /// Each reply slimmed to what is kept now; the records count against no principal.
     fn from(old: Format4) -> Dedup {
-        let mut dedup = Dedup {
-            order: old.order,
-            ..Dedup::default()
-        };
-        for (key, record) in old.entries {
-            let kept = match postcard::from_bytes::<Reply>(&record.reply) {
-                Ok(reply) => Kept::of(&reply).encode(),
-                // Unreadable stays unreadable: a retry gets a conflict, as before.
-                Err(_) => Box::default(),
-            };
-            dedup.entries.insert(
-                key,
-                Arc::new(Remembered {
+        let entries = old
+            .entries
+            .into_iter()
+            .map(|(key, record)| {
+                let kept = match postcard::from_bytes::<Reply>(&record.reply) {
+                    Ok(reply) => Kept::of(&reply).encode(),
+                    // Unreadable stays unreadable: a retry gets a conflict, as before.
+                    Err(_) => Box::default(),
+                };
+                let record = Remembered {
                     principal: Name::default(),
                     op: record.op,
                     kept,
                     at_ms: record.at_ms,
-                }),
-            );
-        }
-        dedup
+                };
+                (key, record)
+            })
+            .collect();
+        Dedup::of_table(entries, old.order.into_iter().collect())
     }
 }

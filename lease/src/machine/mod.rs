@@ -99,7 +99,7 @@ impl Ctx<'_> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
     pub(super) clock: LeaseClock,
     pub(super) default_policy: Policy,
@@ -273,6 +273,18 @@ impl State {
     /// The exactly-once records.
     pub fn dedup(&self) -> &Dedup {
         &self.dedup
+    }
+
+    /// Moves what this state keeps in its archive (`crate::archive`) into `archive`, an
+    /// empty one: a node's own, on disk, for a state just loaded.
+    pub fn move_into_archive(&mut self, archive: std::sync::Arc<dyn crate::archive::Archive>) {
+        self.dedup.move_into(archive);
+    }
+
+    /// What of this state is archived, to remove what it can no longer read
+    /// ([`Dedup::remove_forgotten`]) without holding the state.
+    pub fn archived(&self) -> Dedup {
+        self.dedup.snapshot_copy()
     }
 
     pub fn clock(&self) -> &LeaseClock {

@@ -16,7 +16,7 @@ impl State {
         State {
             clock: self.clock.clone(),
             resources: self.resources.clone(),
-            dedup: self.dedup.clone(),
+            dedup: self.dedup.snapshot_copy(),
             dropped_through: self.dropped_through,
             quotas: self.quotas.replicated(),
             dropped_last: self.dropped_last.clone(),

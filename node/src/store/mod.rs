@@ -1,6 +1,8 @@
-//! openraft glue: the Raft log on sled (`log`), the in-memory lease state machine
-//! (`state_machine`), its snapshot files (`snapshot`) and restoring from one (`restore`).
+//! openraft glue: the Raft log on sled (`log`), the lease state machine (`state_machine`)
+//! with its archive on disk (`archive`), its snapshot files (`snapshot`) and restoring from
+//! one (`restore`).
 
+pub mod archive;
 pub mod codec;
 pub mod compaction;
 pub mod log;

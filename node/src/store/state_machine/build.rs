@@ -49,6 +49,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let _building = Building::start(&self.shared.stats);
         let shared = self.shared.clone();
         let (meta, file) = in_the_background(move || {
+            let _building = shared.building.lock().unwrap_or_else(|p| p.into_inner());
             // An O(1) copy under the read lock (the state's maps are persistent), then the
             // encoding and the fsync off it: apply goes on meanwhile, copying only the map
             // nodes and resources it changes.
@@ -69,6 +70,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let meta = written.meta.clone();
             let file = written.open()?;
             shared.keep_if_newer(written)?;
+            // The copy is gone: what the window forgot can leave the archive.
+            shared.remove_forgotten();
             anyhow::Ok((meta, file))
         })
         .await

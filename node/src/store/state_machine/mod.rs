@@ -16,6 +16,7 @@ use openraft::OptionalSend;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 
+use super::archive::Archives;
 use super::notify::Notifier;
 use super::snapshot::{self, RaftSnapshotMeta, SnapshotMeta, Writer, Written};
 use super::{EntryPayload, LogId, StorageStats, StoredMembership, TypeConfig};
@@ -49,6 +50,11 @@ pub struct Shared {
     max_rules: u32,
     /// Why this node stopped applying (an entry or snapshot above its rules), if it did.
     halted: Mutex<Option<String>>,
+    /// Where states keep what they remember but seldom read (on disk); None: on the heap.
+    archives: Option<Archives>,
+    /// Held by a snapshot build from its copy of the state to the removal of what the state
+    /// no longer reads: no removal while another build's copy still reads the archive.
+    building: Mutex<()>,
 }
 
 /// Yields before a blocked lock wait leaves the runtime (see [`lock_without_stalling`]).
@@ -150,6 +156,21 @@ impl Shared {
         Ok(())
     }
 
+    /// Moves what `state` keeps in its archive into a new one of this node's (on disk).
+    fn adopt(&self, state: &mut State) -> anyhow::Result<()> {
+        if let Some(archives) = &self.archives {
+            state.move_into_archive(archives.fresh()?);
+        }
+        Ok(())
+    }
+
+    /// Removes from the archive what the applied state can no longer read (records the
+    /// window forgot): once no older copy of the state reads it, after a snapshot.
+    pub fn remove_forgotten(&self) {
+        let newest = self.read().state.archived();
+        newest.remove_forgotten();
+    }
+
     fn replace(&self, applied: Applied) {
         let index = applied.last_applied.map_or(0, |id| id.index);
         let mut current = self.write();
@@ -194,6 +215,18 @@ impl StateMachineStore {
         stats: Arc<StorageStats>,
         max_rules: u32,
     ) -> anyhow::Result<Self> {
+        StateMachineStore::open_with(snapshot_dir, None, stats, max_rules)
+    }
+
+    /// [`StateMachineStore::open_with_rules`], keeping the state's archive in
+    /// `archive_dir` (emptied first), on disk, if given.
+    pub fn open_with(
+        snapshot_dir: PathBuf,
+        archive_dir: Option<&std::path::Path>,
+        stats: Arc<StorageStats>,
+        max_rules: u32,
+    ) -> anyhow::Result<Self> {
+        let archives = archive_dir.map(Archives::open).transpose()?;
         snapshot::remove_unfinished(&snapshot_dir)?;
         let (applied, current) = match snapshot::newest(&snapshot_dir)? {
             Some((_, path, bytes)) => {
@@ -226,6 +259,10 @@ impl StateMachineStore {
                 (applied, None)
             }
         };
+        let mut applied = applied;
+        if let Some(archives) = &archives {
+            applied.state.move_into_archive(archives.fresh()?);
+        }
         let index = applied.last_applied.map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
         let shared = Shared {
@@ -237,6 +274,8 @@ impl StateMachineStore {
             notify: Arc::default(),
             max_rules,
             halted: Mutex::default(),
+            archives,
+            building: Mutex::default(),
         };
         Ok(StateMachineStore {
             shared: Arc::new(shared),
@@ -366,10 +405,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let kept_meta = meta.clone();
         let state = tokio::task::spawn_blocking(move || {
             let body = snapshot::received_body(&data)?;
-            let state = snapshot::decode_state(body)?;
+            let mut state = snapshot::decode_state(body)?;
             if let Some(why) = shared.above_own_rules(&state, "the leader's snapshot") {
                 return Err(anyhow::Error::from(shared.halt(why)));
             }
+            shared.adopt(&mut state)?;
             // Written again in this release's format (with its checksum), whatever format
             // the leader sent.
             let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;

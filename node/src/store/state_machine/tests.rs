@@ -42,7 +42,8 @@ fn a_build_finishing_after_a_newer_install_never_replaces_it() {
     assert_eq!(files, 1, "only the newest snapshot file is kept");
 }
 
-fn own_entry(index: u64, op: crate::lease::Op) -> crate::store::Entry {
+/// Entry `index` of leader 1 in term 1, carrying `proposal`.
+fn entry(index: u64, proposal: crate::lease::Proposal) -> crate::store::Entry {
     crate::store::Entry {
         log_id: crate::store::LogId::new(
             crate::store::LeaderId {
@@ -51,8 +52,12 @@ fn own_entry(index: u64, op: crate::lease::Op) -> crate::store::Entry {
             },
             index,
         ),
-        payload: EntryPayload::Normal(crate::lease::Command::V1(crate::coord::timers::own(op))),
+        payload: EntryPayload::Normal(crate::lease::Command::V1(proposal)),
     }
+}
+
+fn own_entry(index: u64, op: crate::lease::Op) -> crate::store::Entry {
+    entry(index, crate::coord::timers::own(op))
 }
 
 /// SPEC §4.26: a node never applies an entry of rules above its range; it stops there, says
@@ -130,4 +135,82 @@ fn a_node_refuses_to_start_on_a_snapshot_of_higher_rules() {
     );
     let opened = StateMachineStore::open(dir.path().to_path_buf(), Arc::default()).expect("opens");
     assert_eq!(opened.shared.read().state.rules(), 2);
+}
+
+fn client_entry(index: u64, mono_ms: u64, request_id: &str) -> crate::store::Entry {
+    let proposal = crate::lease::Proposal {
+        stamp: crate::lease::Stamp {
+            mono_ms,
+            wall_ms: 1_700_000_000_000 + mono_ms,
+            clock_epoch: 0,
+        },
+        principal: "p".into(),
+        admin: false,
+        request_id: Some(request_id.into()),
+        require_registration: false,
+        op: client_op(),
+    };
+    entry(index, proposal)
+}
+
+async fn apply_all(sm: &mut StateMachineStore, entries: Vec<crate::store::Entry>) {
+    let list: Vec<_> = entries.into_iter().map(|e| Ok((e, None))).collect();
+    sm.apply(futures::stream::iter(list))
+        .await
+        .expect("applies");
+}
+
+fn client_op() -> crate::lease::Op {
+    crate::lease::Op::Acquire(tenure_lease::testkit::acq("r", "h"))
+}
+
+/// What the applied state remembers of request `id` of principal `p`.
+fn remembered(sm: &StateMachineStore, id: &str) -> Option<bool> {
+    sm.shared
+        .read()
+        .state
+        .dedup()
+        .remembers("p", id, &client_op())
+}
+
+/// Exactly-once records live in the node's archive on disk: a restart fills it again from
+/// the snapshot (and the replayed log), and the window forgets them.
+#[tokio::test]
+async fn exactly_once_records_are_archived_and_survive_a_restart() {
+    use openraft::RaftSnapshotBuilder;
+    let dir = tempfile::tempdir().expect("dir");
+    let (snapshots, archive) = (dir.path().join("snapshots"), dir.path().join("archive"));
+    let open = || {
+        StateMachineStore::open_with(
+            snapshots.clone(),
+            Some(&archive),
+            Arc::default(),
+            crate::rules::RELEASE.max,
+        )
+        .expect("open")
+    };
+    let mut sm = open();
+    apply_all(&mut sm, vec![client_entry(1, 1_000, "q-1")]).await;
+    assert_eq!(remembered(&sm, "q-1"), Some(true));
+    sm.build_snapshot().await.expect("snapshot at 1");
+    apply_all(&mut sm, vec![client_entry(2, 2_000, "q-2")]).await;
+    assert!(archive.join("db").exists(), "the archive is on disk");
+    assert_eq!(sm.shared.read().state.dedup().len(), 2);
+    drop(sm);
+
+    // Restarted: the snapshot of index 1 is loaded into an emptied archive; entry 2 comes
+    // back as openraft replays it.
+    let mut sm = open();
+    assert_eq!(remembered(&sm, "q-1"), Some(true));
+    assert_eq!(remembered(&sm, "q-2"), None);
+    apply_all(&mut sm, vec![client_entry(2, 2_000, "q-2")]).await;
+    assert_eq!(remembered(&sm, "q-2"), Some(true));
+
+    // Eleven minutes on, the window has forgotten both; a snapshot later the archive drops
+    // them, and what is remembered stays.
+    apply_all(&mut sm, vec![client_entry(3, 661_000, "q-3")]).await;
+    assert_eq!(sm.shared.read().state.dedup().len(), 1);
+    sm.build_snapshot().await.expect("snapshot at 3");
+    assert_eq!(remembered(&sm, "q-1"), None);
+    assert_eq!(remembered(&sm, "q-3"), Some(true));
 }

@@ -1,0 +1,181 @@
+//! Where the state keeps what it must remember but seldom reads: an ordered key-value store
+//! beside the state, not on its heap. The node gives it one on disk (sled); tests and tools
+//! use [`MemArchive`].
+//!
+//! What `apply` writes there is written once and never changed (see `dedup::table`), so a copy
+//! of the state taken for a snapshot goes on reading the archive as it was while apply writes
+//! past it, and what apply decides stays a function of the state and the entry. What nothing
+//! can read any more is removed when the node says so (after a snapshot), never by apply.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Bound;
+use std::sync::RwLock;
+
+/// The parts of an archive, each its own ordered key space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Space {
+    /// Exactly-once records, in chunks by sequence number (`dedup`).
+    ExactlyOnce,
+    /// Tests of the archive itself.
+    #[cfg(test)]
+    Other,
+}
+
+impl Space {
+    /// The byte that puts a key in its space, in a store that has one key space.
+    pub fn tag(self) -> u8 {
+        match self {
+            Space::ExactlyOnce => 1,
+            #[cfg(test)]
+            Space::Other => 2,
+        }
+    }
+}
+
+/// What a scan is told of each entry; it returns whether to go on.
+pub type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> bool;
+
+/// An ordered store the state keeps cold data in. Writes cannot fail as far as the state is
+/// concerned: a store that cannot write stops the node (which then rebuilds it from its
+/// snapshot and log), it never answers differently.
+pub trait Archive: Send + Sync {
+    fn get(&self, space: Space, key: &[u8]) -> Option<Vec<u8>>;
+    fn insert(&self, space: Space, key: &[u8], value: &[u8]);
+    fn remove(&self, space: Space, key: &[u8]);
+    /// Visits the entries of `space` with keys in (`from`, `to`), in key order or reversed,
+    /// until `visit` returns false.
+    fn scan(
+        &self,
+        space: Space,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        reverse: bool,
+        visit: Visit<'_>,
+    );
+}
+
+impl fmt::Debug for dyn Archive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Archive")
+    }
+}
+
+/// `key` of `space` in a store with one key space: the space's tag, then the key.
+pub fn tagged(space: Space, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 1);
+    out.push(space.tag());
+    out.extend_from_slice(key);
+    out
+}
+
+/// The keys of `space` between `from` and `to`, tagged ([`tagged`]).
+pub fn tagged_range(
+    space: Space,
+    from: Bound<&[u8]>,
+    to: Bound<&[u8]>,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let from = match from {
+        Bound::Included(k) => Bound::Included(tagged(space, k)),
+        Bound::Excluded(k) => Bound::Excluded(tagged(space, k)),
+        Bound::Unbounded => Bound::Included(vec![space.tag()]),
+    };
+    let to = match to {
+        Bound::Included(k) => Bound::Included(tagged(space, k)),
+        Bound::Excluded(k) => Bound::Excluded(tagged(space, k)),
+        Bound::Unbounded => Bound::Excluded(vec![space.tag() + 1]),
+    };
+    (from, to)
+}
+
+/// An archive on the heap: tests, tools, and a state just decoded before the node moves it
+/// into its own.
+#[derive(Default)]
+pub struct MemArchive(RwLock<BTreeMap<Vec<u8>, Vec<u8>>>);
+
+impl Archive for MemArchive {
+    fn get(&self, space: Space, key: &[u8]) -> Option<Vec<u8>> {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        map.get(&tagged(space, key)).cloned()
+    }
+
+    fn insert(&self, space: Space, key: &[u8], value: &[u8]) {
+        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+        map.insert(tagged(space, key), value.to_vec());
+    }
+
+    fn remove(&self, space: Space, key: &[u8]) {
+        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+        map.remove(&tagged(space, key));
+    }
+
+    fn scan(
+        &self,
+        space: Space,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        reverse: bool,
+        visit: Visit<'_>,
+    ) {
+        // Copied out under the lock and visited after: a visit may read the archive again.
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = {
+            let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+            let range = map.range(tagged_range(space, from, to));
+            let copy = |(k, v): (&Vec<u8>, &Vec<u8>)| (k[1..].to_vec(), v.clone());
+            match reverse {
+                false => range.map(copy).collect(),
+                true => range.rev().map(copy).collect(),
+            }
+        };
+        for (key, value) in entries {
+            if !visit(&key, &value) {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(archive: &MemArchive, space: Space, reverse: bool) -> Vec<Vec<u8>> {
+        let mut seen = Vec::new();
+        archive.scan(
+            space,
+            Bound::Unbounded,
+            Bound::Unbounded,
+            reverse,
+            &mut |k, _| {
+                seen.push(k.to_vec());
+                true
+            },
+        );
+        seen
+    }
+
+    #[test]
+    fn spaces_are_apart_and_scans_run_both_ways_and_stop_when_told() {
+        let archive = MemArchive::default();
+        archive.insert(Space::ExactlyOnce, b"b", b"1");
+        archive.insert(Space::ExactlyOnce, b"a", b"2");
+        archive.insert(Space::Other, b"a", b"3");
+        assert_eq!(keys(&archive, Space::ExactlyOnce, false), [b"a", b"b"]);
+        assert_eq!(keys(&archive, Space::ExactlyOnce, true), [b"b", b"a"]);
+        assert_eq!(keys(&archive, Space::Other, false), [b"a"]);
+        let mut first = Vec::new();
+        archive.scan(
+            Space::ExactlyOnce,
+            Bound::Excluded(b"a"),
+            Bound::Unbounded,
+            false,
+            &mut |k, v| {
+                first.push((k.to_vec(), v.to_vec()));
+                false
+            },
+        );
+        assert_eq!(first, [(b"b".to_vec(), b"1".to_vec())]);
+        archive.remove(Space::ExactlyOnce, b"a");
+        assert_eq!(keys(&archive, Space::ExactlyOnce, false), [b"b"]);
+    }
+}
