@@ -1,6 +1,6 @@
 //! Where the state keeps what it must remember but seldom reads: an ordered key-value store
-//! beside the state, not on its heap. The node gives it one on disk (sled); tests and tools
-//! use [`MemArchive`].
+//! beside the state, not on its heap. The node gives it one on disk (sled); tests, and a state
+//! just decoded, use `MemArchive`.
 //!
 //! What `apply` writes there is written once and never changed (see `dedup::table`), so a copy
 //! of the state taken for a snapshot goes on reading the archive as it was while apply writes
@@ -91,7 +91,7 @@ pub fn tagged_range(
 /// An archive on the heap: tests, tools, and a state just decoded before the node moves it
 /// into its own.
 #[derive(Default)]
-pub struct MemArchive(RwLock<BTreeMap<Vec<u8>, Vec<u8>>>);
+pub(crate) struct MemArchive(RwLock<BTreeMap<Vec<u8>, Vec<u8>>>);
 
 impl Archive for MemArchive {
     fn get(&self, space: Space, key: &[u8]) -> Option<Vec<u8>> {

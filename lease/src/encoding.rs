@@ -19,7 +19,7 @@ use crate::machine::State;
 /// rules 2, so that a snapshot sent to a member of 0.1.0 (format 7) is one it reads.
 /// Formats 2 to 7 are still read (2 and 3 without a checksum to check), so a node upgrades in
 /// place.
-pub const FORMAT_VERSION: u32 = 8;
+const FORMAT_VERSION: u32 = 8;
 /// The format before the rules version: what a cluster still on rules 1 writes.
 const FORMAT_BEFORE_RULES: u32 = 7;
 /// The format before multi-waits.

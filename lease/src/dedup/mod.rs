@@ -310,14 +310,18 @@ impl Dedup {
 }
 
 // The formats of older snapshots, kept with the other old formats (`lease::legacy`).
+mod encoding;
 #[path = "../legacy/dedup_format4.rs"]
 mod format4;
 #[path = "../legacy/dedup_format5.rs"]
 mod format5;
+mod index;
 mod retry;
 mod table;
 
-pub use table::{Charge, Dedup, CHUNK};
+#[cfg(test)]
+use table::CHUNK;
+pub use table::{Charge, Dedup};
 
 #[cfg(feature = "testkit")]
 pub use format4::format_4_table;

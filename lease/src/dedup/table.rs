@@ -11,12 +11,12 @@
 //! the table goes on; chunks the window has passed leave the archive after a snapshot
 //! ([`Dedup::remove_forgotten`]).
 
-use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::index::{prefix, Index, SHARED};
 use super::{Digest128, Remembered, Ticket};
 use crate::archive::{Archive, MemArchive, Space};
 use crate::policy::DEDUP_WINDOW_MS;
@@ -48,79 +48,6 @@ fn low(seq: u64) -> u32 {
 /// Whether chunk number `seq` is one never used (its low bits are the index's mark).
 fn unused(seq: u64) -> bool {
     low(seq) == SHARED
-}
-
-/// Which chunk holds each remembered key: by the key's first 8 bytes (8 + 4 bytes an entry,
-/// not 16 + 8). Two live keys that share those bytes (by chance, 2^-64 a pair; on purpose,
-/// about 2^32 hashes of work a pair) both go to `shared`, by the whole key.
-#[derive(Clone, Default)]
-struct Index {
-    by_prefix: foldhash::HashMap<[u32; 2], u32>,
-    shared: BTreeMap<Digest128, u32>,
-}
-
-/// The `by_prefix` value of a prefix that more than one live key has: see `shared`.
-const SHARED: u32 = u32::MAX;
-
-fn prefix(key: &Digest128) -> [u32; 2] {
-    let word = |at: usize| u32::from_le_bytes([key[at], key[at + 1], key[at + 2], key[at + 3]]);
-    [word(0), word(4)]
-}
-
-impl Index {
-    /// The chunk that may hold `key` (another key of the same prefix, if not `shared`).
-    fn get(&self, key: &Digest128) -> Option<u32> {
-        match *self.by_prefix.get(&prefix(key))? {
-            SHARED => self.shared.get(key).copied(),
-            seq => Some(seq),
-        }
-    }
-
-    /// The shared keys of `key`'s prefix.
-    fn sharing_prefix<'a>(&'a self, key: &Digest128) -> impl Iterator<Item = &'a Digest128> {
-        let mut from = [0u8; 16];
-        from[..8].copy_from_slice(&key[..8]);
-        let mut to = [0xffu8; 16];
-        to[..8].copy_from_slice(&key[..8]);
-        self.shared.range(from..=to).map(|(k, _)| k)
-    }
-
-    /// `key` is in chunk `seq`; `other` is the live key its prefix stands for now, if another.
-    fn insert(&mut self, key: &Digest128, seq: u32, other: Option<(Digest128, u32)>) {
-        let p = prefix(key);
-        match (self.by_prefix.get(&p).copied(), other) {
-            (Some(SHARED), _) => {
-                self.shared.insert(*key, seq);
-            }
-            (Some(_), Some((other, other_seq))) => {
-                self.by_prefix.insert(p, SHARED);
-                self.shared.insert(other, other_seq);
-                self.shared.insert(*key, seq);
-            }
-            _ => {
-                self.by_prefix.insert(p, seq);
-            }
-        }
-    }
-
-    /// `key`, remembered in chunk `seq`, is forgotten (unless remembered again since).
-    fn remove(&mut self, key: &Digest128, seq: u32) {
-        let p = prefix(key);
-        match self.by_prefix.get(&p).copied() {
-            Some(SHARED) => {
-                if self.shared.get(key) == Some(&seq) {
-                    self.shared.remove(key);
-                }
-                if self.sharing_prefix(key).next().is_none() {
-                    self.by_prefix.remove(&p);
-                }
-            }
-            Some(at) if at == seq => {
-                self.by_prefix.remove(&p);
-            }
-            _ => {}
-        }
-    }
 }
 
 /// The exactly-once table (see the module's doc).
@@ -186,7 +113,7 @@ pub type Charge<'a> = (&'a str, i64);
 
 impl Dedup {
     /// An empty table kept in `archive`.
-    pub fn in_archive(archive: Arc<dyn Archive>) -> Dedup {
+    pub(crate) fn in_archive(archive: Arc<dyn Archive>) -> Dedup {
         Dedup {
             archive,
             index: Some(Arc::default()),
@@ -204,7 +131,7 @@ impl Dedup {
     /// The table as a snapshot reads it: the same records, no index (O(1)). It shares the
     /// archive, and reads only what was written before it: never applied to (`State` is not
     /// `Clone`, and this is the only copy).
-    pub fn snapshot_copy(&self) -> Dedup {
+    pub(crate) fn snapshot_copy(&self) -> Dedup {
         Dedup {
             archive: self.archive.clone(),
             index: None,
@@ -434,7 +361,7 @@ impl Dedup {
 
     /// Moves the table into `archive` (empty: a node's own, on disk): the chunks it still
     /// reads go there.
-    pub fn move_into(&mut self, archive: Arc<dyn Archive>) {
+    pub(crate) fn move_into(&mut self, archive: Arc<dyn Archive>) {
         for seq in (self.cursor.0..self.open_seq).filter(|seq| !unused(*seq)) {
             if let Some(bytes) = self.archive.get(Space::ExactlyOnce, &chunk_key(seq)) {
                 archive.insert(Space::ExactlyOnce, &chunk_key(seq), &bytes);
@@ -464,7 +391,7 @@ impl Dedup {
     }
 
     /// A table of records in the order they were remembered.
-    fn of_ordered(records: impl IntoIterator<Item = (Digest128, Remembered)>) -> Dedup {
+    pub(super) fn of_ordered(records: impl IntoIterator<Item = (Digest128, Remembered)>) -> Dedup {
         let mut dedup = Dedup::default();
         for (key, record) in records {
             let sharing = dedup.sharing(&key);
@@ -494,104 +421,5 @@ impl Dedup {
     #[cfg(test)]
     pub(super) fn set_bytes(&mut self, bytes: u64) {
         self.bytes = bytes;
-    }
-}
-
-/// The table as formats up to 8 hold it: the records by key, then the window's order. Both
-/// are written in the order the records were remembered: a reader builds its map from the
-/// pairs, in whatever order they come.
-impl Serialize for Dedup {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let mut table = serializer.serialize_struct("Dedup", 2)?;
-        table.serialize_field("entries", &Entries(self))?;
-        table.serialize_field("order", &Order(self))?;
-        table.end()
-    }
-}
-
-/// Stops a write whose count did not hold (never: `len` counts what `each` visits).
-fn miscounted<E: serde::ser::Error>(len: u64, written: u64) -> E {
-    E::custom(format!(
-        "the exactly-once table counted {len} records and holds {written}"
-    ))
-}
-
-struct Entries<'a>(&'a Dedup);
-
-impl Serialize for Entries<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        let (mut failed, mut written) = (None, 0);
-        self.0.each(|_, key, record| {
-            written += 1;
-            failed = map.serialize_entry(key, record).err();
-            failed.is_none()
-        });
-        match failed {
-            Some(error) => Err(error),
-            None if written != self.0.len => Err(miscounted(self.0.len, written)),
-            None => map.end(),
-        }
-    }
-}
-
-struct Order<'a>(&'a Dedup);
-
-impl Serialize for Order<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        let (mut failed, mut written) = (None, 0);
-        self.0.each(|at_ms, key, _| {
-            written += 1;
-            failed = seq.serialize_element(&(at_ms, key)).err();
-            failed.is_none()
-        });
-        match failed {
-            Some(error) => Err(error),
-            None if written != self.0.len => Err(miscounted(self.0.len, written)),
-            None => seq.end(),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Dedup {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(rename = "Dedup")]
-        struct Table {
-            entries: BTreeMap<Digest128, Remembered>,
-            order: Vec<(u64, Digest128)>,
-        }
-        let table = Table::deserialize(deserializer)?;
-        Ok(Dedup::of_table(table.entries, table.order))
-    }
-}
-
-impl Dedup {
-    /// A table as formats up to 8 hold it, in an archive of its own on the heap. Each record
-    /// takes its place in the window from the order (the first place that is its own); one
-    /// without a place (never written so) goes after, by its time.
-    pub(super) fn of_table(
-        mut entries: BTreeMap<Digest128, Remembered>,
-        order: Vec<(u64, Digest128)>,
-    ) -> Dedup {
-        let mut records = Vec::with_capacity(entries.len());
-        for (place, (at_ms, key)) in order.into_iter().enumerate() {
-            if entries.get(&key).is_some_and(|r| r.at_ms == at_ms) {
-                if let Some(record) = entries.remove(&key) {
-                    records.push((key, place as u64 + 1, record));
-                }
-            }
-        }
-        let placed = records.len() as u64;
-        for (n, (key, record)) in entries.into_iter().enumerate() {
-            records.push((key, placed + n as u64 + 1, record));
-        }
-        // Lease time never runs backwards: the window's order is by time, then by place.
-        records.sort_by_key(|(_, place, record)| (record.at_ms, *place));
-        Dedup::of_ordered(records.into_iter().map(|(key, _, record)| (key, record)))
     }
 }
