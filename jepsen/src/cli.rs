@@ -153,6 +153,10 @@ pub enum Command {
         /// Report the figures without failing on a missed target (short smoke runs).
         #[arg(long)]
         report_only: bool,
+        /// Run the nodes with auth off (`--insecure`, no token file): every caller is
+        /// `anonymous`, the tokens the clients send are not looked at.
+        #[arg(long)]
+        auth_off: bool,
         /// Comma-separated attacks to run, each followed by a quiet phase (default: every
         /// HTTP/2 and connection attack: rapid-reset, rapid-reset-auth, idle-streams,
         /// slow-watch, rejoin, idle-connections, idle-gateway, health-watch, quota-flood).

@@ -133,6 +133,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         .map(String::from)
                         .to_vec(),
                     tenured_args: options.tenured_args.clone(),
+                    auth_off: false,
                 };
                 let phases = runtime.block_on(tenure_jepsen::abuse::run(&noisy))?;
                 let (table, met) = tenure_jepsen::abuse::table(&phases);
@@ -150,6 +151,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             idle_streams,
             slow_watchers,
             report_only,
+            auth_off,
             attacks,
             tenured_args,
             out,
@@ -180,6 +182,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .map(String::from)
                     .collect(),
                 tenured_args,
+                auth_off,
             };
             let runtime = tokio::runtime::Runtime::new()?;
             let phases = runtime.block_on(tenure_jepsen::abuse::run(&options))?;

@@ -76,6 +76,8 @@ pub struct AbuseOptions {
     pub attacks: Vec<String>,
     /// More flags for every `tenured`.
     pub tenured_args: Vec<String>,
+    /// Nodes with auth off: every caller is `anonymous`.
+    pub auth_off: bool,
 }
 
 /// One phase's figures.
@@ -285,9 +287,12 @@ pub async fn run(options: &AbuseOptions) -> Result<Vec<Phase>> {
         System::TenureHttp,
         &options.out_dir.join("nodes"),
         &options.tenured,
-        &std::iter::once(format!("--token-file={}", token_file.display()))
-            .chain(options.tenured_args.iter().cloned())
-            .collect::<Vec<_>>(),
+        &std::iter::once(match options.auth_off {
+            true => "--insecure".to_string(),
+            false => format!("--token-file={}", token_file.display()),
+        })
+        .chain(options.tenured_args.iter().cloned())
+        .collect::<Vec<_>>(),
     )?;
     let endpoints = cluster.endpoints.clone();
     let admin = Client::new(&endpoints)?.with_token(&tokens.admin)?;

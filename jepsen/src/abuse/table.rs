@@ -48,11 +48,18 @@ pub fn table(phases: &[Phase]) -> (String, bool) {
                 .collect();
             let memory = rss.iter().zip(&bounds).all(|(rss, bound)| rss <= bound);
             let descriptors = phase.fds_max.iter().all(|fds| *fds <= DESCRIPTOR_BOUND);
-            let ok = throughput >= 0.8 && p99 <= 2.0 && memory && descriptors;
+            // Without honest clients (`--honest 0`, the attack alone) only memory and
+            // descriptors are held to a target.
+            let honest = mean(&|p| p.honest_ops_per_s) > 0.0;
+            let ok = (!honest || (throughput >= 0.8 && p99 <= 2.0)) && memory && descriptors;
             met &= ok;
+            let [throughput, p99] = match honest {
+                true => [format!("{:.0} %", throughput * 100.0), format!("{p99:.2}×")],
+                false => ["—".to_string(), "—".to_string()],
+            };
             cells = [
-                format!("{:.0} %", throughput * 100.0),
-                format!("{p99:.2}×"),
+                throughput,
+                p99,
                 per_node(&bounds),
                 if ok { "met" } else { "MISSED" }.into(),
             ];

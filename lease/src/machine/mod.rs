@@ -38,7 +38,7 @@ pub use apply::apply;
 pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
 pub(super) use index::LeaseIndex;
-pub use precheck::FRESH_MS;
+pub use precheck::{FRESH_MS, HELD_MARGIN_MS};
 pub(super) use reclaim::due_key;
 pub use reclaim::RECLAIMS_PER_ENTRY;
 use resource::packed;
@@ -366,20 +366,9 @@ impl State {
     }
 
     pub(super) fn live_view(&self, lease: &Lease) -> LeaseView {
-        let now_ms = self.clock.now_ms();
-        let expires_at_ms = self.expiry_of(lease);
         let mut lease = lease.clone();
-        lease.expires_at_ms = expires_at_ms;
-        LeaseView {
-            lease,
-            status: if now_ms < expires_at_ms {
-                LeaseStatus::Active
-            } else {
-                LeaseStatus::Grace
-            },
-            expires_wall_ms: self.clock.wall_of(expires_at_ms),
-            remaining_ms: expires_at_ms.saturating_sub(now_ms),
-        }
+        lease.expires_at_ms = self.expiry_of(&lease);
+        timed(lease, &self.clock)
     }
 
     pub(super) fn ended_view(&self, ended: &Ended) -> LeaseView {
@@ -389,5 +378,21 @@ impl State {
             expires_wall_ms: self.clock.wall_of(ended.lease.expires_at_ms),
             remaining_ms: 0,
         }
+    }
+}
+
+/// A live lease (its `expires_at_ms` its own or its session's) as replies show it when the
+/// lease clock reads `clock`.
+pub(super) fn timed(lease: Lease, clock: &LeaseClock) -> LeaseView {
+    let (now_ms, expires_at_ms) = (clock.now_ms(), lease.expires_at_ms);
+    LeaseView {
+        status: if now_ms < expires_at_ms {
+            LeaseStatus::Active
+        } else {
+            LeaseStatus::Grace
+        },
+        expires_wall_ms: clock.wall_of(expires_at_ms),
+        remaining_ms: expires_at_ms.saturating_sub(now_ms),
+        lease,
     }
 }

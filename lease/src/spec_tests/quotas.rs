@@ -358,7 +358,8 @@ fn a_write_refused_before_it_is_proposed_is_refused_as_apply_refuses_it() {
     let mut log = Log::new();
     let unproposed = |log: &Log, caller: Caller, id: Option<&str>, op: &Op| {
         let proposal = log.proposal(caller, id.map(str::to_string), op.clone());
-        log.state.certainly_refused(&proposal)
+        log.state
+            .certainly_refused(&proposal, LEADER, &proposal.stamp)
     };
     let with_metadata = |resource: &str, bytes: usize| {
         Op::Acquire(AcquireOp {
@@ -376,24 +377,21 @@ fn a_write_refused_before_it_is_proposed_is_refused_as_apply_refuses_it() {
     // The same request id with another request: refused, as apply refuses it.
     let other = with_metadata("m2", 100);
     let early = unproposed(&log, ALICE, Some("1"), &other).expect("refused");
-    assert_eq!(
-        log.propose_with(ALICE, Some("1".into()), other),
-        Reply::Rejected(early)
-    );
+    assert_eq!(log.propose_with(ALICE, Some("1".into()), other), early);
     // Past its metadata quota: refused before proposing, as apply refuses it.
     let big = with_metadata("m3", 2_000);
     let early = unproposed(&log, ALICE, Some("2"), &big).expect("refused");
-    assert!(matches!(&early, Rejection::QuotaExceeded { quota, .. } if quota == "metadata_bytes"));
-    assert_eq!(
-        log.propose_with(ALICE, Some("2".into()), big),
-        Reply::Rejected(early)
+    assert!(
+        matches!(&early, Reply::Rejected(Rejection::QuotaExceeded { quota, .. }) if quota == "metadata_bytes")
     );
-    // Past it on a held resource, the refusal for the resource comes first: proposed.
+    assert_eq!(log.propose_with(ALICE, Some("2".into()), big), early);
+    // Past it on a held resource, the refusal for the resource comes first, also unproposed.
     granted(&log.acquire(BOB, acq("held", "b")));
     let held = with_metadata("held", 2_000);
-    assert_eq!(unproposed(&log, ALICE, Some("3"), &held), None);
-    let (refusal, _) = refused(&log.propose_with(ALICE, Some("3".into()), held));
+    let early = unproposed(&log, ALICE, Some("3"), &held).expect("refused");
+    let (refusal, _) = refused(&early);
     assert_eq!(refusal, Refusal::ResourceUnavailable);
+    assert_eq!(log.propose_with(ALICE, Some("3".into()), held), early);
     // Sessions.
     set(&mut log, Some("alice"), Quota::Sessions, Some(0));
     let session = Op::CreateSession(crate::CreateSessionOp {
@@ -402,10 +400,7 @@ fn a_write_refused_before_it_is_proposed_is_refused_as_apply_refuses_it() {
         metadata: Default::default(),
     });
     let early = unproposed(&log, ALICE, None, &session).expect("refused");
-    assert_eq!(
-        log.propose_with(ALICE, None, session),
-        Reply::Rejected(early)
-    );
+    assert_eq!(log.propose_with(ALICE, None, session), early);
     // An admin's writes are held to no quota: proposed.
     assert_eq!(
         unproposed(&log, ROOT, None, &with_metadata("r1", 100_000)),
@@ -424,7 +419,10 @@ fn a_refusal_is_given_only_from_a_fresh_state() {
         let fresh = log.state.is_fresh(LEADER, &stamp_at(log.mono_ms()));
         let proposal = log.proposal(ALICE, Some(id.to_string()), op.clone());
         fresh
-            .then(|| log.state.certainly_refused(&proposal))
+            .then(|| {
+                log.state
+                    .certainly_refused(&proposal, LEADER, &proposal.stamp)
+            })
             .flatten()
     };
     set(&mut log, Some("alice"), Quota::Leases, Some(1));
@@ -465,4 +463,54 @@ fn a_refusal_is_given_only_from_a_fresh_state() {
     log.propose(ROOT, Op::Tick);
     assert_eq!(refused(&log, "2", &other), None, "forgotten");
     granted(&log.propose_with(ALICE, Some("2".into()), other));
+}
+
+/// An acquire without waiting of a resource held for a while yet is refused unproposed, with
+/// the answer apply gives (SPEC §4.21); near the end of a lease, with anyone waiting or a
+/// booking ahead, it is proposed, and apply decides.
+#[test]
+fn an_acquire_of_a_resource_held_for_a_while_is_refused_unproposed() {
+    use crate::machine::HELD_MARGIN_MS;
+    let mut log = Log::new();
+    let unproposed = |log: &Log, id: &str, op: &AcquireOp| {
+        let caller = if op.holder == "b" { BOB } else { ALICE };
+        let proposal = log.proposal(caller, Some(id.to_string()), Op::Acquire(op.clone()));
+        log.state
+            .certainly_refused(&proposal, LEADER, &proposal.stamp)
+    };
+    let ttl_ms = 10 * HELD_MARGIN_MS;
+    let held = granted(&log.acquire(BOB, acq_ttl("r", "b", ttl_ms)));
+    // Free and never seen: proposed.
+    assert_eq!(unproposed(&log, "0", &acq("free", "a")), None);
+    let early = unproposed(&log, "1", &acq("r", "a")).expect("refused unproposed");
+    let (refusal, holders) = refused(&early);
+    assert_eq!(refusal, Refusal::ResourceUnavailable);
+    assert_eq!(holders, vec![("b".to_string(), held.lease.fencing_token)]);
+    assert_eq!(
+        log.propose_with(ALICE, Some("1".into()), Op::Acquire(acq("r", "a"))),
+        early
+    );
+    // Within the margin of its end: time may free it before an entry says so: proposed.
+    log.elapse(ttl_ms - HELD_MARGIN_MS);
+    log.propose(ROOT, Op::Tick);
+    assert_eq!(unproposed(&log, "2", &acq("r", "a")), None);
+    // Renewed: refused unproposed again. A waiter (who may time out) makes it apply's call.
+    log.renew(BOB, renew_of(&held, Some(ttl_ms)));
+    assert!(unproposed(&log, "3", &acq("r", "a")).is_some());
+    let wait = AcquireOp {
+        wait_ms: Some(60_000),
+        ..acq("r", "c")
+    };
+    assert!(
+        unproposed(&log, "4", &wait).is_none(),
+        "a wait is never refused"
+    );
+    log.acquire(BOB, wait);
+    assert_eq!(unproposed(&log, "5", &acq("r", "a")), None);
+    // The holder's own acquire (the same lease back) is proposed.
+    assert_eq!(unproposed(&log, "6", &acq_ttl("r", "b", ttl_ms)), None);
+    // Released: the waiter holds it now, and nobody waits: refused unproposed again.
+    log.release(BOB, release_of(&held));
+    let early = unproposed(&log, "7", &acq("r", "a")).expect("refused unproposed");
+    assert_eq!(refused(&early).1[0].0, "c");
 }

@@ -216,43 +216,54 @@ impl Node {
     }
 
     /// The answer to a write that would certainly be refused (its principal's quotas, its
-    /// request id: `State::certainly_refused`), given without proposing it, so that a client
+    /// request id, its resource held: `State::certainly_refused`), given without proposing it, so that a client
     /// sending such writes as fast as it can fills no node's log or disk (SPEC §4.21). The
     /// state is asked again after a read barrier: it then holds every write acknowledged
     /// before this one, so the refusal is the answer apply would give right after them. It
     /// must be fresh too (`State::is_fresh`): a stale one is brought up to date by a `Tick`.
     async fn refused_before_proposing(&self, proposal: &Proposal) -> Option<Reply> {
-        self.sm.read().state.certainly_refused(proposal)?;
-        if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-            return None;
-        }
         let me = crate::lease::LeaderKey {
             term: self.raft.metrics().borrow_watched().current_term,
             node_id: self.id,
         };
-        let fresh = || self.sm.read().state.is_fresh(me, &self.clock.stamp());
-        if !fresh() {
-            // Time may have freed what refuses it: one `Tick`, shared by the writes that find
-            // the state stale meanwhile, settles it (a few bytes in the log, not the write).
-            let _refreshing = self.refreshing.lock().await;
-            if !fresh() {
-                self.batcher
-                    .propose(crate::coord::timers::own(crate::lease::Op::Tick))
-                    .await
-                    .ok()?;
-            }
-        }
-        match self.reads.read().await {
-            Ok(Ok(())) => {}
-            _ => return None,
-        }
-        if !fresh() {
+        let refused = || {
+            self.sm
+                .read()
+                .state
+                .certainly_refused(proposal, me, &self.clock.stamp())
+        };
+        refused()?;
+        if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return None;
         }
-        let refused = self.sm.read().state.certainly_refused(proposal)?;
-        self.refused_before_proposing
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Some(Reply::Rejected(refused))
+        let fresh = || self.sm.read().state.is_fresh(me, &self.clock.stamp());
+        // The state may go stale while the barrier is crossed (a quiet cluster's newest entry
+        // ages past `FRESH_MS`): then once more, rather than proposing what is refused.
+        for _ in 0..2 {
+            if !fresh() {
+                // Time may have freed what refuses it: one `Tick`, shared by the writes that
+                // find the state stale meanwhile, settles it (a few bytes in the log, not the
+                // write).
+                let _refreshing = self.refreshing.lock().await;
+                if !fresh() {
+                    self.batcher
+                        .propose(crate::coord::timers::own(crate::lease::Op::Tick))
+                        .await
+                        .ok()?;
+                }
+            }
+            match self.reads.read().await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+            if fresh() {
+                let refused = refused()?;
+                self.refused_before_proposing
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Some(refused);
+            }
+        }
+        None
     }
 
     /// This leader is handing leadership over: writes and reads wait for the next leader.

@@ -342,11 +342,12 @@ async fn unread_watches_hold_their_principals_buffer_not_a_page_each() {
     drop(unread);
 }
 
-/// The attack `quota-flood`: acquires whose metadata the principal's quota cannot take, as
-/// fast as one client can send them. Each was refused in apply, after it had gone through
-/// Raft onto every node's log and disk; the leader now refuses them without proposing them.
+/// The attacks `quota-flood` and `refused-flood`: acquires whose metadata the principal's
+/// quota cannot take, and acquires of a resource held for a while yet, as fast as one client
+/// can send them. Each was refused in apply, after it had gone through Raft onto every node's
+/// log and disk; the leader now refuses them without proposing them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_a_quota_certainly_refuses_are_refused_before_they_reach_the_log() {
+async fn writes_certainly_refused_are_refused_before_they_reach_the_log() {
     const FLOOD: usize = 60;
     let dir = tempfile::tempdir().expect("temp dir");
     let flags = token_file(
@@ -409,20 +410,59 @@ async fn writes_a_quota_certainly_refuses_are_refused_before_they_reach_the_log(
     }
     // None of them reached the log: what grew it is the leader's own `Tick`s, one each time
     // the idle cluster's newest entry was older than a quarter second (`FRESH_MS`).
-    let grown = log_index() - before;
-    let ticks = began.elapsed().as_millis() as u64 / tenure_node::lease::FRESH_MS + 2;
-    assert!(
-        grown <= ticks,
-        "{FLOOD} refused acquires grew the leader's log by {grown} entries (at most {ticks} ticks)"
-    );
-    assert_eq!(
-        node.refused_before_proposing
-            .load(std::sync::atomic::Ordering::Relaxed),
-        FLOOD as u64
-    );
+    let none_proposed = |what: &str, before: u64, began: std::time::Instant, refused: u64| {
+        let grown = log_index() - before;
+        let ticks = began.elapsed().as_millis() as u64 / tenure_node::lease::FRESH_MS + 2;
+        assert!(
+            grown <= ticks,
+            "{FLOOD} {what} grew the leader's log by {grown} entries (at most {ticks} ticks)"
+        );
+        assert_eq!(
+            node.refused_before_proposing
+                .load(std::sync::atomic::Ordering::Relaxed),
+            refused
+        );
+    };
+    none_proposed("acquires past the quota", before, began, FLOOD as u64);
     // Within the quota, the same principal is served.
     let mut small = acquire_request("t72/flood/small", "a", TTL);
     small.metadata.insert("k".into(), "v".into());
     assert!(alice.acquire(small).await.expect("acquire").granted);
+
+    // Acquires of a resource held for a while yet, each with a fresh request id: refused for
+    // the resource, with its holder, and none of them reached the log either (SPEC §4.21).
+    let before = log_index();
+    let began = std::time::Instant::now();
+    for _ in 0..FLOOD {
+        let mut request = acquire_request("t72/flood/small", "b", TTL);
+        request.request_id = uuid_like();
+        let answer = alice.acquire(request).await.expect("an answer");
+        assert!(!answer.granted, "{answer:?}");
+        assert_eq!(answer.reason, "resource_unavailable");
+        assert_eq!(answer.holders.len(), 1, "{answer:?}");
+        assert_eq!(answer.holders[0].holder, "a");
+    }
+    none_proposed(
+        "acquires of a held resource",
+        before,
+        began,
+        2 * FLOOD as u64,
+    );
+    // A waiting acquire of it is proposed, and queued.
+    let mut wait = acquire_request("t72/flood/small", "b", TTL);
+    wait.on_conflict = tenure_client::pb::OnConflict::Wait as i32;
+    wait.wait_timeout = Some(tenure_client::prost_duration(
+        std::time::Duration::from_secs(1),
+    ));
+    let before = log_index();
+    let answer = alice.acquire(wait).await.expect("an answer");
+    assert!(!answer.granted && log_index() > before, "{answer:?}");
     cluster.shutdown().await;
+}
+
+/// A request id no other call of the test uses.
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("t72-held-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }

@@ -256,7 +256,23 @@ impl Run {
             index: self.index,
             leader: self.leader,
         };
+        // What the leader would answer unproposed from its state (SPEC §4.21) is what apply
+        // answers: the state is fresh when the entry's stamp is, for this leader.
+        let early = self
+            .machine
+            .is_fresh(self.leader, &proposal.stamp)
+            .then(|| {
+                self.machine
+                    .certainly_refused(&proposal, self.leader, &proposal.stamp)
+            })
+            .flatten();
         let reply = apply(&mut self.machine, meta, &Command::V1(proposal));
+        if let Some(early) = early {
+            assert_eq!(
+                early, reply,
+                "step {n}: {request:?} by {principal}: refused unproposed (left), applied (right)"
+            );
+        }
         let got = answer_of(&reply);
         assert_eq!(
             got, expected,
