@@ -7,17 +7,13 @@ use std::sync::Arc;
 use super::history::{self, Event, EventKind};
 use super::machine::State;
 use super::types::{AcquireOutcome, Lease, LeaseView, Name, Refusal};
-use super::waiting::{wait_due_key, Waiter};
+use super::waiting::Waiter;
 
 impl State {
     /// Ends every wait whose timeout has passed on the lease clock.
     pub(super) fn settle_waits(&mut self, index: u64) {
         let now_ms = self.clock.now_ms();
-        while let Some((deadline_ms, resource, wait_id)) = self.wait_due.first().cloned() {
-            if deadline_ms > now_ms {
-                break;
-            }
-            self.wait_due.pop_first();
+        while let Some((resource, wait_id)) = self.indexes.take_wait_timeout(now_ms) {
             let at = self
                 .resources
                 .get(&resource)
@@ -32,11 +28,7 @@ impl State {
                 );
             }
         }
-        while let Some((until_ms, resource)) = self.reopen.first().cloned() {
-            if until_ms > now_ms {
-                break;
-            }
-            self.reopen.pop_first();
+        while let Some(resource) = self.indexes.take_reopened(now_ms) {
             self.effects.touched.insert(resource);
         }
     }
@@ -94,7 +86,7 @@ impl State {
             else {
                 return;
             };
-            self.wait_due.remove(&wait_due_key(resource, &waiter));
+            self.indexes.untrack_wait(resource, &waiter);
             self.count_waiter(resource, &waiter, -1);
             let principal = waiter.principal.clone();
             let lease = self.lease_from(index, resource, waiter.clone());
@@ -163,7 +155,7 @@ impl State {
             return;
         };
         if let Some(waiter) = rs.rare_mut().waiters.remove(at) {
-            self.wait_due.remove(&wait_due_key(resource, &waiter));
+            self.indexes.untrack_wait(resource, &waiter);
             self.count_waiter(resource, &waiter, -1);
             let event = Event::about(EventKind::Admitted, &view.lease, None, Some(view.status));
             self.record(index, actor, resource, event);

@@ -237,8 +237,8 @@ impl State {
         };
         let event = booking.event(EventKind::Booked);
         self.count_booking(&op.resource, &booking, 1);
-        self.booking_ends
-            .insert((booking.end_wall_ms(), op.resource.as_str().into()));
+        self.indexes
+            .track_booking(&op.resource, booking.end_wall_ms());
         let rs = self.resource_entry(&op.resource);
         let at = rs
             .rare()
@@ -279,8 +279,8 @@ impl State {
         let booking = rs.rare_mut().bookings.remove(at);
         rs.revision = ctx.index;
         self.count_booking(&op.resource, &booking, -1);
-        self.booking_ends
-            .remove(&(booking.end_wall_ms(), op.resource.as_str().into()));
+        self.indexes
+            .untrack_booking(&op.resource, booking.end_wall_ms());
         self.effects.touched.insert(op.resource.as_str().into());
         self.record(
             ctx.index,
@@ -295,11 +295,7 @@ impl State {
     /// may now admit waiters.
     pub(super) fn settle_bookings(&mut self) {
         let now_wall_ms = self.clock.wall_ms();
-        while let Some((end_wall_ms, resource)) = self.booking_ends.first().cloned() {
-            if end_wall_ms > now_wall_ms {
-                break;
-            }
-            self.booking_ends.pop_first();
+        while let Some(resource) = self.indexes.take_booking_ended(now_wall_ms) {
             let mut ended = Vec::new();
             if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
                 let (gone, kept) = std::mem::take(&mut rs.rare_mut().bookings)

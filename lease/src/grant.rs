@@ -415,8 +415,7 @@ impl State {
         let (policy, ad_hoc) = self.policy_and_ad_hoc(&lease.resource);
         // A lease on a session is due with its session, not by itself.
         if lease.session.is_none() {
-            self.due
-                .insert(super::machine::due_key(&lease, policy.renewal_grace_ms));
+            self.indexes.track_lease(&lease, policy.renewal_grace_ms);
         }
         self.count_lease(&lease, ad_hoc, 1);
         let view = self.live_view(&lease);

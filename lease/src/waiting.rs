@@ -117,7 +117,7 @@ impl State {
             ..Waiter::claim(ctx, op, (units, ttl_ms), session)
         };
         let event = Event::about_waiter(EventKind::Queued, &waiter);
-        self.wait_due.insert(wait_due_key(&op.resource, &waiter));
+        self.indexes.track_wait(&op.resource, &waiter);
         self.count_waiter(&op.resource, &waiter, 1);
         let rs = self.resource_entry(&op.resource);
         rs.rare_mut().waiters.push_back(waiter);
@@ -262,7 +262,7 @@ impl State {
         let rs = self.resources.get_mut(resource).map(Arc::make_mut)?;
         let waiter = rs.rare_mut().waiters.remove(at)?;
         rs.revision = index;
-        self.wait_due.remove(&wait_due_key(resource, &waiter));
+        self.indexes.untrack_wait(resource, &waiter);
         self.count_waiter(resource, &waiter, -1);
         let kind = match why {
             Refusal::WaitTimeout => EventKind::WaitTimedOut,
@@ -342,10 +342,10 @@ impl State {
 
     /// Lease-clock instant of the next wait timeout or lock-delay end that admits waiters.
     pub(super) fn next_wait_due_ms(&self) -> Option<u64> {
-        let timeout = self.wait_due.first().map(|(ms, _, _)| *ms);
+        let timeout = self.indexes.next_wait_timeout_ms();
         let reopen = self
-            .reopen
-            .iter()
+            .indexes
+            .closed()
             .find(|(_, name)| {
                 self.resources
                     .get(name)
@@ -354,8 +354,4 @@ impl State {
             .map(|(ms, _)| *ms);
         timeout.into_iter().chain(reopen).min()
     }
-}
-
-pub(super) fn wait_due_key(resource: &str, waiter: &Waiter) -> (u64, Name, u64) {
-    (waiter.deadline_ms, resource.into(), waiter.wait_id)
 }

@@ -12,6 +12,7 @@
 mod apply;
 mod checks;
 mod index;
+mod indexes;
 mod precheck;
 mod reclaim;
 mod record;
@@ -37,9 +38,8 @@ use super::waiting::WaitOutcome;
 pub use apply::apply;
 pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
-pub(super) use index::LeaseIndex;
+use indexes::Indexes;
 pub use precheck::{FRESH_MS, HELD_MARGIN_MS};
-pub(super) use reclaim::due_key;
 pub use reclaim::RECLAIMS_PER_ENTRY;
 use resource::packed;
 pub use resource::{Ended, Rare, ResourceState};
@@ -108,9 +108,10 @@ pub struct State {
     /// states it changes (`Arc::make_mut`).
     pub(super) resources: OrdMap<Name, Arc<ResourceState>>,
     pub(crate) dedup: Dedup,
-    /// (expires_at + grace, resource, lease_id) of every live lease: the next reclaim is first.
+    /// What apply keeps beside the replicated fields to find what time decides next, and
+    /// listings (`indexes`): derived, rebuilt on load.
     #[serde(skip)]
-    pub(super) due: BTreeSet<(u64, Name, Name)>,
+    pub(crate) indexes: Indexes,
     #[serde(skip)]
     pub(super) retention: Retention,
     /// The (revision, seq) of the newest event the global bound dropped: a resource created
@@ -134,21 +135,6 @@ pub struct State {
     /// The global bound on what they cost: [`history::TOTAL_BYTES`]; tests lower it.
     #[serde(skip, default = "history_total_bytes")]
     pub(super) history_total_bytes: u64,
-    /// (timeout, resource, wait_id) of every waiter: the next wait timeout is first.
-    #[serde(skip)]
-    pub(super) wait_due: BTreeSet<(u64, Name, u64)>,
-    /// (lock delay end, resource) of resources a reclaim closed, until the delay ends: they
-    /// admit their waiters then.
-    #[serde(skip)]
-    pub(super) reopen: BTreeSet<(u64, Name)>,
-    /// (window end, resource) of every booking: ended windows are forgotten.
-    #[serde(skip)]
-    pub(super) booking_ends: BTreeSet<(u64, Name)>,
-    /// The live leases of each holder and of each principal, in `ListLeases` order.
-    #[serde(skip)]
-    pub(super) by_holder: LeaseIndex,
-    #[serde(skip)]
-    pub(super) by_principal: LeaseIndex,
     /// What the entry being applied did besides its reply.
     #[serde(skip)]
     pub(super) effects: Effects,
@@ -156,12 +142,6 @@ pub struct State {
     /// Persistent, like `resources`: a snapshot's copy is O(1).
     #[serde(default)]
     pub(crate) sessions: OrdMap<u64, Arc<Session>>,
-    /// (expires_at + grace, session) of every live session: the next reclaim is first.
-    #[serde(skip)]
-    pub(crate) session_due: BTreeSet<(u64, u64)>,
-    /// Live leases on sessions (not in `due`).
-    #[serde(skip)]
-    pub(crate) on_sessions: usize,
     /// Multi-waits (SPEC §4.25) by the index of the entry that queued each.
     #[serde(default)]
     pub(crate) groups: OrdMap<u64, Arc<Group>>,
@@ -220,7 +200,7 @@ impl State {
             default_policy,
             resources: OrdMap::new(),
             dedup: Dedup::default(),
-            due: BTreeSet::new(),
+            indexes: Indexes::default(),
             retention: Retention::default(),
             dropped_through: None,
             quotas: Quotas::default(),
@@ -228,15 +208,8 @@ impl State {
             trims: BTreeSet::new(),
             history_total: history::TOTAL,
             history_total_bytes: history::TOTAL_BYTES,
-            wait_due: BTreeSet::new(),
-            reopen: BTreeSet::new(),
-            booking_ends: BTreeSet::new(),
-            by_holder: LeaseIndex::default(),
-            by_principal: LeaseIndex::default(),
             effects: Effects::default(),
             sessions: OrdMap::new(),
-            session_due: BTreeSet::new(),
-            on_sessions: 0,
             groups: OrdMap::new(),
             rules: crate::rules::FIRST,
         }
@@ -292,12 +265,12 @@ impl State {
     }
 
     pub fn live_leases(&self) -> usize {
-        self.due.len() + self.on_sessions
+        self.indexes.live_leases()
     }
 
     /// Waiters in all waiting rooms.
     pub fn waiters(&self) -> usize {
-        self.wait_due.len()
+        self.indexes.waiters()
     }
 
     /// What the last applied entry did besides its reply: its events and decided waits.
@@ -325,7 +298,7 @@ impl State {
     /// The lease-clock instant at which the next live lease is due for reclaim, or the next
     /// wait times out, or a lock delay ends that waiters wait behind.
     pub fn next_due_ms(&self) -> Option<u64> {
-        let reclaim = self.due.first().map(|(due_ms, _, _)| *due_ms);
+        let reclaim = self.indexes.next_lease_due_ms();
         reclaim
             .into_iter()
             .chain(self.next_wait_due_ms())
@@ -335,11 +308,10 @@ impl State {
 
     /// Up to `limit` live leases due at or before `at_ms`, as (resource, fencing token).
     pub fn due_by(&self, at_ms: u64, limit: usize) -> Vec<(String, u64)> {
-        self.due
-            .iter()
-            .take_while(|(due_ms, _, _)| *due_ms <= at_ms)
+        self.indexes
+            .leases_due_by(at_ms)
             .take(limit)
-            .filter_map(|(_, name, lease_id)| {
+            .filter_map(|(name, lease_id)| {
                 let lease = self.resources.get(name)?.lease(LeaseId::parse(lease_id)?)?;
                 Some((name.to_string(), lease.fencing_token))
             })

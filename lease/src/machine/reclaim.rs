@@ -27,15 +27,14 @@ impl State {
         // Sessions past their grace, taken in due order with the leases: each ends whole.
         let mut sessions = Vec::new();
         while budget > 0 {
-            let lease_due = self.due.first().map(|(due_ms, _, _)| *due_ms);
+            let lease_due = self.indexes.next_lease_due_ms();
             let session_due = self
-                .session_due
-                .first()
-                .map(|(due_ms, _)| *due_ms)
+                .indexes
+                .next_session_due_ms()
                 .filter(|ms| *ms <= now_ms);
             if let Some(session_due_ms) = session_due {
                 if lease_due.is_none_or(|lease_ms| session_due_ms < lease_ms) {
-                    let Some((_, id)) = self.session_due.pop_first() else {
+                    let Some(id) = self.indexes.take_session_due(now_ms) else {
                         break;
                     };
                     let carried = self
@@ -46,13 +45,9 @@ impl State {
                     continue;
                 }
             }
-            let Some((due_ms, name, lease_id)) = self.due.pop_first() else {
+            let Some((name, lease_id)) = self.indexes.take_lease_due(now_ms) else {
                 break;
             };
-            if due_ms > now_ms {
-                self.due.insert((due_ms, name, lease_id));
-                break;
-            }
             // Every key holds an id the server wrote (`due_key`), so it parses.
             if let Some(id) = LeaseId::parse(&lease_id) {
                 due.entry(name).or_default().insert(id);
@@ -140,17 +135,13 @@ impl State {
         let (policy, ad_hoc) = self.policy_and_ad_hoc(&name);
         let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);
         self.count_lease(&lease, ad_hoc, -1);
-        self.due.remove(&due_key(&lease, grace_ms));
+        self.indexes.untrack_lease(&lease, grace_ms);
         if let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) {
             if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
-                self.reopen
-                    .remove(&(rs.rare().closed_until_ms, name.clone()));
-                rs.rare_mut().closed_until_ms = rs
-                    .rare()
-                    .closed_until_ms
-                    .max(now_ms.saturating_add(lock_delay_ms));
-                self.reopen
-                    .insert((rs.rare().closed_until_ms, name.clone()));
+                let was_ms = rs.rare().closed_until_ms;
+                rs.rare_mut().closed_until_ms = was_ms.max(now_ms.saturating_add(lock_delay_ms));
+                self.indexes
+                    .closed_until(&name, was_ms, rs.rare().closed_until_ms);
             }
             rs.revision = index;
         }
@@ -198,22 +189,11 @@ impl State {
     /// Starts tracking a granted lease's expiry.
     pub(crate) fn track_due(&mut self, lease: &Lease) {
         let grace_ms = self.policy_of(&lease.resource).renewal_grace_ms;
-        self.due.insert(due_key(lease, grace_ms));
+        self.indexes.track_lease(lease, grace_ms);
     }
 
     pub(crate) fn untrack_due(&mut self, lease: &Lease) {
         let grace_ms = self.policy_of(&lease.resource).renewal_grace_ms;
-        self.due.remove(&due_key(lease, grace_ms));
+        self.indexes.untrack_lease(lease, grace_ms);
     }
-}
-
-/// The lease id is in its written form: the key's order decides which due leases an entry
-/// reclaims when more are due than it may reclaim, and every release must pick the same ones
-/// (as text, `lse_1000_0` sorts before `lse_999_0`).
-pub(crate) fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, Name) {
-    (
-        lease.expires_at_ms.saturating_add(grace_ms),
-        lease.resource.clone(),
-        lease.lease_id().to_name(),
-    )
 }

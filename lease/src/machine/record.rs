@@ -62,7 +62,7 @@ impl State {
             if rs.idle() {
                 let closed_until_ms = rs.rare().closed_until_ms;
                 self.resources.remove(oldest.as_str());
-                self.reopen.remove(&(closed_until_ms, oldest.into()));
+                self.indexes.forget_closed(&oldest.into(), closed_until_ms);
             }
         }
     }

@@ -1,12 +1,10 @@
 //! The state as snapshots hold it: the O(1) copy a snapshot encodes and the derived indexes
 //! rebuilt on load. The readers of older formats are in `lease::legacy`.
 
-use std::collections::BTreeSet;
-
 use super::super::history::Retention;
 use super::super::types::Name;
-use super::super::waiting::wait_due_key;
-use super::{due_key, LeaseIndex, State};
+use super::indexes::Indexes;
+use super::State;
 
 impl State {
     /// What a snapshot holds: the replicated fields, without the derived indexes (loading
@@ -31,40 +29,31 @@ impl State {
 
     /// Rebuilds the derived indexes after deserializing a snapshot.
     pub fn restored(mut self) -> Self {
-        // First: each lease names its session again, and a lease on a session is not due.
+        // Built again through the methods apply keeps them with. First: each lease names its
+        // session again, and a lease on a session is not due.
+        self.indexes = Indexes::default();
         self.restore_sessions();
-        let mut due = BTreeSet::new();
-        let mut wait_due = BTreeSet::new();
-        let mut reopen = BTreeSet::new();
-        let mut booking_ends = BTreeSet::new();
-        let mut by_holder = LeaseIndex::default();
-        let mut by_principal = LeaseIndex::default();
         for (name, rs) in &self.resources {
             let grace_ms = self.policy_of(name).renewal_grace_ms;
+            let indexes = &mut self.indexes;
             for l in &rs.leases {
                 if l.session.is_none() {
-                    due.insert(due_key(l, grace_ms));
+                    indexes.track_lease(l, grace_ms);
                 }
-                by_holder.insert(&l.holder, l);
-                by_principal.insert(&l.principal, l);
+                indexes.list(l, 1);
             }
             for w in &rs.rare().waiters {
-                wait_due.insert(wait_due_key(name, w));
+                indexes.track_wait(name, w);
             }
             for b in &rs.rare().bookings {
-                booking_ends.insert((b.end_wall_ms(), name.clone()));
+                indexes.track_booking(name, b.end_wall_ms());
             }
-            if rs.rare().closed_until_ms > self.clock.now_ms() {
-                reopen.insert((rs.rare().closed_until_ms, name.clone()));
+            let closed_until_ms = rs.rare().closed_until_ms;
+            if closed_until_ms > self.clock.now_ms() {
+                indexes.closed_until(name, closed_until_ms, closed_until_ms);
             }
         }
         self.recount_usage();
-        self.due = due;
-        self.wait_due = wait_due;
-        self.reopen = reopen;
-        self.booking_ends = booking_ends;
-        self.by_holder = by_holder;
-        self.by_principal = by_principal;
         self.retention = Retention::rebuild(self.resources.iter().map(|(n, rs)| (n, &rs.history)));
         if self.dropped_last.is_none() {
             // A format before the position was kept: every resource of that revision counts

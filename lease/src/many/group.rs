@@ -45,7 +45,7 @@ impl State {
             else {
                 continue;
             };
-            self.wait_due.remove(&wait_due_key(name, &waiter));
+            self.indexes.untrack_wait(name, &waiter);
             self.count_waiter(name, &waiter, -1);
             let lease = self.lease_from(index, name, waiter);
             leases.push(self.grant(index, &group.principal, lease, EventKind::Admitted));

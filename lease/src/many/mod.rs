@@ -18,7 +18,7 @@ use super::history::{Event, EventKind};
 use super::machine::{check_name, Ctx, State};
 use super::quota::Quota;
 use super::types::{AcquireOutcome, LeaseView, Name, Refusal, Rejection};
-use super::waiting::{wait_due_key, WaitOutcome, Waiter};
+use super::waiting::{WaitOutcome, Waiter};
 
 mod group;
 
@@ -230,7 +230,7 @@ impl State {
         self.admit_holdings(ctx, ctx.principal, &ad_hoc, &op.metadata, Quota::Waiters)?;
         for (name, waiter) in names.iter().zip(waiters) {
             let event = Event::about_waiter(EventKind::Queued, &waiter);
-            self.wait_due.insert(wait_due_key(name, &waiter));
+            self.indexes.track_wait(name, &waiter);
             self.count_waiter(name, &waiter, 1);
             let rs = self.resource_entry(name);
             rs.rare_mut().waiters.push_back(waiter);

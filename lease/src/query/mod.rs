@@ -302,9 +302,9 @@ impl State {
             (resource.as_str(), lease_order(lease_id).unwrap_or((0, 0)))
         });
         let (index, name) = match (holder, principal) {
-            (Some(h), _) => (&self.by_holder, h),
-            (None, Some(p)) => (&self.by_principal, p),
-            (None, None) => (&self.by_holder, ""),
+            (Some(h), _) => (self.indexes.by_holder(), h),
+            (None, Some(p)) => (self.indexes.by_principal(), p),
+            (None, None) => (self.indexes.by_holder(), ""),
         };
         let matching = index
             .of(name, after)

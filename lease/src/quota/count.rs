@@ -99,13 +99,7 @@ impl State {
     /// counted, and indexed for listings.
     pub(crate) fn count_lease(&mut self, lease: &Lease, ad_hoc: bool, sign: i64) {
         self.attach_lease(lease, sign);
-        if sign > 0 {
-            self.by_holder.insert(&lease.holder, lease);
-            self.by_principal.insert(&lease.principal, lease);
-        } else {
-            self.by_holder.remove(&lease.holder, lease);
-            self.by_principal.remove(&lease.principal, lease);
-        }
+        self.indexes.list(lease, sign);
         let principal = &lease.principal;
         hold(
             &mut self.quotas,

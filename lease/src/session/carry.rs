@@ -36,11 +36,7 @@ impl State {
         if !changed {
             return;
         }
-        if sign > 0 {
-            self.on_sessions += 1;
-        } else {
-            self.on_sessions -= 1;
-        }
+        self.indexes.on_sessions(1, sign);
         // The lease's resource's grace joins or leaves the session's: its due time may move.
         let grace_ms = self.policy_of(&lease.resource).renewal_grace_ms;
         let Some(session) = self.sessions.get(&id.get()) else {
@@ -53,8 +49,8 @@ impl State {
         count_grace(&mut session.graces, grace_ms, sign);
         let session = &self.sessions[&id.get()];
         let new_key = self.session_due_key(id.get(), session);
-        if new_key != old_key && self.session_due.remove(&old_key) {
-            self.session_due.insert(new_key);
+        if new_key != old_key && self.indexes.untrack_session(&old_key) {
+            self.indexes.track_session(new_key);
         }
     }
 
@@ -87,13 +83,13 @@ impl State {
         // each resource's lists.
         let mut leases: BTreeMap<Name, BTreeMap<LeaseId, NonZeroU64>> = BTreeMap::new();
         let mut waits: BTreeMap<Name, BTreeMap<u64, NonZeroU64>> = BTreeMap::new();
-        let mut due = BTreeSet::new();
-        self.on_sessions = 0;
+        let mut due = Vec::new();
+        let mut on_sessions = 0;
         for (&id, session) in &self.sessions {
             let Some(nz) = NonZeroU64::new(id) else {
                 continue;
             };
-            self.on_sessions += session.leases.len();
+            on_sessions += session.leases.len();
             for (resource, lease_id) in &session.leases {
                 leases
                     .entry(resource.clone())
@@ -120,7 +116,7 @@ impl State {
             if let Some(session) = self.sessions.get_mut(&id).map(Arc::make_mut) {
                 session.graces = graces;
             }
-            due.insert(self.session_due_key(id, &self.sessions[&id]));
+            due.push(self.session_due_key(id, &self.sessions[&id]));
         }
         for (resource, on) in leases {
             if let Some(rs) = self.resources.get_mut(&resource).map(Arc::make_mut) {
@@ -136,7 +132,10 @@ impl State {
                 }
             }
         }
-        self.session_due = due;
+        self.indexes.on_sessions(on_sessions, 1);
+        for key in due {
+            self.indexes.track_session(key);
+        }
     }
 }
 

@@ -225,8 +225,8 @@ impl State {
             graces: BTreeMap::new(),
         };
         self.count_session(&session, 1);
-        self.session_due
-            .insert(self.session_due_key(ctx.index, &session));
+        self.indexes
+            .track_session(self.session_due_key(ctx.index, &session));
         let view = self.live_session_view(ctx.index, &session);
         self.sessions.insert(ctx.index, Arc::new(session));
         Ok(Reply::Session(Box::new(view)))
@@ -291,13 +291,14 @@ impl State {
         let expires_at_ms = self.clock.now_ms().saturating_add(session.ttl_ms);
         // The map's copy is changed in place only while no other handle shares it.
         drop(session);
-        self.session_due.remove(&old_key);
+        self.indexes.untrack_session(&old_key);
         let Some(session) = self.sessions.get_mut(&id).map(Arc::make_mut) else {
             return Err(Rejection::SessionNotFound(op.session_id.clone()));
         };
         session.expires_at_ms = expires_at_ms;
         let session = Arc::clone(&self.sessions[&id]);
-        self.session_due.insert(self.session_due_key(id, &session));
+        self.indexes
+            .track_session(self.session_due_key(id, &session));
         // Counts, not leases: a renewal is a heartbeat, answered small.
         let status = SessionStatus::Active;
         Ok(Reply::Session(Box::new(self.session_view(
@@ -336,7 +337,7 @@ impl State {
         };
         let leases = std::mem::take(&mut live.leases);
         let waits = std::mem::take(&mut live.waits);
-        self.on_sessions -= leases.len();
+        self.indexes.on_sessions(leases.len(), -1);
         let status = match how {
             SessionStatus::Closed => LeaseStatus::Released,
             _ => LeaseStatus::Reclaimed,
@@ -355,7 +356,8 @@ impl State {
         };
         let mut session = Arc::unwrap_or_clone(session);
         (session.leases, session.waits) = (leases, waits);
-        self.session_due.remove(&self.session_due_key(id, &session));
+        self.indexes
+            .untrack_session(&self.session_due_key(id, &session));
         self.count_session(&session, -1);
         let shown = ended.iter().take(SESSION_LEASES_SHOWN).cloned().collect();
         let view = self.session_view(id, &session, how, shown);
@@ -426,7 +428,7 @@ impl State {
 
     /// The lease-clock instant the next session is due.
     pub(crate) fn next_session_due_ms(&self) -> Option<u64> {
-        self.session_due.first().map(|(due_ms, _)| *due_ms)
+        self.indexes.next_session_due_ms()
     }
 
     /// A session begins (1) or ends (-1): counted against its principal's quotas.

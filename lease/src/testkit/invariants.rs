@@ -104,6 +104,13 @@ impl Invariants {
         }
         assert_eq!(state.live_leases(), count, "step {n}: live_leases()");
         check_waiting_rooms(state, n);
+        // What apply keeps to find what time decides next, and listings, is what a snapshot
+        // loaded here would build again.
+        assert_eq!(
+            state.snapshot_copy().restored().indexes,
+            state.indexes,
+            "step {n}: derived indexes"
+        );
         self.live_before = live;
     }
 }
