@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # A soak: a three-node Tenure cluster under steady load for a long while, sampling every
 # node's resident memory and bytes on disk (the data directory: sled's log files, its
-# snapshots) as it goes. The question it answers: do memory and disk level off, or grow?
+# snapshots) as it goes. The question it answers: do memory, disk and throughput level off,
+# or grow and fall?
 #
 #   jepsen/soak.sh [DURATION] [CLIENTS] [WORKLOAD]      (defaults: 15m 16 renew)
+#   SYSTEMS=tenure,etcd jepsen/soak.sh 30m 16 lock      (each system in turn, same load)
 #
-# The load is `tenure-jepsen bench` (its cluster, on loopback). `renew` keeps one lease per
+# The load is `tenure-jepsen bench` (its clusters, on loopback). `renew` keeps one lease per
 # client alive: the lease state is constant, and renews are not exactly-once, so nothing
 # should grow. `lock` runs acquire + release cycles on fresh names: what grows is the
 # history (bounded by events and bytes) and the exactly-once records (10 minutes of request
-# ids, SPEC §5). Prints one line per sample (seconds; per node RSS MiB and data MiB; the
-# exactly-once MiB node 1 counts) and writes them to OUT/soak.tsv.
+# ids, SPEC §5). Prints one line per sample (seconds; the system; per node RSS MiB and data
+# MiB; the exactly-once MiB node 1 counts, Tenure only) and writes them to OUT/soak.tsv; the
+# bench's table ends with each system's throughput minute by minute (OUT/results.md).
+# With etcd in SYSTEMS, jepsen/bench.sh installs and builds what etcd needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-15m}
@@ -18,16 +22,20 @@ clients=${2:-16}
 workload=${3:-renew}
 out=${OUT:-bench-runs/soak-$(date +%s)}
 every=${EVERY:-30}
+systems=${SYSTEMS:-tenure}
 
-cargo build --release --bin tenured --bin tenure-jepsen --bin tenure
+cargo build --release --bin tenured --bin tenure --bin tenure-jepsen
+case ",$systems," in
+  # bench.sh installs etcd when missing and builds tenure-jepsen with the etcd feature.
+  *,etcd,*) jepsen/bench.sh --help >/dev/null ;;
+esac
 mkdir -p "$out"
-target/release/tenure-jepsen bench --systems tenure --workloads "$workload" --clients "$clients" \
+target/release/tenure-jepsen bench --systems "$systems" --workloads "$workload" --clients "$clients" \
   --warmup 1s --duration "$duration" --out "$out" >"$out/bench.log" 2>&1 &
 bench=$!
 trap 'kill $bench 2>/dev/null || true' INT TERM
 
-data="$out/data/tenure"
-printf 't_s\tn1_rss_mib\tn2_rss_mib\tn3_rss_mib\tn1_disk_mib\tn2_disk_mib\tn3_disk_mib\tn1_exactly_once_mib\n' | tee "$out/soak.tsv"
+printf 't_s\tsystem\tn1_rss_mib\tn2_rss_mib\tn3_rss_mib\tn1_disk_mib\tn2_disk_mib\tn3_disk_mib\tn1_exactly_once_mib\n' | tee "$out/soak.tsv"
 # The exactly-once bytes node 1 counts (every bench client is the admin `anonymous`, so its
 # usage is the whole table), from `tenure cluster status` at the node's own address.
 exactly_once() {
@@ -47,6 +55,14 @@ print(used // 1048576)' 2>/dev/null || echo 0
 start=$(date +%s)
 while kill -0 "$bench" 2>/dev/null; do
   row="$(( $(date +%s) - start ))"
+  # The system whose cluster runs now (each system's members run from OUT/data/<system>).
+  system="" data=""
+  for s in ${systems//,/ }; do
+    if pgrep -f -- "--data-dir $out/data/$s/n1( |$)" >/dev/null; then
+      system=$s data="$out/data/$s"
+    fi
+  done
+  if [ -z "$system" ]; then sleep 1; continue; fi
   rss="" disk=""
   for n in 1 2 3; do
     pid=$(pgrep -f -- "--data-dir $data/n$n( |$)" | head -1 || true)
@@ -55,11 +71,14 @@ while kill -0 "$bench" 2>/dev/null; do
     rss+=$'\t'"$(( ${kib:-0} / 1024 ))"
     disk+=$'\t'"$(( ${bytes:-0} / 1048576 ))"
   done
-  n1=$(pgrep -f -- "--data-dir $data/n1( |$)" | head -1 || true)
-  eo=$( [ -n "$n1" ] && exactly_once "$n1" || echo 0)
-  printf '%s%s%s\t%s\n' "$row" "$rss" "$disk" "$eo" | tee -a "$out/soak.tsv"
+  eo=-
+  if [ "$system" = tenure ]; then
+    n1=$(pgrep -f -- "--data-dir $data/n1( |$)" | head -1 || true)
+    eo=$( [ -n "$n1" ] && exactly_once "$n1" || echo 0)
+  fi
+  printf '%s\t%s%s%s\t%s\n' "$row" "$system" "$rss" "$disk" "$eo" | tee -a "$out/soak.tsv"
   sleep "$every"
 done
 wait "$bench" || { echo "the load failed: $out/bench.log" >&2; exit 1; }
-grep -E '^\| (renew|lock|contended|read|acquire) ' "$out/results.md" || true
+grep -E '^\| (tenure|etcd|renew|lock|contended|read|acquire) ' "$out/results.md" || true
 echo "samples: $out/soak.tsv"

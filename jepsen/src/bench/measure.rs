@@ -14,6 +14,8 @@ use super::{BenchOptions, Cell, Workload};
 struct Tally {
     histogram: Histogram<u64>,
     ops: u64,
+    /// Ops completed in each minute of the window.
+    per_minute: Vec<u64>,
     errors: u64,
     first_error: Option<String>,
 }
@@ -45,6 +47,7 @@ pub(super) async fn measure(
             let mut tally = Tally {
                 histogram: histogram(),
                 ops: 0,
+                per_minute: Vec::new(),
                 errors: 0,
                 first_error: None,
             };
@@ -63,6 +66,11 @@ pub(super) async fn measure(
                 match result {
                     Ok(timed) => {
                         tally.ops += 1;
+                        let minute = ((finished - start).as_secs() / 60) as usize;
+                        if tally.per_minute.len() <= minute {
+                            tally.per_minute.resize(minute + 1, 0);
+                        }
+                        tally.per_minute[minute] += 1;
                         let micros = timed.unwrap_or(finished - began).as_micros() as u64;
                         tally.histogram.saturating_record(micros.max(1));
                     }
@@ -84,10 +92,14 @@ pub(super) async fn measure(
     let switches = cluster.context_switches().saturating_sub(switches_before);
     let mut all = histogram();
     let (mut ops, mut errors, mut first_error) = (0, 0, None);
+    let mut per_minute = vec![0u64; options.duration.as_secs().div_ceil(60) as usize];
     while let Some(tally) = tasks.join_next().await {
         let tally = tally?;
         all.add(&tally.histogram)?;
         ops += tally.ops;
+        for (total, ops) in per_minute.iter_mut().zip(&tally.per_minute) {
+            *total += ops;
+        }
         errors += tally.errors;
         if first_error.is_none() {
             first_error = tally.first_error;
@@ -103,6 +115,15 @@ pub(super) async fn measure(
         first_error,
         seconds,
         ops_per_s: ops as f64 / seconds,
+        per_minute_ops_per_s: per_minute
+            .iter()
+            .enumerate()
+            .map(|(minute, ops)| {
+                // The last minute may be a part of one.
+                let length = (seconds - 60.0 * minute as f64).min(60.0);
+                *ops as f64 / length
+            })
+            .collect(),
         p50_us: all.value_at_quantile(0.5),
         p99_us: all.value_at_quantile(0.99),
         p999_us: all.value_at_quantile(0.999),

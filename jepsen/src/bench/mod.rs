@@ -68,6 +68,9 @@ pub struct Cell {
     pub first_error: Option<String>,
     pub seconds: f64,
     pub ops_per_s: f64,
+    /// Throughput in each minute of the measured window (the last may be part of one): how
+    /// a long run ages.
+    pub per_minute_ops_per_s: Vec<f64>,
     /// Microseconds.
     pub p50_us: u64,
     pub p99_us: u64,

@@ -130,12 +130,51 @@ fn cells_table(out: &mut String, options: &BenchOptions, results: &Results) {
     }
 }
 
+/// Each cell of two minutes or more, its throughput minute by minute, and its last five
+/// minutes against its minutes 2–5 (how a long run ages: `jepsen/soak.sh`).
+fn per_minute(out: &mut String, results: &Results) {
+    let long: Vec<&Cell> = results
+        .cells
+        .iter()
+        .filter(|c| c.per_minute_ops_per_s.len() >= 2)
+        .collect();
+    if long.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n| system | workload | clients | ops/s in each minute | last 5 min vs minutes 2–5 |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---|---:|");
+    for cell in long {
+        let minutes = &cell.per_minute_ops_per_s;
+        let each: Vec<String> = minutes.iter().map(|m| format!("{m:.0}")).collect();
+        let mean = |range: &[f64]| range.iter().sum::<f64>() / range.len().max(1) as f64;
+        let aged = match minutes.len() {
+            n if n >= 10 => format!(
+                "{:.0} %",
+                100.0 * mean(&minutes[n - 5..]) / mean(&minutes[1..5]).max(f64::EPSILON)
+            ),
+            _ => "–".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {aged} |",
+            cell.system.name(),
+            cell.workload.name(),
+            cell.clients,
+            each.join(" "),
+        );
+    }
+}
+
 pub fn markdown(options: &BenchOptions, results: &Results) -> String {
     let mut out = String::new();
     if !results.cells.is_empty() {
         cells_table(&mut out, options, results);
     }
     gateway_table(&mut out, results);
+    per_minute(&mut out, results);
     if !results.unprovoked_elections.is_empty() {
         let each: Vec<String> = results
             .unprovoked_elections
@@ -352,6 +391,7 @@ mod tests {
             first_error: None,
             seconds: 10.0,
             ops_per_s,
+            per_minute_ops_per_s: vec![ops_per_s],
             p50_us,
             p99_us: p50_us * 2,
             p999_us: p50_us * 3,
