@@ -90,6 +90,10 @@ pub struct Node {
     pub connections_cut: std::sync::atomic::AtomicU64,
     /// Writes this node refused as leader without proposing them (`forward`).
     pub refused_before_proposing: std::sync::atomic::AtomicU64,
+    /// The highest rules version a peer's call said its applied state runs
+    /// (`tenure-rules-cluster`): committed, so the cluster has reached it even where this
+    /// node has not applied the raise yet (`Node::gate`).
+    pub rules_heard: std::sync::atomic::AtomicU32,
     /// Held while a `Tick` brings a stale state up to date before a refusal (`forward`): the
     /// writes that find it stale at once wait for the one `Tick`.
     pub(crate) refreshing: tokio::sync::Mutex<()>,
@@ -195,6 +199,7 @@ impl Node {
             cooldown: Default::default(),
             connections_cut: Default::default(),
             refused_before_proposing: Default::default(),
+            rules_heard: Default::default(),
             refreshing: Default::default(),
             connection_tables: Default::default(),
             receiving_snapshot: Default::default(),

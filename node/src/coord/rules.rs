@@ -127,12 +127,19 @@ impl Node {
     }
 
     /// Refuses `op` if it needs rules the cluster has not reached, as this node's state
-    /// shows them: the version only rises, so a state behind the leader's refuses at worst
-    /// what it could have taken, never the other way round. The raise itself is gated by
-    /// [`Node::rules_raise`].
+    /// shows them or a peer's applied state told it (a raise applied anywhere is committed,
+    /// and every entry after it applies after it): the version only rises, so a node behind
+    /// refuses at worst what it could have taken, never the other way round, and a follower
+    /// that has not applied the raise yet, told of it, hands the write on. The raise itself
+    /// is gated by [`Node::rules_raise`].
     pub fn gate(&self, op: &Op) -> Result<(), ApiError> {
         let needs = op.rules_needed();
-        let cluster = self.sm.read().state.rules();
+        let cluster = self
+            .sm
+            .read()
+            .state
+            .rules()
+            .max(self.rules_heard.load(std::sync::atomic::Ordering::Relaxed));
         if needs <= cluster || matches!(op, Op::RaiseRules { .. }) || self.config.ungated() {
             return Ok(());
         }

@@ -32,6 +32,26 @@ impl RaftApi {
         &self,
         request: &Request<RaftBytes>,
     ) -> Result<(T, Wire), Status> {
+        self.addressed(request)?;
+        decode(request.get_ref())
+            .map_err(|e| Status::invalid_argument(format!("{UNDECODABLE}: {e}")))
+    }
+
+    /// The body of a leader's call (entries, a snapshot), once it is known to be addressed
+    /// here and to carry nothing above this node's rules ([`RaftApi::within_rules`]).
+    fn leaders_body<T: serde::de::DeserializeOwned>(
+        &self,
+        request: &Request<RaftBytes>,
+    ) -> Result<(T, Wire), Status> {
+        self.addressed(request)?;
+        self.within_rules(request)?;
+        decode(request.get_ref())
+            .map_err(|e| Status::invalid_argument(format!("{UNDECODABLE}: {e}")))
+    }
+
+    /// Refuses a call unless its caller proved to be a peer (auth on: the peer token) and it
+    /// is meant for this node.
+    fn addressed(&self, request: &Request<RaftBytes>) -> Result<(), Status> {
         crate::auth::peer_of(request)?;
         if let Some(to) = request.metadata().get(TARGET_HEADER) {
             if to.to_str().ok() != Some(self.node.id.to_string().as_str()) {
@@ -44,8 +64,7 @@ impl RaftApi {
                 )));
             }
         }
-        decode(request.get_ref())
-            .map_err(|e| Status::invalid_argument(format!("{UNDECODABLE}: {e}")))
+        Ok(())
     }
 }
 
@@ -75,6 +94,9 @@ impl RaftApi {
         };
         let max = self.node.sm.max_rules();
         if cluster <= max {
+            self.node
+                .rules_heard
+                .fetch_max(cluster, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
         let why = crate::store::state_machine::above_rules("the cluster", cluster, max);
@@ -122,8 +144,7 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        self.within_rules(&request)?;
-        let (body, wire) = self.body(&request)?;
+        let (body, wire) = self.leaders_body(&request)?;
         self.node.succession.heard_from_leader();
         self.announced(reply(wire, &self.node.raft.append_entries(body).await))
     }
@@ -137,11 +158,10 @@ impl Raft for RaftApi {
         &self,
         request: Request<RaftBytes>,
     ) -> Result<Response<RaftBytes>, Status> {
-        self.within_rules(&request)?;
         let (body, wire): (
             openraft_legacy::network_v1::InstallSnapshotRequest<TypeConfig>,
             _,
-        ) = self.body(&request)?;
+        ) = self.leaders_body(&request)?;
         // A damaged file is refused here: openraft stops a node whose install fails. The
         // leader sends it again, so a snapshot damaged in transit heals, and one damaged on the
         // leader's disk is never spread.
