@@ -209,7 +209,8 @@ impl Node {
                 "{refused} (the leader has not applied the raise yet): nothing was done"
             )));
         }
-        if let Some(refused) = self.refused_before_proposing(&proposal).await {
+        let copy = InFlight::enter(self, &proposal);
+        if let Some(refused) = self.refused_before_proposing(&proposal, &copy).await {
             return Ok(refused);
         }
         self.batcher.propose(proposal).await
@@ -221,12 +222,21 @@ impl Node {
     /// state is asked again after a read barrier: it then holds every write acknowledged
     /// before this one, so the refusal is the answer apply would give right after them. It
     /// must be fresh too (`State::is_fresh`): a stale one is brought up to date by a `Tick`.
-    async fn refused_before_proposing(&self, proposal: &Proposal) -> Option<Reply> {
+    async fn refused_before_proposing(
+        &self,
+        proposal: &Proposal,
+        copy: &InFlight<'_>,
+    ) -> Option<Reply> {
         let me = crate::lease::LeaderKey {
             term: self.raft.metrics().borrow_watched().current_term,
             node_id: self.id,
         };
+        // A retry whose first copy is still on its way is proposed: the first may be granted
+        // after a release this state does not hold yet, and the retry must get its answer.
         let refused = || {
+            if copy.has_another() {
+                return None;
+            }
             self.sm
                 .read()
                 .state
@@ -436,4 +446,60 @@ pub fn batcher(
             }
         },
     )
+}
+
+/// One copy of a write with a request id that this node serves as leader, counted in
+/// `Node::writes_on_their_way` from before its refusal is considered until it is answered (or its
+/// caller goes away).
+pub(crate) struct InFlight<'a> {
+    node: &'a Node,
+    key: Option<(String, String)>,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter(node: &'a Node, proposal: &Proposal) -> Self {
+        let key = proposal
+            .request_id
+            .as_ref()
+            .map(|id| (proposal.principal.clone(), id.clone()));
+        if let Some(key) = &key {
+            *node.in_flight_copies().entry(key.clone()).or_insert(0) += 1;
+        }
+        InFlight { node, key }
+    }
+
+    /// Whether another copy of this write is on its way here.
+    fn has_another(&self) -> bool {
+        self.key.as_ref().is_some_and(|key| {
+            self.node
+                .in_flight_copies()
+                .get(key)
+                .is_some_and(|n| *n > 1)
+        })
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else {
+            return;
+        };
+        let mut copies = self.node.in_flight_copies();
+        if let std::collections::hash_map::Entry::Occupied(mut entry) = copies.entry(key) {
+            *entry.get_mut() -= 1;
+            if *entry.get() == 0 {
+                entry.remove();
+            }
+        }
+    }
+}
+
+impl Node {
+    fn in_flight_copies(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), u32>> {
+        self.writes_on_their_way
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }

@@ -97,6 +97,11 @@ pub struct Node {
     /// Held while a `Tick` brings a stale state up to date before a refusal (`forward`): the
     /// writes that find it stale at once wait for the one `Tick`.
     pub(crate) refreshing: tokio::sync::Mutex<()>,
+    /// (principal, request id) of the writes this node serves as leader and has not answered
+    /// yet, with how many copies: a retry that finds its first copy still on its way is
+    /// proposed (apply answers it from the first's record), never refused before it.
+    pub(crate) writes_on_their_way:
+        std::sync::Mutex<std::collections::HashMap<(String, String), u32>>,
     /// The connection tables of the ports serving (`connections`).
     connection_tables: std::sync::Mutex<Vec<Arc<crate::guard::Table>>>,
     /// Checks the snapshot a leader is sending, chunk by chunk (`store::snapshot::ChunkCheck`).
@@ -201,6 +206,7 @@ impl Node {
             refused_before_proposing: Default::default(),
             rules_heard: Default::default(),
             refreshing: Default::default(),
+            writes_on_their_way: Default::default(),
             connection_tables: Default::default(),
             receiving_snapshot: Default::default(),
             refusals: Default::default(),
