@@ -24,10 +24,14 @@ out=${OUT:-bench-runs/soak-$(date +%s)}
 every=${EVERY:-30}
 systems=${SYSTEMS:-tenure}
 
-cargo build --release --bin tenured --bin tenure --bin tenure-jepsen
 case ",$systems," in
-  # bench.sh installs etcd when missing and builds tenure-jepsen with the etcd feature.
-  *,etcd,*) jepsen/bench.sh --help >/dev/null ;;
+  # bench.sh installs etcd when missing and builds tenured, and tenure-jepsen with the etcd
+  # feature (its way: a build of the whole workspace here would only be built again).
+  *,etcd,*)
+    cargo build --release -p tenure-cli --bin tenure
+    jepsen/bench.sh --help >/dev/null
+    ;;
+  *) cargo build --release --bin tenured --bin tenure --bin tenure-jepsen ;;
 esac
 mkdir -p "$out"
 target/release/tenure-jepsen bench --systems "$systems" --workloads "$workload" --clients "$clients" \
