@@ -21,21 +21,39 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     let mut snapshotted = node.sm.read().state.rules();
-    node.peers.announce_cluster_rules(snapshotted);
+    let mut announced = snapshotted;
+    node.peers.announce_cluster_rules(announced);
     let mut every = tokio::time::interval(LOOK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Raft's metrics change with every entry applied: a raise is announced to the peers on
+    // the next call after it applies here (the leader's heartbeats carry it to followers
+    // that have not applied it yet, `Node::gate`), not up to a look later.
+    let mut applied = node.raft.metrics();
     loop {
-        tokio::select! {
-            _ = every.tick() => {}
+        let look = tokio::select! {
+            _ = every.tick() => true,
+            changed = applied.changed() => {
+                if changed.is_err() {
+                    // Raft has stopped: nothing more applies here.
+                    return;
+                }
+                false
+            }
             _ = stop.changed() => return,
-        }
+        };
         let current = node.sm.read().state.rules();
-        if current > snapshotted {
+        if current > announced {
             tracing::info!(
                 rules = current,
                 "the cluster runs rules version {current} now"
             );
             node.peers.announce_cluster_rules(current);
+            announced = current;
+        }
+        if !look {
+            continue;
+        }
+        if current > snapshotted {
             // A snapshot that covers the raise: its format names the version to any release
             // started on this data (one from before the raise refuses the format by name).
             match node.snapshot_now().await {
