@@ -120,8 +120,9 @@ impl State {
     /// Whether `resource` is held, and will be for longer than the leader's state may be
     /// behind its clock and then as long again: every lease on it lasts (by itself or by its
     /// session) past [`HELD_MARGIN_MS`] from the state's time, and nothing else decides
-    /// whether a new claim fits (no waiter, who may time out; no booking; no lock delay). An acquire of it without waiting is then refused for it as
-    /// apply would refuse it, had it come that much later or sooner (SPEC §4.21).
+    /// whether a new claim fits (no waiter, who may time out; no booking; no lock delay).
+    /// An acquire of it without waiting is then refused for it as apply would refuse it, had
+    /// it come that much later or sooner (SPEC §4.21).
     fn held_for_a_while(&self, resource: &str) -> bool {
         let Some(rs) = self.resources.get(resource) else {
             return false;

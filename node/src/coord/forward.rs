@@ -217,8 +217,9 @@ impl Node {
     }
 
     /// The answer to a write that would certainly be refused (its principal's quotas, its
-    /// request id, its resource held: `State::certainly_refused`), given without proposing it, so that a client
-    /// sending such writes as fast as it can fills no node's log or disk (SPEC §4.21). The
+    /// request id, its resource held: `State::certainly_refused`), given without proposing
+    /// it, so that a client sending such writes as fast as it can fills no node's log or disk
+    /// (SPEC §4.21). The
     /// state is asked again after a read barrier: it then holds every write acknowledged
     /// before this one, so the refusal is the answer apply would give right after them. It
     /// must be fresh too (`State::is_fresh`): a stale one is brought up to date by a `Tick`.
@@ -449,8 +450,8 @@ pub fn batcher(
 }
 
 /// One copy of a write with a request id that this node serves as leader, counted in
-/// `Node::writes_on_their_way` from before its refusal is considered until it is answered (or its
-/// caller goes away).
+/// `Node::writes_on_their_way` from before its refusal is considered until it is answered (or
+/// its caller goes away).
 pub(crate) struct InFlight<'a> {
     node: &'a Node,
     key: Option<(String, String)>,
