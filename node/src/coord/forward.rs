@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::auth::Caller;
+use crate::coord::in_flight::InFlight;
 use crate::coord::membership::{AdminReply, AdminRequest};
 use crate::coord::read_barrier::ReadBarrier;
 use crate::coord::unstamped::Unstamped;
@@ -447,60 +448,4 @@ pub fn batcher(
             }
         },
     )
-}
-
-/// One copy of a write with a request id that this node serves as leader, counted in
-/// `Node::writes_on_their_way` from before its refusal is considered until it is answered (or
-/// its caller goes away).
-pub(crate) struct InFlight<'a> {
-    node: &'a Node,
-    key: Option<(String, String)>,
-}
-
-impl<'a> InFlight<'a> {
-    fn enter(node: &'a Node, proposal: &Proposal) -> Self {
-        let key = proposal
-            .request_id
-            .as_ref()
-            .map(|id| (proposal.principal.clone(), id.clone()));
-        if let Some(key) = &key {
-            *node.in_flight_copies().entry(key.clone()).or_insert(0) += 1;
-        }
-        InFlight { node, key }
-    }
-
-    /// Whether another copy of this write is on its way here.
-    fn has_another(&self) -> bool {
-        self.key.as_ref().is_some_and(|key| {
-            self.node
-                .in_flight_copies()
-                .get(key)
-                .is_some_and(|n| *n > 1)
-        })
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        let Some(key) = self.key.take() else {
-            return;
-        };
-        let mut copies = self.node.in_flight_copies();
-        if let std::collections::hash_map::Entry::Occupied(mut entry) = copies.entry(key) {
-            *entry.get_mut() -= 1;
-            if *entry.get() == 0 {
-                entry.remove();
-            }
-        }
-    }
-}
-
-impl Node {
-    fn in_flight_copies(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), u32>> {
-        self.writes_on_their_way
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }

@@ -13,6 +13,7 @@
 pub mod batch;
 pub mod connections;
 pub mod forward;
+pub mod in_flight;
 pub mod inbox;
 pub mod member_ips;
 pub mod membership;
@@ -93,7 +94,7 @@ pub struct Node {
     /// The highest rules version a peer's call said its applied state runs
     /// (`tenure-rules-cluster`): committed, so the cluster has reached it even where this
     /// node has not applied the raise yet (`Node::gate`).
-    pub rules_heard: std::sync::atomic::AtomicU32,
+    pub(crate) rules_heard: std::sync::atomic::AtomicU32,
     /// Held while a `Tick` brings a stale state up to date before a refusal (`forward`): the
     /// writes that find it stale at once wait for the one `Tick`.
     pub(crate) refreshing: tokio::sync::Mutex<()>,

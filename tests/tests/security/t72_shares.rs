@@ -448,6 +448,36 @@ async fn writes_certainly_refused_are_refused_before_they_reach_the_log() {
         began,
         2 * FLOOD as u64,
     );
+
+    // A retry whose first copy is still on its way to the log (counted as the leader counts
+    // the copies it serves) is proposed, never refused ahead of it; apply answers it, and
+    // remembers the answer for the next retry.
+    let refused = || {
+        node.refused_before_proposing
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let retry = || {
+        let mut request = acquire_request("t72/flood/small", "b", TTL);
+        request.request_id = "t72-first-copy".into();
+        alice.acquire(request)
+    };
+    let first = node.copy_on_its_way("alice", "t72-first-copy");
+    let answer = retry().await.expect("an answer");
+    assert!(
+        !answer.granted && answer.reason == "resource_unavailable",
+        "{answer:?}"
+    );
+    assert_eq!(refused(), 2 * FLOOD as u64, "proposed, not refused ahead");
+    drop(first);
+    // Remembered: the next retry is proposed too, and gets apply's answer again.
+    let again = retry().await.expect("an answer");
+    assert_eq!(again.reason, "resource_unavailable");
+    assert_eq!(
+        refused(),
+        2 * FLOOD as u64,
+        "a remembered request is proposed"
+    );
+
     // A waiting acquire of it is proposed, and queued.
     let mut wait = acquire_request("t72/flood/small", "b", TTL);
     wait.on_conflict = tenure_client::pb::OnConflict::Wait as i32;
