@@ -24,7 +24,7 @@ pub enum Space {
 
 impl Space {
     /// The byte that puts a key in its space, in a store that has one key space.
-    pub fn tag(self) -> u8 {
+    fn tag(self) -> u8 {
         match self {
             Space::ExactlyOnce => 1,
             #[cfg(test)]

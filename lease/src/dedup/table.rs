@@ -302,7 +302,7 @@ impl Dedup {
 
     /// Forgets what is older than the window at `now_ms`, telling `charge` whose bytes it
     /// freed.
-    pub fn prune(&mut self, now_ms: u64, mut charge: impl FnMut(Charge<'_>)) {
+    pub(crate) fn prune(&mut self, now_ms: u64, mut charge: impl FnMut(Charge<'_>)) {
         if self.pruned_at.is_some_and(|at| at >= now_ms) {
             return;
         }
@@ -347,7 +347,7 @@ impl Dedup {
 
     /// Counts the records and their bytes again (a loaded snapshot), telling `charge` each
     /// record's principal.
-    pub fn recount(&mut self, mut charge: impl FnMut(Charge<'_>)) {
+    pub(crate) fn recount(&mut self, mut charge: impl FnMut(Charge<'_>)) {
         let (mut len, mut bytes) = (0, 0);
         self.each(|_, _, record| {
             len += 1;

@@ -39,7 +39,9 @@ pub use apply::apply;
 pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
 use indexes::Indexes;
-pub use precheck::{FRESH_MS, HELD_MARGIN_MS};
+pub use precheck::FRESH_MS;
+#[cfg(test)]
+pub(crate) use precheck::HELD_MARGIN_MS;
 pub use reclaim::RECLAIMS_PER_ENTRY;
 use resource::packed;
 pub use resource::{Ended, Rare, ResourceState};
