@@ -17,6 +17,8 @@ use std::sync::RwLock;
 pub enum Space {
     /// Exactly-once records, in chunks by sequence number (`dedup`).
     ExactlyOnce,
+    /// Retained events, in chunks in delivery order (`history::log`).
+    Events,
     /// Tests of the archive itself.
     #[cfg(test)]
     Other,
@@ -27,6 +29,7 @@ impl Space {
     fn tag(self) -> u8 {
         match self {
             Space::ExactlyOnce => 1,
+            Space::Events => 3,
             #[cfg(test)]
             Space::Other => 2,
         }
@@ -58,6 +61,60 @@ pub trait Archive: Send + Sync {
 impl fmt::Debug for dyn Archive {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Archive")
+    }
+}
+
+/// The key of chunk number `seq` in a space of numbered chunks: ordered by number.
+pub(crate) fn chunk_key(seq: u64) -> [u8; 8] {
+    seq.to_be_bytes()
+}
+
+/// Chunk number `seq` of `space`, decoded. A chunk a state still reads that the archive does
+/// not hold, or that does not decode, is a broken archive: nothing can be answered from it
+/// (a restart builds it again), so this stops the node.
+pub(crate) fn read_chunk<T: serde::de::DeserializeOwned>(
+    archive: &dyn Archive,
+    space: Space,
+    seq: u64,
+) -> T {
+    let bytes = archive.get(space, &chunk_key(seq));
+    match bytes.map(|b| postcard::from_bytes(&b)) {
+        Some(Ok(chunk)) => chunk,
+        Some(Err(error)) => panic!("chunk {seq} of {space:?} does not decode: {error}"),
+        None => panic!("chunk {seq} of {space:?} is not in the archive"),
+    }
+}
+
+/// Copies the chunks numbered `seqs` of `space` (keyed by their number, big-endian) from
+/// `from` to `to`: what a state just decoded moves into a node's own archive.
+pub(crate) fn copy_chunks(
+    from: &dyn Archive,
+    to: &dyn Archive,
+    space: Space,
+    seqs: impl Iterator<Item = u64>,
+) {
+    for seq in seqs {
+        if let Some(bytes) = from.get(space, &chunk_key(seq)) {
+            to.insert(space, &chunk_key(seq), &bytes);
+        }
+    }
+}
+
+/// Removes the chunks of `space` numbered below `end` (keyed by their number, big-endian).
+pub(crate) fn remove_chunks_below(archive: &dyn Archive, space: Space, end: u64) {
+    let mut gone = Vec::new();
+    archive.scan(
+        space,
+        Bound::Unbounded,
+        Bound::Excluded(&chunk_key(end)),
+        false,
+        &mut |k, _| {
+            gone.push(k.to_vec());
+            true
+        },
+    );
+    for key in gone {
+        archive.remove(space, &key);
     }
 }
 

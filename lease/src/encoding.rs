@@ -60,18 +60,20 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
         return decode_json(data);
     }
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
-    let state = match version {
-        FORMAT_VERSION => {
-            let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
-            postcard::from_bytes::<State>(body)?.with_rules(rules)
-        }
-        FORMAT_BEFORE_RULES => postcard::from_bytes(body)?,
-        FORMAT_BEFORE_GROUPS => State::from_format_6(body)?,
-        FORMAT_BEFORE_SESSIONS => State::from_format_5(body)?,
-        UNCHECKED_FORMAT | CHECKSUM_SINCE => State::from_format_4(body)?,
-        _ => return Err(unreadable(version.into())),
-    };
-    Ok(state.restored())
+    let (state, loaded) = crate::machine::decoding(|| -> anyhow::Result<State> {
+        Ok(match version {
+            FORMAT_VERSION => {
+                let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
+                postcard::from_bytes::<State>(body)?.with_rules(rules)
+            }
+            FORMAT_BEFORE_RULES => postcard::from_bytes(body)?,
+            FORMAT_BEFORE_GROUPS => State::from_format_6(body)?,
+            FORMAT_BEFORE_SESSIONS => State::from_format_5(body)?,
+            UNCHECKED_FORMAT | CHECKSUM_SINCE => State::from_format_4(body)?,
+            _ => return Err(unreadable(version.into())),
+        })
+    });
+    Ok(state?.restored_with(loaded))
 }
 
 /// Format 2: the same state in JSON, with exactly-once records keyed by their text.
@@ -87,7 +89,8 @@ fn decode_json(data: &[u8]) -> anyhow::Result<State> {
         .map(serde_json::Value::take)
         .unwrap_or_default();
     state["dedup"] = serde_json::to_value(Dedup::default())?;
-    let mut state: State = serde_json::from_value(state)?;
+    let (state, loaded) = crate::machine::decoding(|| serde_json::from_value::<State>(state));
+    let mut state = state?;
     state.dedup = Dedup::from_format_2(dedup)?;
-    Ok(state.restored())
+    Ok(state.restored_with(loaded))
 }

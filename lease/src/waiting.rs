@@ -309,14 +309,17 @@ impl State {
         wait_id: u64,
     ) -> Option<AcquireOutcome> {
         let rs = self.resources.get(resource)?;
-        let from = rs.history.partition_point(|e| e.revision <= wait_id);
-        let end = rs.history.range(from..).find(|e| {
-            e.holder == holder
-                && matches!(
-                    e.kind,
-                    EventKind::Admitted | EventKind::WaitTimedOut | EventKind::WaitCancelled
-                )
-        })?;
+        let from = rs.history.partition_point(|k| k.revision <= wait_id);
+        let reader = self.log.reader();
+        let end = reader
+            .events(resource, rs.history.range(from..))
+            .find(|e| {
+                e.holder == holder
+                    && matches!(
+                        e.kind,
+                        EventKind::Admitted | EventKind::WaitTimedOut | EventKind::WaitCancelled
+                    )
+            })?;
         let refused = |why| Some(self.refused(resource, why));
         match end.kind {
             EventKind::WaitTimedOut => refused(Refusal::WaitTimeout),

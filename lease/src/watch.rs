@@ -8,7 +8,7 @@
 use std::ops::Bound;
 
 use super::history::{Event, EventKind};
-use super::machine::State;
+use super::machine::{kept_by, State};
 use super::query::event_bytes;
 use super::types::{Name, Rejection};
 
@@ -199,9 +199,12 @@ impl State {
                 self.check_compacted(scope, &resources, cursor)?;
                 'all: for (name, rs) in resources {
                     // Histories are oldest first: skip what the cursor has passed.
-                    let from = rs.history.partition_point(|e| !cursor.before(name, e));
-                    for e in rs.history.range(from..).filter(|e| wanted(e)) {
-                        if !take(name, e) {
+                    let from = rs
+                        .history
+                        .partition_point(|k| !cursor.before_position(name, k.position()));
+                    let reader = self.log.reader();
+                    for e in reader.events(name, rs.history.range(from..)).filter(wanted) {
+                        if !take(name, &e) {
                             more = true;
                             break 'all;
                         }
@@ -224,25 +227,17 @@ impl State {
                         oldest: self.prefix_compacted_through(prefix) + 1,
                     });
                 }
-                let positions = self
-                    .retention
-                    .from(start_of(cursor))
-                    .filter(|(_, name, _)| name.starts_with(prefix.as_str()));
-                for (revision, name, seq) in positions {
-                    let Some(rs) = self.resources.get(name) else {
-                        continue;
-                    };
-                    let at = rs
-                        .history
-                        .partition_point(|e| e.position() < (*revision, *seq));
-                    let Some(e) = rs.history.get(at).filter(|e| wanted(e)) else {
-                        continue;
-                    };
-                    if !take(name, e) {
-                        more = true;
-                        break;
+                self.log.visit_from(start_of(cursor), |l| {
+                    let ours = l.resource.starts_with(prefix.as_str());
+                    if !ours || !kept_by(&self.resources, l) || !wanted(&l.event) {
+                        return true;
                     }
-                }
+                    if !take(&l.resource, &l.event) {
+                        more = true;
+                        return false;
+                    }
+                    true
+                });
             }
         }
         Ok((page, more))

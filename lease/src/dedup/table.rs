@@ -11,14 +11,15 @@
 //! the table goes on; chunks the window has passed leave the archive after a snapshot
 //! ([`Dedup::remove_forgotten`]).
 
-use std::ops::Bound;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::index::{prefix, Index, SHARED};
 use super::{Digest128, Remembered, Ticket};
-use crate::archive::{Archive, MemArchive, Space};
+use crate::archive::{
+    chunk_key, copy_chunks, read_chunk, remove_chunks_below, Archive, MemArchive, Space,
+};
 use crate::policy::DEDUP_WINDOW_MS;
 
 /// Records per chunk: written to the archive at once, read whole by a retry. About 2 KiB:
@@ -31,11 +32,6 @@ pub const CHUNK: usize = 16;
 struct Rec {
     key: Digest128,
     record: Remembered,
-}
-
-/// The chunk of sequence number `seq` in the archive.
-fn chunk_key(seq: u64) -> [u8; 8] {
-    seq.to_be_bytes()
 }
 
 /// What the index holds of a chunk's sequence number: its low 32 bits. The live chunks (ten
@@ -171,12 +167,7 @@ impl Dedup {
         if unused(seq) {
             return Arc::default();
         }
-        let bytes = self.archive.get(Space::ExactlyOnce, &chunk_key(seq));
-        match bytes.map(|b| postcard::from_bytes(&b)) {
-            Some(Ok(chunk)) => Arc::new(chunk),
-            Some(Err(error)) => panic!("exactly-once chunk {seq} does not decode: {error}"),
-            None => panic!("exactly-once chunk {seq} is not in the archive"),
-        }
+        Arc::new(read_chunk(&*self.archive, Space::ExactlyOnce, seq))
     }
 
     /// The live chunk whose number has low bits `low`.
@@ -362,32 +353,15 @@ impl Dedup {
     /// Moves the table into `archive` (empty: a node's own, on disk): the chunks it still
     /// reads go there.
     pub(crate) fn move_into(&mut self, archive: Arc<dyn Archive>) {
-        for seq in (self.cursor.0..self.open_seq).filter(|seq| !unused(*seq)) {
-            if let Some(bytes) = self.archive.get(Space::ExactlyOnce, &chunk_key(seq)) {
-                archive.insert(Space::ExactlyOnce, &chunk_key(seq), &bytes);
-            }
-        }
+        let seqs = (self.cursor.0..self.open_seq).filter(|seq| !unused(*seq));
+        copy_chunks(&*self.archive, &*archive, Space::ExactlyOnce, seqs);
         self.archive = archive;
     }
 
     /// Removes from the archive the chunks this table has gone through. Only for the newest
     /// table of a node, once no older copy reads the archive (a snapshot's is done).
     pub fn remove_forgotten(&self) {
-        let end = chunk_key(self.cursor.0);
-        let mut gone = Vec::new();
-        self.archive.scan(
-            Space::ExactlyOnce,
-            Bound::Unbounded,
-            Bound::Excluded(&end),
-            false,
-            &mut |k, _| {
-                gone.push(k.to_vec());
-                true
-            },
-        );
-        for key in gone {
-            self.archive.remove(Space::ExactlyOnce, &key);
-        }
+        remove_chunks_below(&*self.archive, Space::ExactlyOnce, self.cursor.0);
     }
 
     /// A table of records in the order they were remembered.

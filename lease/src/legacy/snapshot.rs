@@ -20,6 +20,7 @@ impl State {
         struct Format6 {
             clock: LeaseClock,
             default_policy: Policy,
+            #[serde(deserialize_with = "crate::machine::load_resources")]
             resources: imbl::OrdMap<Name, Arc<crate::machine::ResourceState>>,
             dedup: crate::dedup::Dedup,
             dropped_through: Option<(u64, u32)>,
@@ -56,7 +57,10 @@ impl State {
         let resources = old
             .resources
             .into_iter()
-            .map(|(name, rs)| (name, Arc::new(rs.0)))
+            .map(|(name, rs)| {
+                let rs = crate::machine::loaded(&name, rs.0);
+                (name, rs)
+            })
             .collect();
         Ok(State {
             clock: old.clock,
@@ -84,7 +88,10 @@ impl State {
         let resources = old
             .resources
             .into_iter()
-            .map(|(name, rs)| (name, Arc::new(rs.0)))
+            .map(|(name, rs)| {
+                let rs = crate::machine::loaded(&name, rs.0);
+                (name, rs)
+            })
             .collect();
         // Ad-hoc resources are not bookable unless a booking says which node allows it.
         let default_policy = Policy {
@@ -131,6 +138,7 @@ impl State {
             dedup: &'a D,
             dropped_through: Option<(u64, u32)>,
         }
+        let reader = self.log.reader();
         let resources = self
             .resources
             .iter()
@@ -142,7 +150,10 @@ impl State {
                     ended: &rs.ended,
                     revision: rs.revision,
                     closed_until_ms: rare.closed_until_ms,
-                    history: rs.history.iter().map(EventV5::from).collect(),
+                    history: reader
+                        .events(name, &rs.history)
+                        .map(|e| EventV5::from(&e))
+                        .collect(),
                     trimmed_through: rs.trimmed_through(),
                     waiters: &rare.waiters,
                     bookings: rare.bookings.iter().map(BookingV1::from).collect(),
@@ -199,6 +210,7 @@ impl State {
             nine.copy_from_slice(&o.0[..9]);
             nine
         };
+        let reader = self.log.reader();
         let resources = self
             .resources
             .iter()
@@ -210,7 +222,10 @@ impl State {
                     ended: &rs.ended,
                     revision: rs.revision,
                     closed_until_ms: rare.closed_until_ms,
-                    history: rs.history.iter().map(EventV5::from).collect(),
+                    history: reader
+                        .events(name, &rs.history)
+                        .map(|e| EventV5::from(&e))
+                        .collect(),
                     trimmed_through: rs.trimmed_through(),
                     waiters: &rare.waiters,
                     bookings: &rare.bookings,
@@ -243,7 +258,7 @@ impl State {
 
         use crate::dedup::Dedup;
         use crate::history::Position;
-        use crate::machine::ResourceState;
+        use crate::machine::Resources;
         use crate::quota::Quotas;
         use crate::session::Session;
 
@@ -251,7 +266,7 @@ impl State {
         struct Format6<'a> {
             clock: &'a LeaseClock,
             default_policy: &'a Policy,
-            resources: &'a imbl::OrdMap<Name, Arc<ResourceState>>,
+            resources: Resources<'a>,
             dedup: &'a Dedup,
             dropped_through: Option<(u64, u32)>,
             quotas: &'a Quotas,
@@ -261,7 +276,7 @@ impl State {
         let old = Format6 {
             clock: &self.clock,
             default_policy: &self.default_policy,
-            resources: &self.resources,
+            resources: Resources(self),
             dedup: &self.dedup,
             dropped_through: self.dropped_through,
             quotas: &self.quotas,

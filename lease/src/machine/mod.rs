@@ -18,15 +18,16 @@ mod reclaim;
 mod record;
 pub(crate) mod resource;
 mod snapshot;
+mod stored;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use imbl::OrdMap;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::dedup::Dedup;
-use super::history::{self, Event, Retention};
+use super::history::{self, Event, EventLog};
 use super::lease_clock::{LeaderKey, LeaseClock};
 use super::many::Group;
 use super::policy::Policy;
@@ -43,8 +44,10 @@ pub use precheck::FRESH_MS;
 #[cfg(test)]
 pub(crate) use precheck::HELD_MARGIN_MS;
 pub use reclaim::RECLAIMS_PER_ENTRY;
+pub(crate) use record::kept_by;
 use resource::packed;
 pub use resource::{Ended, Rare, ResourceState};
+pub(crate) use stored::{decoding, load_resources, loaded, Resources};
 
 /// Ended leases remembered per resource, so a late caller learns how its lease ended.
 pub const ENDED_KEPT: usize = 8;
@@ -101,21 +104,24 @@ impl Ctx<'_> {
     }
 }
 
-#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 pub struct State {
     pub(super) clock: LeaseClock,
     pub(super) default_policy: Policy,
     /// A persistent map with shared resource states: a snapshot takes an O(1) copy and
     /// encodes it while apply goes on, and apply then copies only the map nodes and resource
     /// states it changes (`Arc::make_mut`).
+    #[serde(deserialize_with = "stored::load_resources")]
     pub(super) resources: OrdMap<Name, Arc<ResourceState>>,
     pub(crate) dedup: Dedup,
     /// What apply keeps beside the replicated fields to find what time decides next, and
     /// listings (`indexes`): derived, rebuilt on load.
     #[serde(skip)]
     pub(crate) indexes: Indexes,
+    /// The retained events of every resource (`history::log`): each resource keeps where
+    /// its own are. Written in snapshots inside each resource.
     #[serde(skip)]
-    pub(super) retention: Retention,
+    pub(super) log: EventLog,
     /// The (revision, seq) of the newest event the global bound dropped: a resource created
     /// after that (perhaps a forgotten one, used again) may have had events up to it.
     #[serde(default)]
@@ -203,7 +209,7 @@ impl State {
             resources: OrdMap::new(),
             dedup: Dedup::default(),
             indexes: Indexes::default(),
-            retention: Retention::default(),
+            log: EventLog::default(),
             dropped_through: None,
             quotas: Quotas::default(),
             dropped_last: None,
@@ -230,9 +236,17 @@ impl State {
 
     /// The resource `name`, created if the state does not know it. A new resource counts as
     /// trimmed through every event the global bound has dropped, so a history cursor kept
-    /// from a forgotten resource of the same name answers `compacted`, never a silent gap.
+    /// from a forgotten resource of the same name answers `compacted`, never a silent gap; a
+    /// prefix watch counts that trim as a snapshot loaded here would (`restored`).
     pub(super) fn resource_entry(&mut self, name: &str) -> &mut ResourceState {
         let dropped_through = self.dropped_through;
+        if let (false, Some((revision, seq))) = (self.resources.contains_key(name), dropped_through)
+        {
+            let position = (revision, Name::from(name), seq);
+            if Some(&position) > self.dropped_last.as_ref() {
+                self.trims.insert(position);
+            }
+        }
         Arc::make_mut(self.resources.entry(Name::from(name)).or_insert_with(|| {
             let mut rs = ResourceState::default();
             rs.set_trimmed(dropped_through.and_then(packed));
@@ -253,13 +267,17 @@ impl State {
     /// Moves what this state keeps in its archive (`crate::archive`) into `archive`, an
     /// empty one: a node's own, on disk, for a state just loaded.
     pub fn move_into_archive(&mut self, archive: std::sync::Arc<dyn crate::archive::Archive>) {
-        self.dedup.move_into(archive);
+        self.dedup.move_into(archive.clone());
+        self.log.move_into(archive);
     }
 
     /// What of this state is archived, to remove what it can no longer read
-    /// ([`Dedup::remove_forgotten`]) without holding the state.
-    pub fn archived(&self) -> Dedup {
-        self.dedup.snapshot_copy()
+    /// ([`Archived::remove_forgotten`]) without holding the state.
+    pub fn archived(&self) -> Archived {
+        Archived {
+            dedup: self.dedup.snapshot_copy(),
+            log: self.log.snapshot_copy(),
+        }
     }
 
     pub fn clock(&self) -> &LeaseClock {
@@ -294,7 +312,7 @@ impl State {
 
     /// Events retained in all resources' histories.
     pub fn retained_events(&self) -> usize {
-        self.retention.len()
+        self.log.len() as usize
     }
 
     /// The lease-clock instant at which the next live lease is due for reclaim, or the next
@@ -352,6 +370,21 @@ impl State {
             expires_wall_ms: self.clock.wall_of(ended.lease.expires_at_ms),
             remaining_ms: 0,
         }
+    }
+}
+
+/// What a state keeps in its archive, apart from the state.
+pub struct Archived {
+    dedup: Dedup,
+    log: EventLog,
+}
+
+impl Archived {
+    /// Removes from the archive what the state can no longer read. Only for the newest state
+    /// of a node, once no older copy reads the archive (a snapshot's is done).
+    pub fn remove_forgotten(&self) {
+        self.dedup.remove_forgotten();
+        self.log.remove_forgotten();
     }
 }
 

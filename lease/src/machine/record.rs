@@ -2,9 +2,22 @@
 
 use std::sync::Arc;
 
-use super::super::history::{self, Event};
+use imbl::OrdMap;
+
+use super::super::history::{self, Event, Logged};
 use super::super::types::Name;
-use super::State;
+use super::{ResourceState, State};
+
+/// Whether a resource of `resources` keeps the event `logged` of the event log: the log holds
+/// the events the bounds dropped until its cursor passes them. A resource keeps its events
+/// from its oldest on, and a resource forgotten and made again starts past its old events.
+pub(crate) fn kept_by(resources: &OrdMap<Name, Arc<ResourceState>>, logged: &Logged) -> bool {
+    resources.get(&logged.resource).is_some_and(|rs| {
+        rs.history
+            .front()
+            .is_some_and(|k| k.position() <= logged.event.position())
+    })
+}
 
 impl State {
     /// Appends an event to a resource's history and enforces both retention bounds; an ad-hoc
@@ -17,53 +30,50 @@ impl State {
         event.revision = index;
         event.at_wall_ms = wall_ms;
         event.actor = Name::from(actor);
-        let cost = history::event_cost(&event);
-        let (position, dropped) = history::push(&mut rs.history, &mut rs.history_bytes, event);
-        if let Some(recorded) = rs.history.back() {
-            self.effects
-                .events
-                .push((Name::from(name), recorded.clone()));
-        }
-        self.retention.added(name, position, cost);
+        let (new, dropped) = history::push(&mut rs.history, &mut rs.history_bytes, &mut event);
         for old in &dropped {
-            self.retention
-                .dropped(name, old.position(), history::event_cost(old));
+            self.log.dropped(old.cost.into());
             if let Some((revision, seq)) = rs.trimmed_through() {
                 self.trims.remove(&(revision, Name::from(name), seq));
             }
             rs.set_trimmed_through(old.position());
             self.trims.insert((old.revision, Name::from(name), old.seq));
         }
-        while self.retention.len() > self.history_total
-            || self.retention.bytes() > self.history_total_bytes
+        self.effects.events.push((Name::from(name), event.clone()));
+        self.log.append(name, event, new.cost.into());
+        while self.log.len() > self.history_total as u64
+            || self.log.bytes() > self.history_total_bytes
         {
-            let Some(oldest) = self.retention.oldest().map(str::to_string) else {
+            let resources = &self.resources;
+            let Some(oldest) = self.log.pop_oldest(|l| kept_by(resources, l)) else {
                 break;
             };
-            let Some(rs) = self.resources.get_mut(oldest.as_str()).map(Arc::make_mut) else {
-                break;
-            };
-            match rs.history.pop_front() {
-                Some(old) => {
-                    let cost = history::event_cost(&old);
-                    rs.history_bytes = rs.history_bytes.saturating_sub(cost as u32);
-                    self.retention.dropped(&oldest, old.position(), cost);
-                    rs.set_trimmed_through(old.position());
-                    self.dropped_through = self.dropped_through.max(Some(old.position()));
-                    let position = (old.revision, Name::from(oldest.as_str()), old.seq);
-                    // What the per-resource bound dropped before this is covered now.
-                    while self.trims.first().is_some_and(|t| *t <= position) {
-                        self.trims.pop_first();
-                    }
-                    self.dropped_last = self.dropped_last.take().max(Some(position));
-                }
-                None => break,
-            }
-            if rs.idle() {
-                let closed_until_ms = rs.rare().closed_until_ms;
-                self.resources.remove(oldest.as_str());
-                self.indexes.forget_closed(&oldest.into(), closed_until_ms);
-            }
+            self.forget_oldest(&oldest.resource);
+        }
+    }
+
+    /// The global bound drops the oldest event `resource` keeps (the oldest retained).
+    fn forget_oldest(&mut self, resource: &Name) {
+        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
+            return;
+        };
+        let Some(old) = rs.history.pop_front() else {
+            return;
+        };
+        rs.history_bytes = rs.history_bytes.saturating_sub(old.cost);
+        self.log.dropped(old.cost.into());
+        rs.set_trimmed_through(old.position());
+        self.dropped_through = self.dropped_through.max(Some(old.position()));
+        let position = (old.revision, resource.clone(), old.seq);
+        // What the per-resource bound dropped before this is covered now.
+        while self.trims.first().is_some_and(|t| *t <= position) {
+            self.trims.pop_first();
+        }
+        self.dropped_last = self.dropped_last.take().max(Some(position));
+        if rs.idle() {
+            let closed_until_ms = rs.rare().closed_until_ms;
+            self.resources.remove(resource);
+            self.indexes.forget_closed(resource, closed_until_ms);
         }
     }
 }

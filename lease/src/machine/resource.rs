@@ -8,7 +8,7 @@ use std::num::NonZeroU64;
 use serde::{Deserialize, Serialize};
 
 use super::super::bookings::{Booking, BookingV1};
-use super::super::history::{self, Event, EventV5};
+use super::super::history::{self, Event, EventV5, Kept};
 use super::super::policy::{Policy, PolicyV1};
 use super::super::types::{Lease, LeaseId, LeaseStatus};
 use super::super::waiting::Waiter;
@@ -36,8 +36,8 @@ pub struct ResourceState {
     pub ended: Vec<Ended>,
     /// The index of the newest entry that changed this resource.
     pub revision: u64,
-    /// Retained events, oldest first.
-    pub history: VecDeque<Event>,
+    /// Where its retained events are in the state's event log, oldest first.
+    pub history: VecDeque<Kept>,
     /// The (revision, seq) of the newest event retention dropped: paging past it is
     /// `compacted` ([`ResourceState::trimmed_through`]). Not rare: once the global bound drops
     /// events, every new resource starts with it. Revisions are log indexes, never 0, so this
@@ -146,17 +146,23 @@ pub(crate) struct StoredResource<L, E, H, P, W, B> {
     pub(crate) bookings: B,
 }
 
-impl Serialize for ResourceState {
+/// A resource as a snapshot writes it, with its events (read from the state's event log).
+pub(crate) struct Writing<'a, H> {
+    pub(crate) rs: &'a ResourceState,
+    pub(crate) history: H,
+}
+
+impl<H: Serialize> Serialize for Writing<'_, H> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let rare = self.rare();
+        let (rs, rare) = (self.rs, self.rs.rare());
         StoredResource {
             registration: rare.registration.as_deref(),
-            leases: &self.leases,
-            ended: &self.ended,
-            revision: self.revision,
+            leases: &rs.leases,
+            ended: &rs.ended,
+            revision: rs.revision,
             closed_until_ms: rare.closed_until_ms,
             history: &self.history,
-            trimmed_through: self.trimmed_through(),
+            trimmed_through: rs.trimmed_through(),
             waiters: &rare.waiters,
             bookings: &rare.bookings,
         }
@@ -167,16 +173,20 @@ impl Serialize for ResourceState {
 /// A stored resource with its registration of type `P`, bookings of type `B` and events of
 /// type `E`: the current ones, or those of an older snapshot format.
 type Stored<P, B, E> =
-    StoredResource<Vec<Lease>, Vec<Ended>, VecDeque<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
+    StoredResource<Vec<Lease>, Vec<Ended>, Vec<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
 
-impl<'de> Deserialize<'de> for ResourceState {
+/// A resource as a snapshot holds it, read: its state, and its events for the state's event
+/// log (`State::restored` puts them there).
+pub(crate) struct Loaded(pub(crate) ResourceState, pub(crate) Vec<Event>);
+
+impl<'de> Deserialize<'de> for Loaded {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Stored::<Policy, Booking, Event>::deserialize(deserializer).map(ResourceState::from_stored)
     }
 }
 
 /// A resource as snapshot format 5 holds it (events without a session).
-pub(crate) struct ResourceStateV5(pub(crate) ResourceState);
+pub(crate) struct ResourceStateV5(pub(crate) Loaded);
 
 impl<'de> Deserialize<'de> for ResourceStateV5 {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -187,7 +197,7 @@ impl<'de> Deserialize<'de> for ResourceStateV5 {
 
 /// A resource as snapshot formats 3 and 4 hold it (policies without `bookable` and
 /// `max_holders`, bookings that deny earlier leases), read into the current form.
-pub(crate) struct ResourceStateV4(pub(crate) ResourceState);
+pub(crate) struct ResourceStateV4(pub(crate) Loaded);
 
 impl<'de> Deserialize<'de> for ResourceStateV4 {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -199,26 +209,37 @@ impl<'de> Deserialize<'de> for ResourceStateV4 {
 impl ResourceState {
     fn from_stored<P: Into<Policy>, B: Into<Booking>, E: Into<Event>>(
         stored: Stored<P, B, E>,
-    ) -> ResourceState {
-        let history: VecDeque<Event> = stored.history.into_iter().map(Into::into).collect();
+    ) -> Loaded {
+        let events: Vec<Event> = stored.history.into_iter().map(Into::into).collect();
         let rare = Rare {
             registration: stored.registration.map(|p| Box::new((*p).into())),
             closed_until_ms: stored.closed_until_ms,
             waiters: stored.waiters,
             bookings: stored.bookings.into_iter().map(Into::into).collect(),
         };
-        let history_bytes = history::bytes_of(&history);
         let mut rs = ResourceState {
             leases: stored.leases,
             ended: stored.ended,
             revision: stored.revision,
-            history,
+            history: VecDeque::new(),
             trimmed_revision: None,
             trimmed_seq: 0,
-            history_bytes,
+            history_bytes: 0,
             rare: (rare != *NOTHING_RARE).then(|| Box::new(rare)),
         };
         rs.set_trimmed(stored.trimmed_through.and_then(packed));
-        rs
+        Loaded(rs, events)
+    }
+
+    /// Keeps `event` (of this resource, loaded) where it is in the log, as apply did.
+    pub(crate) fn keep_loaded(&mut self, event: &Event) -> Kept {
+        let kept = Kept {
+            revision: event.revision,
+            seq: event.seq,
+            cost: u32::try_from(history::event_cost(event)).unwrap_or(u32::MAX),
+        };
+        self.history_bytes = self.history_bytes.saturating_add(kept.cost);
+        self.history.push_back(kept);
+        kept
     }
 }

@@ -1,20 +1,22 @@
 //! The state as snapshots hold it: the O(1) copy a snapshot encodes and the derived indexes
 //! rebuilt on load. The readers of older formats are in `lease::legacy`.
 
-use super::super::history::Retention;
+use super::super::history::Event;
 use super::super::types::Name;
 use super::indexes::Indexes;
 use super::State;
 
 impl State {
     /// What a snapshot holds: the replicated fields, without the derived indexes (loading
-    /// rebuilds them). O(1): the resources and the exactly-once records are persistent
-    /// maps, shared with this state until apply changes them.
+    /// rebuilds them). O(1) but for the event log's chunk list: the resources are a
+    /// persistent map, shared with this state until apply changes them, and the exactly-once
+    /// records and the events are in the archive.
     pub fn snapshot_copy(&self) -> State {
         State {
             clock: self.clock.clone(),
             resources: self.resources.clone(),
             dedup: self.dedup.snapshot_copy(),
+            log: self.log.snapshot_copy(),
             dropped_through: self.dropped_through,
             quotas: self.quotas.replicated(),
             dropped_last: self.dropped_last.clone(),
@@ -27,8 +29,23 @@ impl State {
         }
     }
 
-    /// Rebuilds the derived indexes after deserializing a snapshot.
-    pub fn restored(mut self) -> Self {
+    /// Rebuilds the derived indexes of a copy ([`State::snapshot_copy`]).
+    pub fn restored(self) -> Self {
+        self.restored_with(Vec::new())
+    }
+
+    /// Rebuilds the derived indexes after deserializing a snapshot, and puts the events its
+    /// resources held (`loaded`, see [`super::stored::decoding`]) in the event log, in
+    /// delivery order.
+    pub(crate) fn restored_with(mut self, mut loaded: Vec<(Name, Event)>) -> Self {
+        loaded.sort_by(|(a, x), (b, y)| (x.revision, a, x.seq).cmp(&(y.revision, b, y.seq)));
+        for (name, event) in loaded {
+            let Some(rs) = self.resources.get_mut(&name).map(std::sync::Arc::make_mut) else {
+                continue;
+            };
+            let kept = rs.keep_loaded(&event);
+            self.log.append(&name, event, kept.cost.into());
+        }
         // Built again through the methods apply keeps them with. First: each lease names its
         // session again, and a lease on a session is not due.
         self.indexes = Indexes::default();
@@ -54,7 +71,6 @@ impl State {
             }
         }
         self.recount_usage();
-        self.retention = Retention::rebuild(self.resources.iter().map(|(n, rs)| (n, &rs.history)));
         if self.dropped_last.is_none() {
             // A format before the position was kept: every resource of that revision counts
             // as dropped (`~` sorts after every name), so a watch is told `compacted` rather

@@ -6,7 +6,7 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use super::bookings::Booking;
-use super::history::{Event, EventKind};
+use super::history::{Event, EventKind, Kept};
 use super::machine::State;
 use super::policy::Policy;
 use super::session::SessionView;
@@ -349,32 +349,32 @@ impl State {
         if let (true, Some(after), Some(dropped)) = (ascending, after, rs.trimmed_through()) {
             if after < dropped {
                 return Answer::Rejected(Rejection::Compacted {
-                    oldest: rs.history.front().map_or(dropped.0 + 1, |e| e.revision),
+                    oldest: rs.history.front().map_or(dropped.0 + 1, |k| k.revision),
                 });
             }
         }
-        let wanted = |e: &&Event| kinds.is_empty() || kinds.contains(&e.kind);
-        let event_bytes = |e: &&Event| event_bytes(e);
-        let ordered: Box<dyn Iterator<Item = &Event>> = if ascending {
-            Box::new(rs.history.iter())
-        } else {
-            Box::new(rs.history.iter().rev())
-        };
-        let beyond = |e: &&Event| {
+        let wanted = |e: &Event| kinds.is_empty() || kinds.contains(&e.kind);
+        let event_bytes = |e: &Event| event_bytes(e);
+        let beyond = |k: &&Kept| {
             after.is_none_or(|a| {
                 if ascending {
-                    e.position() > a
+                    k.position() > a
                 } else {
-                    e.position() < a
+                    k.position() < a
                 }
             })
         };
+        let ordered: Box<dyn Iterator<Item = &Kept>> = if ascending {
+            Box::new(rs.history.iter().filter(beyond))
+        } else {
+            Box::new(rs.history.iter().rev().filter(beyond))
+        };
+        let reader = self.log.reader();
         let (events, more) = page(
-            ordered.filter(beyond).filter(wanted),
+            reader.events(resource, ordered).filter(wanted),
             page_size,
             event_bytes,
         );
-        let events: Vec<Event> = events.into_iter().cloned().collect();
         Answer::History {
             next: more.then(|| events.last().map(Event::position)).flatten(),
             events,

@@ -247,8 +247,8 @@ fn s4_11_history_push_keeps_the_newest_per_resource_events() {
     for revision in 1..=(history::PER_RESOURCE as u64 + 3) {
         let mut event = Event::of_resource(EventKind::Renewed);
         event.revision = revision;
-        let ((_, seq), dropped) = history::push(&mut events, &mut bytes, event);
-        assert_eq!(seq, 0);
+        let (new, dropped) = history::push(&mut events, &mut bytes, &mut event);
+        assert_eq!((new.seq, event.seq), (0, 0));
         dropped_all.extend(dropped);
     }
     assert_eq!(events.len(), history::PER_RESOURCE);
@@ -264,8 +264,14 @@ fn s4_11_history_push_keeps_the_newest_per_resource_events() {
     // Events of one revision are numbered in order.
     let mut again = Event::of_resource(EventKind::Released);
     again.revision = history::PER_RESOURCE as u64 + 3;
-    assert_eq!(history::push(&mut events, &mut bytes, again).0 .1, 1);
-    assert_eq!(bytes, history::bytes_of(&events));
+    assert_eq!(history::push(&mut events, &mut bytes, &mut again).0.seq, 1);
+    assert_eq!(again.seq, 1);
+    let costs: u64 = events.iter().map(|k| u64::from(k.cost)).sum();
+    assert_eq!(u64::from(bytes), costs);
+    assert_eq!(
+        events.back().map(|k| k.cost as u64),
+        Some(history::event_cost(&again))
+    );
 }
 
 /// SPEC §4.11: history is bounded by what it costs too, per resource and in all: large
@@ -284,7 +290,7 @@ fn s4_11_history_is_bounded_by_bytes_per_resource_and_in_all() {
     event.metadata = big("r", "h").metadata.into();
     for revision in 1..=1_000 {
         event.revision = revision;
-        history::push(&mut events, &mut bytes, event.clone());
+        history::push(&mut events, &mut bytes, &mut event);
     }
     assert!(bytes <= history::PER_RESOURCE_BYTES, "{bytes}");
     assert!(events.len() < 600 && events.len() > 500, "{}", events.len());
@@ -296,7 +302,7 @@ fn s4_11_history_is_bounded_by_bytes_per_resource_and_in_all() {
         let a = granted(&log.acquire(ALICE, big(&format!("r{n}"), "h")));
         log.release(ALICE, release_of(&a));
     }
-    assert!(log.state.retention.bytes() <= log.state.history_total_bytes);
+    assert!(log.state.log.bytes() <= log.state.history_total_bytes);
     assert!(
         log.state.retained_events() < 60,
         "{}",

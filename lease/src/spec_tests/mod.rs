@@ -7,6 +7,7 @@
 mod acquire;
 mod batch;
 mod bookings;
+mod event_log;
 mod exactly_once;
 mod history;
 mod limits;

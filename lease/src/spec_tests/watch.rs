@@ -210,7 +210,7 @@ fn s4_12_the_watch_index_answers_as_a_scan_of_every_history_would() {
             {
                 return Err(());
             }
-            for e in rs.history.iter().filter(|e| cursor.before(name, e)) {
+            for e in log.events(name).iter().filter(|e| cursor.before(name, e)) {
                 all.push((e.revision, name.to_string(), e.seq));
             }
         }

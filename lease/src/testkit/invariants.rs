@@ -103,6 +103,7 @@ impl Invariants {
             );
         }
         assert_eq!(state.live_leases(), count, "step {n}: live_leases()");
+        check_event_log(state, n);
         check_waiting_rooms(state, n);
         // What apply keeps to find what time decides next, and listings, is what a snapshot
         // loaded here would build again.
@@ -154,4 +155,46 @@ fn check_waiting_rooms(state: &State, n: usize) {
         }
     }
     assert_eq!(state.waiters(), waiting, "step {n}: waiters()");
+}
+
+/// The event log counts what the resources keep, holds every event they keep where they say,
+/// and the same events read again in delivery order (a prefix watch's way).
+pub fn check_event_log(state: &State, n: usize) {
+    let reader = state.log.reader();
+    let (mut len, mut bytes) = (0, 0);
+    let mut kept = Vec::new();
+    for (name, rs) in &state.resources {
+        len += rs.history.len() as u64;
+        let costs: u64 = rs.history.iter().map(|k| u64::from(k.cost)).sum();
+        bytes += costs;
+        assert_eq!(
+            costs,
+            u64::from(rs.history_bytes),
+            "step {n}: {name}: bytes"
+        );
+        for k in &rs.history {
+            let event = reader.get(name, k.position());
+            let event = event.unwrap_or_else(|| panic!("step {n}: {name}: {k:?} not in the log"));
+            assert_eq!(
+                u64::from(k.cost),
+                crate::history::event_cost(&event),
+                "step {n}: {name}: cost"
+            );
+            kept.push((event.revision, name.clone(), event.seq));
+        }
+    }
+    assert_eq!(
+        (state.log.len(), state.log.bytes()),
+        (len, bytes),
+        "step {n}: log counts"
+    );
+    kept.sort();
+    let mut visited = Vec::new();
+    state.log.visit_from(std::ops::Bound::Unbounded, |l| {
+        if crate::machine::kept_by(&state.resources, l) {
+            visited.push((l.event.revision, l.resource.clone(), l.event.seq));
+        }
+        true
+    });
+    assert_eq!(visited, kept, "step {n}: the log's delivery order");
 }

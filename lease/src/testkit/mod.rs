@@ -203,7 +203,10 @@ impl Log {
         self.state
             .resources
             .get(resource)
-            .map(|rs| rs.history.iter().cloned().collect())
+            .map(|rs| {
+                let reader = self.state.log.reader();
+                reader.events(resource, &rs.history).collect()
+            })
             .unwrap_or_default()
     }
 

@@ -1,15 +1,19 @@
 //! The replicated record of every lifecycle event of a resource (SPEC §4.11), and its bounds.
 //!
-//! Each resource keeps its events oldest first. Retention keeps the newest
-//! [`PER_RESOURCE`] events of each resource and [`TOTAL`] in all, dropping the oldest first;
-//! an ad-hoc resource with no lease and no retained event is forgotten (see `machine`).
+//! Each resource keeps where its events are, oldest first ([`Kept`]); the events themselves
+//! are in the event log in the archive (`log`). Retention keeps the newest [`PER_RESOURCE`]
+//! events of each resource and [`TOTAL`] in all, dropping the oldest first; an ad-hoc
+//! resource with no lease and no retained event is forgotten (see `machine`).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
+
+mod log;
 
 use serde::{Deserialize, Serialize};
 
 use super::machine::PushLean;
 use super::types::{Lease, LeaseStatus, Metadata, Mode, Name};
+pub use log::{EventLog, Kept, Logged, Reader, CHUNK};
 
 /// Newest events kept per resource, and at most what they cost ([`event_cost`]).
 pub const PER_RESOURCE: usize = 10_000;
@@ -17,7 +21,8 @@ pub const PER_RESOURCE_BYTES: u32 = 8 << 20;
 /// Events kept in all, and at most what they cost.
 pub const TOTAL: usize = 1_000_000;
 pub const TOTAL_BYTES: u64 = 256 << 20;
-/// What an event costs in memory besides its metadata: the event and its index entry.
+/// What an event counts against the bounds besides its metadata: what it cost on the heap
+/// when events were kept there. Replies depend on what the bounds keep, so it stays.
 pub const EVENT_BYTES: u64 = 192;
 /// The actor of events no caller caused (reclaims).
 pub const SYSTEM_ACTOR: &str = "tenure";
@@ -188,113 +193,37 @@ impl Event {
     }
 }
 
-/// Every retained event across resources in delivery order — (revision, resource, seq), the
-/// order watches deliver in — so oldest first: what the global bound drops, and what a
-/// prefix watch reads from, in O(events read). Derived from the resources' own lists, so it
-/// is rebuilt after a snapshot load.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Retention {
-    oldest_first: BTreeSet<(u64, Name, u32)>,
-    /// What the retained events cost, all together.
-    bytes: u64,
-}
-
 /// What one retained event costs: [`EVENT_BYTES`] and its metadata, each entry with its
 /// overhead (as a principal's metadata quota counts it).
 pub fn event_cost(event: &Event) -> u64 {
     EVENT_BYTES + super::quota::metadata_cost(event.metadata.iter())
 }
 
-/// What a resource's retained events cost (saturating: the bound is far below).
-pub fn bytes_of(events: &VecDeque<Event>) -> u32 {
-    let total: u64 = events.iter().map(event_cost).sum();
-    u32::try_from(total).unwrap_or(u32::MAX)
-}
-
 /// A position in delivery order: (revision, resource, seq).
 pub type Position = (u64, Name, u32);
 
-impl Retention {
-    pub fn len(&self) -> usize {
-        self.oldest_first.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.oldest_first.is_empty()
-    }
-
-    pub fn rebuild<'a>(
-        resources: impl IntoIterator<Item = (&'a Name, &'a VecDeque<Event>)>,
-    ) -> Self {
-        let mut bytes = 0;
-        let mut oldest_first = BTreeSet::new();
-        for (name, events) in resources {
-            for e in events {
-                bytes += event_cost(e);
-                oldest_first.insert((e.revision, name.clone(), e.seq));
-            }
-        }
-        Retention {
-            oldest_first,
-            bytes,
-        }
-    }
-
-    pub fn added(&mut self, resource: &str, (revision, seq): (u64, u32), cost: u64) {
-        if self
-            .oldest_first
-            .insert((revision, Name::from(resource), seq))
-        {
-            self.bytes += cost;
-        }
-    }
-
-    pub fn dropped(&mut self, resource: &str, (revision, seq): (u64, u32), cost: u64) {
-        if self
-            .oldest_first
-            .remove(&(revision, Name::from(resource), seq))
-        {
-            self.bytes = self.bytes.saturating_sub(cost);
-        }
-    }
-
-    /// What the retained events cost.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// The resource whose event is the oldest retained.
-    pub fn oldest(&self) -> Option<&str> {
-        self.oldest_first.first().map(|(_, name, _)| name.as_str())
-    }
-
-    /// The retained positions from `start` on, in delivery order.
-    pub fn from(&self, start: std::ops::Bound<Position>) -> impl Iterator<Item = &Position> {
-        self.oldest_first.range((start, std::ops::Bound::Unbounded))
-    }
-}
-
-/// Appends `event` to a resource's list (whose events cost `bytes`), numbering it within its
-/// revision; returns its position and the events the per-resource bounds dropped (never the
-/// new one).
-pub fn push(
-    events: &mut VecDeque<Event>,
-    bytes: &mut u32,
-    mut event: Event,
-) -> ((u64, u32), Vec<Event>) {
-    event.seq = match events.back() {
+/// Numbers `event` within its revision after a resource's newest kept event, and keeps it
+/// there (its events cost `bytes`); returns where it is and the oldest events the
+/// per-resource bounds dropped (never the new one).
+pub fn push(kept: &mut VecDeque<Kept>, bytes: &mut u32, event: &mut Event) -> (Kept, Vec<Kept>) {
+    event.seq = match kept.back() {
         Some(last) if last.revision == event.revision => last.seq + 1,
         _ => 0,
     };
-    let position = event.position();
-    *bytes = bytes.saturating_add(event_cost(&event) as u32);
-    events.push_lean(event);
+    let cost = event_cost(event);
+    let new = Kept {
+        revision: event.revision,
+        seq: event.seq,
+        cost: u32::try_from(cost).unwrap_or(u32::MAX),
+    };
+    *bytes = bytes.saturating_add(new.cost);
+    kept.push_lean(new);
     let mut dropped = Vec::new();
-    while events.len() > PER_RESOURCE || (*bytes > PER_RESOURCE_BYTES && events.len() > 1) {
-        if let Some(old) = events.pop_front() {
-            *bytes = bytes.saturating_sub(event_cost(&old) as u32);
+    while kept.len() > PER_RESOURCE || (*bytes > PER_RESOURCE_BYTES && kept.len() > 1) {
+        if let Some(old) = kept.pop_front() {
+            *bytes = bytes.saturating_sub(old.cost);
             dropped.push(old);
         }
     }
-    (position, dropped)
+    (new, dropped)
 }
