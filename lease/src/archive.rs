@@ -19,6 +19,8 @@ pub enum Space {
     ExactlyOnce,
     /// Retained events, in chunks in delivery order (`history::log`).
     Events,
+    /// Idle resources (`machine::cold`), by number.
+    Cold,
     /// Tests of the archive itself.
     #[cfg(test)]
     Other,
@@ -30,6 +32,7 @@ impl Space {
         match self {
             Space::ExactlyOnce => 1,
             Space::Events => 3,
+            Space::Cold => 4,
             #[cfg(test)]
             Space::Other => 2,
         }

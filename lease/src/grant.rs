@@ -76,7 +76,7 @@ impl State {
                     format!("{base}_{k}")
                 }
             })
-            .find(|n| !self.resources.contains_key(n.as_str()))
+            .find(|n| !self.knows(n))
             .unwrap_or(base)
     }
 

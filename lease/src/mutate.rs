@@ -47,7 +47,8 @@ impl State {
             fencing_token,
         } = target;
         check_names(resource, holder)?;
-        let rs = self.resources.get(resource);
+        let rs = self.resource_ref(resource);
+        let rs = rs.as_deref();
         let wanted = LeaseId::parse(lease_id);
         let names = |l: &Lease| {
             if lease_id.is_empty() {

@@ -308,7 +308,7 @@ impl State {
         holder: &str,
         wait_id: u64,
     ) -> Option<AcquireOutcome> {
-        let rs = self.resources.get(resource)?;
+        let rs = self.resource_ref(resource)?;
         let from = rs.history.partition_point(|k| k.revision <= wait_id);
         let reader = self.log.reader();
         let end = reader

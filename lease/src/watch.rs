@@ -6,6 +6,7 @@
 //! resumes "after revision R" never splits an entry.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use super::history::{Event, EventKind};
 use super::machine::{kept_by, State};
@@ -87,25 +88,19 @@ pub fn order_key<'a>(resource: &'a str, event: &Event) -> (u64, &'a str, u32) {
     (event.revision, resource, event.seq)
 }
 
-type Scoped<'a> = Vec<(&'a Name, &'a super::machine::ResourceState)>;
+type Scoped = Vec<(Name, Arc<super::machine::ResourceState>)>;
 
 impl State {
-    fn scoped(&self, scope: &Scope) -> Scoped<'_> {
+    fn scoped(&self, scope: &Scope) -> Scoped {
         match scope {
             Scope::Resource(name) => self
-                .resources
-                .get_key_value(name.as_str())
-                .map(|(name, rs)| (name, &**rs))
+                .resource_ref(name)
+                .map(|rs| (Name::from(name.as_str()), rs))
                 .into_iter()
                 .collect(),
             Scope::Prefix(prefix) => self
-                .resources
-                .range::<_, Name>((
-                    Bound::Included(Name::from(prefix.as_str())),
-                    Bound::Unbounded,
-                ))
+                .all_resources_from(Bound::Included(Name::from(prefix.as_str())))
                 .take_while(|(name, _)| name.starts_with(prefix.as_str()))
-                .map(|(name, rs)| (name, &**rs))
                 .collect(),
         }
     }
@@ -113,7 +108,7 @@ impl State {
     /// The newest revision of `scope` retention dropped an event of (0 = none): a watch that
     /// starts before it would miss events. A resource the state forgot (or never saw) may
     /// have had events up to the global watermark.
-    fn compacted_through(&self, scope: &Scope, resources: &Scoped<'_>) -> u64 {
+    fn compacted_through(&self, scope: &Scope, resources: &Scoped) -> u64 {
         resources
             .iter()
             .filter_map(|(_, rs)| rs.trimmed_through())
@@ -123,7 +118,7 @@ impl State {
     }
 
     /// What the global bound dropped, for a scope that may cover resources the state forgot.
-    fn forgotten_watermark(&self, scope: &Scope, resources: &Scoped<'_>) -> Option<(u64, u32)> {
+    fn forgotten_watermark(&self, scope: &Scope, resources: &Scoped) -> Option<(u64, u32)> {
         match scope {
             Scope::Resource(_) if !resources.is_empty() => None,
             _ => self.dropped_through,
@@ -201,10 +196,13 @@ impl State {
                     // Histories are oldest first: skip what the cursor has passed.
                     let from = rs
                         .history
-                        .partition_point(|k| !cursor.before_position(name, k.position()));
+                        .partition_point(|k| !cursor.before_position(&name, k.position()));
                     let reader = self.log.reader();
-                    for e in reader.events(name, rs.history.range(from..)).filter(wanted) {
-                        if !take(name, &e) {
+                    for e in reader
+                        .events(&name, rs.history.range(from..))
+                        .filter(wanted)
+                    {
+                        if !take(&name, &e) {
                             more = true;
                             break 'all;
                         }
@@ -229,7 +227,7 @@ impl State {
                 }
                 self.log.visit_from(start_of(cursor), |l| {
                     let ours = l.resource.starts_with(prefix.as_str());
-                    if !ours || !kept_by(&self.resources, l) || !wanted(&l.event) {
+                    if !ours || !kept_by(&self.resources, &self.cold, l) || !wanted(&l.event) {
                         return true;
                     }
                     if !take(&l.resource, &l.event) {
@@ -248,7 +246,7 @@ impl State {
     fn check_compacted(
         &self,
         scope: &Scope,
-        resources: &Scoped<'_>,
+        resources: &Scoped,
         cursor: &Cursor,
     ) -> Result<(), Rejection> {
         let dropped_after_cursor = resources.iter().any(|(name, rs)| {

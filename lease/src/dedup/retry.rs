@@ -57,9 +57,9 @@ impl State {
     /// no longer remembered, the request's `asked` metadata).
     fn make_whole(&self, view: &mut LeaseView, asked: Option<&BTreeMap<String, String>>) {
         let lease = self.remembered(&view.lease.resource, view.lease.lease_id());
-        view.lease.session = lease.and_then(|l| l.session);
+        view.lease.session = lease.as_ref().and_then(|l| l.session);
         view.lease.metadata = match (lease, asked) {
-            (Some(l), _) => l.metadata.clone(),
+            (Some(l), _) => l.metadata,
             (None, Some(asked)) => asked.clone().into(),
             (None, None) => Default::default(),
         };
@@ -67,13 +67,14 @@ impl State {
 
     /// A live or remembered ended lease: what a record leaves out (metadata, session) is
     /// read from it.
-    fn remembered(&self, resource: &str, lease_id: LeaseId) -> Option<&Lease> {
-        let rs = self.resources.get(resource)?;
-        rs.lease(lease_id).or_else(|| {
+    fn remembered(&self, resource: &str, lease_id: LeaseId) -> Option<Lease> {
+        let rs = self.resource_ref(resource)?;
+        let found = rs.lease(lease_id).or_else(|| {
             rs.ended
                 .iter()
                 .map(|e| &e.lease)
                 .find(|l| l.lease_id() == lease_id)
-        })
+        });
+        found.cloned()
     }
 }

@@ -139,8 +139,10 @@ impl State {
             dropped_through: Option<(u64, u32)>,
         }
         let reader = self.log.reader();
-        let resources = self
-            .resources
+        let all: Vec<_> = self
+            .all_resources_from(std::ops::Bound::Unbounded)
+            .collect();
+        let resources = all
             .iter()
             .map(|(name, rs)| {
                 let rare = rs.rare();
@@ -211,8 +213,10 @@ impl State {
             nine
         };
         let reader = self.log.reader();
-        let resources = self
-            .resources
+        let all: Vec<_> = self
+            .all_resources_from(std::ops::Bound::Unbounded)
+            .collect();
+        let resources = all
             .iter()
             .map(|(name, rs)| {
                 let rare = rs.rare();

@@ -12,7 +12,7 @@ use super::{Ctx, Effects, EntryMeta, State};
 pub fn apply(state: &mut State, meta: EntryMeta, command: &Command) -> Reply {
     // Effects belong to the entry: lease ids `lse_<index>_<k>` number on across a batch.
     state.effects = Effects::default();
-    match command {
+    let reply = match command {
         Command::V1(proposal) => apply_proposal(state, meta, proposal),
         Command::Batch(proposals) => Reply::Batch(
             proposals
@@ -20,7 +20,10 @@ pub fn apply(state: &mut State, meta: EntryMeta, command: &Command) -> Reply {
                 .map(|proposal| apply_proposal(state, meta, proposal))
                 .collect(),
         ),
-    }
+    };
+    // What the entry left idle leaves the heap (`cold`).
+    state.cool_idle();
+    reply
 }
 
 fn apply_proposal(state: &mut State, meta: EntryMeta, proposal: &Proposal) -> Reply {

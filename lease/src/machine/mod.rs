@@ -11,6 +11,7 @@
 
 mod apply;
 mod checks;
+mod cold;
 mod index;
 mod indexes;
 mod precheck;
@@ -47,7 +48,9 @@ pub use reclaim::RECLAIMS_PER_ENTRY;
 pub(crate) use record::kept_by;
 use resource::packed;
 pub use resource::{Ended, Rare, ResourceState};
-pub(crate) use stored::{decoding, load_resources, loaded, Resources};
+#[cfg(feature = "testkit")]
+pub(crate) use stored::Resources;
+pub(crate) use stored::{decoding, load_resources, loaded};
 
 /// Ended leases remembered per resource, so a late caller learns how its lease ended.
 pub const ENDED_KEPT: usize = 8;
@@ -122,6 +125,9 @@ pub struct State {
     /// its own are. Written in snapshots inside each resource.
     #[serde(skip)]
     pub(super) log: EventLog,
+    /// Idle resources, in the archive (`cold`): written in snapshots among the others.
+    #[serde(skip)]
+    pub(super) cold: cold::ColdStore,
     /// The (revision, seq) of the newest event the global bound dropped: a resource created
     /// after that (perhaps a forgotten one, used again) may have had events up to it.
     #[serde(default)]
@@ -210,6 +216,7 @@ impl State {
             dedup: Dedup::default(),
             indexes: Indexes::default(),
             log: EventLog::default(),
+            cold: cold::ColdStore::default(),
             dropped_through: None,
             quotas: Quotas::default(),
             dropped_last: None,
@@ -239,6 +246,7 @@ impl State {
     /// from a forgotten resource of the same name answers `compacted`, never a silent gap; a
     /// prefix watch counts that trim as a snapshot loaded here would (`restored`).
     pub(super) fn resource_entry(&mut self, name: &str) -> &mut ResourceState {
+        self.warm(name);
         let dropped_through = self.dropped_through;
         if let (false, Some((revision, seq))) = (self.resources.contains_key(name), dropped_through)
         {
@@ -268,7 +276,8 @@ impl State {
     /// empty one: a node's own, on disk, for a state just loaded.
     pub fn move_into_archive(&mut self, archive: std::sync::Arc<dyn crate::archive::Archive>) {
         self.dedup.move_into(archive.clone());
-        self.log.move_into(archive);
+        self.log.move_into(archive.clone());
+        self.cold.move_into(archive);
     }
 
     /// What of this state is archived, to remove what it can no longer read
@@ -277,6 +286,7 @@ impl State {
         Archived {
             dedup: self.dedup.snapshot_copy(),
             log: self.log.snapshot_copy(),
+            cold: self.cold.snapshot_copy(),
         }
     }
 
@@ -377,6 +387,7 @@ impl State {
 pub struct Archived {
     dedup: Dedup,
     log: EventLog,
+    cold: cold::ColdStore,
 }
 
 impl Archived {
@@ -385,6 +396,7 @@ impl Archived {
     pub fn remove_forgotten(&self) {
         self.dedup.remove_forgotten();
         self.log.remove_forgotten();
+        self.cold.remove_forgotten();
     }
 }
 

@@ -6,17 +6,25 @@ use imbl::OrdMap;
 
 use super::super::history::{self, Event, Logged};
 use super::super::types::Name;
+use super::cold::{cold_keeps, ColdStore};
 use super::{ResourceState, State};
 
-/// Whether a resource of `resources` keeps the event `logged` of the event log: the log holds
-/// the events the bounds dropped until its cursor passes them. A resource keeps its events
-/// from its oldest on, and a resource forgotten and made again starts past its old events.
-pub(crate) fn kept_by(resources: &OrdMap<Name, Arc<ResourceState>>, logged: &Logged) -> bool {
-    resources.get(&logged.resource).is_some_and(|rs| {
-        rs.history
+/// Whether a resource of `resources` or `cold` keeps the event `logged` of the event log:
+/// the log holds the events the bounds dropped until its cursor passes them. A resource keeps
+/// its events from its oldest on, and a resource forgotten and made again starts past its old
+/// events.
+pub(crate) fn kept_by(
+    resources: &OrdMap<Name, Arc<ResourceState>>,
+    cold: &ColdStore,
+    logged: &Logged,
+) -> bool {
+    match resources.get(&logged.resource) {
+        Some(rs) => rs
+            .history
             .front()
-            .is_some_and(|k| k.position() <= logged.event.position())
-    })
+            .is_some_and(|k| k.position() <= logged.event.position()),
+        None => cold_keeps(cold, logged),
+    }
 }
 
 impl State {
@@ -44,36 +52,46 @@ impl State {
         while self.log.len() > self.history_total as u64
             || self.log.bytes() > self.history_total_bytes
         {
-            let resources = &self.resources;
-            let Some(oldest) = self.log.pop_oldest(|l| kept_by(resources, l)) else {
+            let (resources, cold) = (&self.resources, &self.cold);
+            let Some(oldest) = self.log.pop_oldest(|l| kept_by(resources, cold, l)) else {
                 break;
             };
-            self.forget_oldest(&oldest.resource);
+            self.forget_oldest(&oldest);
         }
     }
 
-    /// The global bound drops the oldest event `resource` keeps (the oldest retained).
-    fn forget_oldest(&mut self, resource: &Name) {
-        let Some(rs) = self.resources.get_mut(resource).map(Arc::make_mut) else {
-            return;
-        };
-        let Some(old) = rs.history.pop_front() else {
-            return;
-        };
-        rs.history_bytes = rs.history_bytes.saturating_sub(old.cost);
-        self.log.dropped(old.cost.into());
-        rs.set_trimmed_through(old.position());
-        self.dropped_through = self.dropped_through.max(Some(old.position()));
-        let position = (old.revision, resource.clone(), old.seq);
+    /// The global bound drops `oldest`, the oldest event a resource keeps (the oldest
+    /// retained); a resource left idle with none is forgotten.
+    fn forget_oldest(&mut self, oldest: &Logged) {
+        let resource = &oldest.resource;
+        let position = oldest.event.position();
+        let cost = u32::try_from(history::event_cost(&oldest.event)).unwrap_or(u32::MAX);
+        match self.resources.get_mut(resource).map(Arc::make_mut) {
+            Some(rs) => {
+                let Some(old) = rs.history.pop_front() else {
+                    return;
+                };
+                rs.history_bytes = rs.history_bytes.saturating_sub(old.cost);
+                rs.set_trimmed_through(old.position());
+                if rs.idle() {
+                    let closed_until_ms = rs.rare().closed_until_ms;
+                    self.resources.remove(resource);
+                    self.indexes.forget_closed(resource, closed_until_ms);
+                }
+            }
+            None => {
+                if self.dropped_cold(oldest).is_none() {
+                    return;
+                }
+            }
+        }
+        self.log.dropped(cost.into());
+        self.dropped_through = self.dropped_through.max(Some(position));
+        let position = (position.0, resource.clone(), position.1);
         // What the per-resource bound dropped before this is covered now.
         while self.trims.first().is_some_and(|t| *t <= position) {
             self.trims.pop_first();
         }
         self.dropped_last = self.dropped_last.take().max(Some(position));
-        if rs.idle() {
-            let closed_until_ms = rs.rare().closed_until_ms;
-            self.resources.remove(resource);
-            self.indexes.forget_closed(resource, closed_until_ms);
-        }
     }
 }

@@ -17,6 +17,7 @@ impl State {
             resources: self.resources.clone(),
             dedup: self.dedup.snapshot_copy(),
             log: self.log.snapshot_copy(),
+            cold: self.cold.snapshot_copy(),
             dropped_through: self.dropped_through,
             quotas: self.quotas.replicated(),
             dropped_last: self.dropped_last.clone(),
@@ -31,7 +32,7 @@ impl State {
 
     /// Rebuilds the derived indexes of a copy ([`State::snapshot_copy`]).
     pub fn restored(self) -> Self {
-        self.restored_with(Vec::new())
+        self.rebuilt()
     }
 
     /// Rebuilds the derived indexes after deserializing a snapshot, and puts the events its
@@ -46,6 +47,13 @@ impl State {
             let kept = rs.keep_loaded(&event);
             self.log.append(&name, event, kept.cost.into());
         }
+        let mut state = self.rebuilt();
+        state.cool_all_idle();
+        state
+    }
+
+    /// The derived indexes built again.
+    fn rebuilt(mut self) -> Self {
         // Built again through the methods apply keeps them with. First: each lease names its
         // session again, and a lease on a session is not due.
         self.indexes = Indexes::default();
@@ -83,11 +91,10 @@ impl State {
         self.trims = self
             .resources
             .iter()
-            .filter_map(|(name, rs)| {
-                let (revision, seq) = rs.trimmed_through()?;
-                let position = (revision, name.clone(), seq);
-                (Some(&position) > self.dropped_last.as_ref()).then_some(position)
-            })
+            .filter_map(|(name, rs)| Some((name, rs.trimmed_through()?)))
+            .chain(self.cold.trims())
+            .map(|(name, (revision, seq))| (revision, name.clone(), seq))
+            .filter(|position| Some(position) > self.dropped_last.as_ref())
             .collect();
         self
     }

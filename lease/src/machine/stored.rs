@@ -91,20 +91,24 @@ impl Serialize for EventsOf<'_> {
     }
 }
 
-/// The resources of a state as a snapshot writes them: each with its events.
+/// The resources of a state, hot and cold, as a snapshot writes them: each with its events.
 pub(crate) struct Resources<'a>(pub(crate) &'a State);
 
 impl Serialize for Resources<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let reader = self.0.log.reader();
-        serializer.collect_map(self.0.resources.iter().map(|(name, rs)| {
+        use serde::ser::SerializeMap;
+        let state = self.0;
+        let reader = state.log.reader();
+        let mut map = serializer.serialize_map(Some(state.resources.len() + state.cold.len()))?;
+        for (name, rs) in state.all_resources_from(std::ops::Bound::Unbounded) {
             let history = EventsOf {
                 reader: &reader,
-                name,
+                name: &name,
                 kept: &rs.history,
             };
-            (name, Writing { rs, history })
-        }))
+            map.serialize_entry(&name, &Writing { rs: &rs, history })?;
+        }
+        map.end()
     }
 }
 
@@ -132,7 +136,7 @@ impl PartialEq for State {
     fn eq(&self, other: &Self) -> bool {
         self.clock == other.clock
             && self.default_policy == other.default_policy
-            && self.resources == other.resources
+            && self.same_resources(other)
             && self.dedup == other.dedup
             && self.indexes == other.indexes
             && self.dropped_through == other.dropped_through
@@ -144,23 +148,33 @@ impl PartialEq for State {
             && self.rules == other.rules
             && self.log.len() == other.log.len()
             && self.log.bytes() == other.log.bytes()
-            && self.same_events(other)
     }
 }
 
 impl Eq for State {}
 
 impl State {
-    /// Whether each resource's events read the same here and in `other` (their resources
-    /// are equal: they keep events at the same positions).
-    fn same_events(&self, other: &State) -> bool {
+    /// Whether every resource, hot or cold, stands the same here and in `other`, its events
+    /// included, wherever each keeps them.
+    fn same_resources(&self, other: &State) -> bool {
         let (mine, theirs) = (self.log.reader(), other.log.reader());
-        self.resources.iter().all(|(name, rs)| {
-            rs.history.iter().all(|k| {
-                let position = k.position();
-                let a = mine.get(name, position);
-                a.is_some() && a == theirs.get(name, position)
-            })
-        })
+        let all = std::ops::Bound::Unbounded;
+        let mut others = other.all_resources_from(all.clone());
+        for (name, rs) in self.all_resources_from(all) {
+            let Some((other_name, other_rs)) = others.next() else {
+                return false;
+            };
+            if name != other_name || rs != other_rs {
+                return false;
+            }
+            let same = rs.history.iter().all(|k| {
+                let a = mine.get(&name, k.position());
+                a.is_some() && a == theirs.get(&name, k.position())
+            });
+            if !same {
+                return false;
+            }
+        }
+        others.next().is_none()
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bookings::Booking;
 use super::history::{Event, EventKind, Kept};
-use super::machine::State;
+use super::machine::{ResourceState, State};
 use super::policy::Policy;
 use super::session::SessionView;
 use super::types::{lease_order, Lease, LeaseId, LeaseStatus, LeaseView, Name, Refusal, Rejection};
@@ -200,7 +200,12 @@ pub struct Validation {
 
 impl State {
     pub fn resource_view(&self, name: &str) -> ResourceView {
-        let rs = self.resources.get(name);
+        let rs = self.resource_ref(name);
+        self.view_of(name, rs.as_deref())
+    }
+
+    /// The view of `name`, standing as `rs` (None: unknown).
+    fn view_of(&self, name: &str, rs: Option<&ResourceState>) -> ResourceView {
         let live = rs.map(|rs| rs.leases.as_slice()).unwrap_or_default();
         ResourceView {
             name: name.to_string(),
@@ -273,11 +278,9 @@ impl State {
             _ => Bound::Included(Name::from(prefix)),
         };
         let views = self
-            .resources
-            .range::<_, Name>((start, Bound::Unbounded))
-            .map(|(name, _)| name)
-            .take_while(|name| name.starts_with(prefix))
-            .map(|name| self.resource_view(name));
+            .all_resources_from(start)
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .map(|(name, rs)| self.view_of(&name, Some(&rs)));
         let (resources, more) = page(views, page_size, resource_bytes);
         Answer::Resources {
             next: more
@@ -340,7 +343,7 @@ impl State {
         ascending: bool,
         kinds: &[EventKind],
     ) -> Answer {
-        let Some(rs) = self.resources.get(resource) else {
+        let Some(rs) = self.resource_ref(resource) else {
             return Answer::History {
                 events: Vec::new(),
                 next: None,
@@ -402,7 +405,8 @@ impl State {
             }
             .to_string()
         };
-        let rs = self.resources.get(resource);
+        let rs = self.resource_ref(resource);
+        let rs = rs.as_deref();
         let live = rs.map(|rs| rs.leases.as_slice()).unwrap_or_default();
         let wanted = LeaseId::parse(lease_id);
         let names = |l: &Lease| {

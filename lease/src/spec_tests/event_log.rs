@@ -9,6 +9,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::*;
+use crate::history::EventKind;
 use crate::testkit::invariants::check_event_log;
 
 const NAMES: [&str; 5] = ["a", "ab", "b", "b2", "c"];
@@ -155,4 +156,61 @@ proptest! {
     ) {
         run(total, total_bytes, &steps);
     }
+}
+
+/// An idle resource leaves the heap (issue 39) and answers exactly as before: its ended lease,
+/// its history, its view and listing; used again it comes back; the global bound forgets it
+/// when it drops its newest event.
+#[test]
+fn s4_11_an_idle_resource_goes_cold_and_answers_the_same() {
+    let mut log = Log::new();
+    let view = granted(&log.acquire(ALICE, acq_ttl("idle", "h", 5_000)));
+    let released = log.release(ALICE, release_of(&view));
+    assert!(matches!(released, Reply::Lease(_)), "{released:?}");
+    assert!(!log.state.resources.contains_key("idle"), "not on the heap");
+    assert!(log.state.cold.contains("idle"), "in the archive");
+    // What it remembers, read back.
+    let kinds: Vec<EventKind> = log.events("idle").iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Acquired, EventKind::Released]);
+    let v = log.validate(
+        "idle",
+        &view.lease.lease_id().to_name(),
+        view.lease.fencing_token,
+    );
+    assert_eq!((v.valid, v.reason.as_str()), (false, "lease released"));
+    assert!(v.lease.is_some(), "the ended lease is shown");
+    let renewed = log.renew(ALICE, renew_of(&view, None));
+    assert_eq!(
+        rejection(&renewed),
+        Rejection::LeaseNotFound(": it was released".into())
+    );
+    let shown = log.state.resource_view("idle");
+    assert_eq!(shown.revision, view.lease.fencing_token + 1);
+    match log.query(&Query::Resources {
+        prefix: "id".into(),
+        page_size: 0,
+        after: None,
+    }) {
+        Answer::Resources { resources, .. } => {
+            assert_eq!(resources.len(), 1);
+            assert_eq!(resources[0].revision, shown.revision);
+        }
+        other => panic!("{other:?}"),
+    }
+    log.restore_from_snapshot();
+    assert!(
+        log.state.cold.contains("idle"),
+        "cold again after a restore"
+    );
+    // Used again: back on the heap, with what it remembered.
+    let again = granted(&log.acquire(ALICE, acq_ttl("idle", "h", 5_000)));
+    assert!(log.state.resources.contains_key("idle") && !log.state.cold.contains("idle"));
+    assert_eq!(log.events("idle").len(), 3);
+    log.release(ALICE, release_of(&again));
+    assert!(log.state.cold.contains("idle"));
+    // The global bound drops its events; with the newest gone, it is forgotten.
+    log.state.history_total = 1;
+    granted(&log.acquire(ALICE, acq_ttl("other", "h", 5_000)));
+    assert!(!log.state.knows("idle"), "forgotten");
+    check_event_log(&log.state, 0);
 }

@@ -201,7 +201,7 @@ fn s4_12_the_watch_index_answers_as_a_scan_of_every_history_would() {
     let scan = |prefix: &str, cursor: &Cursor| -> Result<Vec<(u64, String, u32)>, ()> {
         let mut all = Vec::new();
         for name in names.iter().filter(|n| n.starts_with(prefix)) {
-            let Some(rs) = log.state.resources.get(*name) else {
+            let Some(rs) = log.state.resource_ref(name) else {
                 continue;
             };
             if rs

@@ -163,7 +163,7 @@ pub fn check_event_log(state: &State, n: usize) {
     let reader = state.log.reader();
     let (mut len, mut bytes) = (0, 0);
     let mut kept = Vec::new();
-    for (name, rs) in &state.resources {
+    for (name, rs) in state.all_resources_from(std::ops::Bound::Unbounded) {
         len += rs.history.len() as u64;
         let costs: u64 = rs.history.iter().map(|k| u64::from(k.cost)).sum();
         bytes += costs;
@@ -173,7 +173,7 @@ pub fn check_event_log(state: &State, n: usize) {
             "step {n}: {name}: bytes"
         );
         for k in &rs.history {
-            let event = reader.get(name, k.position());
+            let event = reader.get(&name, k.position());
             let event = event.unwrap_or_else(|| panic!("step {n}: {name}: {k:?} not in the log"));
             assert_eq!(
                 u64::from(k.cost),
@@ -191,7 +191,7 @@ pub fn check_event_log(state: &State, n: usize) {
     kept.sort();
     let mut visited = Vec::new();
     state.log.visit_from(std::ops::Bound::Unbounded, |l| {
-        if crate::machine::kept_by(&state.resources, l) {
+        if crate::machine::kept_by(&state.resources, &state.cold, l) {
             visited.push((l.event.revision, l.resource.clone(), l.event.seq));
         }
         true

@@ -201,8 +201,7 @@ impl Log {
     /// A resource's retained events, oldest first.
     pub fn events(&self, resource: &str) -> Vec<Event> {
         self.state
-            .resources
-            .get(resource)
+            .resource_ref(resource)
             .map(|rs| {
                 let reader = self.state.log.reader();
                 reader.events(resource, &rs.history).collect()
