@@ -14,16 +14,15 @@
 //! snapshot ([`EventLog::remove_forgotten`]).
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use imbl::OrdMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Event, Position};
-use crate::archive::{
-    chunk_key, copy_chunks, read_chunk, remove_chunks_below, Archive, MemArchive, Space,
-};
+use crate::archive::{chunk_key, copy_chunks, read_chunk, Archive, MemArchive, Space};
 use crate::types::Name;
 
 /// Events per chunk, at least (a chunk ends with a whole revision). About 3 KiB: sled keeps
@@ -59,21 +58,37 @@ impl Logged {
 
 type Chunk = Arc<Vec<Logged>>;
 
+/// A written chunk the log still reads: its number, and how many events in it a resource
+/// still keeps.
+#[derive(Clone, Copy, Debug)]
+struct Sealed {
+    seq: u64,
+    live: u32,
+}
+
 /// The event log (see the module's doc).
 pub struct EventLog {
     archive: Arc<dyn Archive>,
-    /// The first revision of each written chunk from the cursor's on.
-    firsts: VecDeque<u64>,
-    /// The chunk being filled, and its number; every lower one is in the archive.
+    /// The written chunks that hold an event a resource keeps, from the cursor's on, by their
+    /// first revision. A chunk whose events are all dropped leaves (its events may be
+    /// anywhere: a resource of an old event, kept, does not hold back the others).
+    sealed: OrdMap<u64, Sealed>,
+    /// The chunk being filled, its number, and how many of its events are kept; every lower
+    /// number is written (or gone). Its events are in delivery order but for the revision
+    /// being applied, sorted by [`EventLog::settle`] (`sorted` is how many are).
     open: Chunk,
     open_seq: u64,
-    /// The cursor: events before (chunk, position) are passed. The chunk it is in is kept
-    /// decoded here.
-    cursor: (u64, usize),
+    open_live: u32,
+    sorted: usize,
+    /// The cursor: the events of the first chunk (the open one when none is written) before
+    /// this position are passed. That chunk is kept decoded here.
+    cursor: usize,
     oldest: Option<(u64, Chunk)>,
     /// How many events are retained (their resources' own), and what they cost.
     len: u64,
     bytes: u64,
+    /// Written chunks this log no longer reads: removed after the next snapshot.
+    gone: Arc<Mutex<Vec<u64>>>,
 }
 
 impl Default for EventLog {
@@ -86,6 +101,7 @@ impl std::fmt::Debug for EventLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventLog")
             .field("open_seq", &self.open_seq)
+            .field("sealed", &self.sealed.len())
             .field("cursor", &self.cursor)
             .field("len", &self.len)
             .field("bytes", &self.bytes)
@@ -98,29 +114,46 @@ impl EventLog {
     pub(crate) fn in_archive(archive: Arc<dyn Archive>) -> EventLog {
         EventLog {
             archive,
-            firsts: VecDeque::new(),
+            sealed: OrdMap::new(),
             open: Arc::default(),
             open_seq: 0,
-            cursor: (0, 0),
+            open_live: 0,
+            sorted: 0,
+            cursor: 0,
             oldest: None,
             len: 0,
             bytes: 0,
+            gone: Arc::default(),
         }
     }
 
-    /// The log as a snapshot reads it: the same events (O(chunks)). It shares the archive
-    /// and reads only what was written before it; never appended to.
+    /// The log as a snapshot reads it: the same events (O(1)). It shares the archive and
+    /// reads only what was written before it; never appended to.
     pub(crate) fn snapshot_copy(&self) -> EventLog {
         EventLog {
             archive: self.archive.clone(),
-            firsts: self.firsts.clone(),
+            sealed: self.sealed.clone(),
             open: self.open.clone(),
             open_seq: self.open_seq,
+            open_live: self.open_live,
+            sorted: self.sorted,
             cursor: self.cursor,
             oldest: self.oldest.clone(),
             len: self.len,
             bytes: self.bytes,
+            gone: self.gone.clone(),
         }
+    }
+
+    /// How many chunks the log reads (written and open).
+    pub fn chunks(&self) -> usize {
+        self.sealed.len() + 1
+    }
+
+    /// How many events the chunks the log reads say are kept (tests: equals [`EventLog::len`]).
+    pub fn live_in_chunks(&self) -> u64 {
+        let sealed: u64 = self.sealed.values().map(|s| u64::from(s.live)).sum();
+        sealed + u64::from(self.open_live)
     }
 
     /// Events retained, and what they cost.
@@ -139,32 +172,49 @@ impl EventLog {
     /// Appends `event` (numbered, of `resource`): a resource now keeps it.
     pub(crate) fn append(&mut self, resource: &str, event: Event, cost: u64) {
         let revision = event.revision;
-        if self.open.len() >= CHUNK
-            && self
-                .open
-                .last()
-                .is_some_and(|l| l.event.revision < revision)
+        if self
+            .open
+            .last()
+            .is_some_and(|l| l.event.revision < revision)
         {
-            self.seal();
+            self.settle();
+            if self.open.len() >= CHUNK {
+                self.seal();
+            }
         }
-        let logged = Logged {
+        Arc::make_mut(&mut self.open).push(Logged {
             resource: Name::from(resource),
             event,
+        });
+        self.open_live += 1;
+        self.len += 1;
+        self.bytes += cost;
+    }
+
+    /// Puts the open chunk's newest revision in delivery order: an entry records its events
+    /// in its own order, a revision's events sort by resource. Once per revision (at the
+    /// next, and at the end of each entry), never before the cursor.
+    pub(crate) fn settle(&mut self) {
+        let len = self.open.len();
+        let Some(newest) = self.open.last().map(|l| l.event.revision) else {
+            return;
         };
-        // In delivery order: an entry records its events in its own order, a revision's
-        // events sort by resource. Never before the cursor.
-        let floor = if self.cursor.0 == self.open_seq {
-            self.cursor.1
+        if self.sorted >= len {
+            return;
+        }
+        // What is not sorted is of the newest revision: sorted with that revision's others.
+        let floor = if self.sealed.is_empty() {
+            self.cursor
         } else {
             0
         };
-        let open = Arc::make_mut(&mut self.open);
-        let mut at = open.len();
-        while at > floor && open[at - 1].order() > logged.order() {
-            at -= 1;
+        let mut from = self.sorted;
+        while from > floor && self.open[from - 1].event.revision == newest {
+            from -= 1;
         }
-        open.insert(at, logged);
-        self.kept(cost);
+        let from = from.max(floor);
+        Arc::make_mut(&mut self.open)[from..].sort_by(|a, b| a.order().cmp(&b.order()));
+        self.sorted = len;
     }
 
     /// Writes the open chunk to the archive and opens the next.
@@ -173,30 +223,65 @@ impl EventLog {
         self.archive
             .insert(Space::Events, &chunk_key(self.open_seq), &bytes);
         if let Some(first) = self.open.first() {
-            self.firsts.push_back(first.event.revision);
-        }
-        if self.cursor.0 == self.open_seq {
-            self.oldest = Some((self.open_seq, self.open.clone()));
+            let sealed = Sealed {
+                seq: self.open_seq,
+                live: self.open_live,
+            };
+            if self.sealed.is_empty() {
+                // The cursor's chunk: kept decoded.
+                self.oldest = Some((self.open_seq, self.open.clone()));
+            }
+            self.sealed.insert(first.event.revision, sealed);
+            if self.open_live == 0 {
+                self.drop_chunk(first.event.revision);
+            }
         }
         self.open = Arc::default();
         self.open_seq += 1;
+        self.open_live = 0;
+        self.sorted = 0;
     }
 
-    /// An event a resource keeps (appended, or counted again on load).
-    pub(crate) fn kept(&mut self, cost: u64) {
-        self.len += 1;
-        self.bytes += cost;
-    }
-
-    /// An event a resource no longer keeps (a bound dropped it).
-    pub(crate) fn dropped(&mut self, cost: u64) {
+    /// An event a resource no longer keeps (a bound dropped it): the event at `revision`.
+    pub(crate) fn dropped(&mut self, revision: u64, cost: u64) {
         self.len = self.len.saturating_sub(1);
         self.bytes = self.bytes.saturating_sub(cost);
+        if self
+            .open
+            .first()
+            .is_some_and(|l| l.event.revision <= revision)
+        {
+            self.open_live = self.open_live.saturating_sub(1);
+            return;
+        }
+        let Some((first, sealed)) = self.sealed.get_prev_mut(&revision) else {
+            return;
+        };
+        sealed.live = sealed.live.saturating_sub(1);
+        if sealed.live == 0 {
+            let first = *first;
+            self.drop_chunk(first);
+        }
+    }
+
+    /// The written chunk that starts at `first` holds nothing kept: the log no longer reads
+    /// it. Were it the cursor's, the cursor moves to the next.
+    fn drop_chunk(&mut self, first: u64) {
+        let at_cursor = self.sealed.get_min().is_some_and(|(f, _)| *f == first);
+        if let Some(sealed) = self.sealed.remove(&first) {
+            self.gone
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(sealed.seq);
+        }
+        if at_cursor {
+            self.cursor = 0;
+            self.oldest = None;
+        }
     }
 
     /// The chunk of number `seq`: the open one, the cursor's (kept decoded), or one read
-    /// from the archive. A chunk the log still reads that the archive does not hold is a
-    /// broken archive: nothing can be answered from it (a restart builds it again).
+    /// from the archive.
     fn read_chunk(&self, seq: u64) -> Chunk {
         if seq == self.open_seq {
             return self.open.clone();
@@ -209,19 +294,35 @@ impl EventLog {
         Arc::new(read_chunk(&*self.archive, Space::Events, seq))
     }
 
-    /// The number of the chunk that holds the events of `revision`, or the first chunk after
-    /// it; None if every chunk is older.
-    fn chunk_at(&self, revision: u64) -> Option<u64> {
+    /// The number of the chunk that holds the events of `revision` (if a resource keeps
+    /// any), or else the first after it.
+    fn chunk_at(&self, revision: u64) -> u64 {
         if self
             .open
             .first()
             .is_some_and(|l| l.event.revision <= revision)
         {
-            return Some(self.open_seq);
+            return self.open_seq;
         }
-        let after = self.firsts.partition_point(|first| *first <= revision);
-        let seq = self.cursor.0 + after.saturating_sub(1) as u64;
-        (seq <= self.open_seq).then_some(seq)
+        match self.sealed.get_prev(&revision) {
+            Some((_, sealed)) => sealed.seq,
+            None => self.sealed.get_min().map_or(self.open_seq, |(_, s)| s.seq),
+        }
+    }
+
+    /// The numbers of the chunks the log reads from `seq` on, in order, the open one last.
+    fn chunks_from(&self, seq: u64) -> impl Iterator<Item = u64> + '_ {
+        let written = self
+            .sealed
+            .values()
+            .map(|s| s.seq)
+            .filter(move |s| *s >= seq);
+        written.chain(std::iter::once(self.open_seq))
+    }
+
+    /// The number of the cursor's chunk.
+    fn cursor_chunk(&self) -> u64 {
+        self.sealed.get_min().map_or(self.open_seq, |(_, s)| s.seq)
     }
 
     /// A reader of single events, which keeps the chunk it read last.
@@ -242,18 +343,13 @@ impl EventLog {
             Bound::Unbounded => true,
         };
         let first = match &start {
-            Bound::Included((r, ..)) | Bound::Excluded((r, ..)) => {
-                self.chunk_at(*r).unwrap_or(self.cursor.0)
-            }
-            Bound::Unbounded => self.cursor.0,
+            Bound::Included((r, ..)) | Bound::Excluded((r, ..)) => self.chunk_at(*r),
+            Bound::Unbounded => self.cursor_chunk(),
         };
-        for seq in first.max(self.cursor.0)..=self.open_seq {
+        let cursor_chunk = self.cursor_chunk();
+        for seq in self.chunks_from(first) {
             let chunk = self.read_chunk(seq);
-            let from = if seq == self.cursor.0 {
-                self.cursor.1
-            } else {
-                0
-            };
+            let from = if seq == cursor_chunk { self.cursor } else { 0 };
             let rest = chunk.get(from..).unwrap_or_default();
             let skip = rest.partition_point(|l| !after(l));
             for logged in &rest[skip..] {
@@ -265,26 +361,32 @@ impl EventLog {
     }
 
     /// Takes the oldest event past the cursor that `kept` says a resource keeps, passing
-    /// those no resource keeps; None when none is left.
+    /// those no resource keeps; None when none is left. The caller drops it
+    /// ([`EventLog::dropped`]).
     pub(crate) fn pop_oldest(&mut self, kept: impl Fn(&Logged) -> bool) -> Option<Logged> {
         loop {
-            let (seq, pos) = self.cursor;
+            let seq = self.cursor_chunk();
+            if seq == self.open_seq && self.sorted < self.open.len() {
+                // The revision being applied: in delivery order first.
+                self.settle();
+            }
             let chunk = self.read_chunk(seq);
             if seq != self.open_seq && self.oldest.as_ref().is_none_or(|(at, _)| *at != seq) {
                 // Kept decoded while the cursor goes through it.
                 self.oldest = Some((seq, chunk.clone()));
             }
-            let Some(logged) = chunk.get(pos) else {
-                if seq >= self.open_seq {
+            let Some(logged) = chunk.get(self.cursor) else {
+                if seq == self.open_seq {
                     return None;
                 }
                 // Gone through: the next chunk.
-                self.cursor = (seq + 1, 0);
-                self.firsts.pop_front();
-                self.oldest = None;
+                if let Some((first, _)) = self.sealed.get_min() {
+                    let first = *first;
+                    self.drop_chunk(first);
+                }
                 continue;
             };
-            self.cursor = (seq, pos + 1);
+            self.cursor += 1;
             if kept(logged) {
                 return Some(logged.clone());
             }
@@ -294,15 +396,19 @@ impl EventLog {
     /// Moves the log into `archive` (empty: a node's own, on disk): the chunks it still
     /// reads go there.
     pub(crate) fn move_into(&mut self, archive: Arc<dyn Archive>) {
-        let seqs = self.cursor.0..self.open_seq;
-        copy_chunks(&*self.archive, &*archive, Space::Events, seqs);
+        let seqs: Vec<u64> = self.sealed.values().map(|s| s.seq).collect();
+        copy_chunks(&*self.archive, &*archive, Space::Events, seqs.into_iter());
         self.archive = archive;
+        self.gone = Arc::default();
     }
 
-    /// Removes from the archive the chunks the cursor has gone through. Only for the newest
-    /// log of a node, once no older copy reads the archive (a snapshot's is done).
+    /// Removes from the archive the chunks the log no longer reads. Only for the newest log
+    /// of a node, once no older copy reads the archive (a snapshot's is done).
     pub fn remove_forgotten(&self) {
-        remove_chunks_below(&*self.archive, Space::Events, self.cursor.0);
+        let gone = std::mem::take(&mut *self.gone.lock().unwrap_or_else(|p| p.into_inner()));
+        for seq in gone {
+            self.archive.remove(Space::Events, &chunk_key(seq));
+        }
     }
 }
 
@@ -316,7 +422,7 @@ pub struct Reader<'a> {
 impl Reader<'_> {
     /// The event of `resource` at `position`, if the log holds it.
     pub fn get(&self, resource: &str, (revision, seq): (u64, u32)) -> Option<Event> {
-        let at = self.log.chunk_at(revision)?;
+        let at = self.log.chunk_at(revision);
         let chunk = {
             let mut last = self.last.borrow_mut();
             match &*last {

@@ -21,7 +21,8 @@ pub fn apply(state: &mut State, meta: EntryMeta, command: &Command) -> Reply {
                 .collect(),
         ),
     };
-    // What the entry left idle leaves the heap (`cold`).
+    // The entry's events in delivery order; what it left idle leaves the heap (`cold`).
+    state.log.settle();
     state.cool_idle();
     reply
 }

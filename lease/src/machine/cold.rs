@@ -193,11 +193,18 @@ impl ColdStore {
     }
 }
 
+/// The most events a resource keeps and still goes cold. One with more is used often: going
+/// cold and back at every acquire and release would rewrite them each time, and what all
+/// resources keep is bounded anyway (16 bytes an event, [`super::super::history::TOTAL`]).
+pub const COLD_EVENTS_MAX: usize = 64;
+
 impl ResourceState {
     /// Nothing left but what it remembers: an ad-hoc resource with no lease, waiter, booking
-    /// or lock delay, keeping events (else it is forgotten).
+    /// or lock delay, keeping a few events (with none it is forgotten).
     fn coolable(&self) -> bool {
-        self.leases.is_empty() && *self.rare() == Default::default() && !self.history.is_empty()
+        self.leases.is_empty()
+            && *self.rare() == Default::default()
+            && (1..=COLD_EVENTS_MAX).contains(&self.history.len())
     }
 }
 

@@ -40,7 +40,7 @@ impl State {
         event.actor = Name::from(actor);
         let (new, dropped) = history::push(&mut rs.history, &mut rs.history_bytes, &mut event);
         for old in &dropped {
-            self.log.dropped(old.cost.into());
+            self.log.dropped(old.revision, old.cost.into());
             if let Some((revision, seq)) = rs.trimmed_through() {
                 self.trims.remove(&(revision, Name::from(name), seq));
             }
@@ -85,7 +85,7 @@ impl State {
                 }
             }
         }
-        self.log.dropped(cost.into());
+        self.log.dropped(position.0, cost.into());
         self.dropped_through = self.dropped_through.max(Some(position));
         let position = (position.0, resource.clone(), position.1);
         // What the per-resource bound dropped before this is covered now.

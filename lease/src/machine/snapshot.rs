@@ -47,6 +47,7 @@ impl State {
             let kept = rs.keep_loaded(&event);
             self.log.append(&name, event, kept.cost.into());
         }
+        self.log.settle();
         let mut state = self.rebuilt();
         state.cool_all_idle();
         state

@@ -214,3 +214,26 @@ fn s4_11_an_idle_resource_goes_cold_and_answers_the_same() {
     assert!(!log.state.knows("idle"), "forgotten");
     check_event_log(&log.state, 0);
 }
+
+/// The log reads only chunks that hold a kept event: what the per-resource bound drops goes
+/// with its chunk, even behind an old event the global bound has not reached (a registered
+/// resource's), so a renew-heavy resource keeps about its own bound's worth of chunks.
+#[test]
+fn s4_11_dropped_events_leave_the_log_behind_an_old_kept_one() {
+    let mut log = Log::new();
+    log.register("pinned", crate::policy::Policy::ad_hoc());
+    let view = granted(&log.acquire(ALICE, acq_ttl("r", "h", 60_000)));
+    for _ in 0..3 * crate::history::PER_RESOURCE {
+        log.elapse(1);
+        lease(&log.renew(ALICE, renew_of(&view, None)));
+    }
+    assert_eq!(log.events("pinned").len(), 1, "the old event is kept");
+    let bound = crate::history::PER_RESOURCE / crate::history::CHUNK + 3;
+    assert!(
+        log.state.log.chunks() <= bound,
+        "{} chunks",
+        log.state.log.chunks()
+    );
+    check_event_log(&log.state, 0);
+    log.restore_from_snapshot();
+}

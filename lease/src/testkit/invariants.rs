@@ -188,6 +188,11 @@ pub fn check_event_log(state: &State, n: usize) {
         (len, bytes),
         "step {n}: log counts"
     );
+    assert_eq!(
+        state.log.live_in_chunks(),
+        len,
+        "step {n}: kept events by chunk"
+    );
     kept.sort();
     let mut visited = Vec::new();
     state.log.visit_from(std::ops::Bound::Unbounded, |l| {
