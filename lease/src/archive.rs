@@ -27,8 +27,16 @@ pub enum Space {
 }
 
 impl Space {
-    /// The byte that puts a key in its space, in a store that has one key space.
-    fn tag(self) -> u8 {
+    /// The space whose tag is `tag` ([`Space::tag`]).
+    pub fn of_tag(tag: u8) -> Option<Space> {
+        [Space::ExactlyOnce, Space::Events, Space::Cold]
+            .into_iter()
+            .find(|space| space.tag() == tag)
+    }
+
+    /// The byte that puts a key in its space, in a store that has one key space (and an
+    /// entry in a snapshot of format 9).
+    pub fn tag(self) -> u8 {
         match self {
             Space::ExactlyOnce => 1,
             Space::Events => 3,

@@ -17,9 +17,15 @@ use crate::machine::State;
 /// 7: multi-waits (`AcquireMany` with `WAIT`).
 /// 8: the rules version (SPEC §4.26) before the state; written only once the cluster runs
 /// rules 2, so that a snapshot sent to a member of 0.1.0 (format 7) is one it reads.
-/// Formats 2 to 7 are still read (2 and 3 without a checksum to check), so a node upgrades in
+/// 9: the live state (what the heap holds: hot resources with where their events are, cold
+/// resources' stubs, the event log's and the exactly-once table's own fields), then each
+/// archive entry it reads as the archive holds it, then an end mark; written once the cluster
+/// runs rules 3 (`machine::live`).
+/// Formats 2 to 8 are still read (2 and 3 without a checksum to check), so a node upgrades in
 /// place.
-const FORMAT_VERSION: u32 = 8;
+const FORMAT_VERSION: u32 = 9;
+/// The format before the live state: what a cluster on rules 2 writes.
+const FORMAT_BEFORE_LIVE: u32 = 8;
 /// The format before the rules version: what a cluster still on rules 1 writes.
 const FORMAT_BEFORE_RULES: u32 = 7;
 /// The format before multi-waits.
@@ -41,8 +47,77 @@ const JSON_FORMAT: u32 = 2;
 pub fn encode_state_into<W: Write>(state: &State, out: W) -> postcard::Result<W> {
     match state.rules() {
         crate::rules::FIRST => postcard::to_io(&(FORMAT_BEFORE_RULES, state), out),
-        rules => postcard::to_io(&(FORMAT_VERSION, rules, state), out),
+        rules if rules < crate::rules::LIVE_SNAPSHOTS => {
+            postcard::to_io(&(FORMAT_BEFORE_LIVE, rules, state), out)
+        }
+        rules => encode_live(state, rules, out),
     }
+}
+
+/// An archive entry in a body of format 9: its space's tag, its key, its value.
+type Entry<'a> = (u8, Bytes<'a>, Bytes<'a>);
+
+/// Bytes written as one run (not byte by byte, as a slice would be), read back borrowed.
+#[derive(Clone, Copy)]
+struct Bytes<'a>(&'a [u8]);
+
+impl serde::Serialize for Bytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Bytes<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <&'a [u8]>::deserialize(deserializer).map(Bytes)
+    }
+}
+
+/// Format 9: the live state, each archive entry it reads (`Some`), then `None`.
+fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> postcard::Result<W> {
+    let mut out = postcard::to_io(&(FORMAT_VERSION, rules, state.live()), out)?;
+    let mut failed = None;
+    let archived = state.each_archived(&mut |space, key, value| {
+        let entry: Entry<'_> = (space.tag(), Bytes(key), Bytes(value));
+        failed = postcard::to_io(&Some(entry), &mut out).err();
+        failed.is_none()
+    });
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    // A state whose archive lost an entry it reads cannot be written whole.
+    archived.map_err(|_| postcard::Error::SerdeSerCustom)?;
+    postcard::to_io(&None::<Entry<'_>>, out)
+}
+
+/// Reads a body of format 9 (after its version): the archive entries go to an archive on the
+/// heap, which the node moves into its own.
+fn decode_live(body: &[u8]) -> anyhow::Result<State> {
+    let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
+    let (live, mut rest) = postcard::take_from_bytes::<crate::machine::LiveLoaded>(body)?;
+    let archive = crate::archive::MemArchive::default();
+    loop {
+        let (entry, after) = postcard::take_from_bytes::<Option<Entry<'_>>>(rest)?;
+        rest = after;
+        let Some((tag, key, value)) = entry else {
+            break;
+        };
+        let space = crate::archive::Space::of_tag(tag)
+            .ok_or_else(|| anyhow::anyhow!("snapshot entry of unknown space {tag}"))?;
+        crate::archive::Archive::insert(&archive, space, key.0, value.0);
+    }
+    anyhow::ensure!(
+        rest.is_empty(),
+        "{} bytes after the snapshot's end",
+        rest.len()
+    );
+    Ok(State::from_live(live, std::sync::Arc::new(archive))?.with_rules(rules))
+}
+
+/// The body in format 9 whatever the state's rules (tests, which check every state they
+/// snapshot both ways).
+pub fn encode_state_live(state: &State) -> postcard::Result<Vec<u8>> {
+    encode_live(state, state.rules(), Vec::new())
 }
 
 /// The body in memory (tests and tools; a node writes it to the file directly).
@@ -60,9 +135,12 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
         return decode_json(data);
     }
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
+    if version == FORMAT_VERSION {
+        return decode_live(body);
+    }
     let (state, loaded) = crate::machine::decoding(|| -> anyhow::Result<State> {
         Ok(match version {
-            FORMAT_VERSION => {
+            FORMAT_BEFORE_LIVE => {
                 let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
                 postcard::from_bytes::<State>(body)?.with_rules(rules)
             }

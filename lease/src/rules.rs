@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | 1 | 0.1.0 | everything up to issue 37 (log entries as `Command::V1`/`Batch`, snapshot format 7) |
 //! | 2 | 0.2.0 | the version itself (`Op::RaiseRules`), snapshot format 8 (which carries it), `RenewRequest.metadata` (`Op::RenewWithMetadata`) |
+//! | 3 | 0.2.0 | snapshot format 9: the live state, then the archive's entries as they are (no event, record or idle resource decoded to write or read one) |
 
 /// The first version: 0.1.0's rules, which any member applies. A member that announces no
 /// range (0.1.0 itself) supports exactly this one.
@@ -19,6 +20,9 @@ pub const RAISE: u32 = 2;
 
 /// `RenewRequest.metadata`: a renew that replaces its lease's metadata.
 pub const RENEW_METADATA: u32 = 2;
+
+/// Snapshot format 9: the live state and the archive's entries as they are.
+pub const LIVE_SNAPSHOTS: u32 = 3;
 
 /// Why a request is refused before it is proposed: it needs `needs`, the cluster runs
 /// `cluster`.

@@ -27,7 +27,7 @@ pub const RECORD_BYTES: u64 = 128;
 
 /// The first 128 bits of a SHA-256: the same on every node and in every release (a snapshot
 /// carries them), and no caller can make two keys collide on purpose.
-type Digest128 = [u8; 16];
+pub(crate) type Digest128 = [u8; 16];
 
 fn digest(parts: &[&[u8]]) -> Digest128 {
     let mut hasher = Sha256::new();
@@ -153,7 +153,7 @@ impl KeptRef<'_> {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Remembered {
+pub(crate) struct Remembered {
     /// Whose record: its bytes count against this principal's quota. Empty for records
     /// converted from a format that did not keep it.
     principal: Name,
@@ -322,6 +322,7 @@ mod table;
 #[cfg(test)]
 use table::CHUNK;
 pub use table::{Charge, Dedup};
+pub(crate) use table::{DedupLoaded, DedupWriting};
 
 #[cfg(feature = "testkit")]
 pub use format4::format_4_table;

@@ -11,6 +11,8 @@
 //! the table goes on; chunks the window has passed leave the archive after a snapshot
 //! ([`Dedup::remove_forgotten`]).
 
+mod live;
+
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +24,8 @@ use crate::archive::{
 };
 use crate::policy::DEDUP_WINDOW_MS;
 
+pub(crate) use live::{DedupLoaded, DedupWriting};
+
 /// Records per chunk: written to the archive at once, read whole by a retry. About 2 KiB:
 /// sled keeps far more than its cache of values much larger than that resident (measured:
 /// 70 KB values took 1.7 times their size in memory, 2 KB values 40 MiB for 140 MB).
@@ -29,7 +33,7 @@ pub const CHUNK: usize = 16;
 
 /// A record as a chunk holds it: with its key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Rec {
+pub(crate) struct Rec {
     key: Digest128,
     record: Remembered,
 }

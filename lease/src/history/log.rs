@@ -13,6 +13,8 @@
 //! was while apply writes past it; chunks the cursor has passed leave the archive after a
 //! snapshot ([`EventLog::remove_forgotten`]).
 
+mod live;
+
 use std::cell::RefCell;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -20,6 +22,8 @@ use std::sync::{Arc, Mutex};
 use imbl::OrdMap;
 
 use serde::{Deserialize, Serialize};
+
+pub(crate) use live::{LogLoaded, LogWriting};
 
 use super::{Event, Position};
 use crate::archive::{chunk_key, copy_chunks, read_chunk, Archive, MemArchive, Space};

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::machine::PushLean;
 use super::types::{Lease, LeaseStatus, Metadata, Mode, Name};
 pub use log::{EventLog, Kept, Logged, Reader, CHUNK};
+pub(crate) use log::{LogLoaded, LogWriting};
 
 /// Newest events kept per resource, and at most what they cost ([`event_cost`]).
 pub const PER_RESOURCE: usize = 10_000;

@@ -193,6 +193,74 @@ impl ColdStore {
     }
 }
 
+/// The cold store in a snapshot of format 9: its stubs as (name, number of the value,
+/// trimmed, newest event), and the next number; the values travel as the archive's entries.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ColdParts<S> {
+    next: u64,
+    stubs: S,
+}
+
+/// The stubs, written from the store's map without a copy.
+pub(crate) struct StubList<'a>(&'a OrdMap<Name, Cold>);
+
+impl Serialize for StubList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(
+            self.0
+                .iter()
+                .map(|(name, c)| (name, c.archived, c.trimmed, c.last)),
+        )
+    }
+}
+
+type Stub = (Name, u64, (u64, u32), (u64, u32));
+
+impl ColdStore {
+    pub(crate) fn live(&self) -> ColdParts<StubList<'_>> {
+        ColdParts {
+            next: self.next,
+            stubs: StubList(&self.stubs),
+        }
+    }
+
+    /// The store a format-9 snapshot wrote, its values in `archive`.
+    pub(crate) fn from_live(parts: ColdParts<Vec<Stub>>, archive: Arc<dyn Archive>) -> ColdStore {
+        let stubs = parts
+            .stubs
+            .into_iter()
+            .map(|(name, archived, trimmed, last)| {
+                let stub = Cold {
+                    archived,
+                    trimmed,
+                    last,
+                };
+                (name, stub)
+            });
+        ColdStore {
+            archive,
+            stubs: stubs.collect(),
+            next: parts.next,
+            gone: Arc::default(),
+        }
+    }
+
+    pub(crate) fn archive(&self) -> &dyn Archive {
+        &*self.archive
+    }
+
+    /// The numbers of the values the stubs name, in order: what a snapshot of format 9 sends
+    /// of the store.
+    pub(crate) fn archived_values(&self) -> Vec<u64> {
+        let mut all: Vec<u64> = self.stubs.values().map(|c| c.archived).collect();
+        all.sort_unstable();
+        all
+    }
+}
+
+/// The cold store as format 9 reads it.
+pub(crate) type ColdLoaded = ColdParts<Vec<Stub>>;
+
 /// The most events a resource keeps and still goes cold. One with more is used often: going
 /// cold and back at every acquire and release would rewrite them each time, and what all
 /// resources keep is bounded anyway (16 bytes an event, [`super::super::history::TOTAL`]).

@@ -14,6 +14,7 @@ mod checks;
 mod cold;
 mod index;
 mod indexes;
+mod live;
 mod precheck;
 mod reclaim;
 mod record;
@@ -41,6 +42,8 @@ pub use apply::apply;
 pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
 use indexes::Indexes;
+pub(crate) use live::LiveLoaded;
+pub use live::MissingEntry;
 pub use precheck::FRESH_MS;
 #[cfg(test)]
 pub(crate) use precheck::HELD_MARGIN_MS;

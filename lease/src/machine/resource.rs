@@ -185,6 +185,35 @@ impl<'de> Deserialize<'de> for Loaded {
     }
 }
 
+/// Where a resource's events are, as a snapshot of format 9 holds it: (revision, seq, cost)
+/// of each, oldest first.
+pub(crate) struct KeptList<'a>(pub(crate) &'a VecDeque<Kept>);
+
+impl Serialize for KeptList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|k| (k.revision, k.seq, k.cost)))
+    }
+}
+
+/// A resource as a snapshot of format 9 holds it, read: where its events are, not the events.
+pub(crate) struct LoadedLive(pub(crate) ResourceState);
+
+impl<'de> Deserialize<'de> for LoadedLive {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let stored = Stored::<Policy, Booking, (u64, u32, u32)>::deserialize(deserializer)?;
+        let (mut rs, kept) = ResourceState::parts_of(stored);
+        for (revision, seq, cost) in kept {
+            rs.history_bytes = rs.history_bytes.saturating_add(cost);
+            rs.history.push_back(Kept {
+                revision,
+                seq,
+                cost,
+            });
+        }
+        Ok(LoadedLive(rs))
+    }
+}
+
 /// A resource as snapshot format 5 holds it (events without a session).
 pub(crate) struct ResourceStateV5(pub(crate) Loaded);
 
@@ -210,7 +239,12 @@ impl ResourceState {
     fn from_stored<P: Into<Policy>, B: Into<Booking>, E: Into<Event>>(
         stored: Stored<P, B, E>,
     ) -> Loaded {
-        let events: Vec<Event> = stored.history.into_iter().map(Into::into).collect();
+        let (rs, events) = ResourceState::parts_of(stored);
+        Loaded(rs, events.into_iter().map(Into::into).collect())
+    }
+
+    /// A stored resource, and its history as stored (events, or where they are).
+    fn parts_of<P: Into<Policy>, B: Into<Booking>, H>(stored: Stored<P, B, H>) -> (Self, Vec<H>) {
         let rare = Rare {
             registration: stored.registration.map(|p| Box::new((*p).into())),
             closed_until_ms: stored.closed_until_ms,
@@ -228,7 +262,7 @@ impl ResourceState {
             rare: (rare != *NOTHING_RARE).then(|| Box::new(rare)),
         };
         rs.set_trimmed(stored.trimmed_through.and_then(packed));
-        Loaded(rs, events)
+        (rs, stored.history)
     }
 
     /// Keeps `event` (of this resource, loaded) where it is in the log, as apply did.

@@ -19,7 +19,9 @@ impl State {
             log: self.log.snapshot_copy(),
             cold: self.cold.snapshot_copy(),
             dropped_through: self.dropped_through,
-            quotas: self.quotas.replicated(),
+            // With its usage: format 9 carries what each principal's exactly-once records
+            // cost, which only a walk of every record could count again.
+            quotas: self.quotas.clone(),
             dropped_last: self.dropped_last.clone(),
             sessions: self.sessions.clone(),
             groups: self.groups.clone(),
@@ -54,7 +56,13 @@ impl State {
     }
 
     /// The derived indexes built again.
-    fn rebuilt(mut self) -> Self {
+    fn rebuilt(self) -> Self {
+        self.rebuilt_with(None)
+    }
+
+    /// The derived indexes built again; with `exactly_once`, what each principal's
+    /// exactly-once records cost, as a format-9 snapshot carries it (else counted from them).
+    pub(super) fn rebuilt_with(mut self, exactly_once: Option<Vec<(Name, u64)>>) -> Self {
         // Built again through the methods apply keeps them with. First: each lease names its
         // session again, and a lease on a session is not due.
         self.indexes = Indexes::default();
@@ -79,7 +87,7 @@ impl State {
                 indexes.closed_until(name, closed_until_ms, closed_until_ms);
             }
         }
-        self.recount_usage();
+        self.recount_usage_with(exactly_once);
         if self.dropped_last.is_none() {
             // A format before the position was kept: every resource of that revision counts
             // as dropped (`~` sorts after every name), so a watch is told `compacted` rather

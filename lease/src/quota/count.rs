@@ -158,8 +158,10 @@ impl State {
         }
     }
 
-    /// Counts what every principal holds again (a loaded snapshot).
-    pub(crate) fn recount_usage(&mut self) {
+    /// Counts what every principal holds again (a loaded snapshot); with `exactly_once`, what each one's
+    /// exactly-once records cost is that (a format-9 snapshot carries it), else it is
+    /// counted from the records.
+    pub(crate) fn recount_usage_with(&mut self, exactly_once: Option<Vec<(Name, u64)>>) {
         let State {
             quotas,
             dedup,
@@ -167,12 +169,21 @@ impl State {
             ..
         } = self;
         quotas.clear_usage();
-        dedup.recount(|(principal, bytes)| {
-            // Records converted from format 4 belong to nobody: they count in the total only.
-            if !principal.is_empty() {
-                quotas.add(principal, Quota::ExactlyOnceBytes, bytes);
+        match exactly_once {
+            Some(usage) => {
+                for (principal, bytes) in usage {
+                    let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+                    quotas.add(&principal, Quota::ExactlyOnceBytes, bytes);
+                }
             }
-        });
+            None => dedup.recount(|(principal, bytes)| {
+                // Records converted from format 4 belong to nobody: they count in the total
+                // only.
+                if !principal.is_empty() {
+                    quotas.add(principal, Quota::ExactlyOnceBytes, bytes);
+                }
+            }),
+        }
         for rs in resources.values() {
             let rare = rs.rare();
             let ad_hoc = rare.registration.is_none();

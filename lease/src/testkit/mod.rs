@@ -178,10 +178,17 @@ impl Log {
     /// Replaces the state with what a node restored from its snapshot holds, after checking the
     /// two agree, on the replicated fields and on when the next lease or session falls due.
     #[track_caller]
+    /// Both ways: in the format the state's rules write, and in format 9 (the live state
+    /// and the archive's entries), whose restored state goes on.
     pub fn restore_from_snapshot(&mut self) {
-        let body = crate::encoding::encode_state(&self.state.snapshot_copy()).expect("encode");
+        let copy = self.state.snapshot_copy();
+        let body = crate::encoding::encode_state(&copy).expect("encode");
         let restored = crate::encoding::decode_state(&body).expect("decode");
         assert_eq!(restored, self.state);
+        assert_eq!(restored.next_due_ms(), self.state.next_due_ms());
+        let body = crate::encoding::encode_state_live(&copy).expect("encode format 9");
+        let restored = crate::encoding::decode_state(&body).expect("decode format 9");
+        assert_eq!(restored, self.state, "format 9");
         assert_eq!(restored.next_due_ms(), self.state.next_due_ms());
         self.state = restored;
     }

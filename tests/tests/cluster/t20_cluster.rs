@@ -99,10 +99,20 @@ async fn restart_loads_the_snapshot_and_replays_only_the_tail() {
 }
 
 /// A follower that was down while the leader purged its log catches up from the leader's
-/// snapshot file, sent in chunks and installed from disk, then from the log after it.
+/// snapshot file, sent in chunks and installed from disk, then from the log after it. The
+/// cluster runs this release's rules first, so the snapshot is of its format (9: the live
+/// state and the archive's entries).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_behind_a_purged_log_catches_up_from_a_sent_snapshot() {
     let (mut cluster, leader) = snapshotting_cluster().await;
+    let rules = tenure_node::rules::RELEASE.max;
+    let mut applied = cluster.node(leader).sm.subscribe();
+    while cluster.node(leader).sm.read().state.rules() < rules {
+        tokio::time::timeout(ELECTION, applied.changed())
+            .await
+            .expect("the rules rise")
+            .expect("the node runs");
+    }
     let behind = cluster
         .live_ids()
         .into_iter()
@@ -135,6 +145,7 @@ async fn a_follower_behind_a_purged_log_catches_up_from_a_sent_snapshot() {
         "the follower installed the leader's snapshot"
     );
     assert!(StorageStats::get(&stats.last_snapshot_index) >= 40);
+    assert_eq!(cluster.node(behind).sm.read().state.rules(), rules);
     assert_holds(&cluster, behind, &tokens);
     // The installed snapshot is the one a restart loads.
     cluster.kill(behind).await;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tenure_client::{pb, Reason};
+use tenure_node::rules::RELEASE;
 use tenure_node::store::WatchReceiver as _;
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::{acquire_request, ELECTION};
@@ -95,7 +96,7 @@ async fn the_rules_rise_only_once_every_member_supports_them_and_gate_what_needs
     for id in cluster.live_ids() {
         let node = cluster.node(id).clone();
         until(&cluster, id, "the raise applies", || {
-            node.sm.read().state.rules() == 2
+            node.sm.read().state.rules() == RELEASE.max
         })
         .await;
     }
@@ -108,7 +109,8 @@ async fn the_rules_rise_only_once_every_member_supports_them_and_gate_what_needs
     assert_eq!(renewed.metadata["addr"], "10.0.0.7:80");
     assert_eq!(renewed.fencing_token, lease.fencing_token);
 
-    // Node 3's data is of rules 2 now: started as a release of rules 1, it refuses to start.
+    // Node 3's data is of this release's rules now (format 9 from rules 3): started as a
+    // release of rules 1, it refuses to start.
     cluster
         .client_of(3)
         .node_snapshot(0)
@@ -118,9 +120,10 @@ async fn the_rules_rise_only_once_every_member_supports_them_and_gate_what_needs
     cluster.set_flags(3, vec!["--max-rules".to_string(), "1".to_string()]);
     let refused = cluster.restart(3).await.expect_err("refuses to start");
     assert!(
-        refused
-            .to_string()
-            .contains("is of rules version 2, and this node applies rules up to 1"),
+        refused.to_string().contains(&format!(
+            "is of rules version {}, and this node applies rules up to 1",
+            RELEASE.max
+        )),
         "{refused:#}"
     );
     cluster.shutdown().await;
@@ -138,7 +141,7 @@ async fn a_member_below_the_clusters_rules_halts_and_is_not_promoted() {
     let leader = cluster.leader(ELECTION).await.expect("leader");
     let node = cluster.node(leader).clone();
     until(&cluster, leader, "the raise applies", || {
-        node.sm.read().state.rules() == 2
+        node.sm.read().state.rules() == RELEASE.max
     })
     .await;
     cluster.set_flags(4, vec!["--max-rules".to_string(), "1".to_string()]);
@@ -155,7 +158,10 @@ async fn a_member_below_the_clusters_rules_halts_and_is_not_promoted() {
     .await;
     let why = joined.sm.halted().unwrap_or_default();
     assert!(
-        why.contains("rules version 2, and this node applies rules up to 1"),
+        why.contains(&format!(
+            "rules version {}, and this node applies rules up to 1",
+            RELEASE.max
+        )),
         "{why}"
     );
     let refused = client

@@ -5,7 +5,7 @@
 
 use super::{Run, Tracked};
 use crate::command::Reply;
-use crate::encoding::{decode_state, encode_state};
+use crate::encoding::{decode_state, encode_state, encode_state_live};
 use crate::model::gen::RESOURCES;
 use crate::model::{Request, DEFAULT_TTL_MS};
 
@@ -162,5 +162,11 @@ impl Run {
         let bytes = encode_state(&self.machine).expect("state serializes");
         let restored = decode_state(&bytes).expect("state deserializes");
         assert_eq!(restored, self.machine, "step {n}: snapshot round trip");
+        let bytes = encode_state_live(&self.machine).expect("state serializes in format 9");
+        let restored = decode_state(&bytes).expect("format 9 deserializes");
+        assert_eq!(
+            restored, self.machine,
+            "step {n}: snapshot round trip, format 9"
+        );
     }
 }

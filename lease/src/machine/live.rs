@@ -1,0 +1,222 @@
+//! The state in a snapshot of format 9 (rules version 3): its live section, what the heap
+//! holds (hot resources with where their events are, the cold resources' stubs, the event
+//! log's and the exactly-once table's own fields, sessions, groups, quotas), then the archive
+//! entries the state reads, as the archive holds them. Writing one copies those entries; it
+//! decodes no event, record or cold resource. Reading one puts the entries in an archive
+//! and builds on the heap only what the live section names; the exactly-once usage of each
+//! principal travels with it, so no record is read to count it.
+
+use std::fmt;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use imbl::OrdMap;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::super::dedup::{DedupLoaded, DedupWriting};
+use super::super::history::{LogLoaded, LogWriting, Position};
+use super::cold::{ColdLoaded, ColdParts, ColdStore, StubList};
+use super::resource::{KeptList, LoadedLive, Writing};
+use super::{Dedup, EventLog, ResourceState, State};
+use crate::archive::{chunk_key, Archive, Space};
+use crate::lease_clock::LeaseClock;
+use crate::many::Group;
+use crate::policy::Policy;
+use crate::quota::{Quota, Quotas};
+use crate::session::Session;
+use crate::types::Name;
+
+/// The live section as it is written, borrowed from the state.
+#[derive(Serialize)]
+pub(crate) struct LiveWriting<'a> {
+    clock: &'a LeaseClock,
+    default_policy: &'a Policy,
+    resources: HotResources<'a>,
+    dedup: DedupWriting<'a>,
+    dropped_through: Option<(u64, u32)>,
+    quotas: &'a Quotas,
+    dropped_last: &'a Option<Position>,
+    sessions: &'a OrdMap<u64, Arc<Session>>,
+    groups: &'a OrdMap<u64, Arc<Group>>,
+    log: LogWriting<'a>,
+    cold: ColdParts<StubList<'a>>,
+    exactly_once: Vec<(Name, u64)>,
+}
+
+/// The live section as it is read: the same fields, in the same order.
+#[derive(Deserialize)]
+pub(crate) struct LiveLoaded {
+    clock: LeaseClock,
+    default_policy: Policy,
+    resources: LiveResources,
+    dedup: DedupLoaded,
+    dropped_through: Option<(u64, u32)>,
+    quotas: Quotas,
+    dropped_last: Option<Position>,
+    sessions: OrdMap<u64, Arc<Session>>,
+    groups: OrdMap<u64, Arc<Group>>,
+    log: LogLoaded,
+    cold: ColdLoaded,
+    exactly_once: Vec<(Name, u64)>,
+}
+
+/// The hot resources, each with where its events are.
+struct HotResources<'a>(&'a OrdMap<Name, Arc<ResourceState>>);
+
+impl Serialize for HotResources<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, rs)| {
+            let history = KeptList(&rs.history);
+            (name, Writing { rs, history })
+        }))
+    }
+}
+
+/// The hot resources, read.
+struct LiveResources(OrdMap<Name, Arc<ResourceState>>);
+
+impl<'de> Deserialize<'de> for LiveResources {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Resources;
+        impl<'de> Visitor<'de> for Resources {
+            type Value = LiveResources;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of resources")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut resources = OrdMap::new();
+                while let Some((name, LoadedLive(rs))) = map.next_entry::<Name, LoadedLive>()? {
+                    resources.insert(name, Arc::new(rs));
+                }
+                Ok(LiveResources(resources))
+            }
+        }
+        deserializer.deserialize_map(Resources)
+    }
+}
+
+/// What a writer is told of each archive entry (space, key, value); it returns whether to
+/// go on.
+pub(crate) type VisitEntry<'a> = &'a mut dyn FnMut(Space, &[u8], &[u8]) -> bool;
+
+/// An archive entry the state reads that its archive does not hold: the snapshot is broken.
+#[derive(Debug)]
+pub struct MissingEntry(pub Space, pub u64);
+
+impl fmt::Display for MissingEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "entry {} of {:?} is not in the snapshot", self.1, self.0)
+    }
+}
+
+impl std::error::Error for MissingEntry {}
+
+/// Visits the entries numbered `wanted` (in order) of `space`, in one ordered scan; stops at
+/// the first `visit` that returns false. A wanted number the archive does not hold is an
+/// error.
+fn visit_numbered(
+    archive: &dyn Archive,
+    space: Space,
+    wanted: impl Iterator<Item = u64>,
+    visit: VisitEntry<'_>,
+) -> Result<bool, MissingEntry> {
+    let mut wanted = wanted.peekable();
+    let Some(first) = wanted.peek().copied() else {
+        return Ok(true);
+    };
+    let (mut missing, mut stopped) = (None, false);
+    let from = chunk_key(first);
+    let scan_from = Bound::Included(&from[..]);
+    archive.scan(
+        space,
+        scan_from,
+        Bound::Unbounded,
+        false,
+        &mut |key, value| {
+            let Ok(at) = <[u8; 8]>::try_from(key).map(u64::from_be_bytes) else {
+                return true;
+            };
+            match wanted.peek().copied() {
+                None => false,
+                Some(next) if next > at => true,
+                Some(next) if next < at => {
+                    missing = Some(next);
+                    false
+                }
+                Some(_) => {
+                    wanted.next();
+                    stopped = !visit(space, key, value);
+                    !stopped && wanted.peek().is_some()
+                }
+            }
+        },
+    );
+    if stopped {
+        return Ok(false);
+    }
+    match missing.or_else(|| wanted.next()) {
+        Some(seq) => Err(MissingEntry(space, seq)),
+        None => Ok(true),
+    }
+}
+
+impl State {
+    /// The live section of format 9.
+    pub(crate) fn live(&self) -> LiveWriting<'_> {
+        LiveWriting {
+            clock: &self.clock,
+            default_policy: &self.default_policy,
+            resources: HotResources(&self.resources),
+            dedup: self.dedup.live(),
+            dropped_through: self.dropped_through,
+            quotas: &self.quotas,
+            dropped_last: &self.dropped_last,
+            sessions: &self.sessions,
+            groups: &self.groups,
+            log: self.log.live(),
+            cold: self.cold.live(),
+            exactly_once: self.quotas.usage_of(Quota::ExactlyOnceBytes),
+        }
+    }
+
+    /// Visits the archive entries this state reads (exactly-once chunks, event chunks, cold
+    /// values: each space in key order), until `visit` returns false; an entry the archive
+    /// does not hold is an error.
+    pub(crate) fn each_archived(&self, visit: VisitEntry<'_>) -> Result<(), MissingEntry> {
+        let dedup = self.dedup.archived_chunks();
+        if !visit_numbered(self.dedup.archive(), Space::ExactlyOnce, dedup, visit)? {
+            return Ok(());
+        }
+        let events = self.log.archived_chunks();
+        if !visit_numbered(self.log.archive(), Space::Events, events, visit)? {
+            return Ok(());
+        }
+        let cold = self.cold.archived_values().into_iter();
+        visit_numbered(self.cold.archive(), Space::Cold, cold, visit)?;
+        Ok(())
+    }
+
+    /// The state a format-9 live section describes, its entries in `archive`; an entry it
+    /// reads that `archive` does not hold is an error.
+    pub(crate) fn from_live(live: LiveLoaded, archive: Arc<dyn Archive>) -> anyhow::Result<State> {
+        let mut state = State {
+            clock: live.clock,
+            resources: live.resources.0,
+            dedup: Dedup::from_live(live.dedup, archive.clone()),
+            log: EventLog::from_live(live.log, archive.clone()),
+            cold: ColdStore::from_live(live.cold, archive),
+            dropped_through: live.dropped_through,
+            quotas: live.quotas,
+            dropped_last: live.dropped_last,
+            sessions: live.sessions,
+            groups: live.groups,
+            ..State::with_default_policy(live.default_policy)
+        };
+        state.each_archived(&mut |_, _, _| true)?;
+        state.dedup.index_again();
+        Ok(state.rebuilt_with(Some(live.exactly_once)))
+    }
+}

@@ -1,0 +1,137 @@
+//! What one snapshot of an aged node costs, in process (docs/benchmarks.md):
+//! `cargo run --release -p tenure-node --example snapshot_cost -- 1000000`.
+//!
+//! Applies N lock cycles on fresh names (an acquire and a release, each with a fresh
+//! `request_id`, 0.25 ms of lease time apart: the lock soak's load at 2,000 cycles/s), into a
+//! state that keeps its archive where a node does (sled, on disk). What it then holds is what
+//! a node holds after that soak: the exactly-once records of the last ten minutes, the newest
+//! million events, the idle resources they belong to (cold), a few live leases. Then it
+//! writes the snapshot a node would build, once in format 8 (rules 2) and once in format 9
+//! (rules 3), to a file beside the archive, and reads each back: the CPU time of each step
+//! (this thread's), the bytes written, and the growth of the process's resident memory while
+//! the write runs.
+
+use std::io::BufWriter;
+use std::time::Duration;
+
+use tenure_node::lease::encoding::{decode_state, encode_state_into};
+use tenure_node::lease::{
+    apply, AcquireOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal, ReleaseOp, Reply, Stamp,
+    State,
+};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// CPU time of this thread so far.
+fn thread_cpu() -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat")?;
+    // utime and stime: fields 14 and 15, after the command's closing parenthesis.
+    let after = stat.rsplit_once(')').map(|(_, s)| s).unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// Resident bytes of this process (`/proc/self/statm`, in pages of 4 KiB).
+fn resident_bytes() -> anyhow::Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap_or("0").parse()?;
+    Ok(pages * 4096)
+}
+
+fn entry(index: u64, at_us: u64, request_id: String, op: Op) -> (EntryMeta, Command) {
+    let proposal = Proposal {
+        stamp: Stamp {
+            mono_ms: 1_000 + at_us / 1_000,
+            wall_ms: 1_700_000_000_000 + at_us / 1_000,
+            clock_epoch: 0,
+        },
+        // An admin of the token file, whom quotas do not limit (the soak raises the quotas
+        // of `anonymous` instead).
+        principal: "root".into(),
+        admin: true,
+        request_id: Some(request_id),
+        require_registration: false,
+        op,
+    };
+    let leader = LeaderKey {
+        term: 1,
+        node_id: 1,
+    };
+    (EntryMeta { index, leader }, Command::V1(proposal))
+}
+
+fn main() -> anyhow::Result<()> {
+    let cycles: u64 = match std::env::args().nth(1) {
+        Some(n) => n.parse()?,
+        None => 1_000_000,
+    };
+    let dir = tempfile::tempdir()?;
+    let archives = tenure_node::store::archive::Archives::open(&dir.path().join("archive"))?;
+    let mut state = State::default().with_rules(3);
+    state.move_into_archive(archives.fresh()?);
+    let started = thread_cpu()?;
+    let mut index = 0;
+    for n in 0..cycles {
+        let resource = format!("soak/{n}");
+        index += 1;
+        let acquire = Op::Acquire(AcquireOp {
+            resource: resource.clone(),
+            holder: "b".into(),
+            ttl_ms: Some(30_000),
+            mode: Mode::Exclusive,
+            units: 0,
+            metadata: Default::default(),
+            idempotency_key: None,
+            wait_ms: None,
+        });
+        let (meta, command) = entry(index, n * 500, format!("a-{n}"), acquire);
+        let reply = apply(&mut state, meta, &command);
+        anyhow::ensure!(
+            matches!(&reply, Reply::Acquire(a) if a.granted),
+            "acquire {n}: {reply:?}"
+        );
+        let token = index;
+        index += 1;
+        let release = Op::Release(ReleaseOp {
+            resource,
+            lease_id: String::new(),
+            holder: "b".into(),
+            fencing_token: token,
+        });
+        let (meta, command) = entry(index, n * 500 + 250, format!("r-{n}"), release);
+        apply(&mut state, meta, &command);
+    }
+    println!(
+        "{cycles} lock cycles applied in {:.1} s of CPU: {} exactly-once records ({} MB counted)",
+        (thread_cpu()? - started).as_secs_f64(),
+        state.dedup().len(),
+        state.dedup().bytes() / 1_000_000,
+    );
+    for rules in [2, 3] {
+        let copy = state.snapshot_copy().with_rules(rules);
+        let path = dir.path().join(format!("snapshot-{rules}"));
+        let before = resident_bytes()?;
+        let cpu = thread_cpu()?;
+        let file = BufWriter::new(std::fs::File::create(&path)?);
+        encode_state_into(&copy, file)?.into_inner()?.sync_all()?;
+        let written = thread_cpu()? - cpu;
+        let grew = resident_bytes()?.saturating_sub(before);
+        drop(copy);
+        let bytes = std::fs::read(&path)?;
+        let cpu = thread_cpu()?;
+        let read = decode_state(&bytes)?;
+        let decoded = thread_cpu()? - cpu;
+        anyhow::ensure!(read.rules() == rules, "the body keeps the rules");
+        println!(
+            "format {}: {:.1} MB written in {:.2} s of CPU (RSS +{} MiB while writing), read in {:.2} s",
+            if rules == 2 { 8 } else { 9 },
+            bytes.len() as f64 / 1e6,
+            written.as_secs_f64(),
+            grew >> 20,
+            decoded.as_secs_f64(),
+        );
+    }
+    Ok(())
+}
