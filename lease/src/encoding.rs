@@ -44,14 +44,14 @@ const JSON_FORMAT: u32 = 2;
 /// 8) the rules version, then the state, in postcard's encoding. The format is the newest the
 /// cluster's rules allow: every member reads it. Only the state's own fields are written;
 /// the derived indexes are rebuilt on load.
-pub fn encode_state_into<W: Write>(state: &State, out: W) -> postcard::Result<W> {
-    match state.rules() {
-        crate::rules::FIRST => postcard::to_io(&(FORMAT_BEFORE_RULES, state), out),
+pub fn encode_state_into<W: Write>(state: &State, out: W) -> anyhow::Result<W> {
+    Ok(match state.rules() {
+        crate::rules::FIRST => postcard::to_io(&(FORMAT_BEFORE_RULES, state), out)?,
         rules if rules < crate::rules::LIVE_SNAPSHOTS => {
-            postcard::to_io(&(FORMAT_BEFORE_LIVE, rules, state), out)
+            postcard::to_io(&(FORMAT_BEFORE_LIVE, rules, state), out)?
         }
-        rules => encode_live(state, rules, out),
-    }
+        rules => encode_live(state, rules, out)?,
+    })
 }
 
 /// An archive entry in a body of format 9: its space's tag, its key, its value.
@@ -74,7 +74,7 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Bytes<'a> {
 }
 
 /// Format 9: the live state, each archive entry it reads (`Some`), then `None`.
-fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> postcard::Result<W> {
+fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> anyhow::Result<W> {
     let mut out = postcard::to_io(&(FORMAT_VERSION, rules, state.live()), out)?;
     let mut failed = None;
     let archived = state.each_archived(&mut |space, key, value| {
@@ -83,11 +83,11 @@ fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> postcard::Result<
         failed.is_none()
     });
     if let Some(error) = failed {
-        return Err(error);
+        return Err(error.into());
     }
     // A state whose archive lost an entry it reads cannot be written whole.
-    archived.map_err(|_| postcard::Error::SerdeSerCustom)?;
-    postcard::to_io(&None::<Entry<'_>>, out)
+    archived?;
+    Ok(postcard::to_io(&None::<Entry<'_>>, out)?)
 }
 
 /// Reads a body of format 9 (after its version): the archive entries go to an archive on the
@@ -116,12 +116,12 @@ fn decode_live(body: &[u8]) -> anyhow::Result<State> {
 
 /// The body in format 9 whatever the state's rules (tests, which check every state they
 /// snapshot both ways).
-pub fn encode_state_live(state: &State) -> postcard::Result<Vec<u8>> {
+pub fn encode_state_live(state: &State) -> anyhow::Result<Vec<u8>> {
     encode_live(state, state.rules(), Vec::new())
 }
 
 /// The body in memory (tests and tools; a node writes it to the file directly).
-pub fn encode_state(state: &State) -> postcard::Result<Vec<u8>> {
+pub fn encode_state(state: &State) -> anyhow::Result<Vec<u8>> {
     encode_state_into(state, Vec::new())
 }
 

@@ -256,6 +256,27 @@ impl ColdStore {
         all.sort_unstable();
         all
     }
+
+    /// Whether `value` is a cold resource's (an archive entry of a snapshot just read).
+    pub(crate) fn decodes(value: &[u8]) -> bool {
+        postcard::from_bytes::<ColdValue>(value).is_ok()
+    }
+
+    /// Checks a store just read: each value named once, all below the next number, and no
+    /// resource both cold and among the `hot` ones.
+    pub(crate) fn check_loaded(
+        &self,
+        hot: &OrdMap<Name, Arc<ResourceState>>,
+    ) -> Result<(), String> {
+        let numbers = self.archived_values();
+        let named_once = numbers.windows(2).all(|w| w[0] < w[1]);
+        let below_next = numbers.last().is_none_or(|last| *last < self.next);
+        let apart = self.stubs.keys().all(|name| !hot.contains_key(name));
+        match named_once && below_next && apart {
+            true => Ok(()),
+            false => Err("the cold resources' stubs do not agree with the state".into()),
+        }
+    }
 }
 
 /// The cold store as format 9 reads it.

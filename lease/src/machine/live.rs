@@ -3,8 +3,9 @@
 //! log's and the exactly-once table's own fields, sessions, groups, quotas), then the archive
 //! entries the state reads, as the archive holds them. Writing one copies those entries; it
 //! decodes no event, record or cold resource. Reading one puts the entries in an archive
-//! and builds on the heap only what the live section names; the exactly-once usage of each
-//! principal travels with it, so no record is read to count it.
+//! and builds on the heap only what the live section names, after checking that every entry
+//! it reads is there and decodes; the exactly-once records are counted from their chunks as
+//! their index is built again.
 
 use std::fmt;
 use std::ops::Bound;
@@ -23,7 +24,7 @@ use crate::archive::{chunk_key, Archive, Space};
 use crate::lease_clock::LeaseClock;
 use crate::many::Group;
 use crate::policy::Policy;
-use crate::quota::{Quota, Quotas};
+use crate::quota::Quotas;
 use crate::session::Session;
 use crate::types::Name;
 
@@ -41,7 +42,6 @@ pub(crate) struct LiveWriting<'a> {
     groups: &'a OrdMap<u64, Arc<Group>>,
     log: LogWriting<'a>,
     cold: ColdParts<StubList<'a>>,
-    exactly_once: Vec<(Name, u64)>,
 }
 
 /// The live section as it is read: the same fields, in the same order.
@@ -58,7 +58,6 @@ pub(crate) struct LiveLoaded {
     groups: OrdMap<u64, Arc<Group>>,
     log: LogLoaded,
     cold: ColdLoaded,
-    exactly_once: Vec<(Name, u64)>,
 }
 
 /// The hot resources, each with where its events are.
@@ -114,46 +113,40 @@ impl fmt::Display for MissingEntry {
 
 impl std::error::Error for MissingEntry {}
 
-/// Visits the entries numbered `wanted` (in order) of `space`, in one ordered scan; stops at
-/// the first `visit` that returns false. A wanted number the archive does not hold is an
-/// error.
+/// Visits the entries numbered `wanted` (ascending) of `space`, in one ordered scan over
+/// their range; stops at the first `visit` that returns false. A wanted number the archive
+/// does not hold is an error.
 fn visit_numbered(
     archive: &dyn Archive,
     space: Space,
-    wanted: impl Iterator<Item = u64>,
+    wanted: &[u64],
     visit: VisitEntry<'_>,
 ) -> Result<bool, MissingEntry> {
-    let mut wanted = wanted.peekable();
-    let Some(first) = wanted.peek().copied() else {
+    let (Some(first), Some(last)) = (wanted.first(), wanted.last()) else {
         return Ok(true);
     };
+    let (from, to) = (chunk_key(*first), chunk_key(*last));
+    let mut wanted = wanted.iter().copied().peekable();
     let (mut missing, mut stopped) = (None, false);
-    let from = chunk_key(first);
-    let scan_from = Bound::Included(&from[..]);
-    archive.scan(
-        space,
-        scan_from,
-        Bound::Unbounded,
-        false,
-        &mut |key, value| {
-            let Ok(at) = <[u8; 8]>::try_from(key).map(u64::from_be_bytes) else {
-                return true;
-            };
-            match wanted.peek().copied() {
-                None => false,
-                Some(next) if next > at => true,
-                Some(next) if next < at => {
-                    missing = Some(next);
-                    false
-                }
-                Some(_) => {
-                    wanted.next();
-                    stopped = !visit(space, key, value);
-                    !stopped && wanted.peek().is_some()
-                }
+    let range = (Bound::Included(&from[..]), Bound::Included(&to[..]));
+    archive.scan(space, range.0, range.1, false, &mut |key, value| {
+        let Ok(at) = <[u8; 8]>::try_from(key).map(u64::from_be_bytes) else {
+            return true;
+        };
+        match wanted.peek().copied() {
+            None => false,
+            Some(next) if next > at => true,
+            Some(next) if next < at => {
+                missing = Some(next);
+                false
             }
-        },
-    );
+            Some(_) => {
+                wanted.next();
+                stopped = !visit(space, key, value);
+                !stopped && wanted.peek().is_some()
+            }
+        }
+    });
     if stopped {
         return Ok(false);
     }
@@ -178,7 +171,6 @@ impl State {
             groups: &self.groups,
             log: self.log.live(),
             cold: self.cold.live(),
-            exactly_once: self.quotas.usage_of(Quota::ExactlyOnceBytes),
         }
     }
 
@@ -187,20 +179,21 @@ impl State {
     /// does not hold is an error.
     pub(crate) fn each_archived(&self, visit: VisitEntry<'_>) -> Result<(), MissingEntry> {
         let dedup = self.dedup.archived_chunks();
-        if !visit_numbered(self.dedup.archive(), Space::ExactlyOnce, dedup, visit)? {
+        if !visit_numbered(self.dedup.archive(), Space::ExactlyOnce, &dedup, visit)? {
             return Ok(());
         }
         let events = self.log.archived_chunks();
-        if !visit_numbered(self.log.archive(), Space::Events, events, visit)? {
+        if !visit_numbered(self.log.archive(), Space::Events, &events, visit)? {
             return Ok(());
         }
-        let cold = self.cold.archived_values().into_iter();
-        visit_numbered(self.cold.archive(), Space::Cold, cold, visit)?;
+        let cold = self.cold.archived_values();
+        visit_numbered(self.cold.archive(), Space::Cold, &cold, visit)?;
         Ok(())
     }
 
-    /// The state a format-9 live section describes, its entries in `archive`; an entry it
-    /// reads that `archive` does not hold is an error.
+    /// The state a format-9 live section describes, its entries in `archive`. Checked
+    /// whole before it is used: every entry it reads there and decoding, its places within
+    /// its chunks, its counts; what its exactly-once records cost is counted from them.
     pub(crate) fn from_live(live: LiveLoaded, archive: Arc<dyn Archive>) -> anyhow::Result<State> {
         let mut state = State {
             clock: live.clock,
@@ -215,8 +208,26 @@ impl State {
             groups: live.groups,
             ..State::with_default_policy(live.default_policy)
         };
-        state.each_archived(&mut |_, _, _| true)?;
-        state.dedup.index_again();
-        Ok(state.rebuilt_with(Some(live.exactly_once)))
+        // The exactly-once chunks are read (and checked) by the index built again.
+        let mut bad = None;
+        state.each_archived(&mut |space, key, value| {
+            let decodes = match space {
+                Space::Events => EventLog::decodes(value),
+                Space::Cold => ColdStore::decodes(value),
+                _ => true,
+            };
+            if !decodes {
+                bad = Some(format!("entry {key:?} of {space:?} does not decode"));
+            }
+            decodes
+        })?;
+        let checked = match bad {
+            Some(bad) => Err(bad),
+            None => (state.log.check_loaded())
+                .and_then(|()| state.cold.check_loaded(&state.resources))
+                .and_then(|()| state.dedup.index_again()),
+        };
+        let exactly_once = checked.map_err(|why| anyhow::anyhow!("snapshot format 9: {why}"))?;
+        Ok(state.rebuilt_with(Some(exactly_once)))
     }
 }

@@ -19,9 +19,7 @@ impl State {
             log: self.log.snapshot_copy(),
             cold: self.cold.snapshot_copy(),
             dropped_through: self.dropped_through,
-            // With its usage: format 9 carries what each principal's exactly-once records
-            // cost, which only a walk of every record could count again.
-            quotas: self.quotas.clone(),
+            quotas: self.quotas.replicated(),
             dropped_last: self.dropped_last.clone(),
             sessions: self.sessions.clone(),
             groups: self.groups.clone(),

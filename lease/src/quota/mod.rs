@@ -339,14 +339,13 @@ impl Quotas {
         }
     }
 
-    /// What each principal holds of `quota`, by name (those holding none left out).
-    pub(crate) fn usage_of(&self, quota: Quota) -> Vec<(Name, u64)> {
-        let mut all: Vec<(Name, u64)> = (self.usage.iter())
-            .map(|(p, u)| (p.clone(), u.get(quota)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
-        all.sort_unstable();
-        all
+    /// The replicated part, for a snapshot (usage is rebuilt when it loads).
+    pub fn replicated(&self) -> Quotas {
+        Quotas {
+            defaults: self.defaults,
+            overrides: self.overrides.clone(),
+            usage: HashMap::new(),
+        }
     }
 
     /// Forgets all usage (before a rebuild).

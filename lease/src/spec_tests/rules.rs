@@ -230,6 +230,14 @@ fn s4_26_format_9_carries_the_archive_as_it_is_and_the_restored_state_goes_on_th
         error.to_string().contains("is not in the snapshot"),
         "{error}"
     );
+    // Or one whose entry of any space does not decode as what it stands for.
+    for tag in [1, 3, 4] {
+        let mut damaged = entries.clone();
+        let at = damaged.iter().position(|e| e.0 == tag).expect("an entry");
+        damaged[at].2 = vec![0xff; 3];
+        let error = decode_state(&body_of(live, &damaged)).expect_err("does not decode");
+        assert!(error.to_string().contains("does not decode"), "{error}");
+    }
     let mut longer = body_of(live, &entries);
     assert_eq!(longer, body);
     longer.push(0);

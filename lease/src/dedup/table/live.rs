@@ -1,15 +1,18 @@
 //! The exactly-once table in a snapshot of format 9: the open chunk, the decided waits and
 //! where the window is, not the records the archive holds (those travel as the archive's own
-//! entries). Loading builds the index again from the chunks.
+//! entries). Loading builds the index again from the chunks, and counts the records and what
+//! each principal's cost as it goes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
-use super::{low, unused, Dedup, Rec};
-use crate::archive::Archive;
+use super::{chunk_key, low, unused, Dedup, Rec, CHUNK};
+use crate::archive::{Archive, Space};
 use crate::dedup::{Digest128, Remembered};
+use crate::types::Name;
 
 /// The table's own fields. `O` is the open chunk, `R` the decided waits: borrowed to write,
 /// owned when read.
@@ -20,8 +23,6 @@ pub(crate) struct DedupParts<O, R> {
     resolved: R,
     cursor: (u64, u64),
     pruned_at: Option<u64>,
-    len: u64,
-    bytes: u64,
 }
 
 /// The decided waits, written from the table's map without a copy.
@@ -46,13 +47,11 @@ impl Dedup {
             resolved: ResolvedList(&self.resolved),
             cursor: (self.cursor.0, self.cursor.1 as u64),
             pruned_at: self.pruned_at,
-            len: self.len,
-            bytes: self.bytes,
         }
     }
 
-    /// The table a format-9 snapshot wrote, reading its chunks from `archive` (which holds
-    /// every chunk from the cursor's to the open one), its index built again.
+    /// The table a format-9 snapshot wrote, reading its chunks from `archive`; not usable
+    /// before [`Dedup::index_again`] has checked it.
     pub(crate) fn from_live(parts: DedupLoaded, archive: Arc<dyn Archive>) -> Dedup {
         Dedup {
             open: Arc::new(parts.open),
@@ -67,26 +66,54 @@ impl Dedup {
                 usize::try_from(parts.cursor.1).unwrap_or(usize::MAX),
             ),
             pruned_at: parts.pruned_at,
-            len: parts.len,
-            bytes: parts.bytes,
             ..Dedup::in_archive(archive)
         }
     }
 
-    /// Builds the index from the live records, in the order they were remembered, as
-    /// [`Dedup::add`] did (a table just read, once its archive is known to hold its chunks).
-    pub(crate) fn index_again(&mut self) {
+    /// Checks a table just read (its place within its chunks, every chunk there and
+    /// decoding), builds the index from the live records in the order they were remembered,
+    /// as [`Dedup::add`] did, and counts them: returns what each principal's records cost.
+    pub(crate) fn index_again(&mut self) -> Result<Vec<(Name, u64)>, String> {
         let (first_seq, first_pos) = self.cursor;
-        for seq in first_seq..=self.open_seq {
-            let chunk = self.read_chunk(seq);
+        if first_seq > self.open_seq || unused(self.open_seq) || self.open.len() > CHUNK {
+            return Err(format!(
+                "the exactly-once table's place {first_seq} is past its open chunk {}",
+                self.open_seq
+            ));
+        }
+        let (mut len, mut bytes) = (0, 0);
+        let mut usage = BTreeMap::<Name, u64>::new();
+        for seq in (first_seq..=self.open_seq).filter(|seq| !unused(*seq)) {
+            let chunk = if seq == self.open_seq {
+                self.open.clone()
+            } else {
+                let bytes = self.archive.get(Space::ExactlyOnce, &chunk_key(seq));
+                let decoded = bytes.and_then(|b| postcard::from_bytes::<Vec<Rec>>(&b).ok());
+                Arc::new(decoded.ok_or(format!("exactly-once chunk {seq} does not decode"))?)
+            };
             let start = if seq == first_seq { first_pos } else { 0 };
-            for rec in chunk.get(start..).unwrap_or_default() {
+            let Some(live) = chunk.get(start..) else {
+                return Err(format!(
+                    "the exactly-once table's place is past chunk {seq}"
+                ));
+            };
+            for rec in live {
                 let sharing = self.sharing(&rec.key);
                 if let Some(index) = &mut self.index {
                     Arc::make_mut(index).insert(&rec.key, low(seq), sharing);
                 }
+                let record = self.current(rec);
+                len += 1;
+                bytes += record.cost();
+                // Records converted from format 4 belong to nobody: they count in the total.
+                if !record.principal.is_empty() {
+                    *usage.entry(record.principal).or_default() += record.cost();
+                }
             }
         }
+        self.len = len;
+        self.bytes = bytes;
+        Ok(usage.into_iter().collect())
     }
 
     pub(crate) fn archive(&self) -> &dyn Archive {
@@ -95,7 +122,9 @@ impl Dedup {
 
     /// The numbers of the written chunks the table reads, in order: what a snapshot of
     /// format 9 sends of it.
-    pub(crate) fn archived_chunks(&self) -> impl Iterator<Item = u64> {
-        (self.cursor.0..self.open_seq).filter(|seq| !unused(*seq))
+    pub(crate) fn archived_chunks(&self) -> Vec<u64> {
+        (self.cursor.0..self.open_seq)
+            .filter(|seq| !unused(*seq))
+            .collect()
     }
 }

@@ -8,7 +8,7 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use super::{EventLog, Logged, Sealed};
-use crate::archive::Archive;
+use crate::archive::{read_chunk, Archive, Space};
 
 /// The log's own fields: its written chunks as (first revision, number, events kept), the
 /// open chunk, and where the cursor and the counts are. `S` is the chunk list, `O` the open
@@ -83,7 +83,31 @@ impl EventLog {
 
     /// The numbers of the written chunks the log reads, in order: what a snapshot of format 9
     /// sends of it.
-    pub(crate) fn archived_chunks(&self) -> impl Iterator<Item = u64> + '_ {
-        self.sealed.values().map(|s| s.seq)
+    pub(crate) fn archived_chunks(&self) -> Vec<u64> {
+        self.sealed.values().map(|s| s.seq).collect()
+    }
+
+    /// Whether `value` is a chunk of events (an archive entry of a snapshot just read).
+    pub(crate) fn decodes(value: &[u8]) -> bool {
+        postcard::from_bytes::<Vec<Logged>>(value).is_ok()
+    }
+
+    /// Checks a log just read, its chunks known to decode: its cursor within the cursor's
+    /// chunk, what the open one keeps within it, and the count of what all keep.
+    pub(crate) fn check_loaded(&self) -> Result<(), String> {
+        let cursor_chunk = match self.sealed.get_min() {
+            Some((_, sealed)) => {
+                read_chunk::<Vec<Logged>>(&*self.archive, Space::Events, sealed.seq)
+            }
+            None => self.open.to_vec(),
+        };
+        let open_live = usize::try_from(self.open_live).unwrap_or(usize::MAX);
+        if self.cursor > cursor_chunk.len()
+            || open_live > self.open.len()
+            || self.live_in_chunks() != self.len
+        {
+            return Err("the event log's place or counts are not within its chunks".into());
+        }
+        Ok(())
     }
 }

@@ -410,8 +410,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 return Err(anyhow::Error::from(shared.halt(why)));
             }
             shared.adopt(&mut state)?;
-            // Written again in this release's format (with its checksum), whatever format
-            // the leader sent.
+            // Written again (with its checksum) in the format the installed state's rules
+            // write, whatever format the leader sent.
             let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;
             writer.state(&state)?;
             shared.keep_if_newer(writer.finish()?)?;
