@@ -28,7 +28,7 @@ pub enum Space {
 
 impl Space {
     /// The space whose tag is `tag` ([`Space::tag`]).
-    pub fn of_tag(tag: u8) -> Option<Space> {
+    pub(crate) fn of_tag(tag: u8) -> Option<Space> {
         [Space::ExactlyOnce, Space::Events, Space::Cold]
             .into_iter()
             .find(|space| space.tag() == tag)
@@ -36,7 +36,7 @@ impl Space {
 
     /// The byte that puts a key in its space, in a store that has one key space (and an
     /// entry in a snapshot of format 9).
-    pub fn tag(self) -> u8 {
+    pub(crate) fn tag(self) -> u8 {
         match self {
             Space::ExactlyOnce => 1,
             Space::Events => 3,

@@ -116,7 +116,7 @@ fn decode_live(body: &[u8]) -> anyhow::Result<State> {
 
 /// The body in format 9 whatever the state's rules (tests, which check every state they
 /// snapshot both ways).
-pub fn encode_state_live(state: &State) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn encode_state_live(state: &State) -> anyhow::Result<Vec<u8>> {
     encode_live(state, state.rules(), Vec::new())
 }
 

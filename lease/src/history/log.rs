@@ -150,6 +150,7 @@ impl EventLog {
     }
 
     /// How many chunks the log reads (written and open).
+    #[cfg(test)]
     pub fn chunks(&self) -> usize {
         self.sealed.len() + 1
     }
@@ -163,10 +164,6 @@ impl EventLog {
     /// Events retained, and what they cost.
     pub fn len(&self) -> u64 {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     pub fn bytes(&self) -> u64 {

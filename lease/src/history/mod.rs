@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::PushLean;
 use super::types::{Lease, LeaseStatus, Metadata, Mode, Name};
-pub use log::{EventLog, Kept, Logged, Reader, CHUNK};
+pub use log::Kept;
+#[cfg(test)]
+pub(crate) use log::CHUNK;
+pub(crate) use log::{EventLog, Logged, Reader};
 pub(crate) use log::{LogLoaded, LogWriting};
 
 /// Newest events kept per resource, and at most what they cost ([`event_cost`]).

@@ -285,7 +285,7 @@ pub(crate) type ColdLoaded = ColdParts<Vec<Stub>>;
 /// The most events a resource keeps and still goes cold. One with more is used often: going
 /// cold and back at every acquire and release would rewrite them each time, and what all
 /// resources keep is bounded anyway (16 bytes an event, [`super::super::history::TOTAL`]).
-pub const COLD_EVENTS_MAX: usize = 64;
+pub(crate) const COLD_EVENTS_MAX: usize = 64;
 
 impl ResourceState {
     /// Nothing left but what it remembers: an ad-hoc resource with no lease, waiter, booking

@@ -103,7 +103,7 @@ pub(crate) type VisitEntry<'a> = &'a mut dyn FnMut(Space, &[u8], &[u8]) -> bool;
 
 /// An archive entry the state reads that its archive does not hold: the snapshot is broken.
 #[derive(Debug)]
-pub struct MissingEntry(pub Space, pub u64);
+pub(crate) struct MissingEntry(pub(crate) Space, pub(crate) u64);
 
 impl fmt::Display for MissingEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -43,7 +43,6 @@ pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
 use indexes::Indexes;
 pub(crate) use live::LiveLoaded;
-pub use live::MissingEntry;
 pub use precheck::FRESH_MS;
 #[cfg(test)]
 pub(crate) use precheck::HELD_MARGIN_MS;
