@@ -228,19 +228,33 @@ pub async fn transfer_leader(out: Output, client: &Client, to: u64) -> Result<Ex
     })
 }
 
-/// `tenure cluster snapshot`: every endpoint builds one; exit 2 if any failed.
-pub async fn snapshot(out: Output, client: &Client) -> Result<ExitCode, Error> {
+/// `tenure cluster snapshot [--backup]`: every endpoint builds one (and, with `backup`, writes
+/// it whole to a backup file on the node); exit 2 if any failed.
+pub async fn snapshot(out: Output, client: &Client, backup: bool) -> Result<ExitCode, Error> {
     let mut rows = Vec::new();
     let mut failed = false;
     for (i, endpoint) in client.endpoints().iter().enumerate() {
-        match client.node_snapshot(i).await {
+        match client.node_snapshot(i, backup).await {
+            Ok(s) if backup && s.backup_path.is_empty() => {
+                failed = true;
+                let error = "the node wrote no backup (a release before 0.2.0)";
+                rows.push((
+                    json!({"endpoint": endpoint, "error": error}),
+                    format!("{endpoint}  failed: {error}"),
+                ));
+            }
             Ok(s) => rows.push((
-                json!({"endpoint": endpoint, "last_index": s.last_index, "bytes": s.bytes, "build_micros": s.build_micros}),
+                json!({"endpoint": endpoint, "last_index": s.last_index, "bytes": s.bytes, "build_micros": s.build_micros,
+                       "backup_path": (!s.backup_path.is_empty()).then_some(&s.backup_path), "backup_bytes": s.backup_bytes}),
                 format!(
-                    "{endpoint}  snapshot to index {}: {} bytes in {} ms",
+                    "{endpoint}  snapshot to index {}: {} bytes in {} ms{}",
                     s.last_index,
                     s.bytes,
-                    s.build_micros / 1000
+                    s.build_micros / 1000,
+                    match s.backup_path.is_empty() {
+                        true => String::new(),
+                        false => format!("; backup {} ({} bytes)", s.backup_path, s.backup_bytes),
+                    }
                 ),
             )),
             Err(e) => {

@@ -148,9 +148,13 @@ enum ClusterCommand {
     /// Hand leadership to voter ID (default: the most up-to-date other voter). Best effort;
     /// exits 1 if leadership did not move there.
     TransferLeader { id: Option<u64> },
-    /// Build a snapshot now on every endpoint given (a backup: copy the data dir's
-    /// snapshots/ afterwards).
-    Snapshot,
+    /// Build a snapshot now on every endpoint given.
+    Snapshot {
+        /// Also write it whole (history and exactly-once records included) to the node's
+        /// DATA_DIR/backups/: the file to copy off as a backup, which `tenured restore` reads.
+        #[arg(long)]
+        backup: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -329,7 +333,7 @@ async fn run(cli: &Cli, client: &Client) -> Result<ExitCode, Error> {
             ClusterCommand::TransferLeader { id } => {
                 cluster::transfer_leader(out, client, id.unwrap_or(0)).await
             }
-            ClusterCommand::Snapshot => cluster::snapshot(out, client).await,
+            ClusterCommand::Snapshot { backup } => cluster::snapshot(out, client, *backup).await,
         },
         Command::Quota { command } => match command {
             QuotaCommand::Set { principal, limits } => {

@@ -156,6 +156,11 @@ pub fn tagged_range(
     (from, to)
 }
 
+/// A new, empty archive on the heap (a node that keeps none on disk).
+pub fn on_the_heap() -> std::sync::Arc<dyn Archive> {
+    std::sync::Arc::new(MemArchive::default())
+}
+
 /// An archive on the heap: tests, tools, and a state just decoded before the node moves it
 /// into its own.
 #[derive(Default)]

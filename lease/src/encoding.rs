@@ -4,9 +4,11 @@
 //! is the node's.
 
 use std::io::Write;
+use std::sync::Arc;
 
+use crate::archive::{Archive, MemArchive, Space};
 use crate::dedup::Dedup;
-use crate::machine::State;
+use crate::machine::{MissingEntry, State, VisitEntry};
 
 /// 2: resources hold several leases, their registration and their history, JSON.
 /// 3: postcard's binary encoding; exactly-once records hold digests.
@@ -75,9 +77,18 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Bytes<'a> {
 
 /// Format 9: the live state, each archive entry it reads (`Some`), then `None`.
 fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> anyhow::Result<W> {
-    let mut out = postcard::to_io(&(FORMAT_VERSION, rules, state.live()), out)?;
+    let out = postcard::to_io(&(FORMAT_VERSION, rules, state.live()), out)?;
+    let out = write_entries(out, |visit| state.each_archived(visit))?;
+    Ok(postcard::to_io(&None::<Entry<'_>>, out)?)
+}
+
+/// Writes each archive entry `each` visits as an entry of format 9 (`Some`).
+fn write_entries<W: Write>(
+    mut out: W,
+    each: impl FnOnce(VisitEntry<'_>) -> Result<(), MissingEntry>,
+) -> anyhow::Result<W> {
     let mut failed = None;
-    let archived = state.each_archived(&mut |space, key, value| {
+    let archived = each(&mut |space, key, value| {
         let entry: Entry<'_> = (space.tag(), Bytes(key), Bytes(value));
         failed = postcard::to_io(&Some(entry), &mut out).err();
         failed.is_none()
@@ -87,35 +98,85 @@ fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> anyhow::Result<W>
     }
     // A state whose archive lost an entry it reads cannot be written whole.
     archived?;
-    Ok(postcard::to_io(&None::<Entry<'_>>, out)?)
+    Ok(out)
 }
 
-/// Reads a body of format 9 (after its version): the archive entries go to an archive on the
-/// heap, which the node moves into its own.
-fn decode_live(body: &[u8]) -> anyhow::Result<State> {
+/// Reads a body of format 9 (after its version): the archive entries it carries go to
+/// `archive`, where the state reads them (with a node's own body, [`encode_state_own`], they
+/// are there already: `own`).
+fn decode_live(body: &[u8], archive: Arc<dyn Archive>, own: bool) -> anyhow::Result<State> {
     let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
     let (live, mut rest) = postcard::take_from_bytes::<crate::machine::LiveLoaded>(body)?;
-    let archive = crate::archive::MemArchive::default();
     loop {
         let (entry, after) = postcard::take_from_bytes::<Option<Entry<'_>>>(rest)?;
         rest = after;
         let Some((tag, key, value)) = entry else {
             break;
         };
-        let space = crate::archive::Space::of_tag(tag)
+        let space = Space::of_tag(tag)
             .ok_or_else(|| anyhow::anyhow!("snapshot entry of unknown space {tag}"))?;
-        crate::archive::Archive::insert(&archive, space, key.0, value.0);
+        archive.insert(space, key.0, value.0);
     }
     anyhow::ensure!(
         rest.is_empty(),
         "{} bytes after the snapshot's end",
         rest.len()
     );
-    Ok(State::from_live(live, std::sync::Arc::new(archive))?.with_rules(rules))
+    Ok(State::from_live(live, archive, own)?.with_rules(rules))
+}
+
+/// Writes what a node keeps of `state` as its own snapshot. From rules version 3 that is the
+/// live section of format 9 alone, its entries left in the node's archive, where the state
+/// reads them (returns true): the node keeps that archive durable with the body. Before, the
+/// whole body of the format the rules write (false).
+pub fn encode_state_own<W: Write>(state: &State, out: W) -> anyhow::Result<(W, bool)> {
+    if state.rules() < crate::rules::LIVE_SNAPSHOTS {
+        return Ok((encode_state_into(state, out)?, false));
+    }
+    let out = postcard::to_io(&(FORMAT_VERSION, state.rules(), state.live()), out)?;
+    Ok((postcard::to_io(&None::<Entry<'_>>, out)?, true))
+}
+
+/// The whole body of a node's own snapshot `body` ([`encode_state_own`]), its entries read
+/// from `archive`: what is sent to another node. A body that is whole already is copied.
+pub fn encode_state_whole<W: Write>(
+    body: &[u8],
+    archive: Arc<dyn Archive>,
+    mut out: W,
+) -> anyhow::Result<W> {
+    let own_live = match postcard::take_from_bytes::<(u32, u32)>(body) {
+        Ok(((FORMAT_VERSION, _), live)) => Some(live),
+        _ => None,
+    };
+    let Some(live) = own_live else {
+        out.write_all(body)?;
+        return Ok(out);
+    };
+    let (loaded, rest) = postcard::take_from_bytes::<crate::machine::LiveLoaded>(live)?;
+    if rest != [0] {
+        out.write_all(body)?;
+        return Ok(out);
+    }
+    out.write_all(&body[..body.len() - rest.len()])?;
+    let mut out = write_entries(out, |visit| loaded.each_archived(archive, visit))?;
+    out.write_all(rest)?;
+    Ok(out)
+}
+
+/// [`decode_state`], the state reading what it archives from `archive` (empty, or holding
+/// the entries of a node's own body: `own`).
+pub fn decode_state_in(data: &[u8], archive: Arc<dyn Archive>, own: bool) -> anyhow::Result<State> {
+    if let Ok((FORMAT_VERSION, body)) = postcard::take_from_bytes::<u32>(data) {
+        return decode_live(body, archive, own);
+    }
+    let mut state = decode_state(data)?;
+    state.move_into_archive(archive);
+    Ok(state)
 }
 
 /// The body in format 9 whatever the state's rules (tests, which check every state they
 /// snapshot both ways).
+#[cfg(any(test, feature = "testkit"))]
 pub(crate) fn encode_state_live(state: &State) -> anyhow::Result<Vec<u8>> {
     encode_live(state, state.rules(), Vec::new())
 }
@@ -136,7 +197,7 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
     }
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
     if version == FORMAT_VERSION {
-        return decode_live(body);
+        return decode_live(body, Arc::new(MemArchive::default()), false);
     }
     let (state, loaded) = crate::machine::decoding(|| -> anyhow::Result<State> {
         Ok(match version {

@@ -44,7 +44,7 @@ fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let archives = tenure_node::store::archive::Archives::open(&dir.path().join("archive"))?;
     let mut state = State::default();
-    state.move_into_archive(archives.fresh()?);
+    state.move_into_archive(archives.fresh()?.archive());
     let before = resident_bytes()?;
     let started = Instant::now();
     for k in 1..=leases {

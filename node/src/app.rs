@@ -122,6 +122,7 @@ pub async fn start(mut config: Config, listener: TcpListener) -> anyhow::Result<
         Arc::new(raft_config(&config)?),
         Network {
             peers: peers.clone(),
+            snapshots: shared.clone(),
         },
         log_store,
         sm,

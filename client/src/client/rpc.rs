@@ -343,10 +343,15 @@ impl Client {
 
     /// `Cluster.Snapshot` on the node at `endpoint` (an index into the endpoint list). A
     /// large state takes seconds, so the deadline is at least two minutes.
-    pub async fn node_snapshot(&self, endpoint: usize) -> Result<pb::SnapshotResponse, Error> {
+    /// With `backup`, the node also writes the whole state to a backup file of its own.
+    pub async fn node_snapshot(
+        &self,
+        endpoint: usize,
+        backup: bool,
+    ) -> Result<pb::SnapshotResponse, Error> {
         let channel = self.channel_of(endpoint)?;
         let limit = self.inner.timeout.max(Duration::from_secs(120));
-        let request = self.request(pb::SnapshotRequest {}, limit);
+        let request = self.request(pb::SnapshotRequest { backup }, limit);
         Ok(ClusterClient::new(channel)
             .snapshot(request)
             .await?

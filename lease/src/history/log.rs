@@ -11,7 +11,7 @@
 //! longer its resource's, and the cursor passes it. A copy of the log taken for a snapshot
 //! holds the chunks written by then and its own copy of the rest, so it reads the log as it
 //! was while apply writes past it; chunks the cursor has passed leave the archive after a
-//! snapshot ([`EventLog::remove_forgotten`]).
+//! snapshot ([`crate::machine::Forgotten`]).
 
 mod live;
 
@@ -403,13 +403,10 @@ impl EventLog {
         self.gone = Arc::default();
     }
 
-    /// Removes from the archive the chunks the log no longer reads. Only for the newest log
-    /// of a node, once no older copy reads the archive (a snapshot's is done).
-    pub fn remove_forgotten(&self) {
-        let gone = std::mem::take(&mut *self.gone.lock().unwrap_or_else(|p| p.into_inner()));
-        for seq in gone {
-            self.archive.remove(Space::Events, &chunk_key(seq));
-        }
+    /// The numbers of the written chunks the log stopped reading since the last call: they
+    /// leave the archive once no copy of the log reads them ([`crate::machine::Forgotten`]).
+    pub(crate) fn take_gone(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.gone.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 

@@ -65,12 +65,7 @@ pub(crate) struct ColdStore {
 
 impl Default for ColdStore {
     fn default() -> Self {
-        ColdStore {
-            archive: Arc::new(MemArchive::default()),
-            stubs: OrdMap::new(),
-            next: 0,
-            gone: Arc::default(),
-        }
+        ColdStore::in_archive(Arc::new(MemArchive::default()))
     }
 }
 
@@ -84,6 +79,16 @@ impl std::fmt::Debug for ColdStore {
 }
 
 impl ColdStore {
+    /// An empty store kept in `archive`.
+    pub(crate) fn in_archive(archive: Arc<dyn Archive>) -> ColdStore {
+        ColdStore {
+            archive,
+            stubs: OrdMap::new(),
+            next: 0,
+            gone: Arc::default(),
+        }
+    }
+
     /// The store as a snapshot reads it (O(1)): its own stubs, the same archive.
     pub(crate) fn snapshot_copy(&self) -> ColdStore {
         ColdStore {
@@ -183,13 +188,10 @@ impl ColdStore {
         self.gone = Arc::default();
     }
 
-    /// Removes from the archive the values no stub names. Only for the newest state of a
-    /// node, once no older copy reads the archive (a snapshot's is done).
-    pub(crate) fn remove_forgotten(&self) {
-        let gone = std::mem::take(&mut *self.gone.lock().unwrap_or_else(|p| p.into_inner()));
-        for archived in gone {
-            self.archive.remove(Space::Cold, &chunk_key(archived));
-        }
+    /// The numbers of the values no stub names any more, since the last call: they leave
+    /// the archive once no copy of the store reads them ([`super::Forgotten`]).
+    pub(crate) fn take_gone(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.gone.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -225,6 +227,10 @@ impl ColdStore {
     }
 
     /// The store a format-9 snapshot wrote, its values in `archive`.
+    pub(crate) fn archive(&self) -> &dyn Archive {
+        &*self.archive
+    }
+
     pub(crate) fn from_live(parts: ColdParts<Vec<Stub>>, archive: Arc<dyn Archive>) -> ColdStore {
         let stubs = parts
             .stubs
@@ -245,12 +251,13 @@ impl ColdStore {
         }
     }
 
-    pub(crate) fn archive(&self) -> &dyn Archive {
-        &*self.archive
-    }
-
     /// The numbers of the values the stubs name, in order: what a snapshot of format 9 sends
     /// of the store.
+    /// The number the next value written gets: every key the store wrote is below it.
+    pub(crate) fn next_number(&self) -> u64 {
+        self.next
+    }
+
     pub(crate) fn archived_values(&self) -> Vec<u64> {
         let mut all: Vec<u64> = self.stubs.values().map(|c| c.archived).collect();
         all.sort_unstable();

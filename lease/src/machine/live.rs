@@ -156,6 +156,45 @@ fn visit_numbered(
     }
 }
 
+/// The numbers of the archive entries the parts of a state read, by space, each ascending.
+fn wanted(dedup: &Dedup, log: &EventLog, cold: &ColdStore) -> [(Space, Vec<u64>); 3] {
+    [
+        (Space::ExactlyOnce, dedup.archived_chunks()),
+        (Space::Events, log.archived_chunks()),
+        (Space::Cold, cold.archived_values()),
+    ]
+}
+
+/// Visits the entries `wanted` names, space after space (each in its archive), until `visit`
+/// returns false.
+fn visit_wanted(
+    archives: [&dyn Archive; 3],
+    wanted: &[(Space, Vec<u64>); 3],
+    visit: VisitEntry<'_>,
+) -> Result<(), MissingEntry> {
+    for (archive, (space, numbers)) in archives.into_iter().zip(wanted) {
+        if !visit_numbered(archive, *space, numbers, visit)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+impl LiveLoaded {
+    /// Visits the entries of `archive` a state of this live section reads, as
+    /// [`State::each_archived`] does, without building the state.
+    pub(crate) fn each_archived(
+        self,
+        archive: Arc<dyn Archive>,
+        visit: VisitEntry<'_>,
+    ) -> Result<(), MissingEntry> {
+        let dedup = Dedup::from_live(self.dedup, archive.clone());
+        let log = EventLog::from_live(self.log, archive.clone());
+        let cold = ColdStore::from_live(self.cold, archive.clone());
+        visit_wanted([&*archive; 3], &wanted(&dedup, &log, &cold), visit)
+    }
+}
+
 impl State {
     /// The live section of format 9.
     pub(crate) fn live(&self) -> LiveWriting<'_> {
@@ -178,23 +217,73 @@ impl State {
     /// values: each space in key order), until `visit` returns false; an entry the archive
     /// does not hold is an error.
     pub(crate) fn each_archived(&self, visit: VisitEntry<'_>) -> Result<(), MissingEntry> {
-        let dedup = self.dedup.archived_chunks();
-        if !visit_numbered(self.dedup.archive(), Space::ExactlyOnce, &dedup, visit)? {
-            return Ok(());
+        let wanted = wanted(&self.dedup, &self.log, &self.cold);
+        let archives = [
+            self.dedup.archive(),
+            self.log.archive(),
+            self.cold.archive(),
+        ];
+        visit_wanted(archives, &wanted, visit)
+    }
+
+    /// Removes from the archive the entries below this state's next numbers that it does
+    /// not read: what a node that stopped before removing what an older state forgot left
+    /// there (entries from those numbers on, apply writes again as it replays). Safe beside
+    /// apply, which writes only from those numbers on. Returns how many went.
+    pub fn remove_strays(&self) -> usize {
+        let wanted = wanted(&self.dedup, &self.log, &self.cold);
+        let archives = [
+            self.dedup.archive(),
+            self.log.archive(),
+            self.cold.archive(),
+        ];
+        let ends = [
+            self.dedup.next_number(),
+            self.log.next_number(),
+            self.cold.next_number(),
+        ];
+        let mut removed = 0;
+        for ((archive, (space, numbers)), end) in archives.into_iter().zip(&wanted).zip(ends) {
+            let mut wanted = numbers.iter().copied().peekable();
+            let mut strays = Vec::new();
+            let end = chunk_key(end);
+            archive.scan(
+                *space,
+                Bound::Unbounded,
+                Bound::Excluded(&end),
+                false,
+                &mut |key, _| {
+                    let at = <[u8; 8]>::try_from(key).map(u64::from_be_bytes).ok();
+                    while let (Some(next), Some(at)) = (wanted.peek(), at) {
+                        if *next >= at {
+                            break;
+                        }
+                        wanted.next();
+                    }
+                    if at.is_none() || wanted.peek() != at.as_ref() {
+                        strays.push(key.to_vec());
+                    }
+                    true
+                },
+            );
+            removed += strays.len();
+            for key in strays {
+                archive.remove(*space, &key);
+            }
         }
-        let events = self.log.archived_chunks();
-        if !visit_numbered(self.log.archive(), Space::Events, &events, visit)? {
-            return Ok(());
-        }
-        let cold = self.cold.archived_values();
-        visit_numbered(self.cold.archive(), Space::Cold, &cold, visit)?;
-        Ok(())
+        removed
     }
 
     /// The state a format-9 live section describes, its entries in `archive`. Checked
     /// whole before it is used: every entry it reads there and decoding, its places within
     /// its chunks, its counts; what its exactly-once records cost is counted from them.
-    pub(crate) fn from_live(live: LiveLoaded, archive: Arc<dyn Archive>) -> anyhow::Result<State> {
+    /// A node's own snapshot (`own`: the live section it wrote, over its own archive) is not
+    /// read entry by entry again: only the exactly-once chunks are, to index them.
+    pub(crate) fn from_live(
+        live: LiveLoaded,
+        archive: Arc<dyn Archive>,
+        own: bool,
+    ) -> anyhow::Result<State> {
         let mut state = State {
             clock: live.clock,
             resources: live.resources.0,
@@ -210,17 +299,19 @@ impl State {
         };
         // The exactly-once chunks are read (and checked) by the index built again.
         let mut bad = None;
-        state.each_archived(&mut |space, key, value| {
-            let decodes = match space {
-                Space::Events => EventLog::decodes(value),
-                Space::Cold => ColdStore::decodes(value),
-                _ => true,
-            };
-            if !decodes {
-                bad = Some(format!("entry {key:?} of {space:?} does not decode"));
-            }
-            decodes
-        })?;
+        if !own {
+            state.each_archived(&mut |space, key, value| {
+                let decodes = match space {
+                    Space::Events => EventLog::decodes(value),
+                    Space::Cold => ColdStore::decodes(value),
+                    _ => true,
+                };
+                if !decodes {
+                    bad = Some(format!("entry {key:?} of {space:?} does not decode"));
+                }
+                decodes
+            })?;
+        }
         let checked = match bad {
             Some(bad) => Err(bad),
             None => (state.log.check_loaded())

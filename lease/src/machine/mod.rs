@@ -42,7 +42,7 @@ pub use apply::apply;
 pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
 use indexes::Indexes;
-pub(crate) use live::LiveLoaded;
+pub(crate) use live::{LiveLoaded, MissingEntry, VisitEntry};
 pub use precheck::FRESH_MS;
 #[cfg(test)]
 pub(crate) use precheck::HELD_MARGIN_MS;
@@ -211,14 +211,17 @@ impl Default for State {
 
 impl State {
     pub fn with_default_policy(default_policy: Policy) -> Self {
+        // One archive for all that the state keeps there.
+        let archive: std::sync::Arc<dyn crate::archive::Archive> =
+            std::sync::Arc::new(crate::archive::MemArchive::default());
         State {
             clock: LeaseClock::default(),
             default_policy,
             resources: OrdMap::new(),
-            dedup: Dedup::default(),
+            dedup: Dedup::in_archive(archive.clone()),
             indexes: Indexes::default(),
-            log: EventLog::default(),
-            cold: cold::ColdStore::default(),
+            log: EventLog::in_archive(archive.clone()),
+            cold: cold::ColdStore::in_archive(archive),
             dropped_through: None,
             quotas: Quotas::default(),
             dropped_last: None,
@@ -282,13 +285,17 @@ impl State {
         self.cold.move_into(archive);
     }
 
-    /// What of this state is archived, to remove what it can no longer read
-    /// ([`Archived::remove_forgotten`]) without holding the state.
-    pub fn archived(&self) -> Archived {
-        Archived {
+    /// What this state has forgotten of its archive since the last cut: taken now, so that
+    /// it leaves the archive once every copy that may still read it is gone
+    /// ([`Forgotten::remove`]). A node cuts it with the copy it keeps as its snapshot, and
+    /// removes it once that snapshot is the one it starts from.
+    pub fn forgotten(&self) -> Forgotten {
+        Forgotten {
             dedup: self.dedup.snapshot_copy(),
+            events: self.log.take_gone(),
+            cold: self.cold.take_gone(),
             log: self.log.snapshot_copy(),
-            cold: self.cold.snapshot_copy(),
+            cold_store: self.cold.snapshot_copy(),
         }
     }
 
@@ -385,20 +392,30 @@ impl State {
     }
 }
 
-/// What a state keeps in its archive, apart from the state.
-pub struct Archived {
+/// What a state had forgotten of its archive when it was cut ([`State::forgotten`]).
+pub struct Forgotten {
     dedup: Dedup,
+    events: Vec<u64>,
+    cold: Vec<u64>,
+    /// What the state's event log and cold store read (their archives).
     log: EventLog,
-    cold: cold::ColdStore,
+    cold_store: cold::ColdStore,
 }
 
-impl Archived {
-    /// Removes from the archive what the state can no longer read. Only for the newest state
-    /// of a node, once no older copy reads the archive (a snapshot's is done).
-    pub fn remove_forgotten(&self) {
+impl Forgotten {
+    /// Removes it from the archive. Only once no copy of the state from before the cut reads
+    /// the archive any more: on a node, once a snapshot from the cut on is the one it keeps
+    /// and no older one is being sent.
+    pub fn remove(&self) {
+        use crate::archive::{chunk_key, Space};
         self.dedup.remove_forgotten();
-        self.log.remove_forgotten();
-        self.cold.remove_forgotten();
+        let events = (self.log.archive(), Space::Events, &self.events);
+        let cold = (self.cold_store.archive(), Space::Cold, &self.cold);
+        for (archive, space, seqs) in [events, cold] {
+            for seq in seqs {
+                archive.remove(space, &chunk_key(*seq));
+            }
+        }
     }
 }
 

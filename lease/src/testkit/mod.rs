@@ -190,6 +190,18 @@ impl Log {
         let restored = crate::encoding::decode_state(&body).expect("decode format 9");
         assert_eq!(restored, self.state, "format 9");
         assert_eq!(restored.next_due_ms(), self.state.next_due_ms());
+        // As a node keeps it (the live section over its archive), and as it sends that.
+        let archive: std::sync::Arc<dyn crate::archive::Archive> =
+            std::sync::Arc::new(crate::archive::MemArchive::default());
+        let mut copy = copy;
+        copy.move_into_archive(archive.clone());
+        let (own, _) = crate::encoding::encode_state_own(&copy, Vec::new()).expect("own");
+        let again = crate::encoding::decode_state_in(&own, archive.clone(), true).expect("own");
+        assert_eq!(again, self.state, "own");
+        let whole = crate::encoding::encode_state_whole(&own, archive, Vec::new()).expect("whole");
+        if copy.rules() >= crate::rules::LIVE_SNAPSHOTS {
+            assert_eq!(whole, body, "sent whole");
+        }
         self.state = restored;
     }
 

@@ -261,11 +261,18 @@ impl Cluster for ClusterApi {
         request: Request<pb::SnapshotRequest>,
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         self.admin_only(&request)?;
+        let backup = request.get_ref().backup;
         let (last_index, bytes, build_micros) = self.node.snapshot_now().await?;
+        let (backup_path, backup_bytes) = match backup {
+            true => self.node.backup().await?,
+            false => (String::new(), 0),
+        };
         Ok(Response::new(pb::SnapshotResponse {
             last_index,
             bytes,
             build_micros,
+            backup_path,
+            backup_bytes,
         }))
     }
 }

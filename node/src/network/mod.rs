@@ -26,6 +26,7 @@ mod peer_health;
 use peer_health::PeerHealth;
 
 use crate::store::codec::{self, CodecError, Wire};
+use crate::store::state_machine::Shared;
 use crate::store::{NodeId, TypeConfig};
 
 /// Raft bodies carry snapshots; allow far more than the client API's 4 MiB.
@@ -248,9 +249,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &RaftBytes) -> Result<(T, Wire), Codec
 }
 
 /// openraft's view of the cluster network.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Network {
     pub peers: Peers,
+    /// The state machine's: a snapshot is sent whole ([`Shared::whole_snapshot`]).
+    pub snapshots: Arc<Shared>,
 }
 
 pub struct PeerConnection {
@@ -267,7 +270,10 @@ pub struct PeerConnection {
 /// retries a chunk the target refused forever, with the same snapshot; here a refusal ends the
 /// send as a network error instead, and openraft sends again from the newest snapshot (an
 /// operator's `tenure cluster snapshot` replaces a damaged one).
-pub struct PeerNetwork(Adapter<TypeConfig, PeerConnection, tokio::fs::File>);
+pub struct PeerNetwork(
+    Adapter<TypeConfig, PeerConnection, tokio::fs::File>,
+    Arc<Shared>,
+);
 
 impl openraft::network::v2::RaftNetworkV2<TypeConfig> for PeerNetwork {
     type SnapshotData = tokio::fs::File;
@@ -301,6 +307,29 @@ impl openraft::network::v2::RaftNetworkV2<TypeConfig> for PeerNetwork {
         openraft::error::StreamingError<TypeConfig>,
     > {
         let refused = self.0.inner().refused.clone();
+        // A node keeps the live state alone in its file (from rules version 3): the archive
+        // entries it reads are added to what is sent.
+        let shared = self.1.clone();
+        let last = snapshot.meta.last_log_id;
+        let file = snapshot.snapshot.into_std().await;
+        let whole = tokio::task::spawn_blocking(move || match shared.whole_snapshot(last, file) {
+            Ok(whole) => Ok(whole),
+            Err(error) => Err(NetworkError::new(&std::io::Error::other(error.to_string()))),
+        });
+        let whole = match whole.await {
+            Ok(Ok(whole)) => whole,
+            Ok(Err(error)) => return Err(openraft::error::StreamingError::Network(error)),
+            Err(error) => {
+                let error = std::io::Error::other(error.to_string());
+                return Err(openraft::error::StreamingError::Network(NetworkError::new(
+                    &error,
+                )));
+            }
+        };
+        let snapshot = openraft::type_config::alias::SnapshotOf::<TypeConfig, tokio::fs::File> {
+            meta: snapshot.meta,
+            snapshot: tokio::fs::File::from_std(whole),
+        };
         tokio::select! {
             sent = self.0.full_snapshot(vote, snapshot, cancel, option) => sent,
             () = refused.notified() => Err(openraft::error::StreamingError::Network(
@@ -334,6 +363,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 refused: Arc::default(),
             }
             .into_v2(),
+            self.snapshots.clone(),
         )
     }
 }

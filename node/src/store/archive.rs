@@ -1,12 +1,16 @@
 //! The state's archive on disk (`lease::archive`): what the state remembers but seldom reads
-//! (exactly-once records) in a sled database of its own under the data directory, not on
-//! the heap.
+//! (exactly-once records, history events, idle resources) in a sled database of its own under
+//! the data directory, not on the heap.
 //!
-//! It is not a source of truth: every start empties it and fills it again from the snapshot
-//! the node loads, then apply writes it as the log is replayed; nothing in it is ever fsynced.
-//! An installed snapshot gets a tree of its own (a generation), and the tree it replaces goes
-//! once no copy of the old state reads it. A write that fails stops the node: the state must
-//! never answer from a partial archive.
+//! A state reads one generation (a sled tree). Apply writes each key once, numbered by the
+//! state, so a node that restarts from its snapshot and replays its log writes the same
+//! bytes again. From rules version 3 a node's snapshot file is the live state alone and names
+//! the generation it reads: the generation is flushed before that file is named, and what
+//! later states forgot leaves it only once a newer snapshot is named (so a restart never
+//! misses an entry). A start opens the generation its snapshot names and drops the others;
+//! an installed snapshot gets a generation of its own, and the one it replaces goes once no
+//! copy of the old state reads it. A write that fails stops the node: the state must never
+//! answer from a partial archive.
 
 use std::ops::Bound;
 use std::path::Path;
@@ -19,38 +23,115 @@ use crate::lease::archive::{tagged, tagged_range, Archive, Space, Visit};
 /// records) stays in memory, the rest is read back from the file.
 const CACHE_BYTES: u64 = 32 << 20;
 
+const GENERATION: &str = "generation.";
+
 /// The node's archives: one sled database, a tree per generation.
 pub struct Archives {
     db: sled::Db,
     next: AtomicU64,
 }
 
+/// A generation: its number and the archive a state reads.
+#[derive(Clone)]
+pub struct Generation {
+    pub number: u64,
+    tree: Arc<SledArchive>,
+}
+
+impl Generation {
+    /// The archive a state reads.
+    pub fn archive(&self) -> Arc<dyn Archive> {
+        self.tree.clone()
+    }
+
+    /// Whether the tree goes when nothing reads it any more: true until a snapshot file
+    /// names it ([`Generation::named_by_snapshot`]), and again once a newer generation
+    /// replaces it ([`Generation::replaced`]).
+    fn set_doomed(&self, doomed: bool) {
+        self.tree.doomed.store(doomed, Ordering::Relaxed);
+    }
+
+    /// A snapshot file kept names this generation: it stays on disk.
+    pub fn named_by_snapshot(&self) {
+        self.set_doomed(false);
+    }
+
+    /// A newer generation replaced this one: it goes once nothing reads it.
+    pub fn replaced(&self) {
+        self.set_doomed(true);
+    }
+}
+
 impl Archives {
-    /// Opens the archive database in `dir`, emptied.
+    /// Opens (or creates) the archive database in `dir`.
     pub fn open(dir: &Path) -> anyhow::Result<Archives> {
-        if dir.exists() {
-            std::fs::remove_dir_all(dir)?;
-        }
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_BYTES)
             .flush_every_ms(None)
             .open()?;
+        let highest = Archives::numbers(&db).into_iter().max().unwrap_or(0);
         Ok(Archives {
             db,
-            next: AtomicU64::new(1),
+            next: AtomicU64::new(highest + 1),
         })
     }
 
-    /// A new, empty archive.
-    pub fn fresh(&self) -> anyhow::Result<Arc<dyn Archive>> {
-        let name = format!("generation.{}", self.next.fetch_add(1, Ordering::Relaxed));
+    /// The numbers of the generations the database holds.
+    fn numbers(db: &sled::Db) -> Vec<u64> {
+        db.tree_names()
+            .iter()
+            .filter_map(|name| {
+                std::str::from_utf8(name)
+                    .ok()?
+                    .strip_prefix(GENERATION)?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    }
+
+    /// A new, empty generation.
+    pub fn fresh(&self) -> anyhow::Result<Generation> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        self.generation(number, true)
+    }
+
+    /// Generation `number`, as a snapshot of this node's names it; an error if it is not here.
+    pub fn named(&self, number: u64) -> anyhow::Result<Generation> {
+        anyhow::ensure!(
+            Archives::numbers(&self.db).contains(&number),
+            "the snapshot reads archive generation {number}, which the archive does not hold"
+        );
+        self.generation(number, false)
+    }
+
+    fn generation(&self, number: u64, doomed: bool) -> anyhow::Result<Generation> {
+        let name = format!("{GENERATION}{number}");
         let tree = self.db.open_tree(&name)?;
-        Ok(Arc::new(SledArchive {
+        let tree = Arc::new(SledArchive {
             db: self.db.clone(),
             tree,
             name,
-        }))
+            doomed: doomed.into(),
+        });
+        Ok(Generation { number, tree })
+    }
+
+    /// Drops every generation but `keep` (at a start: the others are what a crash left).
+    pub fn keep_only(&self, keep: u64) -> anyhow::Result<()> {
+        for number in Archives::numbers(&self.db) {
+            if number != keep {
+                self.db.drop_tree(format!("{GENERATION}{number}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every write so far durable (before a snapshot that reads them is named).
+    pub fn flush(&self) -> anyhow::Result<()> {
+        self.db.flush()?;
+        Ok(())
     }
 }
 
@@ -59,6 +140,8 @@ struct SledArchive {
     db: sled::Db,
     tree: sled::Tree,
     name: String,
+    /// Dropped from the database with the last reader (see [`Generation::set_doomed`]).
+    doomed: std::sync::atomic::AtomicBool,
 }
 
 /// A failed write or read of the archive: the node cannot go on answering.
@@ -116,6 +199,9 @@ impl Archive for SledArchive {
 
 impl Drop for SledArchive {
     fn drop(&mut self) {
+        if !self.doomed.load(Ordering::Relaxed) {
+            return;
+        }
         if let Err(error) = self.db.drop_tree(&self.name) {
             tracing::warn!(%error, tree = %self.name, "an old archive was not removed");
         }
@@ -130,7 +216,7 @@ mod tests {
     fn a_generation_reads_back_in_order_and_goes_when_dropped() {
         let dir = tempfile::tempdir().expect("temp dir");
         let archives = Archives::open(&dir.path().join("archive")).expect("opens");
-        let archive = archives.fresh().expect("fresh");
+        let archive = archives.fresh().expect("fresh").archive();
         archive.insert(Space::ExactlyOnce, b"b", b"1");
         archive.insert(Space::ExactlyOnce, b"a", b"2");
         archive.insert(Space::ExactlyOnce, b"c", b"3");
@@ -155,7 +241,7 @@ mod tests {
                 (b"a".to_vec(), b"2".to_vec())
             ]
         );
-        let other = archives.fresh().expect("another");
+        let other = archives.fresh().expect("another").archive();
         let mut empty = true;
         other.scan(
             Space::ExactlyOnce,

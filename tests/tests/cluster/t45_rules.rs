@@ -113,7 +113,7 @@ async fn the_rules_rise_only_once_every_member_supports_them_and_gate_what_needs
     // release of rules 1, it refuses to start.
     cluster
         .client_of(3)
-        .node_snapshot(0)
+        .node_snapshot(0, false)
         .await
         .expect("a snapshot on node 3");
     cluster.stop(3).await;

@@ -409,7 +409,10 @@ async fn a_snapshot_on_demand_covers_what_was_applied() {
         .iter()
         .position(|id| *id == leader)
         .expect("the leader's endpoint");
-    let snapshot = client.node_snapshot(position).await.expect("snapshot");
+    let snapshot = client
+        .node_snapshot(position, false)
+        .await
+        .expect("snapshot");
     assert!(snapshot.last_index >= applied, "{snapshot:?} vs {applied}");
     assert!(snapshot.bytes > 0);
     cluster.shutdown().await;

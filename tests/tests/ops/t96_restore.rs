@@ -1,5 +1,5 @@
-//! Restore from a backup (docs/operations.md, `tenured restore`): a snapshot file copied off
-//! one node starts a new cluster under new members, with the leases the backup holds and their
+//! Restore from a backup (docs/operations.md, `tenured restore`): the backup file
+//! `tenure cluster snapshot --backup` wrote on one node, copied off, starts a new cluster under new members, with the leases the backup holds and their
 //! tokens; what the lost cluster did after the backup is gone, and every token the new cluster
 //! grants is above the backup's index moved on by `--bump-index`.
 
@@ -48,15 +48,33 @@ async fn backup() -> Backup {
     let held = granted(&client, "held", "holder", TTL).await;
     // Node 1 (perhaps a follower) snapshots what it has applied: the grant, once it has.
     cluster.applied_at_least(1, held.fencing_token).await;
-    client.node_snapshot(0).await.expect("snapshot node 1");
+    // This release's rules first: node 1's own snapshot is then the live state alone.
+    let mut applied = cluster.node(1).sm.subscribe();
+    while cluster.node(1).sm.read().state.rules() < tenure_node::rules::RELEASE.max {
+        tokio::time::timeout(ELECTION, applied.changed())
+            .await
+            .expect("the rules rise")
+            .expect("the node runs");
+    }
+    let taken = client
+        .node_snapshot(0, true)
+        .await
+        .expect("snapshot node 1");
     let dir = tempfile::tempdir().expect("backup dir");
-    let (meta, newest, _) = snapshot::newest(&cluster.data_dir(1).join("snapshots"))
-        .expect("read the snapshot dir")
-        .expect("a snapshot");
+    let (meta, newest, _) = snapshot::newest(&cluster.data_dir(1).join("backups"))
+        .expect("read the backups dir")
+        .expect("a backup");
+    assert_eq!(newest.display().to_string(), taken.backup_path);
     let last = meta.last_log_id.expect("an index");
     assert!(last.index >= held.fencing_token && last.leader_id.term >= 2);
     let file = dir.path().join("tenure.snapshot");
-    std::fs::copy(&newest, &file).expect("copy the snapshot");
+    std::fs::copy(&newest, &file).expect("copy the backup");
+    // The node's own snapshot file holds the live state alone: not a backup.
+    let (_, own, _) = snapshot::newest(&cluster.data_dir(1).join("snapshots"))
+        .expect("read the snapshot dir")
+        .expect("a snapshot");
+    let refused = snapshot::load(&own).expect_err("not a backup").to_string();
+    assert!(refused.contains("--backup"), "{refused}");
 
     // The lost cluster goes on in a later term than the backup's.
     let leader = cluster.leader(ELECTION).await.expect("a leader");

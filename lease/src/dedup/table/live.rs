@@ -120,6 +120,16 @@ impl Dedup {
         &*self.archive
     }
 
+    #[cfg(test)]
+    pub(crate) fn archive_shared(&self) -> Arc<dyn Archive> {
+        self.archive.clone()
+    }
+
+    /// The number the next chunk written gets: every key the table wrote is below it.
+    pub(crate) fn next_number(&self) -> u64 {
+        self.open_seq
+    }
+
     /// The numbers of the written chunks the table reads, in order: what a snapshot of
     /// format 9 sends of it.
     pub(crate) fn archived_chunks(&self) -> Vec<u64> {

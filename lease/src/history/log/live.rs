@@ -54,6 +54,10 @@ impl EventLog {
     }
 
     /// The log a format-9 snapshot wrote, reading its chunks from `archive`.
+    pub(crate) fn archive(&self) -> &dyn Archive {
+        &*self.archive
+    }
+
     pub(crate) fn from_live(parts: LogLoaded, archive: Arc<dyn Archive>) -> EventLog {
         let sealed = parts
             .sealed
@@ -77,8 +81,9 @@ impl EventLog {
         }
     }
 
-    pub(crate) fn archive(&self) -> &dyn Archive {
-        &*self.archive
+    /// The number the next chunk written gets: every key the log wrote is below it.
+    pub(crate) fn next_number(&self) -> u64 {
+        self.open_seq
     }
 
     /// The numbers of the written chunks the log reads, in order: what a snapshot of format 9

@@ -362,6 +362,19 @@ impl Node {
             StorageStats::get(&stats.last_snapshot_build_micros),
         ))
     }
+
+    /// Writes this node's newest snapshot whole to `DATA_DIR/backups/`: the file's path and
+    /// size.
+    pub async fn backup(&self) -> Result<(String, u64), ApiError> {
+        let sm = self.sm.clone();
+        let dir = self.config.data_dir.join("backups");
+        let written = tokio::task::spawn_blocking(move || sm.backup(&dir))
+            .await
+            .map_err(|e| ApiError::Internal(format!("the backup stopped: {e}")))?;
+        let (path, bytes) =
+            written.map_err(|e| ApiError::Unavailable(format!("the backup failed: {e:#}")))?;
+        Ok((path.display().to_string(), bytes))
+    }
 }
 
 fn write_error(

@@ -16,7 +16,9 @@ use sha2::{Digest, Sha256};
 
 use super::{LogId, StoredMembership, TypeConfig};
 use crate::lease::encoding::CHECKSUM_SINCE;
-pub use crate::lease::encoding::{decode_state, encode_state, encode_state_into};
+pub use crate::lease::encoding::{
+    decode_state, decode_state_in, encode_state, encode_state_into, encode_state_whole,
+};
 use crate::lease::State;
 
 /// A snapshot's meta as files hold it (openraft 0.9's layout: with a snapshot id, which names
@@ -75,7 +77,7 @@ const WRITE_BUFFER: usize = 1 << 20;
 impl Writer {
     pub fn create(dir: &Path, meta: SnapshotMeta) -> anyhow::Result<Writer> {
         crate::store::create_dir_durably(dir)?;
-        let tmp_path = dir.join(format!(".{}.tmp", file_name(&meta)));
+        let tmp_path = dir.join(format!(".{}.tmp", file_name(&meta, None)));
         let mut file = Hashed {
             inner: BufWriter::with_capacity(WRITE_BUFFER, File::create(&tmp_path)?),
             hasher: Sha256::new(),
@@ -96,6 +98,15 @@ impl Writer {
         Ok(())
     }
 
+    /// Encodes what the node keeps of `state` as the body ([`crate::lease::encoding::encode_state_own`]):
+    /// from rules version 3 its live section alone. Returns whether the body reads the
+    /// node's archive (then the file names its generation: [`Written::generation`]).
+    pub fn own_state(&mut self, state: &State) -> anyhow::Result<bool> {
+        let (_, reads_archive) = crate::lease::encoding::encode_state_own(state, &mut self.file)?;
+        self.file.flush()?;
+        Ok(reads_archive)
+    }
+
     /// Appends the checksum and makes the file durable under its temporary name.
     pub fn finish(self) -> anyhow::Result<Written> {
         let Hashed { mut inner, hasher } = self.file;
@@ -107,8 +118,63 @@ impl Writer {
             meta: self.meta,
             tmp_path: self.tmp_path,
             bytes,
+            generation: None,
         })
     }
+}
+
+/// The whole body of a node's own snapshot (`body`, its entries read from `archive`) as a
+/// snapshot file in `file` (its meta line, the body, the checksum), read back from its start:
+/// what is sent to another node, or kept as a backup.
+pub fn whole_copy(
+    file: File,
+    meta: &SnapshotMeta,
+    body: &[u8],
+    archive: std::sync::Arc<dyn crate::lease::archive::Archive>,
+) -> anyhow::Result<File> {
+    let mut file = Hashed {
+        inner: BufWriter::with_capacity(WRITE_BUFFER, file),
+        hasher: Sha256::new(),
+    };
+    serde_json::to_writer(&mut file, meta)?;
+    file.write_all(b"\n")?;
+    let Hashed { mut inner, hasher } = encode_state_whole(body, archive, file)?;
+    inner.write_all(&hasher.finalize())?;
+    let mut file = inner.into_inner().map_err(|e| e.into_error())?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;
+    Ok(file)
+}
+
+/// A backup file: the whole snapshot through `meta`'s index, in `dir` (created), written
+/// and fsynced under a temporary name, then named; older backups there are removed.
+/// Returns its path and size.
+pub fn write_backup(
+    dir: &Path,
+    meta: &SnapshotMeta,
+    write: impl FnOnce(File) -> anyhow::Result<File>,
+) -> anyhow::Result<(PathBuf, u64)> {
+    crate::store::create_dir_durably(dir)?;
+    let name = file_name(meta, None);
+    let tmp_path = dir.join(format!(".{name}.tmp"));
+    let file = write(
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp_path)?,
+    )?;
+    file.sync_all()?;
+    let bytes = file.metadata()?.len();
+    let written = Written {
+        meta: meta.clone(),
+        tmp_path,
+        bytes,
+        generation: None,
+    };
+    let path = dir.join(name);
+    written.keep(dir)?;
+    Ok((path, bytes))
 }
 
 /// A durable snapshot file not yet in place.
@@ -116,6 +182,9 @@ pub struct Written {
     pub meta: SnapshotMeta,
     tmp_path: PathBuf,
     pub bytes: u64,
+    /// The archive generation the body reads (its entries are there, not in the file);
+    /// named in the file's name. None: the file holds the whole state.
+    pub generation: Option<u64>,
 }
 
 impl Written {
@@ -126,7 +195,7 @@ impl Written {
 
     /// Renames it into place and removes older snapshots. Callers serialize keeps.
     pub fn keep(self, dir: &Path) -> anyhow::Result<()> {
-        let final_path = dir.join(file_name(&self.meta));
+        let final_path = dir.join(file_name(&self.meta, self.generation));
         fs::rename(&self.tmp_path, &final_path)?;
         crate::store::sync_dir(dir)?;
         // Names sort by index: remove only older snapshots, never a newer one saved meanwhile.
@@ -143,9 +212,21 @@ impl Written {
     }
 }
 
-fn file_name(meta: &SnapshotMeta) -> String {
+/// What follows a file's name when its body reads the node's archive: the generation.
+const READS_ARCHIVE: &str = ".archive-";
+
+fn file_name(meta: &SnapshotMeta, generation: Option<u64>) -> String {
     let index = meta.last_log_id.map_or(0, |id| id.index);
-    format!("{PREFIX}{index:020}-{}", meta.snapshot_id)
+    let reads = generation.map_or(String::new(), |g| format!("{READS_ARCHIVE}{g}"));
+    format!("{PREFIX}{index:020}-{}{reads}", meta.snapshot_id)
+}
+
+/// The archive generation the snapshot file at `path` reads, if its body does not hold the
+/// whole state.
+pub fn generation(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let (_, number) = name.rsplit_once(READS_ARCHIVE)?;
+    number.parse().ok()
 }
 
 /// Removes what an interrupted write left: temporary files are never read.
@@ -240,11 +321,28 @@ pub fn received_body(data: &[u8]) -> anyhow::Result<&[u8]> {
     Ok(checked(data)?.1)
 }
 
-/// Reads, checks and decodes a snapshot file.
+/// Reads, checks and decodes a snapshot file that holds the whole state (a backup).
 pub fn load(path: &Path) -> anyhow::Result<(SnapshotMeta, State)> {
+    anyhow::ensure!(
+        generation(path).is_none(),
+        "{} is a node's own snapshot, whose history and exactly-once records stay in that node's archive: back up the file `tenure cluster snapshot --backup` writes",
+        path.display()
+    );
     let data = fs::read(path)?;
     let (meta, body) = checked(&data).with_context(|| format!("snapshot {}", path.display()))?;
     Ok((meta, decode_state(body)?))
+}
+
+/// Reads, checks and decodes a node's own newest snapshot file: its state reads what it
+/// archives from `generation` (the file's, or a fresh one that the file's entries fill).
+pub fn load_own(
+    path: &Path,
+    archive: std::sync::Arc<dyn crate::lease::archive::Archive>,
+) -> anyhow::Result<(SnapshotMeta, State)> {
+    let data = fs::read(path)?;
+    let (meta, body) = checked(&data).with_context(|| format!("snapshot {}", path.display()))?;
+    let own = generation(path).is_some();
+    Ok((meta, decode_state_in(body, archive, own)?))
 }
 
 /// Checks a snapshot as it arrives in chunks, hashing each chunk as it comes, so that a

@@ -53,7 +53,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             // An O(1) copy under the read lock (the state's maps are persistent), then the
             // encoding and the fsync off it: apply goes on meanwhile, copying only the map
             // nodes and resources it changes.
-            let (copy, meta) = {
+            let (copy, meta, generation) = {
                 let applied = shared.read();
                 let meta = snapshot::meta_at(applied.last_applied, applied.last_membership.clone());
                 let stats = &shared.stats;
@@ -61,16 +61,22 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                     &stats.log_bytes_at_snapshot,
                     StorageStats::get(&stats.log_bytes),
                 );
-                (applied.state.snapshot_copy(), meta)
+                // What the state forgot through this index leaves the archive once this
+                // snapshot is kept: the one kept now may still read it.
+                let index = applied.last_applied.map_or(0, |id| id.index);
+                let forgotten = applied.state.forgotten();
+                (shared.forgotten.lock().unwrap_or_else(|p| p.into_inner()))
+                    .push((index, forgotten));
+                let generation = applied.generation.clone();
+                (applied.state.snapshot_copy(), meta, generation)
             };
             let mut writer = Writer::create(&shared.snapshot_dir, meta)?;
-            writer.state(&copy)?;
+            let reads = shared.write_own(&mut writer, &copy)?;
             drop(copy);
             let written = writer.finish()?;
             let meta = written.meta.clone();
             let file = written.open()?;
-            shared.keep_if_newer(written)?;
-            // The copy is gone: what the window forgot can leave the archive.
+            shared.keep_if_newer(written, generation.as_ref().filter(|_| reads))?;
             shared.remove_forgotten();
             anyhow::Ok((meta, file))
         })

@@ -2,9 +2,11 @@
 //! `lease::State` and builds, installs and serves snapshots.
 //!
 //! Apply is not persisted: the log store keeps `committed`, so a restart loads the newest
-//! snapshot and openraft re-applies the committed tail. Building a snapshot is `build`.
+//! snapshot and openraft re-applies the committed tail. Building a snapshot is `build`; what
+//! a node keeps of one (and of the archive it reads) is `kept`.
 
 mod build;
+mod kept;
 
 use std::io::SeekFrom;
 use std::path::PathBuf;
@@ -16,11 +18,13 @@ use openraft::OptionalSend;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 
-use super::archive::Archives;
+use super::archive::{Archives, Generation};
 use super::notify::Notifier;
-use super::snapshot::{self, RaftSnapshotMeta, SnapshotMeta, Writer, Written};
+use super::snapshot::{self, RaftSnapshotMeta, SnapshotMeta, Writer};
 use super::{EntryPayload, LogId, StorageStats, StoredMembership, TypeConfig};
+use crate::lease::machine::Forgotten;
 use crate::lease::{self, EntryMeta, LeaderKey, Reply, State};
+use kept::{remove_strays, Kept};
 
 type Membership = StoredMembership;
 
@@ -32,6 +36,8 @@ pub struct Applied {
     pub state: State,
     pub last_applied: Option<LogId>,
     pub last_membership: Membership,
+    /// The archive generation the state reads (None: it archives on the heap).
+    pub generation: Option<Generation>,
 }
 
 /// Shared between openraft (apply, snapshots) and the API (reads) and leader timers.
@@ -40,7 +46,7 @@ pub struct Shared {
     /// The newest snapshot's meta (its bytes stay on disk). Its lock also serializes saving
     /// and loading: openraft builds snapshots in a task of their own, which can overlap an
     /// install.
-    current: Mutex<Option<SnapshotMeta>>,
+    current: Mutex<Option<Kept>>,
     snapshot_dir: PathBuf,
     applied_index: watch::Sender<u64>,
     pub stats: Arc<StorageStats>,
@@ -55,6 +61,12 @@ pub struct Shared {
     /// Held by a snapshot build from its copy of the state to the removal of what the state
     /// no longer reads: no removal while another build's copy still reads the archive.
     building: Mutex<()>,
+    /// What states forgot of the archive, cut with the copy of each snapshot built (its
+    /// index): removed once a snapshot at least as new is kept ([`Shared::remove_forgotten`]).
+    forgotten: Mutex<Vec<(u64, Forgotten)>>,
+    /// Held (shared) while the whole body of a kept snapshot is read to send it: nothing
+    /// leaves the archive meanwhile.
+    sending: RwLock<()>,
 }
 
 /// Yields before a blocked lock wait leaves the runtime (see [`lock_without_stalling`]).
@@ -131,49 +143,17 @@ impl Shared {
         self.applied_index.subscribe()
     }
 
-    /// Puts a written snapshot in place and makes it current, unless a snapshot at least as
-    /// new already is (a build that finishes after an install of a newer snapshot must not
-    /// replace it); then it is removed.
-    fn keep_if_newer(&self, written: Written) -> anyhow::Result<()> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let index = |m: &SnapshotMeta| m.last_log_id.map(|id| id.index);
-        if current
-            .as_ref()
-            .is_some_and(|c| index(c) >= index(&written.meta))
-        {
-            written.discard()?;
-            return Ok(());
-        }
-        let meta = written.meta.clone();
-        let bytes = written.bytes;
-        written.keep(&self.snapshot_dir)?;
-        StorageStats::set(&self.stats.last_snapshot_bytes, bytes);
-        StorageStats::set(
-            &self.stats.last_snapshot_index,
-            meta.last_log_id.map_or(0, |id| id.index),
-        );
-        *current = Some(meta);
-        Ok(())
-    }
-
-    /// Moves what `state` keeps in its archive into a new one of this node's (on disk).
-    fn adopt(&self, state: &mut State) -> anyhow::Result<()> {
-        if let Some(archives) = &self.archives {
-            state.move_into_archive(archives.fresh()?);
-        }
-        Ok(())
-    }
-
-    /// Removes from the archive what the applied state can no longer read (records the
-    /// window forgot): once no older copy of the state reads it, after a snapshot.
-    pub fn remove_forgotten(&self) {
-        let newest = self.read().state.archived();
-        newest.remove_forgotten();
-    }
-
     fn replace(&self, applied: Applied) {
         let index = applied.last_applied.map_or(0, |id| id.index);
         let mut current = self.write();
+        if let Some(old) = &current.generation {
+            old.replaced();
+        }
+        // What older states forgot was in the generation that goes.
+        self.forgotten
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         *current = applied;
         self.notify.reset();
         drop(current);
@@ -228,9 +208,28 @@ impl StateMachineStore {
     ) -> anyhow::Result<Self> {
         let archives = archive_dir.map(Archives::open).transpose()?;
         snapshot::remove_unfinished(&snapshot_dir)?;
-        let (applied, current) = match snapshot::newest(&snapshot_dir)? {
+        let newest = snapshot::newest(&snapshot_dir)?;
+        let reads = newest
+            .as_ref()
+            .and_then(|(_, path, _)| snapshot::generation(path));
+        let generation = match (&archives, reads) {
+            (Some(archives), Some(number)) => Some(archives.named(number)?),
+            (Some(archives), None) => Some(archives.fresh()?),
+            (None, Some(number)) => anyhow::bail!(
+                "the newest snapshot reads archive generation {number}, and this node keeps no archive"
+            ),
+            (None, None) => None,
+        };
+        if let (Some(archives), Some(generation)) = (&archives, &generation) {
+            archives.keep_only(generation.number)?;
+        }
+        let archive = match &generation {
+            Some(generation) => generation.archive(),
+            None => lease::archive::on_the_heap(),
+        };
+        let (applied, current) = match newest {
             Some((_, path, bytes)) => {
-                let (meta, state) = snapshot::load(&path)?;
+                let (meta, state) = snapshot::load_own(&path, archive)?;
                 anyhow::ensure!(
                     state.rules() <= max_rules,
                     "{}",
@@ -243,26 +242,33 @@ impl StateMachineStore {
                 let index = meta.last_log_id.map_or(0, |id| id.index);
                 StorageStats::set(&stats.last_snapshot_index, index);
                 StorageStats::set(&stats.last_snapshot_bytes, bytes);
+                if reads.is_some() {
+                    remove_strays(&state);
+                }
                 let applied = Applied {
                     state,
                     last_applied: meta.last_log_id,
                     last_membership: meta.last_membership.clone(),
+                    generation: generation.clone(),
                 };
-                (applied, Some(meta))
+                let kept = Kept {
+                    meta,
+                    generation: generation.filter(|_| reads.is_some()),
+                };
+                (applied, Some(kept))
             }
             None => {
+                let mut state = State::default();
+                state.move_into_archive(archive);
                 let applied = Applied {
-                    state: State::default(),
+                    state,
                     last_applied: None,
                     last_membership: Membership::default(),
+                    generation,
                 };
                 (applied, None)
             }
         };
-        let mut applied = applied;
-        if let Some(archives) = &archives {
-            applied.state.move_into_archive(archives.fresh()?);
-        }
         let index = applied.last_applied.map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
         let shared = Shared {
@@ -276,6 +282,8 @@ impl StateMachineStore {
             halted: Mutex::default(),
             archives,
             building: Mutex::default(),
+            forgotten: Mutex::default(),
+            sending: RwLock::default(),
         };
         Ok(StateMachineStore {
             shared: Arc::new(shared),
@@ -403,19 +411,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             StorageStats::get(&stats.log_bytes),
         );
         let kept_meta = meta.clone();
-        let state = tokio::task::spawn_blocking(move || {
+        let (state, generation) = tokio::task::spawn_blocking(move || {
             let body = snapshot::received_body(&data)?;
-            let mut state = snapshot::decode_state(body)?;
+            // The entries go straight to a generation of their own.
+            let generation = shared.archives.as_ref().map(Archives::fresh).transpose()?;
+            let archive = match &generation {
+                Some(generation) => generation.archive(),
+                None => lease::archive::on_the_heap(),
+            };
+            let state = snapshot::decode_state_in(body, archive, false)?;
             if let Some(why) = shared.above_own_rules(&state, "the leader's snapshot") {
                 return Err(anyhow::Error::from(shared.halt(why)));
             }
-            shared.adopt(&mut state)?;
-            // Written again (with its checksum) in the format the installed state's rules
-            // write, whatever format the leader sent.
+            // Written again (with its checksum) as this node keeps it, whatever format the
+            // leader sent.
             let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;
-            writer.state(&state)?;
-            shared.keep_if_newer(writer.finish()?)?;
-            anyhow::Ok(state)
+            let reads = shared.write_own(&mut writer, &state)?;
+            shared.keep_if_newer(writer.finish()?, generation.as_ref().filter(|_| reads))?;
+            anyhow::Ok((state, generation))
         })
         .await
         .map_err(sm_err)?
@@ -425,6 +438,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             state,
             last_applied: meta.last_log_id,
             last_membership: meta.last_membership.clone(),
+            generation,
         });
         Ok(())
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::snapshot::Written;
 
 fn written(dir: &std::path::Path, index: u64) -> Written {
     let log_id = crate::store::LogId::new(
@@ -23,10 +24,10 @@ fn a_build_finishing_after_a_newer_install_never_replaces_it() {
     let dir = tempfile::tempdir().expect("dir");
     let sm = StateMachineStore::open(dir.path().to_path_buf(), Arc::default()).expect("open");
     sm.shared
-        .keep_if_newer(written(dir.path(), 20))
+        .keep_if_newer(written(dir.path(), 20), None)
         .expect("install 20");
     sm.shared
-        .keep_if_newer(written(dir.path(), 10))
+        .keep_if_newer(written(dir.path(), 10), None)
         .expect("late build of 10");
     let current = sm
         .shared
@@ -35,7 +36,7 @@ fn a_build_finishing_after_a_newer_install_never_replaces_it() {
         .expect("lock")
         .clone()
         .expect("a snapshot");
-    assert_eq!(current.last_log_id.map(|id| id.index), Some(20));
+    assert_eq!(current.meta.last_log_id.map(|id| id.index), Some(20));
     let (on_disk, _, _) = snapshot::newest(dir.path()).expect("load").expect("a file");
     assert_eq!(on_disk.last_log_id.map(|id| id.index), Some(20));
     let files = std::fs::read_dir(dir.path()).expect("list").count();
@@ -123,7 +124,7 @@ fn a_node_refuses_to_start_on_a_snapshot_of_higher_rules() {
         .state(&State::default().with_rules(2))
         .expect("encode");
     shared
-        .keep_if_newer(writer.finish().expect("finish"))
+        .keep_if_newer(writer.finish().expect("finish"), None)
         .expect("keep");
     let refused = StateMachineStore::open_with_rules(dir.path().to_path_buf(), Arc::default(), 1)
         .err()
@@ -153,6 +154,17 @@ fn client_entry(index: u64, mono_ms: u64, request_id: &str) -> crate::store::Ent
     entry(index, proposal)
 }
 
+/// The state machine of a node whose data directory is `dir` (its archive on disk).
+fn open_on_disk(dir: &std::path::Path) -> StateMachineStore {
+    StateMachineStore::open_with(
+        dir.join("snapshots"),
+        Some(&dir.join("archive")),
+        Arc::default(),
+        crate::rules::RELEASE.max,
+    )
+    .expect("open")
+}
+
 async fn apply_all(sm: &mut StateMachineStore, entries: Vec<crate::store::Entry>) {
     let list: Vec<_> = entries.into_iter().map(|e| Ok((e, None))).collect();
     sm.apply(futures::stream::iter(list))
@@ -179,16 +191,8 @@ fn remembered(sm: &StateMachineStore, id: &str) -> Option<bool> {
 async fn exactly_once_records_are_archived_and_survive_a_restart() {
     use openraft::RaftSnapshotBuilder;
     let dir = tempfile::tempdir().expect("dir");
-    let (snapshots, archive) = (dir.path().join("snapshots"), dir.path().join("archive"));
-    let open = || {
-        StateMachineStore::open_with(
-            snapshots.clone(),
-            Some(&archive),
-            Arc::default(),
-            crate::rules::RELEASE.max,
-        )
-        .expect("open")
-    };
+    let archive = dir.path().join("archive");
+    let open = || open_on_disk(dir.path());
     let mut sm = open();
     apply_all(&mut sm, vec![client_entry(1, 1_000, "q-1")]).await;
     assert_eq!(remembered(&sm, "q-1"), Some(true));
@@ -198,7 +202,8 @@ async fn exactly_once_records_are_archived_and_survive_a_restart() {
     assert_eq!(sm.shared.read().state.dedup().len(), 2);
     drop(sm);
 
-    // Restarted: the snapshot of index 1 is loaded into an emptied archive; entry 2 comes
+    // Restarted: the snapshot of index 1 (rules 1: whole) is loaded into a fresh archive
+    // generation; entry 2 comes
     // back as openraft replays it.
     let mut sm = open();
     assert_eq!(remembered(&sm, "q-1"), Some(true));
@@ -213,4 +218,87 @@ async fn exactly_once_records_are_archived_and_survive_a_restart() {
     sm.build_snapshot().await.expect("snapshot at 3");
     assert_eq!(remembered(&sm, "q-1"), None);
     assert_eq!(remembered(&sm, "q-3"), Some(true));
+}
+
+/// A client's acquire of `resource` as entry `index`, stamped `mono_ms`.
+fn acquire_entry(index: u64, mono_ms: u64, resource: &str) -> crate::store::Entry {
+    let mut entry = client_entry(index, mono_ms, &format!("q-{index}"));
+    if let EntryPayload::Normal(crate::lease::Command::V1(proposal)) = &mut entry.payload {
+        proposal.op =
+            crate::lease::Op::Acquire(tenure_lease::testkit::acq_ttl(resource, "h", 5_000));
+    }
+    entry
+}
+
+/// The whole state, as a snapshot sent to another node carries it.
+fn whole(sm: &StateMachineStore) -> Vec<u8> {
+    snapshot::encode_state(&sm.shared.read().state).expect("encodes")
+}
+
+/// From rules version 3 a node keeps the live state alone in its snapshot file, over an
+/// archive that stays on disk: the file names the archive's generation, a restart reads the
+/// state back from both and replays to the same bytes, what later states forget stays until
+/// a newer snapshot is kept, and what is sent to another node is the whole state.
+#[tokio::test]
+async fn an_own_snapshot_is_the_live_state_over_a_durable_archive() {
+    use openraft::RaftSnapshotBuilder;
+    let dir = tempfile::tempdir().expect("dir");
+    let snapshots = dir.path().join("snapshots");
+    let open = || open_on_disk(dir.path());
+    let mut sm = open();
+    let raise = crate::lease::Op::RaiseRules {
+        to: crate::lease::rules::LIVE_SNAPSHOTS,
+    };
+    apply_all(&mut sm, vec![own_entry(1, raise)]).await;
+    let acquires = (2..=101).map(|i| acquire_entry(i, 1_000 + i, &format!("r{i}")));
+    apply_all(&mut sm, acquires.collect()).await;
+    let at_101 = whole(&sm);
+
+    let built = sm.build_snapshot().await.expect("snapshot at 101");
+    let (_, path, bytes) = snapshot::newest(&snapshots).expect("list").expect("a file");
+    let generation = snapshot::generation(&path).expect("the file names its generation");
+    assert!(
+        (bytes as usize) < at_101.len() / 2,
+        "the file ({bytes} B) holds less than the whole state ({} B)",
+        at_101.len()
+    );
+    // Sent whole: the archive's entries added to the live state.
+    let file = built.snapshot.into_std().await;
+    let mut sent = sm
+        .shared
+        .whole_snapshot(built.meta.last_log_id, file)
+        .expect("whole");
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut sent, &mut data).expect("read");
+    let (_, body) = snapshot::checked(&data).expect("checksum");
+    let sent = snapshot::decode_state(body).expect("decodes alone");
+    assert_eq!(snapshot::encode_state(&sent).expect("encodes"), at_101);
+
+    // Eleven minutes on: the leases are reclaimed and their resources go cold, the window
+    // forgets every record; then a snapshot, then more.
+    let tick = |index, mono_ms| {
+        let mut entry = own_entry(index, crate::lease::Op::Tick);
+        if let EntryPayload::Normal(crate::lease::Command::V1(proposal)) = &mut entry.payload {
+            proposal.stamp.mono_ms = mono_ms;
+        }
+        entry
+    };
+    apply_all(&mut sm, vec![tick(102, 700_000)]).await;
+    assert_eq!(sm.shared.read().state.dedup().len(), 0);
+    sm.build_snapshot().await.expect("snapshot at 102");
+    let at_102 = whole(&sm);
+    let later: Vec<_> = (103..=140)
+        .map(|i| acquire_entry(i, 700_000 + i, &format!("r{}", i - 100)))
+        .collect();
+    apply_all(&mut sm, later.clone()).await;
+    let at_140 = whole(&sm);
+    drop(sm);
+
+    // Restarted on the snapshot of 102 and the generation it names, then the log replayed.
+    let mut sm = open();
+    let (_, path, _) = snapshot::newest(&snapshots).expect("list").expect("a file");
+    assert_eq!(snapshot::generation(&path), Some(generation));
+    assert_eq!(whole(&sm), at_102);
+    apply_all(&mut sm, later).await;
+    assert_eq!(whole(&sm), at_140);
 }
