@@ -13,7 +13,8 @@
 # history (bounded by events and bytes) and the exactly-once records (10 minutes of request
 # ids, SPEC §5). Prints one line per sample (seconds; the system; per node RSS MiB and data
 # MiB; the exactly-once MiB node 1 counts, Tenure only) and writes them to OUT/soak.tsv; the
-# bench's table ends with each system's throughput minute by minute (OUT/results.md).
+# bench's table ends with each system's throughput minute by minute (OUT/results.md). A
+# minute before Tenure's load ends, node 1 builds a snapshot: its cost goes to OUT/snapshot.txt.
 # With etcd in SYSTEMS, jepsen/bench.sh installs and builds what etcd needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,20 @@ for node in json.load(sys.stdin):
                 used += q["used"]
 print(used // 1048576)' 2>/dev/null || echo 0
 }
+# A minute before Tenure's load ends, one snapshot on node 1, asked for while the load runs:
+# its size, its build's wall and CPU time (the CPU of the thread that built it), and node 1's
+# RSS just before and after (OUT/snapshot.txt).
+seconds() { case $1 in *h) echo $(( ${1%h} * 3600 ));; *m) echo $(( ${1%m} * 60 ));; *s) echo "${1%s}";; *) echo "$1";; esac; }
+snapshot_at=$(( $(seconds "$duration") - 60 ))
+snapshotted=""
+snapshot_now() {
+  local pid=$1 addr before after line
+  addr=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | sed -n 's/.*--listen \([^ ]*\).*/\1/p')
+  before=$(awk '/^VmRSS:/ {print int($2 / 1024)}' "/proc/$pid/status")
+  line=$(target/release/tenure --endpoints "$addr" cluster snapshot 2>&1 || true)
+  after=$(awk '/^VmRSS:/ {print int($2 / 1024)}' "/proc/$pid/status")
+  echo "snapshot on node 1 at ${2}s: $line; RSS ${before} MiB before, ${after} MiB after" | tee -a "$out/snapshot.txt"
+}
 start=$(date +%s)
 while kill -0 "$bench" 2>/dev/null; do
   row="$(( $(date +%s) - start ))"
@@ -79,6 +94,10 @@ while kill -0 "$bench" 2>/dev/null; do
   if [ "$system" = tenure ]; then
     n1=$(pgrep -f -- "--data-dir $data/n1( |$)" | head -1 || true)
     eo=$( [ -n "$n1" ] && exactly_once "$n1" || echo 0)
+    if [ -z "$snapshotted" ] && [ -n "$n1" ] && [ "$row" -ge "$snapshot_at" ]; then
+      snapshot_now "$n1" "$row"
+      snapshotted=yes
+    fi
   fi
   printf '%s\t%s%s%s\t%s\n' "$row" "$system" "$rss" "$disk" "$eo" | tee -a "$out/soak.tsv"
   sleep "$every"

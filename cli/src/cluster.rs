@@ -244,13 +244,14 @@ pub async fn snapshot(out: Output, client: &Client, backup: bool) -> Result<Exit
                 ));
             }
             Ok(s) => rows.push((
-                json!({"endpoint": endpoint, "last_index": s.last_index, "bytes": s.bytes, "build_micros": s.build_micros,
+                json!({"endpoint": endpoint, "last_index": s.last_index, "bytes": s.bytes, "build_micros": s.build_micros, "build_cpu_micros": s.build_cpu_micros,
                        "backup_path": (!s.backup_path.is_empty()).then_some(&s.backup_path), "backup_bytes": s.backup_bytes}),
                 format!(
-                    "{endpoint}  snapshot to index {}: {} bytes in {} ms{}",
+                    "{endpoint}  snapshot to index {}: {} bytes in {} ms ({} ms of CPU){}",
                     s.last_index,
                     s.bytes,
                     s.build_micros / 1000,
+                    s.build_cpu_micros / 1000,
                     match s.backup_path.is_empty() {
                         true => String::new(),
                         false => format!("; backup {} ({} bytes)", s.backup_path, s.backup_bytes),

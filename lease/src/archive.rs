@@ -51,8 +51,8 @@ impl Space {
 pub type Visit<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> bool;
 
 /// An ordered store the state keeps cold data in. Writes cannot fail as far as the state is
-/// concerned: a store that cannot write stops the node (which then rebuilds it from its
-/// snapshot and log), it never answers differently.
+/// concerned: a store that cannot write stops the node (which restarts from its snapshot and
+/// log), it never answers differently.
 pub trait Archive: Send + Sync {
     fn get(&self, space: Space, key: &[u8]) -> Option<Vec<u8>>;
     fn insert(&self, space: Space, key: &[u8], value: &[u8]);
@@ -81,8 +81,9 @@ pub(crate) fn chunk_key(seq: u64) -> [u8; 8] {
 }
 
 /// Chunk number `seq` of `space`, decoded. A chunk a state still reads that the archive does
-/// not hold, or that does not decode, is a broken archive: nothing can be answered from it
-/// (a restart builds it again), so this stops the node.
+/// not hold, or that does not decode, is a broken archive: nothing can be answered from it,
+/// so this stops the node (a node whose own snapshot reads a lost entry finds it at its next
+/// start and halts: its data is then taken again from the leader).
 pub(crate) fn read_chunk<T: serde::de::DeserializeOwned>(
     archive: &dyn Archive,
     space: Space,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::archive::{Archive, MemArchive, Space};
 use crate::dedup::Dedup;
-use crate::machine::{MissingEntry, State, VisitEntry};
+use crate::machine::{MissingEntry, State, VisitEntry, Wanted};
 
 /// 2: resources hold several leases, their registration and their history, JSON.
 /// 3: postcard's binary encoding; exactly-once records hold digests.
@@ -137,29 +137,26 @@ pub fn encode_state_own<W: Write>(state: &State, out: W) -> anyhow::Result<(W, b
     Ok((postcard::to_io(&None::<Entry<'_>>, out)?, true))
 }
 
-/// The whole body of a node's own snapshot `body` ([`encode_state_own`]), its entries read
-/// from `archive`: what is sent to another node. A body that is whole already is copied.
+/// The whole body of a node's own snapshot `body` ([`encode_state_own`] from rules version 3:
+/// the live section, then the end mark), the entries `wanted` names read from `archive`:
+/// what is sent to another node.
 pub fn encode_state_whole<W: Write>(
     body: &[u8],
-    archive: Arc<dyn Archive>,
-    mut out: W,
+    wanted: &Wanted,
+    archive: &dyn Archive,
+    out: W,
 ) -> anyhow::Result<W> {
-    let own_live = match postcard::take_from_bytes::<(u32, u32)>(body) {
-        Ok(((FORMAT_VERSION, _), live)) => Some(live),
-        _ => None,
+    let own = matches!(
+        postcard::take_from_bytes::<u32>(body),
+        Ok((FORMAT_VERSION, _))
+    );
+    let Some((&0, live)) = body.split_last().filter(|_| own) else {
+        anyhow::bail!("not a node's own snapshot of format {FORMAT_VERSION}");
     };
-    let Some(live) = own_live else {
-        out.write_all(body)?;
-        return Ok(out);
-    };
-    let (loaded, rest) = postcard::take_from_bytes::<crate::machine::LiveLoaded>(live)?;
-    if rest != [0] {
-        out.write_all(body)?;
-        return Ok(out);
-    }
-    out.write_all(&body[..body.len() - rest.len()])?;
-    let mut out = write_entries(out, |visit| loaded.each_archived(archive, visit))?;
-    out.write_all(rest)?;
+    let mut out = out;
+    out.write_all(live)?;
+    let mut out = write_entries(out, |visit| wanted.each(archive, visit))?;
+    out.write_all(&[0])?;
     Ok(out)
 }
 

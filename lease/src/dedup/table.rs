@@ -158,7 +158,7 @@ impl Dedup {
 
     /// The chunk of number `seq`: the one being filled, the oldest (kept decoded), or one
     /// read from the archive. A chunk the table still reads that the archive does not hold is
-    /// a broken archive: nothing can be answered from it (a restart builds it again).
+    /// a broken archive: nothing can be answered from it ([`crate::archive::read_chunk`]).
     fn read_chunk(&self, seq: u64) -> Arc<Vec<Rec>> {
         if seq == self.open_seq {
             return self.open.clone();

@@ -10,8 +10,8 @@
 //! its events in delivery order like any other's, so which of them it still keeps follows
 //! from the stub and the newest position the bound dropped; the bound forgets it when it drops
 //! its newest event. A copy of the state taken for a snapshot holds its own stubs and reads
-//! the values as they were; values no stub names any more are removed after the next
-//! snapshot ([`ColdStore::remove_forgotten`]).
+//! the values as they were; values no stub names any more are removed once a newer snapshot
+//! is kept ([`super::Forgotten`]).
 
 use std::sync::{Arc, Mutex};
 

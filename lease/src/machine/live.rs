@@ -103,7 +103,7 @@ pub(crate) type VisitEntry<'a> = &'a mut dyn FnMut(Space, &[u8], &[u8]) -> bool;
 
 /// An archive entry the state reads that its archive does not hold: the snapshot is broken.
 #[derive(Debug)]
-pub(crate) struct MissingEntry(pub(crate) Space, pub(crate) u64);
+pub struct MissingEntry(pub(crate) Space, pub(crate) u64);
 
 impl fmt::Display for MissingEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -180,18 +180,18 @@ fn visit_wanted(
     Ok(())
 }
 
-impl LiveLoaded {
-    /// Visits the entries of `archive` a state of this live section reads, as
-    /// [`State::each_archived`] does, without building the state.
-    pub(crate) fn each_archived(
-        self,
-        archive: Arc<dyn Archive>,
+/// The archive entries a state reads, by space: what a node's own snapshot (the live section
+/// alone) needs beside it, and what is added to it to send it whole.
+pub struct Wanted([(Space, Vec<u64>); 3]);
+
+impl Wanted {
+    /// Visits them in `archive`, as [`State::each_archived`] does.
+    pub(crate) fn each(
+        &self,
+        archive: &dyn Archive,
         visit: VisitEntry<'_>,
     ) -> Result<(), MissingEntry> {
-        let dedup = Dedup::from_live(self.dedup, archive.clone());
-        let log = EventLog::from_live(self.log, archive.clone());
-        let cold = ColdStore::from_live(self.cold, archive.clone());
-        visit_wanted([&*archive; 3], &wanted(&dedup, &log, &cold), visit)
+        visit_wanted([archive; 3], &self.0, visit)
     }
 }
 
@@ -226,11 +226,18 @@ impl State {
         visit_wanted(archives, &wanted, visit)
     }
 
+    /// The archive entries this state reads ([`Wanted`]).
+    pub fn wanted(&self) -> Wanted {
+        Wanted(wanted(&self.dedup, &self.log, &self.cold))
+    }
+
     /// Removes from the archive the entries below this state's next numbers that it does
     /// not read: what a node that stopped before removing what an older state forgot left
     /// there (entries from those numbers on, apply writes again as it replays). Safe beside
-    /// apply, which writes only from those numbers on. Returns how many went.
-    pub fn remove_strays(&self) -> usize {
+    /// apply, which writes only from those numbers on. Returns how many went, or the first
+    /// entry the state reads that the archive lacks (a node's own snapshot is loaded without
+    /// reading every entry: this scan is where a lost one is found).
+    pub fn remove_strays(&self) -> Result<usize, MissingEntry> {
         let wanted = wanted(&self.dedup, &self.log, &self.cold);
         let archives = [
             self.dedup.archive(),
@@ -245,7 +252,7 @@ impl State {
         let mut removed = 0;
         for ((archive, (space, numbers)), end) in archives.into_iter().zip(&wanted).zip(ends) {
             let mut wanted = numbers.iter().copied().peekable();
-            let mut strays = Vec::new();
+            let (mut strays, mut missing) = (Vec::new(), None);
             let end = chunk_key(end);
             archive.scan(
                 *space,
@@ -254,24 +261,31 @@ impl State {
                 false,
                 &mut |key, _| {
                     let at = <[u8; 8]>::try_from(key).map(u64::from_be_bytes).ok();
-                    while let (Some(next), Some(at)) = (wanted.peek(), at) {
-                        if *next >= at {
+                    while let (Some(next), Some(at)) = (wanted.peek().copied(), at) {
+                        if next >= at {
                             break;
                         }
+                        missing = missing.or(Some(next));
                         wanted.next();
                     }
-                    if at.is_none() || wanted.peek() != at.as_ref() {
-                        strays.push(key.to_vec());
+                    match at.is_some() && wanted.peek() == at.as_ref() {
+                        true => {
+                            wanted.next();
+                        }
+                        false => strays.push(key.to_vec()),
                     }
                     true
                 },
             );
+            if let Some(lost) = missing.or_else(|| wanted.next()) {
+                return Err(MissingEntry(*space, lost));
+            }
             removed += strays.len();
             for key in strays {
                 archive.remove(*space, &key);
             }
         }
-        removed
+        Ok(removed)
     }
 
     /// The state a format-9 live section describes, its entries in `archive`. Checked

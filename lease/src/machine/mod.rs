@@ -42,7 +42,8 @@ pub use apply::apply;
 pub use checks::check_name;
 pub(super) use checks::{check_names, check_ttl};
 use indexes::Indexes;
-pub(crate) use live::{LiveLoaded, MissingEntry, VisitEntry};
+pub(crate) use live::{LiveLoaded, VisitEntry};
+pub use live::{MissingEntry, Wanted};
 pub use precheck::FRESH_MS;
 #[cfg(test)]
 pub(crate) use precheck::HELD_MARGIN_MS;

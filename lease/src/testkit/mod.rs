@@ -198,8 +198,10 @@ impl Log {
         let (own, _) = crate::encoding::encode_state_own(&copy, Vec::new()).expect("own");
         let again = crate::encoding::decode_state_in(&own, archive.clone(), true).expect("own");
         assert_eq!(again, self.state, "own");
-        let whole = crate::encoding::encode_state_whole(&own, archive, Vec::new()).expect("whole");
         if copy.rules() >= crate::rules::LIVE_SNAPSHOTS {
+            let wanted = copy.wanted();
+            let whole = crate::encoding::encode_state_whole(&own, &wanted, &*archive, Vec::new())
+                .expect("whole");
             assert_eq!(whole, body, "sent whole");
         }
         self.state = restored;

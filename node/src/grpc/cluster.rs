@@ -262,7 +262,7 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<pb::SnapshotResponse>, Status> {
         self.admin_only(&request)?;
         let backup = request.get_ref().backup;
-        let (last_index, bytes, build_micros) = self.node.snapshot_now().await?;
+        let (last_index, bytes, build_micros, build_cpu_micros) = self.node.snapshot_now().await?;
         let (backup_path, backup_bytes) = match backup {
             true => self.node.backup().await?,
             false => (String::new(), 0),
@@ -273,6 +273,7 @@ impl Cluster for ClusterApi {
             build_micros,
             backup_path,
             backup_bytes,
+            build_cpu_micros,
         }))
     }
 }

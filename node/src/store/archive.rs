@@ -28,6 +28,9 @@ const GENERATION: &str = "generation.";
 /// The node's archives: one sled database, a tree per generation.
 pub struct Archives {
     db: sled::Db,
+    /// sled's data file, and where it writes its largest values: synced by [`Archives::flush`].
+    data: std::fs::File,
+    blobs: std::path::PathBuf,
     next: AtomicU64,
 }
 
@@ -65,13 +68,11 @@ impl Generation {
 impl Archives {
     /// Opens (or creates) the archive database in `dir`.
     pub fn open(dir: &Path) -> anyhow::Result<Archives> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(CACHE_BYTES)
-            .flush_every_ms(None)
-            .open()?;
+        let db = crate::store::open_sled(dir, CACHE_BYTES)?;
         let highest = Archives::numbers(&db).into_iter().max().unwrap_or(0);
         Ok(Archives {
+            data: std::fs::File::open(dir.join("db"))?,
+            blobs: dir.join("blobs"),
             db,
             next: AtomicU64::new(highest + 1),
         })
@@ -128,9 +129,23 @@ impl Archives {
         Ok(())
     }
 
-    /// Makes every write so far durable (before a snapshot that reads them is named).
+    /// Makes every write so far durable (before a snapshot that reads them is named): sled's
+    /// flush, then an fsync of its data file, of each of its blob files (values over a
+    /// quarter segment, which its flush writes but never syncs) and of their directory.
     pub fn flush(&self) -> anyhow::Result<()> {
         self.db.flush()?;
+        self.data.sync_data()?;
+        if self.blobs.exists() {
+            for blob in std::fs::read_dir(&self.blobs)? {
+                match std::fs::File::open(blob?.path()) {
+                    Ok(file) => file.sync_data()?,
+                    // Removed meanwhile: a value sled no longer holds.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            crate::store::sync_dir(&self.blobs)?;
+        }
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ pub mod snapshot;
 pub mod state_machine;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::lease::{Command, Reply};
 
@@ -70,6 +71,52 @@ fn lowest_priority() {
     }
 }
 
+/// Opens (or creates) a sled database in `dir` (made durable with its parent) with a page
+/// cache of `cache_bytes`, written to disk only when flushed.
+pub(crate) fn open_sled(dir: &std::path::Path, cache_bytes: u64) -> anyhow::Result<sled::Db> {
+    create_dir_durably(dir)?;
+    let config = sled::Config::new()
+        .path(dir)
+        .cache_capacity(cache_bytes)
+        // sled writes any item over a quarter segment to `blobs/`, which its flush never
+        // syncs; 8 MiB segments keep every leaf page of small entries out of there.
+        .segment_size(8 * 1024 * 1024)
+        .flush_every_ms(None);
+    let db = open_when_unlocked(&config)?;
+    // sled writes its `conf` file at the first open and never syncs it (a cut that tears
+    // it leaves a node sled refuses to open: "Read corrupted data"), and creates its files
+    // (at every open also a snapshot file, renamed into place, the old one removed) without
+    // syncing the directory: both become durable here, found by the power-cut nemesis.
+    std::fs::File::open(dir.join("conf"))?.sync_all()?;
+    sync_dir(dir)?;
+    Ok(db)
+}
+
+/// How long [`open_sled`] waits for the data directory's lock.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens sled, waiting a while for its file lock. A node stopped in this same process (the
+/// in-process test clusters) releases the lock only when its last log task has let go of the
+/// database, which can be just after its shutdown returns; sled offers nothing to await, so
+/// this retries. Another process holding the directory still fails, after `LOCK_WAIT`.
+fn open_when_unlocked(config: &sled::Config) -> sled::Result<sled::Db> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match config.open() {
+            // sled reports a held lock as an `Other` error, by its message.
+            Err(sled::Error::Io(e))
+                if e.to_string().starts_with("could not acquire lock")
+                    && started.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            opened => return opened,
+        }
+    }
+}
+
 pub type NodeId = u64;
 pub type Raft = openraft::Raft<TypeConfig, state_machine::StateMachineStore>;
 pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
@@ -121,6 +168,8 @@ pub struct StorageStats {
     pub last_snapshot_index: AtomicU64,
     pub last_snapshot_bytes: AtomicU64,
     pub last_snapshot_build_micros: AtomicU64,
+    /// The CPU time of the thread that built the last snapshot.
+    pub last_snapshot_build_cpu_micros: AtomicU64,
     /// 1 while a snapshot is being built.
     pub snapshot_building: AtomicU64,
     /// Leases reclaimed (expiry and grace passed) by applied entries.

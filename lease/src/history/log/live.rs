@@ -8,7 +8,7 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use super::{EventLog, Logged, Sealed};
-use crate::archive::{read_chunk, Archive, Space};
+use crate::archive::{chunk_key, Archive, Space};
 
 /// The log's own fields: its written chunks as (first revision, number, events kept), the
 /// open chunk, and where the cursor and the counts are. `S` is the chunk list, `O` the open
@@ -102,7 +102,9 @@ impl EventLog {
     pub(crate) fn check_loaded(&self) -> Result<(), String> {
         let cursor_chunk = match self.sealed.get_min() {
             Some((_, sealed)) => {
-                read_chunk::<Vec<Logged>>(&*self.archive, Space::Events, sealed.seq)
+                let bytes = self.archive.get(Space::Events, &chunk_key(sealed.seq));
+                let decoded = bytes.and_then(|b| postcard::from_bytes::<Vec<Logged>>(&b).ok());
+                decoded.ok_or(format!("event chunk {} is missing or damaged", sealed.seq))?
             }
             None => self.open.to_vec(),
         };

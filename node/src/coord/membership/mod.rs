@@ -333,7 +333,7 @@ impl Node {
     /// Builds a snapshot of this node's state now; returns its last index, size and build time.
     /// openraft ignores a request while a build runs, so one that covers less than what was
     /// applied at the call is followed by another.
-    pub async fn snapshot_now(&self) -> Result<(u64, u64, u64), ApiError> {
+    pub async fn snapshot_now(&self) -> Result<(u64, u64, u64, u64), ApiError> {
         use crate::store::StorageStats;
         let stats = &self.sm.stats;
         let applied = self.sm.read().last_applied.map_or(0, |log_id| log_id.index);
@@ -360,6 +360,7 @@ impl Node {
             StorageStats::get(&stats.last_snapshot_index),
             StorageStats::get(&stats.last_snapshot_bytes),
             StorageStats::get(&stats.last_snapshot_build_micros),
+            StorageStats::get(&stats.last_snapshot_build_cpu_micros),
         ))
     }
 

@@ -26,7 +26,7 @@ use std::fs::File;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
@@ -83,21 +83,7 @@ impl LogStore {
     /// flush to the operating system and skips the fdatasync (the fault harness's planted
     /// bug, caught by its power cuts).
     pub fn open_with(dir: &Path, stats: Arc<StorageStats>, lies: bool) -> anyhow::Result<Self> {
-        super::create_dir_durably(dir)?;
-        let config = sled::Config::new()
-            .path(dir)
-            .cache_capacity(64 * 1024 * 1024)
-            // sled writes any item over a quarter segment to `blobs/`, which its flush never
-            // syncs; 8 MiB segments keep every leaf page of small entries out of there.
-            .segment_size(8 * 1024 * 1024)
-            .flush_every_ms(None);
-        let db = open_when_unlocked(&config)?;
-        // sled writes its `conf` file at the first open and never syncs it (a cut that tears
-        // it leaves a node sled refuses to open: "Read corrupted data"), and creates its files
-        // (at every open also a snapshot file, renamed into place, the old one removed) without
-        // syncing the directory: both become durable here, found by the power-cut nemesis.
-        File::open(dir.join("conf"))?.sync_all()?;
-        super::sync_dir(dir)?;
+        let db = super::open_sled(dir, 64 * 1024 * 1024)?;
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
         let data_file = Arc::new(File::open(dir.join("db"))?);
@@ -250,31 +236,6 @@ fn remove_from(log: &sled::Tree, index: u64) -> sled::Result<()> {
         batch.remove(key?);
     }
     log.apply_batch(batch)
-}
-
-/// How long `open` waits for the data directory's lock.
-const LOCK_WAIT: Duration = Duration::from_secs(5);
-
-/// Opens sled, waiting a while for its file lock. A node stopped in this same process (the
-/// in-process test clusters) releases the lock only when its last log task has let go of the
-/// database, which can be just after its shutdown returns; sled offers nothing to await, so
-/// this retries. Another process holding the directory still fails, after `LOCK_WAIT`.
-fn open_when_unlocked(config: &sled::Config) -> sled::Result<sled::Db> {
-    let started = Instant::now();
-    let mut pause = Duration::from_millis(5);
-    loop {
-        match config.open() {
-            // sled reports a held lock as an `Other` error, by its message.
-            Err(sled::Error::Io(e))
-                if e.to_string().starts_with("could not acquire lock")
-                    && started.elapsed() < LOCK_WAIT =>
-            {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(200));
-            }
-            opened => return opened,
-        }
-    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {

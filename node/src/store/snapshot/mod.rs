@@ -130,7 +130,8 @@ pub fn whole_copy(
     file: File,
     meta: &SnapshotMeta,
     body: &[u8],
-    archive: std::sync::Arc<dyn crate::lease::archive::Archive>,
+    wanted: &crate::lease::machine::Wanted,
+    archive: &dyn crate::lease::archive::Archive,
 ) -> anyhow::Result<File> {
     let mut file = Hashed {
         inner: BufWriter::with_capacity(WRITE_BUFFER, file),
@@ -138,7 +139,7 @@ pub fn whole_copy(
     };
     serde_json::to_writer(&mut file, meta)?;
     file.write_all(b"\n")?;
-    let Hashed { mut inner, hasher } = encode_state_whole(body, archive, file)?;
+    let Hashed { mut inner, hasher } = encode_state_whole(body, wanted, archive, file)?;
     inner.write_all(&hasher.finalize())?;
     let mut file = inner.into_inner().map_err(|e| e.into_error())?;
     std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;

@@ -25,6 +25,51 @@ async fn in_the_background<T: Send + 'static>(
     Ok(result.await?)
 }
 
+/// What a build cost: the CPU time of the thread that built it, and the process's resident
+/// memory before and after.
+struct Cost {
+    cpu_micros: u64,
+    rss_before: u64,
+    rss_after: u64,
+}
+
+impl Cost {
+    fn now() -> Cost {
+        Cost {
+            cpu_micros: thread_cpu_micros(),
+            rss_before: resident_bytes(),
+            rss_after: 0,
+        }
+    }
+
+    fn since(self) -> Cost {
+        Cost {
+            cpu_micros: thread_cpu_micros().saturating_sub(self.cpu_micros),
+            rss_before: self.rss_before,
+            rss_after: resident_bytes(),
+        }
+    }
+}
+
+/// The CPU time of the calling thread so far (0 where the clock cannot be read).
+fn thread_cpu_micros() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        (t.tv_sec() as u64) * 1_000_000 + (t.tv_nsec() as u64) / 1_000
+    })
+}
+
+/// The process's resident bytes (`/proc/self/statm`, pages of 4 KiB; 0 if unreadable).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
 /// Marks a snapshot build in the stats for as long as it lives, failed builds included.
 struct Building<'a>(&'a StorageStats);
 
@@ -48,8 +93,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         let started = std::time::Instant::now();
         let _building = Building::start(&self.shared.stats);
         let shared = self.shared.clone();
-        let (meta, file) = in_the_background(move || {
+        let (meta, file, cost) = in_the_background(move || {
             let _building = shared.building.lock().unwrap_or_else(|p| p.into_inner());
+            let before = Cost::now();
             // An O(1) copy under the read lock (the state's maps are persistent), then the
             // encoding and the fsync off it: apply goes on meanwhile, copying only the map
             // nodes and resources it changes.
@@ -71,23 +117,37 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
                 (applied.state.snapshot_copy(), meta, generation)
             };
             let mut writer = Writer::create(&shared.snapshot_dir, meta)?;
-            let reads = shared.write_own(&mut writer, &copy)?;
+            let reads = match (shared.write_own(&mut writer, &copy)?, generation) {
+                (true, Some(generation)) => Some(super::kept::Reads {
+                    generation,
+                    wanted: std::sync::Arc::new(copy.wanted()),
+                }),
+                _ => None,
+            };
             drop(copy);
             let written = writer.finish()?;
             let meta = written.meta.clone();
             let file = written.open()?;
-            shared.keep_if_newer(written, generation.as_ref().filter(|_| reads))?;
+            shared.keep_if_newer(written, reads)?;
             shared.remove_forgotten();
-            anyhow::Ok((meta, file))
+            anyhow::Ok((meta, file, before.since()))
         })
         .await
         .map_err(sm_err)?
         .map_err(sm_err)?;
         let stats = &self.shared.stats;
         StorageStats::add(&stats.snapshots_built, 1);
-        StorageStats::set(
-            &stats.last_snapshot_build_micros,
-            started.elapsed().as_micros() as u64,
+        let micros = started.elapsed().as_micros() as u64;
+        StorageStats::set(&stats.last_snapshot_build_micros, micros);
+        StorageStats::set(&stats.last_snapshot_build_cpu_micros, cost.cpu_micros);
+        tracing::info!(
+            index = meta.last_log_id.map_or(0, |id| id.index),
+            bytes = StorageStats::get(&stats.last_snapshot_bytes),
+            wall_ms = micros / 1000,
+            cpu_ms = cost.cpu_micros / 1000,
+            rss_before_mib = cost.rss_before >> 20,
+            rss_after_mib = cost.rss_after >> 20,
+            "snapshot built"
         );
         Ok(super::Snapshot {
             meta: meta.into_meta(),

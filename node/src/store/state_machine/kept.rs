@@ -5,18 +5,28 @@
 
 use std::io::SeekFrom;
 
+use std::sync::Arc;
+
 use super::Shared;
+use crate::lease::machine::Wanted;
 use crate::lease::State;
 use crate::store::archive::Generation;
 use crate::store::snapshot::{self, SnapshotMeta, Writer, Written};
 use crate::store::{LogId, StorageStats};
 
-/// The snapshot a node keeps: its meta, and the archive generation its body reads if it does
-/// not hold the whole state.
+/// The snapshot a node keeps: its meta, and, if its body does not hold the whole state, the
+/// archive generation it reads and the entries it reads there.
 #[derive(Clone)]
 pub(super) struct Kept {
     pub(super) meta: SnapshotMeta,
-    pub(super) generation: Option<Generation>,
+    pub(super) reads: Option<Reads>,
+}
+
+/// Where a node's own snapshot finds the rest of its state.
+#[derive(Clone)]
+pub(super) struct Reads {
+    pub(super) generation: Generation,
+    pub(super) wanted: Arc<Wanted>,
 }
 
 impl Shared {
@@ -28,7 +38,7 @@ impl Shared {
     pub(super) fn keep_if_newer(
         &self,
         mut written: Written,
-        reads: Option<&Generation>,
+        reads: Option<Reads>,
     ) -> anyhow::Result<()> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         let index = |m: &SnapshotMeta| m.last_log_id.map(|id| id.index);
@@ -39,25 +49,21 @@ impl Shared {
             written.discard()?;
             return Ok(());
         }
-        if let (Some(generation), Some(archives)) = (reads, &self.archives) {
+        if let (Some(reads), Some(archives)) = (&reads, &self.archives) {
             archives.flush()?;
-            written.generation = Some(generation.number);
+            written.generation = Some(reads.generation.number);
+            // Before the file may be named: a generation a file names never goes.
+            reads.generation.named_by_snapshot();
         }
         let meta = written.meta.clone();
         let bytes = written.bytes;
         written.keep(&self.snapshot_dir)?;
-        if let Some(generation) = reads {
-            generation.named_by_snapshot();
-        }
         StorageStats::set(&self.stats.last_snapshot_bytes, bytes);
         StorageStats::set(
             &self.stats.last_snapshot_index,
             meta.last_log_id.map_or(0, |id| id.index),
         );
-        *current = Some(Kept {
-            meta,
-            generation: reads.cloned(),
-        });
+        *current = Some(Kept { meta, reads });
         Ok(())
     }
 
@@ -82,14 +88,18 @@ impl Shared {
                 .map_or(0, |id| id.index)
         };
         let _no_send = self.sending.write().unwrap_or_else(|p| p.into_inner());
-        let mut forgotten = self.forgotten.lock().unwrap_or_else(|p| p.into_inner());
-        forgotten.retain(|(index, forgotten)| {
-            let covered = *index <= kept;
-            if covered {
-                forgotten.remove();
-            }
-            !covered
-        });
+        // Taken out first: an install waits for this lock while it holds the state's.
+        let covered: Vec<_> = {
+            let mut forgotten = self.forgotten.lock().unwrap_or_else(|p| p.into_inner());
+            let (covered, later) = std::mem::take(&mut *forgotten)
+                .into_iter()
+                .partition(|(index, _)| *index <= kept);
+            *forgotten = later;
+            covered
+        };
+        for (_, forgotten) in covered {
+            forgotten.remove();
+        }
     }
 
     /// The whole body of the kept snapshot through `last_log_id` (`file`, what openraft
@@ -110,11 +120,11 @@ impl Shared {
         let Some(kept) = kept.filter(|k| k.meta.last_log_id == last_log_id) else {
             anyhow::bail!("the snapshot at {last_log_id:?} is no longer this node's newest");
         };
-        let Some(generation) = kept.generation else {
+        let Some(reads) = kept.reads else {
             return Ok(file);
         };
         let out = tempfile::tempfile_in(&self.snapshot_dir)?;
-        whole_of(file, &kept.meta, &generation, out).inspect_err(|error| {
+        whole_of(file, &kept.meta, &reads, out).inspect_err(|error| {
             // A damaged file (or archive) is never sent: a new snapshot replaces it.
             tracing::error!(error = %format!("{error:#}"), "this node's snapshot cannot be sent");
             StorageStats::add(&self.stats.snapshots_refused, 1);
@@ -134,8 +144,8 @@ impl Shared {
                 _ => anyhow::bail!("this node has no snapshot yet"),
             }
         };
-        snapshot::write_backup(dir, &kept.meta, |out| match &kept.generation {
-            Some(generation) => whole_of(file, &kept.meta, generation, out),
+        snapshot::write_backup(dir, &kept.meta, |out| match &kept.reads {
+            Some(reads) => whole_of(file, &kept.meta, reads, out),
             None => {
                 let mut out = out;
                 std::io::copy(&mut std::io::BufReader::new(file), &mut out)?;
@@ -145,11 +155,11 @@ impl Shared {
     }
 }
 
-/// The snapshot `file` (a node's own, through `meta`, reading `generation`) whole, in `out`.
+/// The snapshot `file` (a node's own, through `meta`, reading `reads`) whole, in `out`.
 fn whole_of(
     file: std::fs::File,
     meta: &SnapshotMeta,
-    generation: &Generation,
+    reads: &Reads,
     out: std::fs::File,
 ) -> anyhow::Result<std::fs::File> {
     let mut file = file;
@@ -157,20 +167,30 @@ fn whole_of(
     let mut data = Vec::new();
     std::io::Read::read_to_end(&mut std::io::BufReader::new(file), &mut data)?;
     let (_, body) = snapshot::checked(&data)?;
-    snapshot::whole_copy(out, meta, body, generation.archive())
+    snapshot::whole_copy(out, meta, body, &reads.wanted, &*reads.generation.archive())
 }
 
 /// Removes, on a thread of its own, what a stop left in the archive that the state loaded
-/// from its snapshot does not read (what older states forgot, not yet removed).
-pub(super) fn remove_strays(state: &State) {
+/// from its own snapshot does not read (what older states forgot, not yet removed), and
+/// checks that every entry it reads is there: a node that lost one stops applying
+/// ([`Shared::halt`]) rather than answer from a partial archive.
+pub(super) fn remove_strays(state: &State, shared: &Arc<Shared>) {
     let copy = state.snapshot_copy();
+    let shared = Arc::downgrade(shared);
     let spawned = std::thread::Builder::new()
         .name("archive-strays".into())
         .spawn(move || {
             crate::store::lowest_priority();
-            let removed = copy.remove_strays();
-            if removed > 0 {
-                tracing::info!(removed, "removed archive entries no state reads");
+            match copy.remove_strays() {
+                Ok(0) => {}
+                Ok(removed) => tracing::info!(removed, "removed archive entries no state reads"),
+                Err(lost) => {
+                    if let Some(shared) = shared.upgrade() {
+                        shared.halt(format!(
+                            "the archive lost what this node's snapshot reads ({lost}): move its data directory aside and start it empty, to take the state from the leader"
+                        ));
+                    }
+                }
             }
         });
     if let Err(error) = spawned {

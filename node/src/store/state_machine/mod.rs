@@ -24,7 +24,7 @@ use super::snapshot::{self, RaftSnapshotMeta, SnapshotMeta, Writer};
 use super::{EntryPayload, LogId, StorageStats, StoredMembership, TypeConfig};
 use crate::lease::machine::Forgotten;
 use crate::lease::{self, EntryMeta, LeaderKey, Reply, State};
-use kept::{remove_strays, Kept};
+use kept::{remove_strays, Kept, Reads};
 
 type Membership = StoredMembership;
 
@@ -199,7 +199,7 @@ impl StateMachineStore {
     }
 
     /// [`StateMachineStore::open_with_rules`], keeping the state's archive in
-    /// `archive_dir` (emptied first), on disk, if given.
+    /// `archive_dir`, on disk, if given (the generation the newest snapshot names, or a new one).
     pub fn open_with(
         snapshot_dir: PathBuf,
         archive_dir: Option<&std::path::Path>,
@@ -242,18 +242,21 @@ impl StateMachineStore {
                 let index = meta.last_log_id.map_or(0, |id| id.index);
                 StorageStats::set(&stats.last_snapshot_index, index);
                 StorageStats::set(&stats.last_snapshot_bytes, bytes);
-                if reads.is_some() {
-                    remove_strays(&state);
-                }
+                let kept = Kept {
+                    reads: match (reads, &generation) {
+                        (Some(_), Some(generation)) => Some(Reads {
+                            generation: generation.clone(),
+                            wanted: Arc::new(state.wanted()),
+                        }),
+                        _ => None,
+                    },
+                    meta,
+                };
                 let applied = Applied {
                     state,
-                    last_applied: meta.last_log_id,
-                    last_membership: meta.last_membership.clone(),
-                    generation: generation.clone(),
-                };
-                let kept = Kept {
-                    meta,
-                    generation: generation.filter(|_| reads.is_some()),
+                    last_applied: kept.meta.last_log_id,
+                    last_membership: kept.meta.last_membership.clone(),
+                    generation,
                 };
                 (applied, Some(kept))
             }
@@ -285,9 +288,11 @@ impl StateMachineStore {
             forgotten: Mutex::default(),
             sending: RwLock::default(),
         };
-        Ok(StateMachineStore {
-            shared: Arc::new(shared),
-        })
+        let shared = Arc::new(shared);
+        if reads.is_some() {
+            remove_strays(&shared.read().state, &shared);
+        }
+        Ok(StateMachineStore { shared })
     }
 }
 
@@ -427,7 +432,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             // leader sent.
             let mut writer = Writer::create(&shared.snapshot_dir, kept_meta)?;
             let reads = shared.write_own(&mut writer, &state)?;
-            shared.keep_if_newer(writer.finish()?, generation.as_ref().filter(|_| reads))?;
+            let reads = match (reads, &generation) {
+                (true, Some(generation)) => Some(Reads {
+                    generation: generation.clone(),
+                    wanted: Arc::new(state.wanted()),
+                }),
+                _ => None,
+            };
+            shared.keep_if_newer(writer.finish()?, reads)?;
             anyhow::Ok((state, generation))
         })
         .await
