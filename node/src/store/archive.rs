@@ -68,7 +68,10 @@ impl Generation {
 impl Archives {
     /// Opens (or creates) the archive database in `dir`.
     pub fn open(dir: &Path) -> anyhow::Result<Archives> {
-        let db = crate::store::open_sled(dir, CACHE_BYTES)?;
+        // sled's own segments (512 KiB): each IO buffer it keeps is one (8 MiB ones, as the
+        // log's, stayed resident by the handful). Values over a quarter of one go to `blobs/`,
+        // which `flush` syncs.
+        let db = crate::store::open_sled(dir, CACHE_BYTES, None)?;
         let highest = Archives::numbers(&db).into_iter().max().unwrap_or(0);
         Ok(Archives {
             data: std::fs::File::open(dir.join("db"))?,

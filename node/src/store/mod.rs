@@ -72,16 +72,21 @@ fn lowest_priority() {
 }
 
 /// Opens (or creates) a sled database in `dir` (made durable with its parent) with a page
-/// cache of `cache_bytes`, written to disk only when flushed.
-pub(crate) fn open_sled(dir: &std::path::Path, cache_bytes: u64) -> anyhow::Result<sled::Db> {
+/// cache of `cache_bytes` and segments of `segment_bytes` (sled's default if None), written
+/// to disk only when flushed.
+pub(crate) fn open_sled(
+    dir: &std::path::Path,
+    cache_bytes: u64,
+    segment_bytes: Option<usize>,
+) -> anyhow::Result<sled::Db> {
     create_dir_durably(dir)?;
-    let config = sled::Config::new()
+    let mut config = sled::Config::new()
         .path(dir)
         .cache_capacity(cache_bytes)
-        // sled writes any item over a quarter segment to `blobs/`, which its flush never
-        // syncs; 8 MiB segments keep every leaf page of small entries out of there.
-        .segment_size(8 * 1024 * 1024)
         .flush_every_ms(None);
+    if let Some(bytes) = segment_bytes {
+        config = config.segment_size(bytes);
+    }
     let db = open_when_unlocked(&config)?;
     // sled writes its `conf` file at the first open and never syncs it (a cut that tears
     // it leaves a node sled refuses to open: "Read corrupted data"), and creates its files

@@ -302,3 +302,42 @@ async fn an_own_snapshot_is_the_live_state_over_a_durable_archive() {
     apply_all(&mut sm, later).await;
     assert_eq!(whole(&sm), at_140);
 }
+
+/// A node upgraded in place from the release before (whose files held the whole state in
+/// format 9, and which emptied its archive at every start) starts on that file: the entries
+/// go to a new generation, and its next snapshot is its own.
+#[tokio::test]
+async fn a_node_starts_on_a_whole_format_9_file_of_the_release_before() {
+    use openraft::RaftSnapshotBuilder;
+    let dir = tempfile::tempdir().expect("dir");
+    let snapshots = dir.path().join("snapshots");
+    let mut sm = open_on_disk(dir.path());
+    let raise = crate::lease::Op::RaiseRules {
+        to: crate::lease::rules::LIVE_SNAPSHOTS,
+    };
+    apply_all(&mut sm, vec![own_entry(1, raise)]).await;
+    let acquires = (2..=60).map(|i| acquire_entry(i, 1_000 + i, &format!("r{i}")));
+    apply_all(&mut sm, acquires.collect()).await;
+    let at_60 = whole(&sm);
+    // The file the release before wrote: the whole body, no generation in its name.
+    let meta = {
+        let applied = sm.shared.read();
+        snapshot::meta_at(applied.last_applied, applied.last_membership.clone())
+    };
+    let mut writer = Writer::create(&snapshots, meta).expect("create");
+    writer.state(&sm.shared.read().state).expect("encode whole");
+    sm.shared
+        .keep_if_newer(writer.finish().expect("finish"), None)
+        .expect("keep");
+    drop(sm);
+
+    let mut sm = open_on_disk(dir.path());
+    assert_eq!(whole(&sm), at_60);
+    apply_all(&mut sm, vec![acquire_entry(61, 2_000, "r61")]).await;
+    sm.build_snapshot().await.expect("its own snapshot");
+    let (_, path, _) = snapshot::newest(&snapshots).expect("list").expect("a file");
+    assert!(snapshot::generation(&path).is_some(), "{}", path.display());
+    let at_61 = whole(&sm);
+    drop(sm);
+    assert_eq!(whole(&open_on_disk(dir.path())), at_61);
+}
