@@ -309,27 +309,8 @@ impl openraft::network::v2::RaftNetworkV2<TypeConfig> for PeerNetwork {
         let refused = self.0.inner().refused.clone();
         // A node keeps the live state alone in its file (from rules version 3): the archive
         // entries it reads are added to what is sent.
-        let shared = self.1.clone();
-        let last = snapshot.meta.last_log_id;
-        let file = snapshot.snapshot.into_std().await;
-        let whole = tokio::task::spawn_blocking(move || match shared.whole_snapshot(last, file) {
-            Ok(whole) => Ok(whole),
-            Err(error) => Err(NetworkError::new(&std::io::Error::other(error.to_string()))),
-        });
-        let whole = match whole.await {
-            Ok(Ok(whole)) => whole,
-            Ok(Err(error)) => return Err(openraft::error::StreamingError::Network(error)),
-            Err(error) => {
-                let error = std::io::Error::other(error.to_string());
-                return Err(openraft::error::StreamingError::Network(NetworkError::new(
-                    &error,
-                )));
-            }
-        };
-        let snapshot = openraft::type_config::alias::SnapshotOf::<TypeConfig, tokio::fs::File> {
-            meta: snapshot.meta,
-            snapshot: tokio::fs::File::from_std(whole),
-        };
+        let snapshot = (self.1.whole_to_send(snapshot).await)
+            .map_err(|e| openraft::error::StreamingError::Network(NetworkError::new(&e)))?;
         tokio::select! {
             sent = self.0.full_snapshot(vote, snapshot, cancel, option) => sent,
             () = refused.notified() => Err(openraft::error::StreamingError::Network(

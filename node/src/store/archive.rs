@@ -55,12 +55,12 @@ impl Generation {
     }
 
     /// A snapshot file kept names this generation: it stays on disk.
-    pub fn named_by_snapshot(&self) {
+    pub(crate) fn named_by_snapshot(&self) {
         self.set_doomed(false);
     }
 
     /// A newer generation replaced this one: it goes once nothing reads it.
-    pub fn replaced(&self) {
+    pub(crate) fn replaced(&self) {
         self.set_doomed(true);
     }
 }
@@ -102,7 +102,7 @@ impl Archives {
     }
 
     /// Generation `number`, as a snapshot of this node's names it; an error if it is not here.
-    pub fn named(&self, number: u64) -> anyhow::Result<Generation> {
+    pub(crate) fn named(&self, number: u64) -> anyhow::Result<Generation> {
         anyhow::ensure!(
             Archives::numbers(&self.db).contains(&number),
             "the snapshot reads archive generation {number}, which the archive does not hold"
@@ -123,7 +123,7 @@ impl Archives {
     }
 
     /// Drops every generation but `keep` (at a start: the others are what a crash left).
-    pub fn keep_only(&self, keep: u64) -> anyhow::Result<()> {
+    pub(crate) fn keep_only(&self, keep: u64) -> anyhow::Result<()> {
         for number in Archives::numbers(&self.db) {
             if number != keep {
                 self.db.drop_tree(format!("{GENERATION}{number}"))?;

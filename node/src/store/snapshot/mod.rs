@@ -126,7 +126,7 @@ impl Writer {
 /// The whole body of a node's own snapshot (`body`, its entries read from `archive`) as a
 /// snapshot file in `file` (its meta line, the body, the checksum), read back from its start:
 /// what is sent to another node, or kept as a backup.
-pub fn whole_copy(
+pub(crate) fn whole_copy(
     file: File,
     meta: &SnapshotMeta,
     body: &[u8],
@@ -149,7 +149,7 @@ pub fn whole_copy(
 /// A backup file: the whole snapshot through `meta`'s index, in `dir` (created), written
 /// and fsynced under a temporary name, then named; older backups there are removed.
 /// Returns its path and size.
-pub fn write_backup(
+pub(crate) fn write_backup(
     dir: &Path,
     meta: &SnapshotMeta,
     write: impl FnOnce(File) -> anyhow::Result<File>,
@@ -224,7 +224,7 @@ fn file_name(meta: &SnapshotMeta, generation: Option<u64>) -> String {
 
 /// The archive generation the snapshot file at `path` reads, if its body does not hold the
 /// whole state.
-pub fn generation(path: &Path) -> Option<u64> {
+pub(crate) fn generation(path: &Path) -> Option<u64> {
     let name = path.file_name()?.to_str()?;
     let (_, number) = name.rsplit_once(READS_ARCHIVE)?;
     number.parse().ok()
@@ -336,7 +336,7 @@ pub fn load(path: &Path) -> anyhow::Result<(SnapshotMeta, State)> {
 
 /// Reads, checks and decodes a node's own newest snapshot file: its state reads what it
 /// archives from `generation` (the file's, or a fresh one that the file's entries fill).
-pub fn load_own(
+pub(crate) fn load_own(
     path: &Path,
     archive: std::sync::Arc<dyn crate::lease::archive::Archive>,
 ) -> anyhow::Result<(SnapshotMeta, State)> {

@@ -79,7 +79,7 @@ impl Shared {
 
     /// Removes from the archive what states forgot up to the snapshot kept now, once no
     /// older snapshot is being sent.
-    pub fn remove_forgotten(&self) {
+    pub(crate) fn remove_forgotten(&self) {
         let kept = {
             let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
             current
@@ -106,7 +106,7 @@ impl Shared {
     /// hands the network), in a file of its own: what is sent to another node (`file`
     /// itself when it holds the whole state). An error if a newer snapshot replaced it
     /// (openraft sends that one).
-    pub fn whole_snapshot(
+    pub(super) fn whole_snapshot(
         &self,
         last_log_id: Option<LogId>,
         file: std::fs::File,
@@ -131,9 +131,30 @@ impl Shared {
         })
     }
 
+    /// [`Shared::whole_snapshot`] of what openraft hands the network, off the runtime.
+    pub(crate) async fn whole_to_send(
+        self: &Arc<Self>,
+        snapshot: super::Snapshot,
+    ) -> std::io::Result<super::Snapshot> {
+        let shared = self.clone();
+        let last = snapshot.meta.last_log_id;
+        let file = snapshot.snapshot.into_std().await;
+        let whole = tokio::task::spawn_blocking(move || shared.whole_snapshot(last, file))
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+        Ok(super::Snapshot {
+            meta: snapshot.meta,
+            snapshot: tokio::fs::File::from_std(whole),
+        })
+    }
+
     /// Writes the newest snapshot whole to a backup file in `dir` (the only one kept there):
     /// its path and size.
-    pub fn backup(&self, dir: &std::path::Path) -> anyhow::Result<(std::path::PathBuf, u64)> {
+    pub(crate) fn backup(
+        &self,
+        dir: &std::path::Path,
+    ) -> anyhow::Result<(std::path::PathBuf, u64)> {
         let _no_removal = self.sending.read().unwrap_or_else(|p| p.into_inner());
         let (kept, file) = {
             // Under the lock: the file is the one the meta describes, not a newer one.
