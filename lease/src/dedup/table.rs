@@ -9,7 +9,7 @@
 //! decoded until it has gone through it. A copy of the table taken for a snapshot holds the
 //! chunks written by then and its own copy of the rest, so it reads the table as it was while
 //! the table goes on; chunks the window has passed leave the archive after a snapshot
-//! ([`Dedup::remove_forgotten`]).
+//! ([`crate::machine::Forgotten`]).
 
 mod live;
 
@@ -19,9 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::index::{prefix, Index, SHARED};
 use super::{Digest128, Remembered, Ticket};
-use crate::archive::{
-    chunk_key, copy_chunks, read_chunk, remove_chunks_below, Archive, MemArchive, Space,
-};
+use crate::archive::{chunk_key, copy_chunks, read_chunk, Archive, MemArchive, Space};
 use crate::policy::DEDUP_WINDOW_MS;
 
 pub(crate) use live::{DedupLoaded, DedupWriting};
@@ -362,10 +360,21 @@ impl Dedup {
         self.archive = archive;
     }
 
-    /// Removes from the archive the chunks this table has gone through. Only for the newest
-    /// table of a node, once no older copy reads the archive (a snapshot's is done).
+    /// The number below which the table reads no chunk: what it has gone through leaves the
+    /// archive once no older copy reads it ([`crate::machine::Forgotten`]).
+    pub(crate) fn forgotten_below(&self) -> u64 {
+        self.cursor.0
+    }
+
+    /// Removes from the archive the chunks this table has gone through (tests; a node does it
+    /// through [`crate::machine::Forgotten`]).
+    #[cfg(test)]
     pub fn remove_forgotten(&self) {
-        remove_chunks_below(&*self.archive, Space::ExactlyOnce, self.cursor.0);
+        crate::archive::remove_chunks_below(
+            &*self.archive,
+            Space::ExactlyOnce,
+            self.forgotten_below(),
+        );
     }
 
     /// A table of records in the order they were remembered.

@@ -231,6 +231,10 @@ impl ColdStore {
         &*self.archive
     }
 
+    pub(crate) fn archive_shared(&self) -> Arc<dyn Archive> {
+        self.archive.clone()
+    }
+
     pub(crate) fn from_live(parts: ColdParts<Vec<Stub>>, archive: Arc<dyn Archive>) -> ColdStore {
         let stubs = parts
             .stubs

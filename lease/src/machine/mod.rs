@@ -291,12 +291,21 @@ impl State {
     /// ([`Forgotten::remove`]). A node cuts it with the copy it keeps as its snapshot, and
     /// removes it once that snapshot is the one it starts from.
     pub fn forgotten(&self) -> Forgotten {
+        use crate::archive::Space;
         Forgotten {
-            dedup: self.dedup.snapshot_copy(),
-            events: self.log.take_gone(),
-            cold: self.cold.take_gone(),
-            log: self.log.snapshot_copy(),
-            cold_store: self.cold.snapshot_copy(),
+            exactly_once_below: (self.dedup.archive_shared(), self.dedup.forgotten_below()),
+            gone: [
+                (
+                    self.log.archive_shared(),
+                    Space::Events,
+                    self.log.take_gone(),
+                ),
+                (
+                    self.cold.archive_shared(),
+                    Space::Cold,
+                    self.cold.take_gone(),
+                ),
+            ],
         }
     }
 
@@ -395,12 +404,14 @@ impl State {
 
 /// What a state had forgotten of its archive when it was cut ([`State::forgotten`]).
 pub struct Forgotten {
-    dedup: Dedup,
-    events: Vec<u64>,
-    cold: Vec<u64>,
-    /// What the state's event log and cold store read (their archives).
-    log: EventLog,
-    cold_store: cold::ColdStore,
+    /// The exactly-once chunks below this number (in their archive) are passed.
+    exactly_once_below: (std::sync::Arc<dyn crate::archive::Archive>, u64),
+    /// The event chunks and cold values no longer read, each in its archive.
+    gone: [(
+        std::sync::Arc<dyn crate::archive::Archive>,
+        crate::archive::Space,
+        Vec<u64>,
+    ); 2],
 }
 
 impl Forgotten {
@@ -408,13 +419,12 @@ impl Forgotten {
     /// the archive any more: on a node, once a snapshot from the cut on is the one it keeps
     /// and no older one is being sent.
     pub fn remove(&self) {
-        use crate::archive::{chunk_key, Space};
-        self.dedup.remove_forgotten();
-        let events = (self.log.archive(), Space::Events, &self.events);
-        let cold = (self.cold_store.archive(), Space::Cold, &self.cold);
-        for (archive, space, seqs) in [events, cold] {
+        use crate::archive::{chunk_key, remove_chunks_below, Space};
+        let (archive, below) = &self.exactly_once_below;
+        remove_chunks_below(&**archive, Space::ExactlyOnce, *below);
+        for (archive, space, seqs) in &self.gone {
             for seq in seqs {
-                archive.remove(space, &chunk_key(*seq));
+                archive.remove(*space, &chunk_key(*seq));
             }
         }
     }

@@ -120,7 +120,6 @@ impl Dedup {
         &*self.archive
     }
 
-    #[cfg(test)]
     pub(crate) fn archive_shared(&self) -> Arc<dyn Archive> {
         self.archive.clone()
     }

@@ -58,6 +58,10 @@ impl EventLog {
         &*self.archive
     }
 
+    pub(crate) fn archive_shared(&self) -> Arc<dyn Archive> {
+        self.archive.clone()
+    }
+
     pub(crate) fn from_live(parts: LogLoaded, archive: Arc<dyn Archive>) -> EventLog {
         let sealed = parts
             .sealed
