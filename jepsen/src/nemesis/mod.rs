@@ -13,6 +13,7 @@
 //! (`Procs::raft_id`), so the leader a node names is mapped back to its slot.
 
 mod clock;
+mod gate;
 mod kill;
 mod loss;
 mod member;
@@ -36,6 +37,7 @@ use crate::power::CutMode;
 use crate::procs::Procs;
 use crate::secure::Connect;
 pub use clock::set_clock;
+pub use gate::UNGATED;
 pub use power::START_FAILED;
 pub use upgrade::{
     DOWNGRADED, DOWNGRADE_ACCEPTED, FINISHED, LAGGING, RAISED, SWAP_FAILED, UPGRADED,

@@ -139,7 +139,7 @@ impl Nemesis {
                 .with_timeout(Duration::from_secs(5))
                 .transfer_leader(to)
                 .await;
-            let detail = match moved {
+            let detail = match &moved {
                 Ok(m) if m.transferred => {
                     self.current_led = true;
                     format!("leadership to n{slot} (this build)")
@@ -147,7 +147,11 @@ impl Nemesis {
                 Ok(m) => format!("leadership to n{slot} not moved: {}", m.detail),
                 Err(e) => format!("leadership to n{slot} not moved: {e}"),
             };
+            let led = matches!(&moved, Ok(m) if m.transferred);
             self.record("upgrade", detail, start, Some(now_ns()));
+            if led {
+                self.probe_gate(slot, hold).await;
+            }
         }
         Ok(())
     }

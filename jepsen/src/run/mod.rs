@@ -317,6 +317,9 @@ fn judge(
             verdict.calls.metadata_renews_invalid
         ));
     }
+    for ungated in upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::UNGATED)) {
+        verdict.problems.push(ungated.detail.clone());
+    }
     for failed in upgrade_events().filter(|e| e.detail.starts_with(crate::nemesis::SWAP_FAILED)) {
         verdict.problems.push(failed.detail.clone());
     }

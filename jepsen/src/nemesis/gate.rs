@@ -1,0 +1,90 @@
+//! The gate probe of the `upgrade` nemesis (spec §4.26): each time leadership moves to a node
+//! of this build while the cluster is held at the release before's rules, the nemesis asks
+//! that node for what those rules do not have, a renew that replaces its lease's metadata, on
+//! a lease of its own. The node must refuse it `rules_not_reached` before proposing it; a
+//! node that proposes it anyway gets `invalid_argument` from apply (and a node of the release
+//! before may not decode the entry at all). The workload's own renews reach a leader of this
+//! build in a mixed cluster only by chance; the probe makes every such leadership a check.
+
+use std::time::Duration;
+
+use tenure_client::{pb, prost_duration, Reason};
+
+use super::Nemesis;
+use crate::history::now_ns;
+
+/// The `detail` prefix of a probe a node of this build answered `invalid_argument`: it
+/// proposed what the cluster's rules do not have yet.
+pub const UNGATED: &str = "UNGATED";
+/// The rules version a renew that replaces metadata needs (spec §4.3).
+const RENEW_METADATA_RULES: u32 = 2;
+/// The probe's resource and holder.
+const PROBE: &str = "upgrade-gate-probe";
+const HOLDER: &str = "nemesis";
+
+impl Nemesis {
+    /// Probes the gate of node `slot` (of this build, just made leader) while the cluster is
+    /// held at rules `hold`, and records what it answered. Nothing to probe once the release
+    /// before applies renews that replace metadata.
+    pub(super) async fn probe_gate(&self, slot: u64, hold: u32) {
+        if hold >= RENEW_METADATA_RULES {
+            return;
+        }
+        let client = self.per_node[(slot - 1) as usize].with_timeout(Duration::from_secs(2));
+        let start = now_ns();
+        let acquired = client
+            .acquire(pb::AcquireRequest {
+                resource: PROBE.into(),
+                holder: HOLDER.into(),
+                ttl: Some(prost_duration(Duration::from_secs(5))),
+                ..Default::default()
+            })
+            .await;
+        let lease = match acquired.map(|r| (r.granted, r.lease)) {
+            Ok((true, Some(lease))) => lease,
+            // A probe of an earlier leadership still holds it, or the cluster is busy with a
+            // fault: nothing was asked.
+            Ok(_) => return,
+            Err(e) => {
+                let detail = format!("gate probe at n{slot}: not acquired: {e}");
+                self.record("upgrade", detail, start, Some(now_ns()));
+                return;
+            }
+        };
+        let renewed = client
+            .renew(pb::RenewRequest {
+                resource: PROBE.into(),
+                lease_id: lease.lease_id.clone(),
+                holder: HOLDER.into(),
+                fencing_token: lease.fencing_token,
+                ttl: Some(prost_duration(Duration::from_secs(5))),
+                metadata: [("probe".to_string(), "gate".to_string())].into(),
+                replace_metadata: true,
+                ..Default::default()
+            })
+            .await;
+        let detail = match renewed {
+            Err(e) if e.reason() == Some(Reason::InvalidArgument) => format!(
+                "{UNGATED}: n{slot} (this build, leading at rules {hold}) proposed a renew that \
+                 replaces metadata, which needs rules {RENEW_METADATA_RULES}: {e}"
+            ),
+            Err(e) if e.reason() == Some(Reason::RulesNotReached) => {
+                format!("gate probe at n{slot}: refused rules_not_reached at rules {hold}")
+            }
+            Err(e) => format!("gate probe at n{slot}: {e}"),
+            // Leadership went back to the release before, which renews without the fields.
+            Ok(_) => format!("gate probe at n{slot}: renewed by a leader of the release before"),
+        };
+        // Released, or left to expire in its ttl.
+        let _ = client
+            .release(pb::ReleaseRequest {
+                resource: PROBE.into(),
+                lease_id: lease.lease_id,
+                holder: HOLDER.into(),
+                fencing_token: lease.fencing_token,
+                request_id: String::new(),
+            })
+            .await;
+        self.record("upgrade", detail, start, Some(now_ns()));
+    }
+}
