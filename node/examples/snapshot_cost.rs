@@ -109,10 +109,11 @@ fn main() -> anyhow::Result<()> {
         apply(&mut state, meta, &command);
     }
     println!(
-        "{cycles} lock cycles applied in {:.1} s of CPU: {} exactly-once records ({} MB counted)",
+        "{cycles} lock cycles applied in {:.1} s of CPU: {} exactly-once records ({} MB counted); RSS {} MiB",
         (thread_cpu()? - started).as_secs_f64(),
         state.dedup().len(),
         state.dedup().bytes() / 1_000_000,
+        resident_bytes()? >> 20,
     );
     for rules in [2, 3] {
         let copy = state.snapshot_copy().with_rules(rules);

@@ -1,7 +1,7 @@
 //! Idle resources off the heap. An ad-hoc resource with no lease, waiter, booking or lock
 //! delay left keeps only what it remembers: its ended leases, its revision and its retained
 //! events. Once an entry leaves it so, it goes cold: that is written once into the state's
-//! archive, and the heap keeps a stub of 32 bytes by name ([`Cold`]). Using it again (an
+//! archive, and the heap keeps a stub of 32 bytes by name ([`Cold`], in [`super::stubs`]' buckets). Using it again (an
 //! acquire, a registration, a wait) warms it back; every read that needs what it remembers
 //! (a History page, a renew or validate of an ended lease, GetResource, listings, watches)
 //! reads it from the archive.
@@ -20,27 +20,45 @@ use serde::{Deserialize, Serialize};
 
 use super::super::history::{Kept, Logged};
 use super::resource::{packed, Ended, ResourceState};
+use super::stubs::Stubs;
 use super::State;
 use crate::archive::{chunk_key, read_chunk, Archive, MemArchive, Space};
 use crate::types::Name;
 
-/// What the heap keeps of a cold resource.
+/// What the heap keeps of a cold resource: 32 bytes (two (revision, seq) positions as
+/// tuples would be padded to 40).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cold {
     /// The number of its value in the archive.
     archived: u64,
-    /// Where its events were trimmed through when it went cold ((0, 0): nowhere).
-    trimmed: (u64, u32),
-    /// Its newest event.
-    last: (u64, u32),
+    /// Where its events were trimmed through when it went cold ((0, 0): nowhere), and its
+    /// newest event: revisions, then seqs.
+    revisions: [u64; 2],
+    seqs: [u32; 2],
 }
 
 impl Cold {
+    fn new(archived: u64, trimmed: (u64, u32), last: (u64, u32)) -> Cold {
+        Cold {
+            archived,
+            revisions: [trimmed.0, last.0],
+            seqs: [trimmed.1, last.1],
+        }
+    }
+
+    fn trimmed(&self) -> (u64, u32) {
+        (self.revisions[0], self.seqs[0])
+    }
+
+    fn last(&self) -> (u64, u32) {
+        (self.revisions[1], self.seqs[1])
+    }
+
     /// Whether `logged` (of this resource, from the event log) is an event it keeps, as far as
     /// the stub knows: the global bound's drops are the caller's to know.
     fn keeps(&self, logged: &Logged) -> bool {
         let position = logged.event.position();
-        position > self.trimmed && position <= self.last
+        position > self.trimmed() && position <= self.last()
     }
 }
 
@@ -57,7 +75,7 @@ struct ColdValue {
 /// The cold resources (see the module's doc).
 pub(crate) struct ColdStore {
     archive: Arc<dyn Archive>,
-    stubs: OrdMap<Name, Cold>,
+    stubs: Stubs<Cold>,
     next: u64,
     /// Values no stub of this state names any more: removed after the next snapshot.
     gone: Arc<Mutex<Vec<u64>>>,
@@ -83,7 +101,7 @@ impl ColdStore {
     pub(crate) fn in_archive(archive: Arc<dyn Archive>) -> ColdStore {
         ColdStore {
             archive,
-            stubs: OrdMap::new(),
+            stubs: Stubs::default(),
             next: 0,
             gone: Arc::default(),
         }
@@ -116,15 +134,15 @@ impl ColdStore {
         &self,
         start: std::ops::Bound<Name>,
     ) -> impl Iterator<Item = (&Name, &Cold)> + '_ {
-        self.stubs.range((start, std::ops::Bound::Unbounded))
+        self.stubs.range_from(start)
     }
 
     /// Where each cold resource's events were trimmed through when it went cold.
     pub(crate) fn trims(&self) -> impl Iterator<Item = (&Name, (u64, u32))> + '_ {
         self.stubs
             .iter()
-            .filter(|(_, stub)| stub.trimmed != (0, 0))
-            .map(|(name, stub)| (name, stub.trimmed))
+            .filter(|(_, stub)| stub.trimmed() != (0, 0))
+            .map(|(name, stub)| (name, stub.trimmed()))
     }
 
     fn read(&self, cold: &Cold) -> ColdValue {
@@ -151,11 +169,7 @@ impl ColdStore {
             .insert(Space::Cold, &chunk_key(self.next), &bytes);
         let trimmed = rs.trimmed_through().unwrap_or((0, 0));
         debug_assert!(first.position() > trimmed);
-        let stub = Cold {
-            archived: self.next,
-            trimmed,
-            last: last.position(),
-        };
+        let stub = Cold::new(self.next, trimmed, last.position());
         self.next += 1;
         if let Some(old) = self.stubs.insert(name, stub) {
             self.forget_value(&old);
@@ -178,7 +192,7 @@ impl ColdStore {
 
     /// Moves the store into `archive` (empty: a node's own, on disk).
     pub(crate) fn move_into(&mut self, archive: Arc<dyn Archive>) {
-        for stub in self.stubs.values() {
+        for (_, stub) in self.stubs.iter() {
             let key = chunk_key(stub.archived);
             if let Some(bytes) = self.archive.get(Space::Cold, &key) {
                 archive.insert(Space::Cold, &key, &bytes);
@@ -204,15 +218,16 @@ pub(crate) struct ColdParts<S> {
 }
 
 /// The stubs, written from the store's map without a copy.
-pub(crate) struct StubList<'a>(&'a OrdMap<Name, Cold>);
+pub(crate) struct StubList<'a>(&'a Stubs<Cold>);
 
 impl Serialize for StubList<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(
-            self.0
-                .iter()
-                .map(|(name, c)| (name, c.archived, c.trimmed, c.last)),
-        )
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for (name, c) in self.0.iter() {
+            seq.serialize_element(&(name, c.archived, c.trimmed(), c.last()))?;
+        }
+        seq.end()
     }
 }
 
@@ -239,14 +254,7 @@ impl ColdStore {
         let stubs = parts
             .stubs
             .into_iter()
-            .map(|(name, archived, trimmed, last)| {
-                let stub = Cold {
-                    archived,
-                    trimmed,
-                    last,
-                };
-                (name, stub)
-            });
+            .map(|(name, archived, trimmed, last)| (name, Cold::new(archived, trimmed, last)));
         ColdStore {
             archive,
             stubs: stubs.collect(),
@@ -263,7 +271,7 @@ impl ColdStore {
     }
 
     pub(crate) fn archived_values(&self) -> Vec<u64> {
-        let mut all: Vec<u64> = self.stubs.values().map(|c| c.archived).collect();
+        let mut all: Vec<u64> = self.stubs.iter().map(|(_, c)| c.archived).collect();
         all.sort_unstable();
         all
     }
@@ -282,7 +290,7 @@ impl ColdStore {
         let numbers = self.archived_values();
         let named_once = numbers.windows(2).all(|w| w[0] < w[1]);
         let below_next = numbers.last().is_none_or(|last| *last < self.next);
-        let apart = self.stubs.keys().all(|name| !hot.contains_key(name));
+        let apart = self.stubs.iter().all(|(name, _)| !hot.contains_key(name));
         match named_once && below_next && apart {
             true => Ok(()),
             false => Err("the cold resources' stubs do not agree with the state".into()),
@@ -422,7 +430,7 @@ impl State {
     /// its newest, the resource is forgotten.
     pub(super) fn dropped_cold(&mut self, logged: &Logged) -> Option<()> {
         let stub = self.cold.stub(&logged.resource)?;
-        if stub.last == logged.event.position() {
+        if stub.last() == logged.event.position() {
             self.cold.remove(&logged.resource);
         }
         Some(())

@@ -21,6 +21,7 @@ mod record;
 pub(crate) mod resource;
 mod snapshot;
 mod stored;
+mod stubs;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;

@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use crate::lease::archive::{tagged, tagged_range, Archive, Space, Visit};
 
-/// sled's page cache for the archive: what is read and written often (the window's newest
-/// records) stays in memory, the rest is read back from the file.
-const CACHE_BYTES: u64 = 32 << 20;
+/// sled's page cache for the archive: what is read often stays in memory, the rest is read
+/// back from the file. Reads are rare (a retry, a History page, an ended lease asked about,
+/// the window's oldest chunk once); writes are appends of whole chunks.
+const CACHE_BYTES: u64 = 8 << 20;
 
 const GENERATION: &str = "generation.";
 

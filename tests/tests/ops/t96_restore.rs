@@ -60,6 +60,11 @@ async fn backup() -> Backup {
         .node_snapshot(0, true)
         .await
         .expect("snapshot node 1");
+    // What the build cost its thread, as the node measured it (nanosecond clock: never 0).
+    assert!(
+        taken.build_cpu_micros > 0,
+        "the build's CPU time is reported: {taken:?}"
+    );
     let dir = tempfile::tempdir().expect("backup dir");
     let (meta, newest, _) = snapshot::newest(&cluster.data_dir(1).join("backups"))
         .expect("read the backups dir")

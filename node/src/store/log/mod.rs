@@ -39,6 +39,10 @@ use super::{io_err, Entry, LogId, NodeId, StorageStats, TypeConfig, Vote};
 const VOTE: &[u8] = b"vote";
 const LAST_PURGED: &[u8] = b"last_purged";
 const COMMITTED: &[u8] = b"committed";
+/// sled's page cache for the log: the entries replication and apply read are the newest few
+/// seconds' (16 MiB is tens of thousands of entries); older ones are read back when a
+/// follower far behind catches up, or before a purge.
+const LOG_CACHE_BYTES: u64 = 16 << 20;
 
 #[derive(Clone)]
 pub struct LogStore {
@@ -85,7 +89,7 @@ impl LogStore {
     pub fn open_with(dir: &Path, stats: Arc<StorageStats>, lies: bool) -> anyhow::Result<Self> {
         // sled writes any item over a quarter segment to `blobs/`, which its flush never
         // syncs; 8 MiB segments keep every leaf page of small entries out of there.
-        let db = super::open_sled(dir, 64 * 1024 * 1024, Some(8 * 1024 * 1024))?;
+        let db = super::open_sled(dir, LOG_CACHE_BYTES, Some(8 * 1024 * 1024))?;
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
         let data_file = Arc::new(File::open(dir.join("db"))?);

@@ -1,0 +1,255 @@
+//! The cold resources' stubs by name ([`super::cold`]), in buckets: runs of up to
+//! [`BUCKET`] names in order, each in one exactly sized allocation, shared with a snapshot's
+//! copy until either changes it. A persistent ordered map of the stubs themselves costs a
+//! tree node per few dozen stubs, and its leaves are half empty when names come mostly in
+//! order (a soak's fresh names: about 150 bytes a stub); a bucket costs its entries (56 bytes
+//! each) and a few words. Cloning the map (a snapshot's copy) is O(1); a change copies one
+//! bucket if a copy still shares it.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use imbl::OrdMap;
+
+use crate::types::Name;
+
+/// Most names in a bucket: a change rewrites at most this many entries (3.5 KiB).
+const BUCKET: usize = 64;
+
+type Bucket<V> = Arc<Vec<(Name, V)>>;
+
+/// An ordered map from a name to a small `V`, in buckets keyed by their first name.
+#[derive(Clone)]
+pub(crate) struct Stubs<V: Clone> {
+    buckets: OrdMap<Name, Bucket<V>>,
+    len: usize,
+}
+
+impl<V: Clone> Default for Stubs<V> {
+    fn default() -> Self {
+        Stubs {
+            buckets: OrdMap::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<V: Clone> Stubs<V> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The bucket `name` belongs in: the last whose first name is not after it, else the
+    /// first.
+    fn bucket_of(&self, name: &str) -> Option<(&Name, &Bucket<V>)> {
+        self.buckets
+            .get_prev(name)
+            .or_else(|| self.buckets.get_min().map(|(k, v)| (k, v)))
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&V> {
+        let (_, bucket) = self.bucket_of(name)?;
+        let at = bucket
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
+        Some(&bucket[at].1)
+    }
+
+    pub(crate) fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Takes the bucket keyed `key` out to change it, unshared (copied if a copy shares it).
+    fn take(&mut self, key: &Name) -> Vec<(Name, V)> {
+        let bucket = self.buckets.remove(key).unwrap_or_default();
+        Arc::try_unwrap(bucket).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    /// Puts `entries` (in order) back as buckets of at most [`BUCKET`], each sized exactly.
+    fn put_back(&mut self, mut entries: Vec<(Name, V)>) {
+        while entries.len() > BUCKET {
+            let rest = entries.split_off(entries.len() / 2);
+            self.put_one(entries);
+            entries = rest;
+        }
+        self.put_one(entries);
+    }
+
+    fn put_one(&mut self, mut entries: Vec<(Name, V)>) {
+        if let Some((first, _)) = entries.first() {
+            let key = first.clone();
+            entries.shrink_to_fit();
+            self.buckets.insert(key, Arc::new(entries));
+        }
+    }
+
+    /// Sets `name` to `value`; returns the value it had.
+    pub(crate) fn insert(&mut self, name: Name, value: V) -> Option<V> {
+        let Some(key) = self.bucket_of(&name).map(|(k, _)| k.clone()) else {
+            self.len += 1;
+            self.put_one(vec![(name, value)]);
+            return None;
+        };
+        let mut entries = self.take(&key);
+        let old = match entries.binary_search_by(|(n, _)| n.cmp(&name)) {
+            Ok(at) => Some(std::mem::replace(&mut entries[at].1, value)),
+            Err(at) => {
+                entries.reserve_exact(1);
+                entries.insert(at, (name, value));
+                self.len += 1;
+                None
+            }
+        };
+        self.put_back(entries);
+        old
+    }
+
+    /// Removes `name`; returns its value. A bucket left with few names joins the next.
+    pub(crate) fn remove(&mut self, name: &str) -> Option<V> {
+        let (key, bucket) = self.bucket_of(name)?;
+        let at = bucket
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
+        let key = key.clone();
+        let mut entries = self.take(&key);
+        let (_, value) = entries.remove(at);
+        self.len -= 1;
+        if entries.len() < BUCKET / 4 {
+            let next = self
+                .buckets
+                .get_next(&key)
+                .map(|(k, b)| (k.clone(), b.len()));
+            if let Some((next, len)) = next.filter(|(_, len)| entries.len() + len <= BUCKET) {
+                entries.reserve_exact(len);
+                entries.extend(self.take(&next));
+            }
+        }
+        self.put_back(entries);
+        Some(value)
+    }
+
+    /// Every entry, by name.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Name, &V)> + '_ {
+        self.buckets
+            .values()
+            .flat_map(|bucket| bucket.iter().map(|(n, v)| (n, v)))
+    }
+
+    /// The entries from `start` on, by name.
+    pub(crate) fn range_from(&self, start: Bound<Name>) -> impl Iterator<Item = (&Name, &V)> + '_ {
+        let from = match &start {
+            Bound::Included(name) | Bound::Excluded(name) => {
+                self.bucket_of(name).map(|(k, _)| k.clone())
+            }
+            Bound::Unbounded => None,
+        };
+        let buckets = match from {
+            Some(key) => self.buckets.range(key..),
+            None => self.buckets.range::<_, Name>(..),
+        };
+        buckets
+            .flat_map(|(_, bucket)| bucket.iter().map(|(n, v)| (n, v)))
+            .skip_while(move |(name, _)| match &start {
+                Bound::Included(s) => *name < s,
+                Bound::Excluded(s) => *name <= s,
+                Bound::Unbounded => false,
+            })
+    }
+}
+
+impl<V: Clone> FromIterator<(Name, V)> for Stubs<V> {
+    /// From entries in any order; a name given twice keeps its last value.
+    fn from_iter<I: IntoIterator<Item = (Name, V)>>(entries: I) -> Self {
+        let mut all: Vec<(Name, V)> = entries.into_iter().collect();
+        // Stable: equal names keep their order, and the last of each is kept.
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut deduped: Vec<(Name, V)> = Vec::with_capacity(all.len());
+        for (name, value) in all {
+            match deduped.last_mut() {
+                Some(last) if last.0 == name => last.1 = value,
+                _ => deduped.push((name, value)),
+            }
+        }
+        let mut stubs = Stubs {
+            len: deduped.len(),
+            ..Stubs::default()
+        };
+        let mut rest = deduped.into_iter().peekable();
+        while rest.peek().is_some() {
+            // Three quarters full: room to grow before the first split.
+            stubs.put_one(rest.by_ref().take(BUCKET * 3 / 4).collect());
+        }
+        stubs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The buckets agree with a plain ordered map under random inserts and removes, through
+    /// copies taken on the way (which keep what they saw), and every bucket is in order,
+    /// non-empty, at most BUCKET long and keyed by its first name.
+    #[test]
+    fn buckets_behave_as_an_ordered_map() {
+        let mut stubs: Stubs<u64> = Stubs::default();
+        let mut model: BTreeMap<Name, u64> = BTreeMap::new();
+        let mut copies = Vec::new();
+        let mut x: u64 = 12345;
+        for step in 0..40_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let name = Name::from(format!("r/{}", x % 3_000));
+            if x % 5 < 3 {
+                assert_eq!(stubs.insert(name.clone(), step), model.insert(name, step));
+            } else {
+                assert_eq!(stubs.remove(&name), model.remove(&name));
+            }
+            if step % 5_000 == 0 {
+                copies.push((stubs.clone(), model.clone()));
+            }
+        }
+        copies.push((stubs, model));
+        for (stubs, model) in &copies {
+            assert_eq!(stubs.len(), model.len());
+            let all: Vec<(Name, u64)> = stubs.iter().map(|(n, v)| (n.clone(), *v)).collect();
+            let expected: Vec<(Name, u64)> = model.iter().map(|(n, v)| (n.clone(), *v)).collect();
+            assert_eq!(all, expected);
+            for (key, bucket) in stubs.buckets.iter() {
+                assert!(!bucket.is_empty() && bucket.len() <= BUCKET);
+                assert_eq!(&bucket[0].0, key);
+                assert!(bucket.windows(2).all(|w| w[0].0 < w[1].0));
+            }
+            for probe in ["", "r/1", "r/1500", "r/2999", "r/5", "s"] {
+                let probe = Name::from(probe);
+                for bound in [
+                    Bound::Included(probe.clone()),
+                    Bound::Excluded(probe.clone()),
+                ] {
+                    let got: Vec<&Name> = stubs.range_from(bound.clone()).map(|(n, _)| n).collect();
+                    let want: Vec<&Name> = model
+                        .range((bound, Bound::Unbounded))
+                        .map(|(n, _)| n)
+                        .collect();
+                    assert_eq!(got, want);
+                }
+                assert_eq!(stubs.get(&probe), model.get(&probe));
+            }
+        }
+        let rebuilt: Stubs<u64> = copies[0].1.clone().into_iter().collect();
+        assert!(rebuilt.iter().eq(copies[0].0.iter()));
+    }
+
+    /// A name given twice to `from_iter` keeps its last value.
+    #[test]
+    fn collected_twice_keeps_the_last() {
+        let stubs: Stubs<u32> = [("b".into(), 1), ("a".into(), 2), ("b".into(), 3)]
+            .into_iter()
+            .collect();
+        assert_eq!(stubs.len(), 2);
+        assert_eq!(stubs.get("b"), Some(&3));
+    }
+}
