@@ -40,11 +40,15 @@ impl Nemesis {
                 ..Default::default()
             })
             .await;
-        let lease = match acquired.map(|r| (r.granted, r.lease)) {
-            Ok((true, Some(lease))) => lease,
-            // A probe of an earlier leadership still holds it, or the cluster is busy with a
-            // fault: nothing was asked.
-            Ok(_) => return,
+        let lease = match acquired.map(|r| (r.granted, r.lease, r.reason)) {
+            Ok((true, Some(lease), _)) => lease,
+            // A probe of an earlier leadership still holds it (its release failed): nothing
+            // was asked.
+            Ok((_, _, reason)) => {
+                let detail = format!("gate probe at n{slot}: not granted ({reason}), not probed");
+                self.record("upgrade", detail, start, Some(now_ns()));
+                return;
+            }
             Err(e) => {
                 let detail = format!("gate probe at n{slot}: not acquired: {e}");
                 self.record("upgrade", detail, start, Some(now_ns()));
@@ -63,17 +67,25 @@ impl Nemesis {
                 ..Default::default()
             })
             .await;
+        // The probed node checks the rules before it proposes or hands the write on, so a
+        // node of this build answers rules_not_reached whoever leads. Served (apply of this
+        // build took it, or it reached a leader of the release before, which drops the
+        // fields) or refused invalid_argument (apply of this build): it was proposed.
+        let proposed = |how: String| {
+            format!(
+                "{UNGATED}: n{slot} (this build, the cluster held at rules {hold}) proposed a \
+                 renew that replaces metadata, which needs rules {RENEW_METADATA_RULES}: {how}"
+            )
+        };
         let detail = match renewed {
-            Err(e) if e.reason() == Some(Reason::InvalidArgument) => format!(
-                "{UNGATED}: n{slot} (this build, leading at rules {hold}) proposed a renew that \
-                 replaces metadata, which needs rules {RENEW_METADATA_RULES}: {e}"
-            ),
+            Err(e) if e.reason() == Some(Reason::InvalidArgument) => proposed(e.to_string()),
             Err(e) if e.reason() == Some(Reason::RulesNotReached) => {
                 format!("gate probe at n{slot}: refused rules_not_reached at rules {hold}")
             }
+            // Unanswered: a cluster whose majority cannot decode the entry never commits it;
+            // the lag checks that follow find the nodes behind.
             Err(e) => format!("gate probe at n{slot}: {e}"),
-            // Leadership went back to the release before, which renews without the fields.
-            Ok(_) => format!("gate probe at n{slot}: renewed by a leader of the release before"),
+            Ok(_) => proposed("served".into()),
         };
         // Released, or left to expire in its ttl.
         let _ = client

@@ -90,6 +90,24 @@ impl<V: Clone> Stubs<V> {
             self.put_one(vec![(name, value)]);
             return None;
         };
+        // In place when the bucket keeps its first name and its size allows.
+        if let Some(bucket) = self.buckets.get_mut(&key) {
+            let at = bucket.binary_search_by(|(n, _)| n.cmp(&name));
+            match at {
+                Ok(at) => {
+                    let entries = Arc::make_mut(bucket);
+                    return Some(std::mem::replace(&mut entries[at].1, value));
+                }
+                Err(at) if at > 0 && bucket.len() < BUCKET => {
+                    let entries = Arc::make_mut(bucket);
+                    entries.reserve_exact(1);
+                    entries.insert(at, (name, value));
+                    self.len += 1;
+                    return None;
+                }
+                Err(_) => {}
+            }
+        }
         let mut entries = self.take(&key);
         let old = match entries.binary_search_by(|(n, _)| n.cmp(&name)) {
             Ok(at) => Some(std::mem::replace(&mut entries[at].1, value)),
@@ -111,6 +129,14 @@ impl<V: Clone> Stubs<V> {
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()?;
         let key = key.clone();
+        if at > 0 && bucket.len() > BUCKET / 4 {
+            // In place: the bucket keeps its first name and enough names.
+            let entries = Arc::make_mut(self.buckets.get_mut(&key)?);
+            let (_, value) = entries.remove(at);
+            entries.shrink_to_fit();
+            self.len -= 1;
+            return Some(value);
+        }
         let mut entries = self.take(&key);
         let (_, value) = entries.remove(at);
         self.len -= 1;
@@ -189,20 +215,29 @@ mod tests {
 
     use super::*;
 
-    /// The buckets agree with a plain ordered map under random inserts and removes, through
-    /// copies taken on the way (which keep what they saw), and every bucket is in order,
-    /// non-empty, at most BUCKET long and keyed by its first name.
+    /// A short name (inline) or, for odd `n`, one longer than a `Name` holds inline.
+    fn name(n: u64) -> Name {
+        match n % 2 {
+            0 => Name::from(format!("r/{n}")),
+            _ => Name::from(format!("r/{n}/a-name-longer-than-twenty-four-bytes")),
+        }
+    }
+
+    /// The buckets agree with a plain ordered map under random inserts and removes, from a
+    /// map collected at once, through copies taken on the way (which keep what they saw), and
+    /// every bucket is in order, non-empty, at most BUCKET long and keyed by its first name.
     #[test]
     fn buckets_behave_as_an_ordered_map() {
-        let mut stubs: Stubs<u64> = Stubs::default();
-        let mut model: BTreeMap<Name, u64> = BTreeMap::new();
+        let first: Vec<(Name, u64)> = (0..1_000u64).map(|n| (name(n * 3), n)).collect();
+        let mut stubs: Stubs<u64> = first.iter().cloned().collect();
+        let mut model: BTreeMap<Name, u64> = first.into_iter().collect();
         let mut copies = Vec::new();
         let mut x: u64 = 12345;
         for step in 0..40_000u64 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let name = Name::from(format!("r/{}", x % 3_000));
+            let name = name(x % 3_000);
             if x % 5 < 3 {
                 assert_eq!(stubs.insert(name.clone(), step), model.insert(name, step));
             } else {
@@ -223,7 +258,7 @@ mod tests {
                 assert_eq!(&bucket[0].0, key);
                 assert!(bucket.windows(2).all(|w| w[0].0 < w[1].0));
             }
-            for probe in ["", "r/1", "r/1500", "r/2999", "r/5", "s"] {
+            for probe in ["", "r/1", "r/1500", "r/2999", "r/5", "r/7/b", "s"] {
                 let probe = Name::from(probe);
                 for bound in [
                     Bound::Included(probe.clone()),
