@@ -1,79 +1,214 @@
 //! The exactly-once table's index on the heap: from a remembered key to the chunk that holds
-//! it, 12 bytes a record (`table`).
+//! it, one 8-byte slot a record (`table`).
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 
 use super::Digest128;
 
-/// Which chunk holds each remembered key: by the key's first 8 bytes (8 + 4 bytes an entry,
-/// not 16 + 8). Two live keys that share those bytes (by chance, 2^-64 a pair; on purpose,
-/// about 2^32 hashes of work a pair) both go to `shared`, by the whole key.
+/// Bits of a key the index keeps: the first [`PREFIX_BITS`] of its digest.
+const PREFIX_BITS: u32 = 39;
+/// Bits of a chunk's number the index keeps: its low [`LOW_BITS`] (`table`'s `low`).
+pub(super) const LOW_BITS: u32 = 24;
+/// The slot's bit that says more than one live key has its prefix.
+const SHARED_BIT: u64 = 1 << LOW_BITS;
+const LOW_MASK: u64 = (1 << LOW_BITS) - 1;
+
+/// One key's place in the index, in 64 bits: its prefix, whether that prefix is shared, the
+/// low bits of its chunk's number. Equal and hashed by the prefix alone, so that the set
+/// finds a slot from a key's prefix.
+#[derive(Clone, Copy, Debug)]
+struct Slot(u64);
+
+impl Slot {
+    fn new(prefix: u64, at: At) -> Slot {
+        let low = match at {
+            At::Chunk(low) => u64::from(low) & LOW_MASK,
+            At::Shared => SHARED_BIT,
+        };
+        Slot(prefix << (LOW_BITS + 1) | low)
+    }
+
+    /// A slot to look `prefix` up with.
+    fn of(prefix: u64) -> Slot {
+        Slot::new(prefix, At::Shared)
+    }
+
+    fn prefix(self) -> u64 {
+        self.0 >> (LOW_BITS + 1)
+    }
+
+    fn at(self) -> At {
+        match self.0 & SHARED_BIT {
+            0 => At::Chunk((self.0 & LOW_MASK) as u32),
+            _ => At::Shared,
+        }
+    }
+}
+
+impl PartialEq for Slot {
+    fn eq(&self, other: &Slot) -> bool {
+        self.prefix() == other.prefix()
+    }
+}
+
+impl Eq for Slot {}
+
+impl Hash for Slot {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.prefix());
+    }
+}
+
+/// What the index holds for a prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum At {
+    /// One live key has it, in the chunk with these low bits.
+    Chunk(u32),
+    /// More than one live key has it: see `shared`.
+    Shared,
+}
+
+/// Which chunk holds each remembered key: by the key's first 39 bits, in 8-byte slots (the
+/// whole key and a chunk number would take 24). Two live keys that share those bits (by
+/// chance, about 2^-39 a pair: a few pairs in ten minutes of millions of records; on purpose,
+/// about 2^39 ÷ (live keys) hashes of work a pair) both go to `shared`, by the whole key.
 #[derive(Clone, Default)]
 pub(super) struct Index {
-    pub(super) by_prefix: foldhash::HashMap<[u32; 2], u32>,
+    by_prefix: foldhash::HashSet<Slot>,
     shared: BTreeMap<Digest128, u32>,
 }
 
-/// The `by_prefix` value of a prefix that more than one live key has: see `shared`.
-pub(super) const SHARED: u32 = u32::MAX;
-
-pub(super) fn prefix(key: &Digest128) -> [u32; 2] {
-    let word = |at: usize| u32::from_le_bytes([key[at], key[at + 1], key[at + 2], key[at + 3]]);
-    [word(0), word(4)]
+/// A key's prefix as the index keeps it.
+pub(super) fn prefix(key: &Digest128) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&key[..8]);
+    u64::from_be_bytes(first) >> (64 - PREFIX_BITS)
 }
 
 impl Index {
+    /// What the index holds for `key`'s prefix, if any live key has it.
+    pub(super) fn at(&self, key: &Digest128) -> Option<At> {
+        self.by_prefix
+            .get(&Slot::of(prefix(key)))
+            .map(|slot| slot.at())
+    }
+
     /// The chunk that may hold `key` (another key of the same prefix, if not `shared`).
     pub(super) fn get(&self, key: &Digest128) -> Option<u32> {
-        match *self.by_prefix.get(&prefix(key))? {
-            SHARED => self.shared.get(key).copied(),
-            seq => Some(seq),
+        match self.at(key)? {
+            At::Shared => self.shared.get(key).copied(),
+            At::Chunk(low) => Some(low),
         }
     }
 
     /// The shared keys of `key`'s prefix.
     fn sharing_prefix<'a>(&'a self, key: &Digest128) -> impl Iterator<Item = &'a Digest128> {
+        let p = prefix(key);
         let mut from = [0u8; 16];
-        from[..8].copy_from_slice(&key[..8]);
+        from[..8].copy_from_slice(&(p << (64 - PREFIX_BITS)).to_be_bytes());
         let mut to = [0xffu8; 16];
-        to[..8].copy_from_slice(&key[..8]);
+        to[..8].copy_from_slice(
+            &((p << (64 - PREFIX_BITS)) | (u64::MAX >> PREFIX_BITS)).to_be_bytes(),
+        );
         self.shared.range(from..=to).map(|(k, _)| k)
     }
 
-    /// `key` is in chunk `seq`; `other` is the live key its prefix stands for now, if another.
-    pub(super) fn insert(&mut self, key: &Digest128, seq: u32, other: Option<(Digest128, u32)>) {
-        let p = prefix(key);
-        match (self.by_prefix.get(&p).copied(), other) {
-            (Some(SHARED), _) => {
-                self.shared.insert(*key, seq);
+    fn set(&mut self, key: &Digest128, at: At) {
+        self.by_prefix.replace(Slot::new(prefix(key), at));
+    }
+
+    /// `key` is in the chunk with low bits `low`; `other` is the live key its prefix stands
+    /// for now, if another.
+    pub(super) fn insert(&mut self, key: &Digest128, low: u32, other: Option<(Digest128, u32)>) {
+        let low = low & LOW_MASK as u32;
+        match (self.at(key), other) {
+            (Some(At::Shared), _) => {
+                self.shared.insert(*key, low);
             }
-            (Some(_), Some((other, other_seq))) => {
-                self.by_prefix.insert(p, SHARED);
-                self.shared.insert(other, other_seq);
-                self.shared.insert(*key, seq);
+            (Some(_), Some((other, other_low))) => {
+                self.set(key, At::Shared);
+                self.shared.insert(other, other_low & LOW_MASK as u32);
+                self.shared.insert(*key, low);
             }
-            _ => {
-                self.by_prefix.insert(p, seq);
-            }
+            _ => self.set(key, At::Chunk(low)),
         }
     }
 
-    /// `key`, remembered in chunk `seq`, is forgotten (unless remembered again since).
-    pub(super) fn remove(&mut self, key: &Digest128, seq: u32) {
-        let p = prefix(key);
-        match self.by_prefix.get(&p).copied() {
-            Some(SHARED) => {
-                if self.shared.get(key) == Some(&seq) {
+    /// `key`, remembered in the chunk with low bits `low`, is forgotten (unless remembered
+    /// again since).
+    pub(super) fn remove(&mut self, key: &Digest128, low: u32) {
+        let low = low & LOW_MASK as u32;
+        match self.at(key) {
+            Some(At::Shared) => {
+                if self.shared.get(key) == Some(&low) {
                     self.shared.remove(key);
                 }
                 if self.sharing_prefix(key).next().is_none() {
-                    self.by_prefix.remove(&p);
+                    self.by_prefix.remove(&Slot::of(prefix(key)));
                 }
             }
-            Some(at) if at == seq => {
-                self.by_prefix.remove(&p);
+            Some(At::Chunk(at)) if at == low => {
+                self.by_prefix.remove(&Slot::of(prefix(key)));
             }
             _ => {}
         }
+    }
+
+    /// Room for `more` keys beyond those held (a table being indexed again from its chunks).
+    pub(super) fn reserve(&mut self, more: usize) {
+        self.by_prefix.reserve(more);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot keeps its prefix and place apart, for every place, and compares by prefix.
+    #[test]
+    fn a_slot_keeps_prefix_and_place() {
+        let key = [0xabu8; 16];
+        let p = prefix(&key);
+        assert_eq!(p >> PREFIX_BITS, 0, "39 bits");
+        for at in [
+            At::Chunk(0),
+            At::Chunk(LOW_MASK as u32),
+            At::Chunk(77),
+            At::Shared,
+        ] {
+            let slot = Slot::new(p, at);
+            assert_eq!((slot.prefix(), slot.at()), (p, at));
+            assert_eq!(slot, Slot::of(p));
+        }
+        assert_ne!(Slot::of(p), Slot::of(p ^ 1));
+    }
+
+    /// Keys that differ only past the prefix share a slot; `sharing_prefix` finds exactly
+    /// the shared keys of the prefix, at both ends of its range.
+    #[test]
+    fn keys_past_the_prefix_share_a_slot() {
+        let mut index = Index::default();
+        let a = [0x12u8; 16];
+        let mut b = a;
+        b[4] ^= 0x01; // bit 39 and beyond: the 40th bit is byte 4's lowest
+        let mut c = a;
+        c[4] ^= 0x02; // the 39th bit: another prefix
+        assert_eq!(prefix(&a), prefix(&b));
+        assert_ne!(prefix(&a), prefix(&c));
+        index.insert(&a, 5, None);
+        index.insert(&b, 6, Some((a, 5)));
+        index.insert(&c, 7, None);
+        assert_eq!(index.at(&a), Some(At::Shared));
+        assert_eq!(
+            (index.get(&a), index.get(&b), index.get(&c)),
+            (Some(5), Some(6), Some(7))
+        );
+        assert_eq!(index.sharing_prefix(&a).count(), 2);
+        index.remove(&a, 5);
+        assert_eq!((index.get(&a), index.get(&b)), (None, Some(6)));
+        index.remove(&b, 6);
+        assert_eq!(index.at(&b), None);
+        assert_eq!(index.get(&c), Some(7));
     }
 }

@@ -1,7 +1,7 @@
 //! Where the exactly-once table keeps its records: in the state's archive (on disk, on a
 //! node), in chunks of [`CHUNK`] records in the order they were remembered, written once when
 //! full and never changed. The heap holds the chunk being filled, a compact index from a key
-//! to its chunk (12 bytes a record), the outcomes of waits decided after their chunk was
+//! to its chunk (8 bytes a record), the outcomes of waits decided after their chunk was
 //! written, and where the window has got to; nothing else per record.
 //!
 //! A retry (rare) reads its record's chunk; a new request id (every write) is answered by the
@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::index::{prefix, Index, SHARED};
+use super::index::{prefix, At, Index, LOW_BITS};
 use super::{Digest128, Remembered, Ticket};
 use crate::archive::{chunk_key, copy_chunks, read_chunk, Archive, MemArchive, Space};
 use crate::policy::DEDUP_WINDOW_MS;
@@ -36,16 +36,17 @@ pub(crate) struct Rec {
     record: Remembered,
 }
 
-/// What the index holds of a chunk's sequence number: its low 32 bits. The live chunks (ten
-/// minutes of records) span far fewer than 2^32 numbers, so the low bits name one of them
-/// ([`Dedup::chunk_of`]). A number whose low bits are [`SHARED`] is never used.
+/// What the index holds of a chunk's sequence number: its low 24 bits. The live chunks (ten
+/// minutes of records) span far fewer than 2^24 numbers (that many would be 268 million
+/// records, 450,000 a second), so the low bits name one of them ([`Dedup::chunk_of`]).
 fn low(seq: u64) -> u32 {
-    seq as u32
+    (seq & ((1 << LOW_BITS) - 1)) as u32
 }
 
-/// Whether chunk number `seq` is one never used (its low bits are the index's mark).
+/// Whether chunk number `seq` is one never used: one whose low 32 bits are all ones (an
+/// earlier index marked shared prefixes so; the numbering stays what every release wrote).
 fn unused(seq: u64) -> bool {
-    low(seq) == SHARED
+    seq as u32 == u32::MAX
 }
 
 /// The exactly-once table (see the module's doc).
@@ -174,7 +175,7 @@ impl Dedup {
 
     /// The live chunk whose number has low bits `low`.
     fn chunk_of(&self, low: u32) -> u64 {
-        self.cursor.0 + u64::from(low.wrapping_sub(self.cursor.0 as u32))
+        self.cursor.0 + u64::from(low.wrapping_sub(self.cursor.0 as u32) & ((1 << LOW_BITS) - 1))
     }
 
     /// The live record of `key` and the chunk that holds it, if remembered.
@@ -270,13 +271,12 @@ impl Dedup {
     /// [`Dedup::add`] needs to keep both.
     pub(super) fn sharing(&self, key: &Digest128) -> Option<(Digest128, u32)> {
         let index = self.index.as_ref()?;
-        let seq = *index.by_prefix.get(&prefix(key))?;
-        if seq == SHARED {
+        let At::Chunk(low) = index.at(key)? else {
             return None;
-        }
-        let chunk = self.read_chunk(self.chunk_of(seq));
+        };
+        let chunk = self.read_chunk(self.chunk_of(low));
         let other = chunk.iter().rev().find(|r| prefix(&r.key) == prefix(key))?;
-        (other.key != *key).then_some((other.key, seq))
+        (other.key != *key).then_some((other.key, low))
     }
 
     /// Replaces `before`, the live record of `key` ([`Dedup::record`]), by `record` (a wait's

@@ -412,11 +412,10 @@ fn chunks_are_written_when_full_and_leave_once_forgotten() {
     assert_eq!(moved, dedup);
 }
 
-/// Chunk numbers run past 2^32 (the index keeps their low 32 bits, and the number whose low
-/// bits mark a shared prefix is never used): records on both sides are found and forgotten.
-#[test]
-fn chunk_numbers_run_past_the_index_s_32_bits() {
-    let mut dedup = Dedup::numbered_from(u64::from(u32::MAX) - 2);
+/// Records numbered from `first` on, across a wrap of the index's low bits: found and
+/// forgotten on both sides.
+fn chunk_numbers_run_past(first: u64) {
+    let mut dedup = Dedup::numbered_from(first);
     many(&mut dedup, "p", 5 * CHUNK, 0);
     for i in [0, CHUNK + 1, 3 * CHUNK, 5 * CHUNK - 1] {
         let id = format!("p-0-{i}");
@@ -440,8 +439,20 @@ fn chunk_numbers_run_past_the_index_s_32_bits() {
     assert!(dedup.is_empty());
 }
 
-/// Keys that share the index's 8-byte prefix (made here: a real pair takes 2^32 hashes) are
-/// both remembered, found, and forgotten apart.
+/// Chunk numbers run past 2^32 (the number whose low 32 bits are all ones is never used).
+#[test]
+fn chunk_numbers_run_past_32_bits() {
+    chunk_numbers_run_past(u64::from(u32::MAX) - 2);
+}
+
+/// Chunk numbers run past 2^24 (the index keeps their low 24 bits).
+#[test]
+fn chunk_numbers_run_past_the_index_s_24_bits() {
+    chunk_numbers_run_past((1 << 24) - 2);
+}
+
+/// Keys that share the index's 39-bit prefix (made here: a real pair takes about 2^39 ÷ the
+/// live keys hashes) are both remembered, found, and forgotten apart.
 #[test]
 fn keys_that_share_a_prefix_are_kept_apart() {
     let mut dedup = Dedup::default();

@@ -83,6 +83,11 @@ impl Dedup {
         }
         let (mut len, mut bytes) = (0, 0);
         let mut usage = BTreeMap::<Name, u64>::new();
+        // Sized once for every record the chunks can hold, not doubled on the way.
+        if let Some(index) = &mut self.index {
+            let chunks = (self.open_seq - first_seq + 1) as usize;
+            Arc::make_mut(index).reserve(chunks.saturating_mul(CHUNK));
+        }
         for seq in (first_seq..=self.open_seq).filter(|seq| !unused(*seq)) {
             let chunk = if seq == self.open_seq {
                 self.open.clone()
