@@ -40,17 +40,20 @@ impl Nemesis {
                 ..Default::default()
             })
             .await;
-        let lease = match acquired.map(|r| (r.granted, r.lease, r.reason)) {
-            Ok((true, Some(lease), _)) => lease,
-            // A probe of an earlier leadership still holds it (its release failed): nothing
-            // was asked.
-            Ok((_, _, reason)) => {
-                let detail = format!("gate probe at n{slot}: not granted ({reason}), not probed");
-                self.record("upgrade", detail, start, Some(now_ns()));
-                return;
-            }
-            Err(e) => {
-                let detail = format!("gate probe at n{slot}: not acquired: {e}");
+        // Not granted: a probe of an earlier leadership still holds it (its release failed).
+        let lease = match acquired {
+            Ok(pb::AcquireResponse {
+                granted: true,
+                lease: Some(lease),
+                ..
+            }) => Ok(lease),
+            Ok(refused) => Err(format!("not granted ({})", refused.reason)),
+            Err(e) => Err(format!("not acquired: {e}")),
+        };
+        let lease = match lease {
+            Ok(lease) => lease,
+            Err(why) => {
+                let detail = format!("gate probe at n{slot}: {why}, not probed");
                 self.record("upgrade", detail, start, Some(now_ns()));
                 return;
             }

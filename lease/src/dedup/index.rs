@@ -118,17 +118,17 @@ impl Index {
         self.by_prefix.replace(Slot::new(prefix(key), at));
     }
 
-    /// `key` is in the chunk with low bits `low`; `other` is the live key its prefix stands
-    /// for now, if another.
+    /// `key` is in the chunk with low bits `low` (below 2^[`LOW_BITS`]); `other` is the live
+    /// key its prefix stands for now, if another.
     pub(super) fn insert(&mut self, key: &Digest128, low: u32, other: Option<(Digest128, u32)>) {
-        let low = low & LOW_MASK as u32;
+        debug_assert!(u64::from(low) <= LOW_MASK);
         match (self.at(key), other) {
             (Some(At::Shared), _) => {
                 self.shared.insert(*key, low);
             }
             (Some(_), Some((other, other_low))) => {
                 self.set(key, At::Shared);
-                self.shared.insert(other, other_low & LOW_MASK as u32);
+                self.shared.insert(other, other_low);
                 self.shared.insert(*key, low);
             }
             _ => self.set(key, At::Chunk(low)),
@@ -138,7 +138,6 @@ impl Index {
     /// `key`, remembered in the chunk with low bits `low`, is forgotten (unless remembered
     /// again since).
     pub(super) fn remove(&mut self, key: &Digest128, low: u32) {
-        let low = low & LOW_MASK as u32;
         match self.at(key) {
             Some(At::Shared) => {
                 if self.shared.get(key) == Some(&low) {

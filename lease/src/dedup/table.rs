@@ -40,8 +40,10 @@ pub(crate) struct Rec {
 /// minutes of records) span far fewer than 2^24 numbers (that many would be 268 million
 /// records, 450,000 a second), so the low bits name one of them ([`Dedup::chunk_of`]).
 fn low(seq: u64) -> u32 {
-    (seq & ((1 << LOW_BITS) - 1)) as u32
+    (seq & LOW) as u32
 }
+
+const LOW: u64 = (1 << LOW_BITS) - 1;
 
 /// Whether chunk number `seq` is one never used: one whose low 32 bits are all ones (an
 /// earlier index marked shared prefixes so; the numbering stays what every release wrote).
@@ -175,7 +177,7 @@ impl Dedup {
 
     /// The live chunk whose number has low bits `low`.
     fn chunk_of(&self, low: u32) -> u64 {
-        self.cursor.0 + u64::from(low.wrapping_sub(self.cursor.0 as u32) & ((1 << LOW_BITS) - 1))
+        self.cursor.0 + (u64::from(low.wrapping_sub(self.cursor.0 as u32)) & LOW)
     }
 
     /// The live record of `key` and the chunk that holds it, if remembered.

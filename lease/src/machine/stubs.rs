@@ -85,41 +85,32 @@ impl<V: Clone> Stubs<V> {
 
     /// Sets `name` to `value`; returns the value it had.
     pub(crate) fn insert(&mut self, name: Name, value: V) -> Option<V> {
-        let Some(key) = self.bucket_of(&name).map(|(k, _)| k.clone()) else {
+        let found = self.bucket_of(&name).map(|(k, _)| k.clone());
+        let Some((key, bucket)) =
+            found.and_then(|key| Some((key.clone(), self.buckets.get_mut(&key)?)))
+        else {
             self.len += 1;
             self.put_one(vec![(name, value)]);
             return None;
         };
-        // In place when the bucket keeps its first name and its size allows.
-        if let Some(bucket) = self.buckets.get_mut(&key) {
-            let at = bucket.binary_search_by(|(n, _)| n.cmp(&name));
-            match at {
-                Ok(at) => {
-                    let entries = Arc::make_mut(bucket);
-                    return Some(std::mem::replace(&mut entries[at].1, value));
-                }
-                Err(at) if at > 0 && bucket.len() < BUCKET => {
-                    let entries = Arc::make_mut(bucket);
-                    entries.reserve_exact(1);
-                    entries.insert(at, (name, value));
-                    self.len += 1;
-                    return None;
-                }
-                Err(_) => {}
-            }
+        let at = match bucket.binary_search_by(|(n, _)| n.cmp(&name)) {
+            Ok(at) => return Some(std::mem::replace(&mut Arc::make_mut(bucket)[at].1, value)),
+            Err(at) => at,
+        };
+        self.len += 1;
+        // In place when the bucket keeps its first name and has room; else taken out,
+        // re-keyed and split as need be.
+        if at > 0 && bucket.len() < BUCKET {
+            let entries = Arc::make_mut(bucket);
+            entries.reserve_exact(1);
+            entries.insert(at, (name, value));
+            return None;
         }
         let mut entries = self.take(&key);
-        let old = match entries.binary_search_by(|(n, _)| n.cmp(&name)) {
-            Ok(at) => Some(std::mem::replace(&mut entries[at].1, value)),
-            Err(at) => {
-                entries.reserve_exact(1);
-                entries.insert(at, (name, value));
-                self.len += 1;
-                None
-            }
-        };
+        entries.reserve_exact(1);
+        entries.insert(at, (name, value));
         self.put_back(entries);
-        old
+        None
     }
 
     /// Removes `name`; returns its value. A bucket left with few names joins the next.
