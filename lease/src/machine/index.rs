@@ -23,6 +23,23 @@ enum Postings {
     Many(BTreeSet<Posting>),
 }
 
+/// The leases of an index to build at once (a snapshot's load), given in resource order and
+/// each resource's leases in grant order: each name's postings arrive sorted.
+#[derive(Default)]
+pub(crate) struct LeaseIndexLoading(BTreeMap<Name, Vec<Posting>>);
+
+impl LeaseIndexLoading {
+    pub(crate) fn add(&mut self, name: &str, lease: &Lease) {
+        let posting = LeaseIndex::posting(lease);
+        match self.0.get_mut(name) {
+            Some(postings) => postings.push(posting),
+            None => {
+                self.0.insert(Name::from(name), vec![posting]);
+            }
+        }
+    }
+}
+
 impl LeaseIndex {
     fn posting(lease: &Lease) -> Posting {
         (
@@ -67,6 +84,19 @@ impl LeaseIndex {
                 }
             }
         }
+    }
+
+    /// The index of every lease `loading` was given, built at once.
+    pub(crate) fn built(loading: LeaseIndexLoading) -> LeaseIndex {
+        LeaseIndex(
+            (loading.0.into_iter())
+                .map(|(name, mut postings)| match postings.len() {
+                    1 => (name, Postings::One(postings.remove(0))),
+                    // Already in order (see `LeaseIndexLoading`): a bulk build, nodes full.
+                    _ => (name, Postings::Many(postings.into_iter().collect())),
+                })
+                .collect(),
+        )
     }
 
     /// The (resource, lease order) of `name`'s leases after `after`, in order.

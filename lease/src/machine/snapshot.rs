@@ -3,7 +3,7 @@
 
 use super::super::history::Event;
 use super::super::types::Name;
-use super::indexes::Indexes;
+use super::indexes::{Indexes, LeasesLoading};
 use super::State;
 
 impl State {
@@ -65,14 +65,12 @@ impl State {
         // session again, and a lease on a session is not due.
         self.indexes = Indexes::default();
         self.restore_sessions();
+        let mut leases = LeasesLoading::default();
         for (name, rs) in &self.resources {
             let grace_ms = self.policy_of(name).renewal_grace_ms;
             let indexes = &mut self.indexes;
             for l in &rs.leases {
-                if l.session.is_none() {
-                    indexes.track_lease(l, grace_ms);
-                }
-                indexes.list(l, 1);
+                leases.add(l, grace_ms);
             }
             for w in &rs.rare().waiters {
                 indexes.track_wait(name, w);
@@ -85,6 +83,7 @@ impl State {
                 indexes.closed_until(name, closed_until_ms, closed_until_ms);
             }
         }
+        self.indexes.load_leases(leases);
         self.recount_usage_with(exactly_once);
         if self.dropped_last.is_none() {
             // A format before the position was kept: every resource of that revision counts
