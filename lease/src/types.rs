@@ -211,8 +211,15 @@ impl LeaseId {
         })
     }
 
+    /// Its written form, without the formatter's machinery (a snapshot's load makes one for
+    /// each live lease).
     pub fn to_name(self) -> Name {
-        compact_str::format_compact!("{self}")
+        use compact_str::ToCompactString;
+        let mut name = Name::const_new("lse_");
+        name.push_str(&self.index.to_compact_string());
+        name.push('_');
+        name.push_str(&self.position.to_compact_string());
+        name
     }
 }
 
@@ -318,6 +325,10 @@ mod tests {
         assert_eq!((id.index, id.position), (42, 3));
         assert_eq!(id.to_string(), "lse_42_3");
         assert_eq!(LeaseId::parse(&id.to_string()), Some(id));
+        for (index, position) in [(0, 0), (42, 3), (u64::MAX, u32::MAX)] {
+            let id = LeaseId { index, position };
+            assert_eq!(id.to_name(), id.to_string());
+        }
         assert!(LeaseId::parse("lse_0_0").is_some());
         for other in [
             "lse_042_3",

@@ -104,15 +104,17 @@ fn main() -> anyhow::Result<()> {
     archives.flush()?;
     drop(copy);
     let bytes = std::fs::read(&path)?;
-    let started = Instant::now();
+    let (started, before_read) = (Instant::now(), resident_bytes()?);
     let read = decode_state_in(&bytes, generation.archive(), true)?;
+    let elapsed = started.elapsed();
     anyhow::ensure!(read.live_leases() == leases as usize, "the same leases");
-    drop(read);
     println!(
-        "its own snapshot: {:.1} MB, read in {:.2} s",
+        "its own snapshot: {:.1} MB, read in {:.2} s, {:.0} B per lease resident",
         bytes.len() as f64 / 1e6,
-        started.elapsed().as_secs_f64(),
+        elapsed.as_secs_f64(),
+        resident_bytes()?.saturating_sub(before_read) as f64 / leases as f64,
     );
+    drop(read);
     // Past the window (and well before the leases' ttl): one entry forgets the records.
     let later = Proposal {
         stamp: Stamp {

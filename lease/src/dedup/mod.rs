@@ -165,7 +165,12 @@ pub(crate) struct Remembered {
 
 impl Remembered {
     fn cost(&self) -> u64 {
-        RECORD_BYTES + self.kept.len() as u64
+        Remembered::cost_of(self.kept.len())
+    }
+
+    /// What a record whose outcome takes `kept` bytes costs.
+    fn cost_of(kept: usize) -> u64 {
+        RECORD_BYTES + kept as u64
     }
 }
 

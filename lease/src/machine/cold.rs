@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::super::history::{Kept, Logged};
 use super::resource::{packed, Ended, ResourceState};
 use super::stubs::Stubs;
-use super::State;
+use super::{PushLean, State};
 use crate::archive::{chunk_key, read_chunk, Archive, MemArchive, Space};
 use crate::types::Name;
 
@@ -346,7 +346,7 @@ impl State {
                 trimmed = trimmed.max(Some((revision, seq)));
                 continue;
             }
-            rs.history.push_back(Kept {
+            rs.history.push_lean(Kept {
                 revision,
                 seq,
                 cost,

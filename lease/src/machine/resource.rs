@@ -12,6 +12,7 @@ use super::super::history::{self, Event, EventV5, Kept};
 use super::super::policy::{Policy, PolicyV1};
 use super::super::types::{Lease, LeaseId, LeaseStatus};
 use super::super::waiting::Waiter;
+use super::PushLean;
 
 /// A tenure that ended, so its holder learns how it ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,6 +203,8 @@ impl<'de> Deserialize<'de> for LoadedLive {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let stored = Stored::<Policy, Booking, (u64, u32, u32)>::deserialize(deserializer)?;
         let (mut rs, kept) = ResourceState::parts_of(stored);
+        // Exactly sized, as apply keeps it (`PushLean`): not a first growth to four.
+        rs.history.reserve_exact(kept.len());
         for (revision, seq, cost) in kept {
             rs.history_bytes = rs.history_bytes.saturating_add(cost);
             rs.history.push_back(Kept {
@@ -273,7 +276,7 @@ impl ResourceState {
             cost: u32::try_from(history::event_cost(event)).unwrap_or(u32::MAX),
         };
         self.history_bytes = self.history_bytes.saturating_add(kept.cost);
-        self.history.push_back(kept);
+        self.history.push_lean(kept);
         kept
     }
 }

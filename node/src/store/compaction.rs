@@ -32,8 +32,18 @@ pub fn due(entries_since: u64, log_bytes_since: u64, last_snapshot_bytes: u64, e
     entries_since >= every && log_bytes_since.saturating_mul(8) >= last_snapshot_bytes
 }
 
+/// A node that has just started builds no snapshot for this long. After a restart the log
+/// it replays has made one due at once, and building it would take the CPU that its replay,
+/// the other nodes' (when a whole cluster restarts) and the election need: at a million
+/// leases ≈ 0.65 s of a core on every node, while each is still joining.
+const SETTLE: Duration = Duration::from_secs(5);
+
 /// Asks openraft for a snapshot whenever one is due, until `stop`.
 pub async fn run(raft: Raft, shared: Arc<Shared>, every: u64, mut stop: watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(SETTLE) => {}
+        _ = stop.changed() => return,
+    }
     let mut applied = shared.subscribe();
     // The snapshot index at the last request, and when: one request per snapshot (openraft
     // ignores a request while a build runs), unless that request came to nothing for long.

@@ -73,6 +73,8 @@ impl Dedup {
     /// Checks a table just read (its place within its chunks, every chunk there and
     /// decoding), builds the index from the live records in the order they were remembered,
     /// as [`Dedup::add`] did, and counts them: returns what each principal's records cost.
+    /// A written chunk is decoded borrowing its bytes: only the key, whose record it is and
+    /// what the record costs are read.
     pub(crate) fn index_again(&mut self) -> Result<Vec<(Name, u64)>, String> {
         let (first_seq, first_pos) = self.cursor;
         if first_seq > self.open_seq || unused(self.open_seq) || self.open.len() > CHUNK {
@@ -81,46 +83,64 @@ impl Dedup {
                 self.open_seq
             ));
         }
-        let (mut len, mut bytes) = (0, 0);
-        let mut usage = BTreeMap::<Name, u64>::new();
+        let mut tally = Tally::default();
         // Sized once for every record the chunks can hold, not doubled on the way.
         if let Some(index) = &mut self.index {
             let chunks = (self.open_seq - first_seq + 1) as usize;
             Arc::make_mut(index).reserve(chunks.saturating_mul(CHUNK));
         }
-        for seq in (first_seq..=self.open_seq).filter(|seq| !unused(*seq)) {
-            let chunk = if seq == self.open_seq {
-                self.open.clone()
-            } else {
-                let bytes = self.archive.get(Space::ExactlyOnce, &chunk_key(seq));
-                let decoded = bytes.and_then(|b| postcard::from_bytes::<Vec<Rec>>(&b).ok());
-                Arc::new(decoded.ok_or(format!("exactly-once chunk {seq} does not decode"))?)
-            };
+        let past = |seq| format!("the exactly-once table's place is past chunk {seq}");
+        for seq in (first_seq..self.open_seq).filter(|seq| !unused(*seq)) {
+            let bytes = self.archive.get(Space::ExactlyOnce, &chunk_key(seq));
+            let chunk =
+                (bytes.as_deref()).and_then(|b| postcard::from_bytes::<Vec<RecSeen>>(b).ok());
+            let chunk = chunk.ok_or(format!("exactly-once chunk {seq} does not decode"))?;
             let start = if seq == first_seq { first_pos } else { 0 };
-            let Some(live) = chunk.get(start..) else {
-                return Err(format!(
-                    "the exactly-once table's place is past chunk {seq}"
-                ));
-            };
-            for rec in live {
-                let sharing = self.sharing(&rec.key);
-                if let Some(index) = &mut self.index {
-                    Arc::make_mut(index).insert(&rec.key, low(seq), sharing);
-                }
-                let record = self.current(rec);
-                len += 1;
-                bytes += record.cost();
-                // Records converted from format 4 belong to nobody: they count in the total.
-                if !record.principal.is_empty() {
-                    *usage.entry(record.principal).or_default() += record.cost();
-                }
+            for rec in chunk.get(start..).ok_or_else(|| past(seq))? {
+                self.index_one(&rec.key, seq, rec.principal, rec.kept.len(), &mut tally);
             }
         }
-        self.len = len;
-        self.bytes = bytes;
-        Ok(usage.into_iter().collect())
+        let open = self.open.clone();
+        let start = if self.open_seq == first_seq {
+            first_pos
+        } else {
+            0
+        };
+        for rec in open.get(start..).ok_or_else(|| past(self.open_seq))? {
+            let (key, record) = (&rec.key, &rec.record);
+            self.index_one(
+                key,
+                self.open_seq,
+                &record.principal,
+                record.kept.len(),
+                &mut tally,
+            );
+        }
+        self.len = tally.len;
+        self.bytes = tally.bytes;
+        Ok(tally.by_principal())
     }
 
+    /// [`Dedup::index_again`] for one record of chunk `seq`: `principal`'s, its outcome of
+    /// `kept` bytes unless a decided wait replaced it.
+    fn index_one(
+        &mut self,
+        key: &Digest128,
+        seq: u64,
+        principal: &str,
+        kept: usize,
+        tally: &mut Tally,
+    ) {
+        let sharing = self.sharing(key);
+        if let Some(index) = &mut self.index {
+            Arc::make_mut(index).insert(key, low(seq), sharing);
+        }
+        let (principal, cost) = match self.resolved.get(key) {
+            Some(resolved) => (resolved.principal.as_str(), resolved.cost()),
+            None => (principal, Remembered::cost_of(kept)),
+        };
+        tally.add(principal, cost);
+    }
     pub(crate) fn archive(&self) -> &dyn Archive {
         &*self.archive
     }
@@ -140,5 +160,54 @@ impl Dedup {
         (self.cursor.0..self.open_seq)
             .filter(|seq| !unused(*seq))
             .collect()
+    }
+}
+
+/// A record of a written chunk as [`Dedup::index_again`] reads it: [`Rec`]'s fields in
+/// their order, borrowed from the chunk's bytes (postcard writes an outcome's bytes as
+/// their length and the bytes, whether a slice or a sequence of `u8`).
+#[derive(Deserialize)]
+struct RecSeen<'a> {
+    key: Digest128,
+    #[serde(borrow)]
+    principal: &'a str,
+    _op: Digest128,
+    kept: &'a [u8],
+    _at_ms: u64,
+}
+
+/// The records counted, and what each principal's cost (records come in runs of one
+/// principal's: the last one is added to without a lookup).
+#[derive(Default)]
+struct Tally {
+    len: u64,
+    bytes: u64,
+    usage: BTreeMap<Name, u64>,
+    run: Option<(Name, u64)>,
+}
+
+impl Tally {
+    fn add(&mut self, principal: &str, cost: u64) {
+        self.len += 1;
+        self.bytes += cost;
+        // Records converted from format 4 belong to nobody: they count in the total.
+        if principal.is_empty() {
+            return;
+        }
+        match &mut self.run {
+            Some((name, bytes)) if name == principal => *bytes += cost,
+            run => {
+                if let Some((name, bytes)) = run.replace((principal.into(), cost)) {
+                    *self.usage.entry(name).or_default() += bytes;
+                }
+            }
+        }
+    }
+
+    fn by_principal(mut self) -> Vec<(Name, u64)> {
+        if let Some((name, bytes)) = self.run.take() {
+            *self.usage.entry(name).or_default() += bytes;
+        }
+        self.usage.into_iter().collect()
     }
 }

@@ -340,10 +340,20 @@ pub(crate) fn load_own(
     path: &Path,
     archive: std::sync::Arc<dyn crate::lease::archive::Archive>,
 ) -> anyhow::Result<(SnapshotMeta, State)> {
+    let started = std::time::Instant::now();
     let data = fs::read(path)?;
+    let read_ms = started.elapsed().as_millis();
     let (meta, body) = checked(&data).with_context(|| format!("snapshot {}", path.display()))?;
     let own = generation(path).is_some();
-    Ok((meta, decode_state_in(body, archive, own)?))
+    let state = decode_state_in(body, archive, own)?;
+    tracing::info!(
+        snapshot = %path.display(),
+        bytes = data.len(),
+        read_ms,
+        decoded_ms = started.elapsed().as_millis() - read_ms,
+        "loaded the newest snapshot"
+    );
+    Ok((meta, state))
 }
 
 /// Checks a snapshot as it arrives in chunks, hashing each chunk as it comes, so that a
