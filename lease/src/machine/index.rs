@@ -1,8 +1,9 @@
 //! The live leases of each holder and of each principal, in `ListLeases` order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::super::types::{Lease, Name};
+use super::packed::PackedSet;
 
 /// One lease in an index: (resource, lease order).
 type Posting = (Name, (u64, u32));
@@ -20,7 +21,7 @@ pub(crate) struct LeaseIndex(BTreeMap<Name, Postings>);
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Postings {
     One(Posting),
-    Many(BTreeSet<Posting>),
+    Many(PackedSet<Posting>),
 }
 
 /// The leases of an index to build at once (a snapshot's load), given in resource order and
@@ -59,7 +60,7 @@ impl LeaseIndex {
                 set.insert(posting);
             }
             Postings::One(first) if *first != posting => {
-                let set = BTreeSet::from([first.clone(), posting]);
+                let set = PackedSet::from_iter([first.clone(), posting]);
                 *postings = Postings::Many(set);
             }
             Postings::One(_) => {}
@@ -112,13 +113,8 @@ impl LeaseIndex {
             None => (None, None),
             Some(Postings::One((resource, order))) => (Some((resource, *order)), None),
             Some(Postings::Many(set)) => {
-                let start = match after {
-                    Some((resource, order)) => {
-                        std::ops::Bound::Excluded((Name::from(resource), order))
-                    }
-                    None => std::ops::Bound::Unbounded,
-                };
-                (None, Some(set.range((start, std::ops::Bound::Unbounded))))
+                let after = after.map(|(resource, order)| (Name::from(resource), order));
+                (None, Some(set.after(after)))
             }
         };
         let one = one.filter(|(resource, order)| beyond(&(resource.as_str(), *order)));

@@ -13,12 +13,13 @@ use std::collections::BTreeSet;
 use super::super::types::{Lease, Name};
 use super::super::waiting::Waiter;
 use super::index::{LeaseIndex, LeaseIndexLoading};
+use super::packed::PackedSet;
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Indexes {
     /// (expires_at + grace, resource, lease id) of every live lease not on a session: the
     /// next reclaim is first.
-    due: BTreeSet<(u64, Name, Name)>,
+    due: PackedSet<(u64, Name, Name)>,
     /// Live leases on sessions (due with their session, so not in `due`).
     on_sessions: usize,
     /// (expires_at + grace, session) of every live session.
@@ -85,7 +86,7 @@ impl Indexes {
 
     /// The live leases' indexes, none yet, built from every lease at once.
     pub(crate) fn load_leases(&mut self, loading: LeasesLoading) {
-        debug_assert!(self.due.is_empty() && self.by_holder == LeaseIndex::default());
+        debug_assert!(self.due.len() == 0 && self.by_holder == LeaseIndex::default());
         self.due = loading.due.into_iter().collect();
         self.by_holder = LeaseIndex::built(loading.by_holder);
         self.by_principal = LeaseIndex::built(loading.by_principal);
@@ -125,7 +126,12 @@ impl Indexes {
 
     /// The first lease due at or before `now_ms`, no longer tracked: (resource, lease id).
     pub(crate) fn take_lease_due(&mut self, now_ms: u64) -> Option<(Name, Name)> {
-        take_first(&mut self.due, |(due_ms, _, _)| *due_ms <= now_ms)
+        let (due_ms, _, _) = self.due.first()?;
+        if *due_ms > now_ms {
+            return None;
+        }
+        self.due
+            .pop_first()
             .map(|(_, name, lease_id)| (name, lease_id))
     }
 

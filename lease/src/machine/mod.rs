@@ -15,6 +15,7 @@ mod cold;
 mod index;
 mod indexes;
 mod live;
+mod packed;
 mod precheck;
 mod reclaim;
 mod record;

@@ -1,0 +1,240 @@
+//! An ordered set for the large derived indexes (the due leases, a principal's leases): its
+//! items in sorted runs of up to [`BUCKET`], each run one exactly sized allocation, the runs
+//! found by their first item.
+//!
+//! A `BTreeSet` leaves its nodes a half to two thirds full, and half when items come in
+//! order, as the due keys of leases granted one after another do: at a million leases its
+//! due index took ≈ 105 bytes a 56-byte key. Here a run that an append overfills keeps its
+//! items and the newcomer starts the next one, a run overfilled in the middle splits in
+//! two, and a run is only ever as large as what it holds (mimalloc grows a block in place
+//! within its size class). An insert or remove moves at most a run's items.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+/// Items per run, at most.
+const BUCKET: usize = 64;
+
+#[derive(Clone, Debug)]
+pub(crate) struct PackedSet<T> {
+    /// Each run by its first item.
+    runs: BTreeMap<T, Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for PackedSet<T> {
+    fn default() -> Self {
+        PackedSet {
+            runs: BTreeMap::new(),
+            len: 0,
+        }
+    }
+}
+
+/// The same items, however they are split into runs.
+impl<T: Ord> PartialEq for PackedSet<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self
+                .runs
+                .values()
+                .flatten()
+                .eq(other.runs.values().flatten())
+    }
+}
+
+impl<T: Ord> Eq for PackedSet<T> {}
+
+/// Built at once: sorted, and cut into full runs.
+impl<T: Ord + Clone> FromIterator<T> for PackedSet<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Self {
+        let mut items: Vec<T> = items.into_iter().collect();
+        items.sort();
+        items.dedup();
+        let len = items.len();
+        let mut runs = BTreeMap::new();
+        let mut rest = items.into_iter().peekable();
+        while rest.peek().is_some() {
+            let run: Vec<T> = rest.by_ref().take(BUCKET).collect();
+            runs.insert(run[0].clone(), run);
+        }
+        PackedSet { runs, len }
+    }
+}
+
+impl<T: Ord + Clone> PackedSet<T> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn first(&self) -> Option<&T> {
+        self.runs.first_key_value().map(|(first, _)| first)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.runs.values().flatten()
+    }
+
+    /// The items after `after` (all of them if None), in order.
+    pub(crate) fn after(&self, after: Option<T>) -> impl Iterator<Item = &T> + '_ {
+        let from = after.as_ref().and_then(|item| self.run_key(item));
+        let runs = match from {
+            Some(key) => self.runs.range((Bound::Included(key), Bound::Unbounded)),
+            None => self.runs.range::<T, _>(..),
+        };
+        runs.flat_map(|(_, run)| run)
+            .skip_while(move |item| after.as_ref().is_some_and(|after| *item <= after))
+    }
+
+    /// The first item of the run that holds `item` or would: the last run starting at or
+    /// before it (None: it comes before every run).
+    fn run_key(&self, item: &T) -> Option<&T> {
+        self.runs.range(..=item).next_back().map(|(key, _)| key)
+    }
+
+    /// Whether `item` was not there.
+    pub(crate) fn insert(&mut self, item: T) -> bool {
+        // The run that holds it or would, found once: the last starting at or before it, or
+        // the first.
+        let found = match self.runs.range_mut(..=&item).next_back() {
+            Some(found) => Some(found),
+            None => self.runs.iter_mut().next(),
+        };
+        let Some((key, run)) = found else {
+            self.runs.insert(item.clone(), vec![item]);
+            self.len = 1;
+            return true;
+        };
+        let Err(at) = run.binary_search(&item) else {
+            return false;
+        };
+        if run.len() == run.capacity() {
+            run.reserve_exact(1);
+        }
+        run.insert(at, item);
+        self.len += 1;
+        if at > 0 && run.len() <= BUCKET {
+            return true;
+        }
+        // A new first item (the run is found by it) or one too many: taken out to change.
+        let key = key.clone();
+        let last = self.runs.last_key_value().is_some_and(|(k, _)| *k == key);
+        let Some(mut run) = self.runs.remove(&key) else {
+            return true;
+        };
+        if run.len() > BUCKET {
+            // Appended to the last run: it stays full and the newcomer begins the next.
+            let keep = if last && at + 1 == run.len() {
+                BUCKET
+            } else {
+                run.len() / 2
+            };
+            let tail = run.split_off(keep);
+            run.shrink_to_fit();
+            self.runs.insert(tail[0].clone(), tail);
+        }
+        self.runs.insert(run[0].clone(), run);
+        true
+    }
+
+    /// Whether `item` was there.
+    pub(crate) fn remove(&mut self, item: &T) -> bool {
+        let Some((key, run)) = self.runs.range_mut(..=item).next_back() else {
+            return false;
+        };
+        let Ok(at) = run.binary_search(item) else {
+            return false;
+        };
+        run.remove(at);
+        self.len -= 1;
+        if run.len() * 2 < run.capacity() {
+            run.shrink_to_fit();
+        }
+        if at > 0 {
+            return true;
+        }
+        // Its first item went: the run is found by its new one.
+        let key = key.clone();
+        if let Some(run) = self.runs.remove(&key) {
+            if !run.is_empty() {
+                self.runs.insert(run[0].clone(), run);
+            }
+        }
+        true
+    }
+
+    pub(crate) fn pop_first(&mut self) -> Option<T> {
+        let first = self.first()?.clone();
+        self.remove(&first);
+        Some(first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// A deterministic sequence of inserts and removes: the set answers as a `BTreeSet` does.
+    #[test]
+    fn it_holds_what_a_btree_set_holds_through_inserts_removes_and_appends() {
+        let (mut packed, mut plain) = (PackedSet::default(), BTreeSet::new());
+        let mut x: u64 = 1;
+        for step in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Appends in order (due keys), then random inserts and removes.
+            let item = match step % 4 {
+                0 => 1_000_000 + step,
+                _ => (x >> 33) % 3_000,
+            };
+            if step % 3 == 2 {
+                assert_eq!(packed.remove(&item), plain.remove(&item), "remove {item}");
+            } else {
+                assert_eq!(packed.insert(item), plain.insert(item), "insert {item}");
+            }
+            if step % 97 == 0 {
+                assert_eq!(packed.pop_first(), plain.pop_first());
+            }
+            assert_eq!(packed.len(), plain.len());
+            assert_eq!(packed.first(), plain.first());
+        }
+        assert!(packed.iter().eq(plain.iter()));
+        for after in [
+            None,
+            Some(0),
+            Some(1_500),
+            Some(2_999),
+            Some(1_000_000),
+            Some(u64::MAX),
+        ] {
+            let expected: Vec<_> = match after {
+                Some(a) => plain
+                    .range((Bound::Excluded(a), Bound::Unbounded))
+                    .collect(),
+                None => plain.iter().collect(),
+            };
+            assert!(packed.after(after).eq(expected), "after {after:?}");
+        }
+        let built: PackedSet<u64> = plain.iter().rev().copied().collect();
+        assert_eq!(built, packed, "built at once or item by item: equal");
+        assert!(packed
+            .runs
+            .values()
+            .all(|run| !run.is_empty() && run.len() <= BUCKET));
+        assert!(packed.runs.iter().all(|(key, run)| *key == run[0]));
+    }
+
+    #[test]
+    fn items_appended_in_order_fill_their_runs() {
+        let mut packed = PackedSet::default();
+        for i in 0..10 * BUCKET as u64 {
+            packed.insert(i);
+        }
+        assert_eq!(packed.runs.len(), 10);
+        assert!(packed.runs.values().all(|run| run.len() == BUCKET));
+        assert!(packed.runs.values().all(|run| run.capacity() == BUCKET));
+    }
+}
