@@ -4,32 +4,31 @@
 //! Applies N acquires of distinct resources the way the scale benchmark loads a cluster
 //! (`scale/<n>`, 64 holders, a fresh `request_id` each, so every one leaves an exactly-once
 //! record, kept where a node keeps them: in an archive on disk), and prints the growth of the
-//! process's resident memory divided by N. Uses the node's allocator. `--no-request-ids` leaves the exactly-once records out. Then applies one
-//! entry stamped past the exactly-once window, which forgets the load's own records, and
-//! prints the resident memory per lease again: what a node holding the leases uses once its
-//! load is over ten minutes old. mimalloc gives emptied pages back to the system later, on
-//! one of its collections: run with `MIMALLOC_PURGE_DELAY=0` to see them given back at once.
+//! process's resident memory divided by N. Uses the node's allocator. `--no-request-ids`
+//! leaves the exactly-once records out. Then writes the snapshot the node would keep (format
+//! 9, its live section over the archive) and reads it back as a restart does: how long, and
+//! what the state read costs. Then 130,000 renews of 64 of the leases (the scale benchmark's
+//! renew cell) and what they add. Then applies one entry stamped past the exactly-once window,
+//! which forgets the load's own records, and prints the resident memory per lease again: what
+//! a node holding the leases uses once its load is over ten minutes old. mimalloc gives
+//! emptied pages back to the system later, on one of its collections: run with
+//! `MIMALLOC_PURGE_DELAY=0` to see them given back at once.
 
 use std::time::Instant;
 
 use tenure_node::lease::encoding::{decode_state_in, encode_state_own};
-use tenure_node::lease::{
-    apply, policy::DEDUP_WINDOW_MS, AcquireOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal,
-    Stamp, State,
-};
+use tenure_node::lease::{apply, policy::DEDUP_WINDOW_MS, AcquireOp, Mode, Op, RenewOp, State};
+
+mod common;
+
+use common::{entry, resident_bytes};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Resident bytes of this process (`/proc/self/statm`, in pages of 4 KiB).
-fn resident_bytes() -> anyhow::Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm")?;
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .ok_or_else(|| anyhow::anyhow!("statm has no resident field"))?
-        .parse()?;
-    Ok(pages * 4096)
+/// A fresh request id, if the run uses them.
+fn fresh(request_ids: bool) -> Option<String> {
+    request_ids.then(|| uuid::Uuid::new_v4().to_string())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,37 +49,18 @@ fn main() -> anyhow::Result<()> {
     let before = resident_bytes()?;
     let started = Instant::now();
     for k in 1..=leases {
-        let proposal = Proposal {
-            stamp: Stamp {
-                mono_ms: 1_000 + k,
-                wall_ms: 1_700_000_000_000 + k,
-                clock_epoch: 0,
-            },
-            // An admin of the token file, whom quotas do not limit (the benchmark raises the
-            // quotas of `anonymous` instead; a client stops at its 100,000 leases).
-            principal: "root".into(),
-            admin: true,
-            request_id: request_ids.then(|| uuid::Uuid::new_v4().to_string()),
-            require_registration: false,
-            op: Op::Acquire(AcquireOp {
-                resource: format!("scale/{k}"),
-                holder: format!("loader-{}", k % 64),
-                ttl_ms: Some(6 * 3_600_000),
-                mode: Mode::Exclusive,
-                units: 0,
-                metadata: Default::default(),
-                idempotency_key: None,
-                wait_ms: None,
-            }),
-        };
-        let meta = EntryMeta {
-            index: k,
-            leader: LeaderKey {
-                term: 1,
-                node_id: 1,
-            },
-        };
-        apply(&mut state, meta, &Command::V1(proposal));
+        let acquire = Op::Acquire(AcquireOp {
+            resource: format!("scale/{k}"),
+            holder: format!("loader-{}", k % 64),
+            ttl_ms: Some(6 * 3_600_000),
+            mode: Mode::Exclusive,
+            units: 0,
+            metadata: Default::default(),
+            idempotency_key: None,
+            wait_ms: None,
+        });
+        let (meta, command) = entry(k, k * 1_000, fresh(request_ids), acquire);
+        apply(&mut state, meta, &command);
     }
     let elapsed = started.elapsed();
     anyhow::ensure!(
@@ -115,27 +95,35 @@ fn main() -> anyhow::Result<()> {
         resident_bytes()?.saturating_sub(before_read) as f64 / leases as f64,
     );
     drop(read);
+    // The scale benchmark's renew cell: 64 leases renewed over and over, a fresh request id
+    // each, as the bench leaves them before its restart.
+    let renews: u64 = 130_000;
+    let before_renews = resident_bytes()?;
+    for r in 1..=renews {
+        let k = 1 + r % 64;
+        let renew = Op::Renew(RenewOp {
+            resource: format!("scale/{k}"),
+            lease_id: String::new(),
+            holder: format!("loader-{}", k % 64),
+            fencing_token: k,
+            ttl_ms: None,
+        });
+        let (meta, command) = entry(
+            leases + r,
+            (leases + r / 10) * 1_000,
+            fresh(request_ids),
+            renew,
+        );
+        apply(&mut state, meta, &command);
+    }
+    println!(
+        "{renews} renews of 64 leases: {:.0} B per renew resident",
+        resident_bytes()?.saturating_sub(before_renews) as f64 / renews as f64,
+    );
     // Past the window (and well before the leases' ttl): one entry forgets the records.
-    let later = Proposal {
-        stamp: Stamp {
-            mono_ms: 1_000 + leases + DEDUP_WINDOW_MS + 1,
-            wall_ms: 1_700_000_000_000 + leases + DEDUP_WINDOW_MS + 1,
-            clock_epoch: 0,
-        },
-        principal: "root".into(),
-        admin: true,
-        request_id: None,
-        require_registration: false,
-        op: Op::Tick,
-    };
-    let meta = EntryMeta {
-        index: leases + 1,
-        leader: LeaderKey {
-            term: 1,
-            node_id: 1,
-        },
-    };
-    apply(&mut state, meta, &Command::V1(later));
+    let past = leases + renews / 10 + DEDUP_WINDOW_MS + 1;
+    let (meta, command) = entry(leases + renews + 1, past * 1_000, None, Op::Tick);
+    apply(&mut state, meta, &command);
     anyhow::ensure!(
         state.live_leases() == leases as usize,
         "a lease ended with the window"

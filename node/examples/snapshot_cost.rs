@@ -19,10 +19,11 @@ use std::time::Duration;
 use tenure_node::lease::encoding::{
     decode_state, decode_state_in, encode_state_into, encode_state_own,
 };
-use tenure_node::lease::{
-    apply, AcquireOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal, ReleaseOp, Reply, Stamp,
-    State,
-};
+use tenure_node::lease::{apply, AcquireOp, Mode, Op, ReleaseOp, Reply, State};
+
+mod common;
+
+use common::{entry, resident_bytes};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -35,35 +36,6 @@ fn thread_cpu() -> anyhow::Result<Duration> {
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
     Ok(Duration::from_millis(ticks * 10))
-}
-
-/// Resident bytes of this process (`/proc/self/statm`, in pages of 4 KiB).
-fn resident_bytes() -> anyhow::Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm")?;
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap_or("0").parse()?;
-    Ok(pages * 4096)
-}
-
-fn entry(index: u64, at_us: u64, request_id: String, op: Op) -> (EntryMeta, Command) {
-    let proposal = Proposal {
-        stamp: Stamp {
-            mono_ms: 1_000 + at_us / 1_000,
-            wall_ms: 1_700_000_000_000 + at_us / 1_000,
-            clock_epoch: 0,
-        },
-        // An admin of the token file, whom quotas do not limit (the soak raises the quotas
-        // of `anonymous` instead).
-        principal: "root".into(),
-        admin: true,
-        request_id: Some(request_id),
-        require_registration: false,
-        op,
-    };
-    let leader = LeaderKey {
-        term: 1,
-        node_id: 1,
-    };
-    (EntryMeta { index, leader }, Command::V1(proposal))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -91,7 +63,7 @@ fn main() -> anyhow::Result<()> {
             idempotency_key: None,
             wait_ms: None,
         });
-        let (meta, command) = entry(index, n * 500, format!("a-{n}"), acquire);
+        let (meta, command) = entry(index, n * 500, Some(format!("a-{n}")), acquire);
         let reply = apply(&mut state, meta, &command);
         anyhow::ensure!(
             matches!(&reply, Reply::Acquire(a) if a.granted),
@@ -105,7 +77,7 @@ fn main() -> anyhow::Result<()> {
             holder: "b".into(),
             fencing_token: token,
         });
-        let (meta, command) = entry(index, n * 500 + 250, format!("r-{n}"), release);
+        let (meta, command) = entry(index, n * 500 + 250, Some(format!("r-{n}")), release);
         apply(&mut state, meta, &command);
     }
     println!(

@@ -91,10 +91,15 @@ impl LeaseIndex {
     pub(crate) fn built(loading: LeaseIndexLoading) -> LeaseIndex {
         LeaseIndex(
             (loading.0.into_iter())
-                .map(|(name, mut postings)| match postings.len() {
-                    1 => (name, Postings::One(postings.remove(0))),
-                    // Already in order (see `LeaseIndexLoading`): a bulk build, nodes full.
-                    _ => (name, Postings::Many(postings.into_iter().collect())),
+                .map(|(name, postings)| {
+                    let set: PackedSet<Posting> = postings.into_iter().collect();
+                    match set.len() {
+                        1 => (
+                            name,
+                            Postings::One(set.iter().next().cloned().unwrap_or_default()),
+                        ),
+                        _ => (name, Postings::Many(set)),
+                    }
                 })
                 .collect(),
         )
