@@ -24,8 +24,8 @@ enum Postings {
     Many(PackedSet<Posting>),
 }
 
-/// The leases of an index to build at once (a snapshot's load), given in resource order and
-/// each resource's leases in grant order: each name's postings arrive sorted.
+/// The leases of an index to build at once (a snapshot's load), in any order: each name's
+/// postings are sorted when the index is built.
 #[derive(Default)]
 pub(crate) struct LeaseIndexLoading(BTreeMap<Name, Vec<Posting>>);
 
@@ -92,14 +92,13 @@ impl LeaseIndex {
         LeaseIndex(
             (loading.0.into_iter())
                 .map(|(name, postings)| {
-                    let set: PackedSet<Posting> = postings.into_iter().collect();
-                    match set.len() {
-                        1 => (
-                            name,
-                            Postings::One(set.iter().next().cloned().unwrap_or_default()),
-                        ),
-                        _ => (name, Postings::Many(set)),
-                    }
+                    let mut set: PackedSet<Posting> = postings.into_iter().collect();
+                    // Canonical, as apply keeps it: one lease is `One`.
+                    let postings = match set.len() {
+                        1 => set.pop_first().map(Postings::One),
+                        _ => None,
+                    };
+                    (name, postings.unwrap_or(Postings::Many(set)))
                 })
                 .collect(),
         )

@@ -61,7 +61,7 @@ fn take_first<T: Ord + Clone>(set: &mut BTreeSet<T>, due: impl Fn(&T) -> bool) -
 }
 
 /// Every live lease's place in the indexes, gathered to build them at once when a snapshot
-/// loads: sorted and bulk-built, with full nodes, instead of one insert a lease.
+/// loads: sorted and cut into full runs, instead of one insert a lease.
 #[derive(Default)]
 pub(crate) struct LeasesLoading {
     due: Vec<(u64, Name, Name)>,
@@ -70,8 +70,8 @@ pub(crate) struct LeasesLoading {
 }
 
 impl LeasesLoading {
-    /// A live lease, given in resource order and each resource's leases in grant order: as
-    /// [`Indexes::list`] and (not on a session) [`Indexes::track_lease`] would take it.
+    /// A live lease, as [`Indexes::list`] and (not on a session) [`Indexes::track_lease`]
+    /// would take it.
     pub(crate) fn add(&mut self, lease: &Lease, grace_ms: u64) {
         if lease.session.is_none() {
             self.due.push(due_key(lease, grace_ms));

@@ -35,12 +35,7 @@ impl<T> Default for PackedSet<T> {
 /// The same items, however they are split into runs.
 impl<T: Ord> PartialEq for PackedSet<T> {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len
-            && self
-                .runs
-                .values()
-                .flatten()
-                .eq(other.runs.values().flatten())
+        self.len == other.len && self.iter().eq(other.iter())
     }
 }
 
@@ -63,7 +58,7 @@ impl<T: Ord + Clone> FromIterator<T> for PackedSet<T> {
     }
 }
 
-impl<T: Ord + Clone> PackedSet<T> {
+impl<T: Ord> PackedSet<T> {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -75,7 +70,9 @@ impl<T: Ord + Clone> PackedSet<T> {
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.runs.values().flatten()
     }
+}
 
+impl<T: Ord + Clone> PackedSet<T> {
     /// The items after `after` (all of them if None), in order.
     pub(crate) fn after(&self, after: Option<T>) -> impl Iterator<Item = &T> + '_ {
         let from = after.as_ref().and_then(|item| self.run_key(item));
