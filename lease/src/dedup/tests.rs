@@ -484,3 +484,43 @@ fn keys_that_share_a_prefix_are_kept_apart() {
     assert!(dedup.is_empty());
     assert_eq!(dedup.record(&b), None);
 }
+
+/// A table read back from what format 9 writes of it (its open chunk and place, over its
+/// archive) is indexed again from its written chunks in one ordered pass: across the chunk
+/// number never used it finds every record, and a written chunk the archive lost, first or
+/// last, stops the load.
+#[test]
+fn a_table_read_back_is_indexed_again_and_a_lost_chunk_is_found() {
+    let mut dedup = Dedup::numbered_from(u64::from(u32::MAX) - 2);
+    many(&mut dedup, "p", 5 * CHUNK + 3, 0);
+    let encoded = postcard::to_allocvec(&dedup.live()).expect("encode");
+    let archive = dedup.archive_shared();
+    let read = || {
+        let parts: super::table::DedupLoaded = postcard::from_bytes(&encoded).expect("decode");
+        let mut again = Dedup::from_live(parts, archive.clone());
+        again.index_again().map(|usage| (again, usage))
+    };
+    let (again, usage) = read().expect("every chunk there");
+    assert_eq!(again, dedup);
+    assert_eq!(usage.len(), 1);
+    assert_eq!(usage[0].0, "p");
+    for i in [0, CHUNK + 1, 2 * CHUNK, 5 * CHUNK + 2] {
+        let id = format!("p-0-{i}");
+        assert!(
+            matches!(again.check("p", &id, &release("a")), Seen::Retry(_)),
+            "{id}"
+        );
+    }
+    let written = dedup.archived_chunks();
+    assert_eq!(written.len(), 5);
+    assert!(written.windows(2).any(|w| w[1] == w[0] + 2), "{written:?}");
+    for lost in [written[0], written[2], written[4]] {
+        let key = crate::archive::chunk_key(lost);
+        let value = archive.get(Space::ExactlyOnce, &key).expect("written");
+        archive.remove(Space::ExactlyOnce, &key);
+        let error = read().map(|_| ()).expect_err("a chunk lost");
+        assert_eq!(error, format!("exactly-once chunk {lost} does not decode"));
+        archive.insert(Space::ExactlyOnce, &key, &value);
+    }
+    read().expect("every chunk there again");
+}

@@ -1,6 +1,6 @@
 //! The live leases of each holder and of each principal, in `ListLeases` order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::super::types::{Lease, Name};
 use super::packed::PackedSet;
@@ -25,9 +25,10 @@ enum Postings {
 }
 
 /// The leases of an index to build at once (a snapshot's load), in any order: each name's
-/// postings are sorted when the index is built.
+/// postings are sorted when the index is built, and the names then (a hash map while a
+/// million leases are added, one lookup each).
 #[derive(Default)]
-pub(crate) struct LeaseIndexLoading(BTreeMap<Name, Vec<Posting>>);
+pub(crate) struct LeaseIndexLoading(HashMap<Name, Vec<Posting>>);
 
 impl LeaseIndexLoading {
     pub(crate) fn add(&mut self, name: &str, lease: &Lease) {

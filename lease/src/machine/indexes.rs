@@ -70,6 +70,14 @@ pub(crate) struct LeasesLoading {
 }
 
 impl LeasesLoading {
+    /// Room for about `leases` leases.
+    pub(crate) fn with_capacity(leases: usize) -> LeasesLoading {
+        LeasesLoading {
+            due: Vec::with_capacity(leases),
+            ..LeasesLoading::default()
+        }
+    }
+
     /// A live lease, as [`Indexes::list`] and (not on a session) [`Indexes::track_lease`]
     /// would take it.
     pub(crate) fn add(&mut self, lease: &Lease, grace_ms: u64) {

@@ -382,9 +382,17 @@ impl State {
     }
 
     pub(super) fn policy_of(&self, resource: &str) -> &Policy {
-        self.resources
-            .get(resource)
-            .and_then(|rs| rs.rare().registration.as_deref())
+        match self.resources.get(resource) {
+            Some(rs) => self.policy_in(rs),
+            None => &self.default_policy,
+        }
+    }
+
+    /// The policy of resource state `rs`: its registration's, or the default.
+    pub(super) fn policy_in<'a>(&'a self, rs: &'a ResourceState) -> &'a Policy {
+        rs.rare()
+            .registration
+            .as_deref()
             .unwrap_or(&self.default_policy)
     }
 

@@ -48,12 +48,14 @@ impl<T: Ord + Clone> FromIterator<T> for PackedSet<T> {
         items.sort_unstable();
         items.dedup();
         let len = items.len();
-        let mut runs = BTreeMap::new();
         let mut rest = items.into_iter().peekable();
-        while rest.peek().is_some() {
+        // In order: the map is built at once from its sorted entries.
+        let runs = std::iter::from_fn(|| {
+            rest.peek()?;
             let run: Vec<T> = rest.by_ref().take(BUCKET).collect();
-            runs.insert(run[0].clone(), run);
-        }
+            Some((run[0].clone(), run))
+        })
+        .collect();
         PackedSet { runs, len }
     }
 }

@@ -65,9 +65,10 @@ impl State {
         // session again, and a lease on a session is not due.
         self.indexes = Indexes::default();
         self.restore_sessions();
-        let mut leases = LeasesLoading::default();
+        // Most resources hold one lease: room for that many, not grown from none.
+        let mut leases = LeasesLoading::with_capacity(self.resources.len());
         for (name, rs) in &self.resources {
-            let grace_ms = self.policy_of(name).renewal_grace_ms;
+            let grace_ms = self.policy_in(rs).renewal_grace_ms;
             let indexes = &mut self.indexes;
             for l in &rs.leases {
                 leases.add(l, grace_ms);

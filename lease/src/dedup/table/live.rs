@@ -4,6 +4,7 @@
 //! each principal's cost as it goes.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use serde::ser::Serializer;
@@ -90,15 +91,55 @@ impl Dedup {
             Arc::make_mut(index).reserve(chunks.saturating_mul(CHUNK));
         }
         let past = |seq| format!("the exactly-once table's place is past chunk {seq}");
-        for seq in (first_seq..self.open_seq).filter(|seq| !unused(*seq)) {
-            let bytes = self.archive.get(Space::ExactlyOnce, &chunk_key(seq));
-            let chunk =
-                (bytes.as_deref()).and_then(|b| postcard::from_bytes::<Vec<RecSeen>>(b).ok());
-            let chunk = chunk.ok_or(format!("exactly-once chunk {seq} does not decode"))?;
-            let start = if seq == first_seq { first_pos } else { 0 };
-            for rec in chunk.get(start..).ok_or_else(|| past(seq))? {
-                self.index_one(&rec.key, seq, rec.principal, rec.kept.len(), &mut tally);
-            }
+        let broken = |seq| format!("exactly-once chunk {seq} does not decode");
+        // The written chunks in one ordered pass over the archive, not a lookup each.
+        let mut wanted = (first_seq..self.open_seq)
+            .filter(|seq| !unused(*seq))
+            .peekable();
+        let mut failed = None;
+        let archive = self.archive.clone();
+        let (from, to) = (chunk_key(first_seq), chunk_key(self.open_seq));
+        archive.scan(
+            Space::ExactlyOnce,
+            Bound::Included(&from[..]),
+            Bound::Excluded(&to[..]),
+            false,
+            &mut |key, bytes| {
+                let Some(&seq) = wanted.peek() else {
+                    return false;
+                };
+                match key.cmp(&chunk_key(seq)[..]) {
+                    // A number the table never used: passed.
+                    std::cmp::Ordering::Less => return true,
+                    // The chunk it reads is missing.
+                    std::cmp::Ordering::Greater => {
+                        failed = Some(broken(seq));
+                        return false;
+                    }
+                    std::cmp::Ordering::Equal => {}
+                }
+                wanted.next();
+                let start = if seq == first_seq { first_pos } else { 0 };
+                let chunk = postcard::from_bytes::<Vec<RecSeen>>(bytes).ok();
+                let Some(chunk) = chunk else {
+                    failed = Some(broken(seq));
+                    return false;
+                };
+                let Some(records) = chunk.get(start..) else {
+                    failed = Some(past(seq));
+                    return false;
+                };
+                for rec in records {
+                    self.index_one(&rec.key, seq, rec.principal, rec.kept.len(), &mut tally);
+                }
+                true
+            },
+        );
+        if let Some(seq) = wanted.next().filter(|_| failed.is_none()) {
+            failed = Some(broken(seq));
+        }
+        if let Some(failed) = failed {
+            return Err(failed);
         }
         let open = self.open.clone();
         let start = if self.open_seq == first_seq {
