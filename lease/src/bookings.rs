@@ -138,14 +138,24 @@ impl State {
         expires_at_ms: u64,
         granted_at: Option<u64>,
     ) -> Option<&Booking> {
-        let grace_ms = self.policy_of(resource).renewal_grace_ms;
+        let rs = self.resources.get(resource)?;
+        self.booking_in_the_way_of(rs, holder, expires_at_ms, granted_at)
+    }
+
+    /// [`State::booking_in_the_way`], of the resource state `rs` at hand.
+    pub(super) fn booking_in_the_way_of<'a>(
+        &'a self,
+        rs: &'a ResourceState,
+        holder: &str,
+        expires_at_ms: u64,
+        granted_at: Option<u64>,
+    ) -> Option<&'a Booking> {
+        if rs.rare().bookings.is_empty() {
+            return None;
+        }
+        let grace_ms = self.policy_in(rs).renewal_grace_ms;
         let until_wall_ms = self.clock.wall_of(expires_at_ms.saturating_add(grace_ms));
-        self.resources.get(resource)?.booked_against(
-            holder,
-            self.clock.wall_ms(),
-            until_wall_ms,
-            granted_at,
-        )
+        rs.booked_against(holder, self.clock.wall_ms(), until_wall_ms, granted_at)
     }
 
     /// Books a window: argument checks → whether the resource may be booked → a lease of

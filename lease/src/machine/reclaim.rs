@@ -75,8 +75,16 @@ impl State {
     /// Reclaims the due leases of `name`, which a command is about to read or change: whatever
     /// the per-entry cap left for later, no command sees a lease past its grace.
     pub(super) fn settle_resource(&mut self, index: u64, name: &str) {
-        self.settle_sessions_of(index, name);
+        // When nothing anywhere is due (the first of each due index is later), nothing of
+        // this resource is: it is not looked up (at a million resources, most of a µs).
         let now_ms = self.clock.now_ms();
+        let due_by_now = |due_ms: Option<u64>| due_ms.is_some_and(|due_ms| due_ms <= now_ms);
+        if due_by_now(self.next_session_due_ms()) {
+            self.settle_sessions_of(index, name);
+        }
+        if !due_by_now(self.indexes.next_lease_due_ms()) {
+            return;
+        }
         let Some(rs) = self.resources.get(name) else {
             return;
         };
