@@ -162,6 +162,9 @@ pub fn on_the_heap() -> std::sync::Arc<dyn Archive> {
     std::sync::Arc::new(MemArchive::default())
 }
 
+/// Entries [`MemArchive::scan`] copies out at a time.
+const SCAN_BATCH: usize = 64;
+
 /// An archive on the heap: tests, tools, and a state just decoded before the node moves it
 /// into its own.
 #[derive(Default)]
@@ -191,19 +194,32 @@ impl Archive for MemArchive {
         reverse: bool,
         visit: Visit<'_>,
     ) {
-        // Copied out under the lock and visited after: a visit may read the archive again.
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = {
-            let map = self.0.read().unwrap_or_else(|p| p.into_inner());
-            let range = map.range(tagged_range(space, from, to));
-            let copy = |(k, v): (&Vec<u8>, &Vec<u8>)| (k[1..].to_vec(), v.clone());
-            match reverse {
-                false => range.map(copy).collect(),
-                true => range.rev().map(copy).collect(),
-            }
-        };
-        for (key, value) in entries {
-            if !visit(&key, &value) {
+        // Copied out under the lock a batch at a time and visited after: a visit may read
+        // the archive again, and a scan of the whole archive holds one batch, not a copy of
+        // everything it reads.
+        let (mut from, mut to) = tagged_range(space, from, to);
+        loop {
+            let batch: Vec<(Vec<u8>, Vec<u8>)> = {
+                let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+                let range = map.range((from.clone(), to.clone()));
+                let copy = |(k, v): (&Vec<u8>, &Vec<u8>)| (k.clone(), v.clone());
+                match reverse {
+                    false => range.take(SCAN_BATCH).map(copy).collect(),
+                    true => range.rev().take(SCAN_BATCH).map(copy).collect(),
+                }
+            };
+            let Some((last, _)) = batch.last() else {
                 return;
+            };
+            let next = Bound::Excluded(last.clone());
+            for (key, value) in &batch {
+                if !visit(&key[1..], value) {
+                    return;
+                }
+            }
+            match reverse {
+                false => from = next,
+                true => to = next,
             }
         }
     }
@@ -251,5 +267,38 @@ mod tests {
         assert_eq!(first, [(b"b".to_vec(), b"1".to_vec())]);
         archive.remove(Space::ExactlyOnce, b"a");
         assert_eq!(keys(&archive, Space::ExactlyOnce, false), [b"b"]);
+    }
+
+    /// A scan longer than a batch visits every entry in its bounds once, in order both ways,
+    /// and a visit may read and write the archive meanwhile.
+    #[test]
+    fn a_scan_past_a_batch_sees_each_entry_once_and_may_use_the_archive() {
+        let archive = MemArchive::default();
+        let n = 3 * SCAN_BATCH as u64 + 5;
+        for k in 0..n {
+            archive.insert(Space::ExactlyOnce, &chunk_key(k), &k.to_le_bytes());
+        }
+        let (from, to) = (chunk_key(3), chunk_key(n - 2));
+        for reverse in [false, true] {
+            let mut seen = Vec::new();
+            archive.scan(
+                Space::ExactlyOnce,
+                Bound::Included(&from),
+                Bound::Excluded(&to),
+                reverse,
+                &mut |key, value| {
+                    assert_eq!(archive.get(Space::ExactlyOnce, key).as_deref(), Some(value));
+                    archive.insert(Space::Other, key, value);
+                    seen.push(u64::from_be_bytes(key.try_into().expect("8 bytes")));
+                    true
+                },
+            );
+            let mut wanted: Vec<u64> = (3..n - 2).collect();
+            if reverse {
+                wanted.reverse();
+            }
+            assert_eq!(seen, wanted, "reverse: {reverse}");
+        }
+        assert_eq!(keys(&archive, Space::Other, false).len() as u64, n - 5);
     }
 }
