@@ -88,12 +88,7 @@ impl State {
         let Some(rs) = self.resources.get(name) else {
             return;
         };
-        let grace_ms = rs
-            .rare()
-            .registration
-            .as_deref()
-            .unwrap_or(&self.default_policy)
-            .renewal_grace_ms;
+        let grace_ms = self.policy_in(rs).renewal_grace_ms;
         // A lease on a session ends with its session (settled above).
         let is_due =
             |l: &Lease| l.session.is_none() && l.expires_at_ms.saturating_add(grace_ms) <= now_ms;

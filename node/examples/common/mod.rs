@@ -5,7 +5,11 @@ use tenure_node::lease::{Command, EntryMeta, LeaderKey, Op, Proposal, Stamp};
 /// Resident bytes of this process (`/proc/self/statm`, in pages of 4 KiB).
 pub fn resident_bytes() -> anyhow::Result<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm")?;
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap_or("0").parse()?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("statm has no resident field"))?
+        .parse()?;
     Ok(pages * 4096)
 }
 
