@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use super::super::types::{Lease, Name};
+use super::super::types::{Lease, LeaseId, Name, WrittenOrder};
 use super::super::waiting::Waiter;
 use super::index::{LeaseIndex, LeaseIndexLoading};
 use super::packed::PackedSet;
@@ -19,7 +19,7 @@ use super::packed::PackedSet;
 pub(crate) struct Indexes {
     /// (expires_at + grace, resource, lease id) of every live lease not on a session: the
     /// next reclaim is first.
-    due: PackedSet<(u64, Name, Name)>,
+    due: PackedSet<DueKey>,
     /// Live leases on sessions (due with their session, so not in `due`).
     on_sessions: usize,
     /// (expires_at + grace, session) of every live session.
@@ -35,15 +35,17 @@ pub(crate) struct Indexes {
     by_principal: LeaseIndex,
 }
 
-/// The key that orders a live lease for reclaim. The lease id is in its written form: the
-/// key's order decides which due leases an entry reclaims when more are due than it may
-/// reclaim, and every release must pick the same ones (as text, `lse_1000_0` sorts before
-/// `lse_999_0`).
-fn due_key(lease: &Lease, grace_ms: u64) -> (u64, Name, Name) {
+/// The key that orders a live lease for reclaim: (due, resource, lease id). The key's order
+/// decides which due leases an entry reclaims when more are due than it may reclaim, and
+/// every release must pick the same ones: the id sorts as its written form
+/// ([`WrittenOrder`]: as text, `lse_1000_0` before `lse_999_0`), as the text it once was.
+type DueKey = (u64, Name, WrittenOrder);
+
+fn due_key(lease: &Lease, grace_ms: u64) -> DueKey {
     (
         lease.expires_at_ms.saturating_add(grace_ms),
         lease.resource.clone(),
-        lease.lease_id().to_name(),
+        WrittenOrder(lease.lease_id()),
     )
 }
 
@@ -64,7 +66,7 @@ fn take_first<T: Ord + Clone>(set: &mut BTreeSet<T>, due: impl Fn(&T) -> bool) -
 /// loads: sorted and cut into full runs, instead of one insert a lease.
 #[derive(Default)]
 pub(crate) struct LeasesLoading {
-    due: Vec<(u64, Name, Name)>,
+    due: Vec<DueKey>,
     by_holder: LeaseIndexLoading,
     by_principal: LeaseIndexLoading,
 }
@@ -133,22 +135,22 @@ impl Indexes {
     }
 
     /// The first lease due at or before `now_ms`, no longer tracked: (resource, lease id).
-    pub(crate) fn take_lease_due(&mut self, now_ms: u64) -> Option<(Name, Name)> {
+    pub(crate) fn take_lease_due(&mut self, now_ms: u64) -> Option<(Name, LeaseId)> {
         let (due_ms, _, _) = self.due.first()?;
         if *due_ms > now_ms {
             return None;
         }
         self.due
             .pop_first()
-            .map(|(_, name, lease_id)| (name, lease_id))
+            .map(|(_, name, lease_id)| (name, lease_id.0))
     }
 
     /// The leases due at or before `at_ms`, first due first: (resource, lease id).
-    pub(crate) fn leases_due_by(&self, at_ms: u64) -> impl Iterator<Item = (&Name, &Name)> {
+    pub(crate) fn leases_due_by(&self, at_ms: u64) -> impl Iterator<Item = (&Name, LeaseId)> {
         self.due
             .iter()
             .take_while(move |(due_ms, _, _)| *due_ms <= at_ms)
-            .map(|(_, name, lease_id)| (name, lease_id))
+            .map(|(_, name, lease_id)| (name, lease_id.0))
     }
 
     /// Live leases, on sessions or not.

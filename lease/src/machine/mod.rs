@@ -37,7 +37,7 @@ use super::many::Group;
 use super::policy::Policy;
 use super::quota::Quotas;
 use super::session::Session;
-use super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Name};
+use super::types::{Lease, LeaseStatus, LeaseView, Name};
 use super::waiting::WaitOutcome;
 
 pub use apply::apply;
@@ -363,7 +363,7 @@ impl State {
             .leases_due_by(at_ms)
             .take(limit)
             .filter_map(|(name, lease_id)| {
-                let lease = self.resources.get(name)?.lease(LeaseId::parse(lease_id)?)?;
+                let lease = self.resources.get(name)?.lease(lease_id)?;
                 Some((name.to_string(), lease.fencing_token))
             })
             .collect()
