@@ -124,7 +124,7 @@ impl State {
 
         type Old<'a> = StoredResource<
             &'a Vec<Lease>,
-            &'a Vec<Ended>,
+            &'a [Ended],
             Vec<EventV5>,
             PolicyV1,
             &'a VecDeque<Waiter>,
@@ -149,7 +149,7 @@ impl State {
                 let old = Old {
                     registration: rare.registration.as_deref().map(PolicyV1::from),
                     leases: &rs.leases,
-                    ended: &rs.ended,
+                    ended: &rs.ended[..],
                     revision: rs.revision,
                     closed_until_ms: rare.closed_until_ms,
                     history: reader
@@ -190,7 +190,7 @@ impl State {
 
         type Old<'a> = StoredResource<
             &'a Vec<Lease>,
-            &'a Vec<Ended>,
+            &'a [Ended],
             Vec<EventV5>,
             &'a Policy,
             &'a VecDeque<Waiter>,
@@ -223,7 +223,7 @@ impl State {
                 let old = Old {
                     registration: rare.registration.as_deref(),
                     leases: &rs.leases,
-                    ended: &rs.ended,
+                    ended: &rs.ended[..],
                     revision: rs.revision,
                     closed_until_ms: rare.closed_until_ms,
                     history: reader

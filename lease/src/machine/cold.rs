@@ -65,7 +65,7 @@ impl Cold {
 /// What the archive keeps of a cold resource.
 #[derive(Serialize, Deserialize)]
 struct ColdValue {
-    ended: Vec<Ended>,
+    ended: thin_vec::ThinVec<Ended>,
     revision: u64,
     trimmed: Option<(u64, u32)>,
     /// (revision, seq, cost) of each retained event, oldest first.

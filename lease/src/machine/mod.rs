@@ -77,6 +77,15 @@ impl<T> PushLean<T> for Vec<T> {
     }
 }
 
+impl<T> PushLean<T> for thin_vec::ThinVec<T> {
+    fn push_lean(&mut self, item: T) {
+        if self.len() == self.capacity() {
+            self.reserve_exact((self.len() / 2).max(1));
+        }
+        self.push(item);
+    }
+}
+
 impl<T> PushLean<T> for VecDeque<T> {
     fn push_lean(&mut self, item: T) {
         if self.len() == self.capacity() {

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU64;
 
 use serde::{Deserialize, Serialize};
+use thin_vec::ThinVec;
 
 use super::super::bookings::{Booking, BookingV1};
 use super::super::history::{self, Event, EventV5, Kept};
@@ -32,9 +33,10 @@ pub struct Ended {
 pub struct ResourceState {
     /// Live leases (active or in grace), in grant order.
     pub leases: Vec<Lease>,
-    /// The newest ended leases, oldest first, at most [`ENDED_KEPT`](super::ENDED_KEPT) (a `Vec`: a few entries,
-    /// and a word smaller than a `VecDeque`).
-    pub ended: Vec<Ended>,
+    /// The newest ended leases, oldest first, at most [`ENDED_KEPT`](super::ENDED_KEPT): a
+    /// `ThinVec`, one word, no allocation while empty (most live resources have none, and
+    /// the two words it saves bring the resource with its `Arc` from 128 bytes to 112).
+    pub ended: ThinVec<Ended>,
     /// The index of the newest entry that changed this resource.
     pub revision: u64,
     /// Where its retained events are in the state's event log, oldest first.
@@ -50,6 +52,9 @@ pub struct ResourceState {
     pub(crate) history_bytes: u32,
     rare: Option<Box<Rare>>,
 }
+
+// With its `Arc`'s two counts, mimalloc's class of 112 bytes, not 128.
+const _: () = assert!(std::mem::size_of::<ResourceState>() <= 96);
 
 /// A (revision, seq) position as [`ResourceState`] keeps it.
 pub(super) fn packed((revision, seq): (u64, u32)) -> Option<(NonZeroU64, u32)> {
@@ -174,7 +179,7 @@ impl<H: Serialize> Serialize for Writing<'_, H> {
 /// A stored resource with its registration of type `P`, bookings of type `B` and events of
 /// type `E`: the current ones, or those of an older snapshot format.
 type Stored<P, B, E> =
-    StoredResource<Vec<Lease>, Vec<Ended>, Vec<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
+    StoredResource<Vec<Lease>, ThinVec<Ended>, Vec<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
 
 /// A resource as a snapshot holds it, read: its state, and its events for the state's event
 /// log (`State::restored` puts them there).
