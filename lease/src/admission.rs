@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::history::{self, Event, EventKind};
 use super::machine::State;
-use super::types::{AcquireOutcome, Lease, LeaseView, Name, Refusal};
+use super::types::{AcquireOutcome, Held, Lease, LeaseView, Name, Refusal};
 use super::waiting::Waiter;
 
 impl State {
@@ -109,20 +109,22 @@ impl State {
     pub(super) fn lease_from(&mut self, index: u64, resource: &str, claim: Waiter) -> Lease {
         let now_ms = self.clock.now_ms();
         Lease {
-            position: self.next_position(),
             resource: Name::from(resource),
-            holder: claim.holder,
-            principal: claim.principal,
-            mode: claim.mode,
-            units: claim.units,
-            fencing_token: index,
-            acquired_at_ms: now_ms,
-            expires_at_ms: now_ms.saturating_add(claim.ttl_ms),
-            ttl_ms: claim.ttl_ms,
-            acquired_wall_ms: self.clock.wall_ms(),
-            metadata: claim.metadata,
-            idempotency_key: claim.idempotency_key.map(Box::new),
-            session: claim.session,
+            held: Held {
+                position: self.next_position(),
+                holder: claim.holder,
+                principal: claim.principal,
+                mode: claim.mode,
+                units: claim.units,
+                fencing_token: index,
+                acquired_at_ms: now_ms,
+                expires_at_ms: now_ms.saturating_add(claim.ttl_ms),
+                ttl_ms: claim.ttl_ms,
+                acquired_wall_ms: self.clock.wall_ms(),
+                metadata: claim.metadata,
+                idempotency_key: claim.idempotency_key.map(Box::new),
+                session: claim.session,
+            },
         }
     }
 

@@ -205,7 +205,9 @@ impl State {
             }
             if own.mode == op.mode && own.units == units && own.session == session {
                 // Idempotent: the same lease, unchanged, ttl not extended (SPEC §4.2).
-                return Ok(AcquirePlan::Answer(granted(self.live_view(own))));
+                return Ok(AcquirePlan::Answer(granted(
+                    self.live_view(&op.resource, own),
+                )));
             }
             // Another mode, other units, or on another session (or none).
             return Err(Rejection::AlreadyHeld {
@@ -415,14 +417,17 @@ impl State {
         let (policy, ad_hoc) = self.policy_and_ad_hoc(&lease.resource);
         // A lease on a session is due with its session, not by itself.
         if lease.session.is_none() {
-            self.indexes.track_lease(&lease, policy.renewal_grace_ms);
+            (self.indexes).track_lease(&lease.resource, &lease, policy.renewal_grace_ms);
         }
-        self.count_lease(&lease, ad_hoc, 1);
-        let view = self.live_view(&lease);
+        self.count_lease(&lease.resource, &lease, ad_hoc, 1);
+        let view = self.live_view(&lease.resource, &lease);
         let event = Event::about(kind, &lease, None, Some(LeaseStatus::Active));
-        let name = lease.resource.clone();
+        let Lease {
+            resource: name,
+            held,
+        } = lease;
         let rs = self.resource_entry(&name);
-        rs.leases.push_lean(lease);
+        rs.leases.push_lean(held);
         rs.revision = index;
         self.record(index, actor, &name, event);
         view

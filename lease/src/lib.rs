@@ -51,7 +51,7 @@ pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
 pub use session::{Session, SessionStatus, SessionView};
 pub use types::{
-    AcquireOutcome, Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal,
+    AcquireOutcome, Held, Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal,
     Rejection,
 };
 pub use waiting::{WaitOutcome, Waiter};

@@ -6,7 +6,7 @@ use super::history::{Event, EventKind, Successor};
 use super::machine::{check_name, check_names, check_ttl, Ctx, Ended, PushLean, State};
 use super::policy;
 use super::quota::{metadata_cost, Quota};
-use super::types::{Lease, LeaseId, LeaseStatus, Metadata, Name, Rejection};
+use super::types::{Held, Lease, LeaseId, LeaseStatus, Metadata, Name, Rejection};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -50,7 +50,7 @@ impl State {
         let rs = self.resource_ref(resource);
         let rs = rs.as_deref();
         let wanted = LeaseId::parse(lease_id);
-        let names = |l: &Lease| {
+        let names = |l: &Held| {
             if lease_id.is_empty() {
                 l.holder == holder
             } else {
@@ -64,7 +64,7 @@ impl State {
                 Some(e) if e.status == LeaseStatus::Released => {
                     return Err(Rejection::LeaseNotFound(": it was released".into()))
                 }
-                Some(e) => (&e.lease, Some(e)),
+                Some(e) => (&e.lease.held, Some(e)),
                 None => return Err(Rejection::LeaseNotFound(String::new())),
             },
         };
@@ -94,7 +94,7 @@ impl State {
         if ended.is_some() {
             return Err(Rejection::LeaseExpired);
         }
-        Ok(lease.clone())
+        Ok(lease.to_lease(resource))
     }
 
     /// Renews a lease; with `metadata` (rules version 2), its metadata becomes that too.
@@ -158,11 +158,11 @@ impl State {
                     .admit_all(&lease.principal, &[(Quota::MetadataBytes, grown as u64)])?;
             }
         }
-        let was = self.live_view(&lease).status;
-        self.indexes.untrack_lease(&lease, grace_ms);
+        let was = self.live_view(&op.resource, &lease).status;
+        (self.indexes).untrack_lease(&op.resource, &lease, grace_ms);
         lease.expires_at_ms = expires_at_ms;
         lease.ttl_ms = ttl_ms;
-        self.indexes.track_lease(&lease, grace_ms);
+        (self.indexes).track_lease(&op.resource, &lease, grace_ms);
         let mut event_metadata = Metadata::default();
         if let (Some(metadata), Some(grown)) = (metadata, grown) {
             if *metadata != *lease.metadata {
@@ -172,7 +172,7 @@ impl State {
             self.quotas
                 .add(&lease.principal, Quota::MetadataBytes, grown);
         }
-        let view = self.live_view(&lease);
+        let view = self.live_view(&op.resource, &lease);
         let mut event = Event::about(EventKind::Renewed, &lease, Some(was), Some(view.status));
         // Watchers see metadata a renew changed (an acquire's event carries its own); a renew
         // that set what was there already costs the history nothing more than a plain one.
@@ -240,16 +240,19 @@ impl State {
             });
         }
         let new = Lease {
-            position: self.next_position(),
-            holder: op.to_holder.as_str().into(),
-            principal: op
-                .to_principal
-                .as_deref()
-                .map_or_else(|| old.principal.clone(), Name::from),
-            fencing_token: ctx.index,
-            idempotency_key: None,
-            session: None,
-            ..old.clone()
+            resource: old.resource.clone(),
+            held: Held {
+                position: self.next_position(),
+                holder: op.to_holder.as_str().into(),
+                principal: op
+                    .to_principal
+                    .as_deref()
+                    .map_or_else(|| old.principal.clone(), Name::from),
+                fencing_token: ctx.index,
+                idempotency_key: None,
+                session: None,
+                ..old.held.clone()
+            },
         };
         if new.principal != old.principal {
             let metadata = &new.metadata;
@@ -257,13 +260,14 @@ impl State {
             // The receiver's quota holds whoever hands it the lease.
             self.admit_for(&new.principal, &[ad_hoc], metadata, Quota::Leases)?;
         }
-        let was = self.live_view(&old).status;
-        self.untrack_due(&old);
-        self.track_due(&new);
-        let ad_hoc = self.is_ad_hoc(&op.resource);
-        self.count_lease(&old, ad_hoc, -1);
-        self.count_lease(&new, ad_hoc, 1);
-        let view = self.live_view(&new);
+        let resource = op.resource.as_str();
+        let was = self.live_view(resource, &old).status;
+        self.untrack_due(resource, &old);
+        self.track_due(resource, &new);
+        let ad_hoc = self.is_ad_hoc(resource);
+        self.count_lease(resource, &old, ad_hoc, -1);
+        self.count_lease(resource, &new, ad_hoc, 1);
+        let view = self.live_view(resource, &new);
         let now_ms = self.clock.now_ms();
         if let Some(rs) = self
             .resources
@@ -271,7 +275,7 @@ impl State {
             .map(Arc::make_mut)
         {
             rs.leases.retain(|l| l.lease_id() != old.lease_id());
-            rs.leases.push_lean(new.clone());
+            rs.leases.push_lean(new.held.clone());
             rs.revision = ctx.index;
         }
         let mut event = Event::about(
@@ -308,7 +312,7 @@ impl State {
                 .iter_mut()
                 .find(|l| l.lease_id() == lease.lease_id())
             {
-                *slot = lease;
+                *slot = lease.held;
             }
         }
     }

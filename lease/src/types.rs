@@ -70,15 +70,25 @@ pub enum LeaseStatus {
     Transferred,
 }
 
-/// One holder's time-bound claim. Times are lease-clock milliseconds (see `lease_clock`).
-///
-/// Its lease id is not stored: by the contract it is `lse_<index>_<position>` of the granting
-/// entry, and the index is the fencing token, so the lease keeps only the position
-/// ([`Lease::lease_id`]). At a million leases that keeps a lease in mimalloc's 160-byte class
-/// instead of 192. Encoded (snapshots, remembered replies) with the id in place, as before.
+/// One holder's time-bound claim, with its resource's name: as replies, the ended list and
+/// snapshots show it. A live lease is kept in its resource without the name (a [`Held`],
+/// which this derefs to): the resource map's key holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
     pub resource: Name,
+    pub held: Held,
+}
+
+/// A lease as its resource keeps it: every field of a [`Lease`] but the resource's name.
+/// Times are lease-clock milliseconds (see `lease_clock`).
+///
+/// Its lease id is not stored: by the contract it is `lse_<index>_<position>` of the granting
+/// entry, and the index is the fencing token, so the lease keeps only the position
+/// ([`Held::lease_id`]). Without the id and the resource's name, a million live leases each
+/// take mimalloc's class of 128 bytes, not 192. Encoded (snapshots, remembered replies) with
+/// both in place, as before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
     pub holder: Name,
     pub principal: Name,
     pub mode: Mode,
@@ -94,7 +104,7 @@ pub struct Lease {
     /// Wall-clock stamp of the granting entry: advisory, for people.
     pub acquired_wall_ms: u64,
     pub metadata: Metadata,
-    /// Behind a pointer: few leases have one, and a lease without fits 144 bytes.
+    /// Behind a pointer: few leases have one.
     #[allow(clippy::box_collection)]
     pub idempotency_key: Option<Box<Name>>,
     /// The session it lives on (SPEC §4.24), by the index that names it. Not encoded: the
@@ -102,15 +112,43 @@ pub struct Lease {
     pub session: Option<std::num::NonZeroU64>,
 }
 
-// A million live leases, each its own allocation: mimalloc's class of 160 bytes, not 192.
-const _: () = assert!(std::mem::size_of::<Lease>() <= 160);
+// A million live leases, each its own allocation: mimalloc's class of 128 bytes.
+const _: () = assert!(std::mem::size_of::<Held>() <= 128);
 
-impl Lease {
+impl Held {
     pub fn lease_id(&self) -> LeaseId {
         LeaseId {
             index: self.fencing_token,
             position: self.position,
         }
+    }
+
+    /// The lease, named with its resource `resource`.
+    pub fn to_lease(&self, resource: &str) -> Lease {
+        self.clone().into_lease(resource)
+    }
+
+    /// The same, without a copy.
+    pub fn into_lease(self, resource: &str) -> Lease {
+        Lease {
+            resource: Name::from(resource),
+            held: self,
+        }
+    }
+}
+
+/// A lease is its resource's name and the lease as held: it reads as the latter.
+impl std::ops::Deref for Lease {
+    type Target = Held;
+
+    fn deref(&self) -> &Held {
+        &self.held
+    }
+}
+
+impl std::ops::DerefMut for Lease {
+    fn deref_mut(&mut self) -> &mut Held {
+        &mut self.held
     }
 }
 
@@ -135,9 +173,16 @@ struct Stored<S, M, K> {
 
 impl Serialize for Lease {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.held.named(&self.resource).serialize(serializer)
+    }
+}
+
+impl Held {
+    /// The lease as it is encoded, named with its resource `resource`.
+    pub(crate) fn named<'a>(&'a self, resource: &'a Name) -> impl Serialize + 'a {
         Stored {
             lease_id: self.lease_id().to_name(),
-            resource: &self.resource,
+            resource,
             holder: &self.holder,
             principal: &self.principal,
             mode: self.mode,
@@ -150,7 +195,6 @@ impl Serialize for Lease {
             metadata: &self.metadata,
             idempotency_key: self.idempotency_key.as_deref(),
         }
-        .serialize(serializer)
     }
 }
 
@@ -169,19 +213,21 @@ impl<'de> Deserialize<'de> for Lease {
         };
         Ok(Lease {
             resource: stored.resource,
-            holder: stored.holder,
-            principal: stored.principal,
-            mode: stored.mode,
-            position,
-            units: stored.units,
-            fencing_token: stored.fencing_token,
-            acquired_at_ms: stored.acquired_at_ms,
-            expires_at_ms: stored.expires_at_ms,
-            ttl_ms: stored.ttl_ms,
-            acquired_wall_ms: stored.acquired_wall_ms,
-            metadata: stored.metadata,
-            idempotency_key: stored.idempotency_key.map(Box::new),
-            session: None,
+            held: Held {
+                holder: stored.holder,
+                principal: stored.principal,
+                mode: stored.mode,
+                position,
+                units: stored.units,
+                fencing_token: stored.fencing_token,
+                acquired_at_ms: stored.acquired_at_ms,
+                expires_at_ms: stored.expires_at_ms,
+                ttl_ms: stored.ttl_ms,
+                acquired_wall_ms: stored.acquired_wall_ms,
+                metadata: stored.metadata,
+                idempotency_key: stored.idempotency_key.map(Box::new),
+                session: None,
+            },
         })
     }
 }
@@ -423,19 +469,21 @@ mod tests {
     fn lease(fencing_token: u64, position: u32) -> Lease {
         Lease {
             resource: "r".into(),
-            holder: "h".into(),
-            principal: "p".into(),
-            mode: Mode::Read,
-            position,
-            units: 2,
-            fencing_token,
-            acquired_at_ms: 10,
-            expires_at_ms: 20,
-            ttl_ms: 10,
-            acquired_wall_ms: 30,
-            metadata: BTreeMap::from([("k".to_string(), "v".to_string())]).into(),
-            idempotency_key: Some(Box::new("key".into())),
-            session: None,
+            held: Held {
+                holder: "h".into(),
+                principal: "p".into(),
+                mode: Mode::Read,
+                position,
+                units: 2,
+                fencing_token,
+                acquired_at_ms: 10,
+                expires_at_ms: 20,
+                ttl_ms: 10,
+                acquired_wall_ms: 30,
+                metadata: BTreeMap::from([("k".to_string(), "v".to_string())]).into(),
+                idempotency_key: Some(Box::new("key".into())),
+                session: None,
+            },
         }
     }
 

@@ -160,7 +160,7 @@ impl State {
     pub(super) fn holders_of(&self, resource: &str) -> Vec<super::types::LeaseView> {
         self.resources
             .get(resource)
-            .map(|rs| self.leases_shown(&rs.leases, HOLDERS_SHOWN))
+            .map(|rs| self.leases_shown(resource, &rs.leases, HOLDERS_SHOWN))
             .unwrap_or_default()
     }
 
@@ -327,7 +327,7 @@ impl State {
             _ => {
                 let lease_id = LeaseId::parse(&end.lease_id)?;
                 let view = match rs.lease(lease_id) {
-                    Some(live) => self.live_view(live),
+                    Some(live) => self.live_view(resource, live),
                     None => {
                         self.ended_view(rs.ended.iter().find(|e| e.lease.lease_id() == lease_id)?)
                     }

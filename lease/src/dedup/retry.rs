@@ -5,7 +5,7 @@ use crate::command::{Op, Reply};
 use crate::machine::State;
 use std::collections::BTreeMap;
 
-use crate::types::{Lease, LeaseId, LeaseView};
+use crate::types::{Held, LeaseId, LeaseView};
 
 impl State {
     /// A remembered reply made whole again for a retry: metadata from the lease (or the
@@ -67,12 +67,12 @@ impl State {
 
     /// A live or remembered ended lease: what a record leaves out (metadata, session) is
     /// read from it.
-    fn remembered(&self, resource: &str, lease_id: LeaseId) -> Option<Lease> {
+    fn remembered(&self, resource: &str, lease_id: LeaseId) -> Option<Held> {
         let rs = self.resource_ref(resource)?;
         let found = rs.lease(lease_id).or_else(|| {
             rs.ended
                 .iter()
-                .map(|e| &e.lease)
+                .map(|e| &e.lease.held)
                 .find(|l| l.lease_id() == lease_id)
         });
         found.cloned()

@@ -92,23 +92,25 @@ fn a_resolved_wait_answers_retries_with_its_outcome_and_the_window_forgets() {
 }
 
 fn lease_view(metadata: BTreeMap<String, String>) -> crate::types::LeaseView {
-    use crate::types::{Lease, LeaseStatus, LeaseView, Mode};
+    use crate::types::{Held, Lease, LeaseStatus, LeaseView, Mode};
     LeaseView {
         lease: Lease {
-            position: 0,
             resource: "r".into(),
-            holder: "h".into(),
-            principal: "p".into(),
-            mode: Mode::Exclusive,
-            units: 0,
-            fencing_token: 1,
-            acquired_at_ms: 0,
-            expires_at_ms: 1,
-            ttl_ms: 1,
-            acquired_wall_ms: 0,
-            metadata: metadata.into(),
-            idempotency_key: None,
-            session: None,
+            held: Held {
+                position: 0,
+                holder: "h".into(),
+                principal: "p".into(),
+                mode: Mode::Exclusive,
+                units: 0,
+                fencing_token: 1,
+                acquired_at_ms: 0,
+                expires_at_ms: 1,
+                ttl_ms: 1,
+                acquired_wall_ms: 0,
+                metadata: metadata.into(),
+                idempotency_key: None,
+                session: None,
+            },
         },
         status: LeaseStatus::Active,
         expires_wall_ms: 0,

@@ -12,7 +12,7 @@ mod log;
 use serde::{Deserialize, Serialize};
 
 use super::machine::PushLean;
-use super::types::{Lease, LeaseStatus, Metadata, Mode, Name};
+use super::types::{Held, LeaseStatus, Metadata, Mode, Name};
 pub use log::Kept;
 #[cfg(test)]
 pub(crate) use log::CHUNK;
@@ -148,7 +148,7 @@ impl Event {
     /// An event about `lease`; `record` fills in revision, seq, time and actor.
     pub fn about(
         kind: EventKind,
-        lease: &Lease,
+        lease: &Held,
         from: Option<LeaseStatus>,
         to: Option<LeaseStatus>,
     ) -> Self {

@@ -117,13 +117,12 @@ impl State {
 
         use crate::bookings::BookingV1;
         use crate::history::EventV5;
-        use crate::machine::resource::StoredResource;
+        use crate::machine::resource::{NamedLeases, StoredResource};
         use crate::machine::Ended;
-        use crate::types::Lease;
         use crate::waiting::Waiter;
 
         type Old<'a> = StoredResource<
-            &'a Vec<Lease>,
+            NamedLeases<'a>,
             &'a [Ended],
             Vec<EventV5>,
             PolicyV1,
@@ -148,7 +147,7 @@ impl State {
                 let rare = rs.rare();
                 let old = Old {
                     registration: rare.registration.as_deref().map(PolicyV1::from),
-                    leases: &rs.leases,
+                    leases: NamedLeases(name, &rs.leases),
                     ended: &rs.ended[..],
                     revision: rs.revision,
                     closed_until_ms: rare.closed_until_ms,
@@ -183,13 +182,12 @@ impl State {
 
         use crate::bookings::Booking;
         use crate::history::{EventV5, Position};
-        use crate::machine::resource::StoredResource;
+        use crate::machine::resource::{NamedLeases, StoredResource};
         use crate::machine::Ended;
-        use crate::types::Lease;
         use crate::waiting::Waiter;
 
         type Old<'a> = StoredResource<
-            &'a Vec<Lease>,
+            NamedLeases<'a>,
             &'a [Ended],
             Vec<EventV5>,
             &'a Policy,
@@ -222,7 +220,7 @@ impl State {
                 let rare = rs.rare();
                 let old = Old {
                     registration: rare.registration.as_deref(),
-                    leases: &rs.leases,
+                    leases: NamedLeases(name, &rs.leases),
                     ended: &rs.ended[..],
                     revision: rs.revision,
                     closed_until_ms: rare.closed_until_ms,

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::super::types::{Lease, Name};
+use super::super::types::{Held, Name};
 use super::packed::PackedSet;
 
 /// One lease in an index: (resource, lease order).
@@ -31,8 +31,8 @@ enum Postings {
 pub(crate) struct LeaseIndexLoading(HashMap<Name, Vec<Posting>>);
 
 impl LeaseIndexLoading {
-    pub(crate) fn add(&mut self, name: &str, lease: &Lease) {
-        let posting = LeaseIndex::posting(lease);
+    pub(crate) fn add(&mut self, name: &str, resource: &str, lease: &Held) {
+        let posting = LeaseIndex::posting(resource, lease);
         match self.0.get_mut(name) {
             Some(postings) => postings.push(posting),
             None => {
@@ -43,15 +43,12 @@ impl LeaseIndexLoading {
 }
 
 impl LeaseIndex {
-    fn posting(lease: &Lease) -> Posting {
-        (
-            lease.resource.clone(),
-            (lease.fencing_token, lease.position),
-        )
+    fn posting(resource: &str, lease: &Held) -> Posting {
+        (Name::from(resource), (lease.fencing_token, lease.position))
     }
 
-    pub(crate) fn insert(&mut self, name: &str, lease: &Lease) {
-        let posting = Self::posting(lease);
+    pub(crate) fn insert(&mut self, name: &str, resource: &str, lease: &Held) {
+        let posting = Self::posting(resource, lease);
         let Some(postings) = self.0.get_mut(name) else {
             self.0.insert(Name::from(name), Postings::One(posting));
             return;
@@ -68,8 +65,8 @@ impl LeaseIndex {
         }
     }
 
-    pub(crate) fn remove(&mut self, name: &str, lease: &Lease) {
-        let posting = Self::posting(lease);
+    pub(crate) fn remove(&mut self, name: &str, resource: &str, lease: &Held) {
+        let posting = Self::posting(resource, lease);
         let Some(postings) = self.0.get_mut(name) else {
             return;
         };
@@ -136,10 +133,9 @@ mod tests {
     use super::*;
     use crate::types::{Metadata, Mode};
 
-    fn lease(resource: &str, index: u64) -> Lease {
-        Lease {
+    fn held(index: u64) -> Held {
+        Held {
             position: 0,
-            resource: resource.into(),
             holder: "h".into(),
             principal: "p".into(),
             mode: Mode::Exclusive,
@@ -166,9 +162,9 @@ mod tests {
     fn a_name_lists_its_leases_by_resource_then_grant_order_after_a_cursor() {
         let mut index = LeaseIndex::default();
         for (resource, i) in [("b", 9), ("a", 30), ("b", 4), ("c", 1)] {
-            index.insert("h", &lease(resource, i));
+            index.insert("h", resource, &held(i));
         }
-        index.insert("other", &lease("a", 2));
+        index.insert("other", "a", &held(2));
         let all = |v: &[(&str, u64)]| -> Vec<(String, u64)> {
             v.iter().map(|(r, i)| (r.to_string(), *i)).collect()
         };
@@ -188,19 +184,19 @@ mod tests {
     fn the_form_is_canonical_whatever_came_and_went() {
         let mut maintained = LeaseIndex::default();
         for (resource, i) in [("a", 1), ("b", 2), ("c", 3)] {
-            maintained.insert("h", &lease(resource, i));
+            maintained.insert("h", resource, &held(i));
         }
-        maintained.insert("h", &lease("b", 2));
-        maintained.remove("h", &lease("a", 1));
-        maintained.remove("h", &lease("c", 3));
-        maintained.remove("h", &lease("c", 3));
+        maintained.insert("h", "b", &held(2));
+        maintained.remove("h", "a", &held(1));
+        maintained.remove("h", "c", &held(3));
+        maintained.remove("h", "c", &held(3));
         let mut rebuilt = LeaseIndex::default();
-        rebuilt.insert("h", &lease("b", 2));
+        rebuilt.insert("h", "b", &held(2));
         assert_eq!(maintained, rebuilt, "one lease left is kept inline");
         assert_eq!(listed(&rebuilt, Some(("a", (9, 0)))), vec![("b".into(), 2)]);
         assert_eq!(listed(&rebuilt, Some(("b", (2, 0)))), vec![]);
 
-        maintained.remove("h", &lease("b", 2));
+        maintained.remove("h", "b", &held(2));
         assert_eq!(
             maintained,
             LeaseIndex::default(),

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use super::super::types::{Lease, LeaseId, Name, WrittenOrder};
+use super::super::types::{Held, LeaseId, Name, WrittenOrder};
 use super::super::waiting::Waiter;
 use super::index::{LeaseIndex, LeaseIndexLoading};
 use super::packed::PackedSet;
@@ -41,10 +41,10 @@ pub(crate) struct Indexes {
 /// ([`WrittenOrder`]: as text, `lse_1000_0` before `lse_999_0`), as the text it once was.
 type DueKey = (u64, Name, WrittenOrder);
 
-fn due_key(lease: &Lease, grace_ms: u64) -> DueKey {
+fn due_key(resource: &str, lease: &Held, grace_ms: u64) -> DueKey {
     (
         lease.expires_at_ms.saturating_add(grace_ms),
-        lease.resource.clone(),
+        Name::from(resource),
         WrittenOrder(lease.lease_id()),
     )
 }
@@ -82,12 +82,12 @@ impl LeasesLoading {
 
     /// A live lease, as [`Indexes::list`] and (not on a session) [`Indexes::track_lease`]
     /// would take it.
-    pub(crate) fn add(&mut self, lease: &Lease, grace_ms: u64) {
+    pub(crate) fn add(&mut self, resource: &str, lease: &Held, grace_ms: u64) {
         if lease.session.is_none() {
-            self.due.push(due_key(lease, grace_ms));
+            self.due.push(due_key(resource, lease, grace_ms));
         }
-        self.by_holder.add(&lease.holder, lease);
-        self.by_principal.add(&lease.principal, lease);
+        self.by_holder.add(&lease.holder, resource, lease);
+        self.by_principal.add(&lease.principal, resource, lease);
     }
 }
 
@@ -103,13 +103,13 @@ impl Indexes {
     }
 
     /// A live lease begins (`sign` 1) or ends (-1): listed under its holder and principal.
-    pub(crate) fn list(&mut self, lease: &Lease, sign: i64) {
+    pub(crate) fn list(&mut self, resource: &str, lease: &Held, sign: i64) {
         if sign > 0 {
-            self.by_holder.insert(&lease.holder, lease);
-            self.by_principal.insert(&lease.principal, lease);
+            self.by_holder.insert(&lease.holder, resource, lease);
+            self.by_principal.insert(&lease.principal, resource, lease);
         } else {
-            self.by_holder.remove(&lease.holder, lease);
-            self.by_principal.remove(&lease.principal, lease);
+            self.by_holder.remove(&lease.holder, resource, lease);
+            self.by_principal.remove(&lease.principal, resource, lease);
         }
     }
 
@@ -122,12 +122,12 @@ impl Indexes {
     }
 
     /// A lease not on a session is due for reclaim at its end plus `grace_ms`.
-    pub(crate) fn track_lease(&mut self, lease: &Lease, grace_ms: u64) {
-        self.due.insert(due_key(lease, grace_ms));
+    pub(crate) fn track_lease(&mut self, resource: &str, lease: &Held, grace_ms: u64) {
+        self.due.insert(due_key(resource, lease, grace_ms));
     }
 
-    pub(crate) fn untrack_lease(&mut self, lease: &Lease, grace_ms: u64) {
-        self.due.remove(&due_key(lease, grace_ms));
+    pub(crate) fn untrack_lease(&mut self, resource: &str, lease: &Held, grace_ms: u64) {
+        self.due.remove(&due_key(resource, lease, grace_ms));
     }
 
     pub(crate) fn next_lease_due_ms(&self) -> Option<u64> {

@@ -67,7 +67,7 @@ impl Serialize for HotResources<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_map(self.0.iter().map(|(name, rs)| {
             let history = KeptList(&rs.history);
-            (name, Writing { rs, history })
+            (name, Writing { name, rs, history })
         }))
     }
 }

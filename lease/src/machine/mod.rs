@@ -37,7 +37,7 @@ use super::many::Group;
 use super::policy::Policy;
 use super::quota::Quotas;
 use super::session::Session;
-use super::types::{Lease, LeaseStatus, LeaseView, Name};
+use super::types::{Held, Lease, LeaseStatus, LeaseView, Name};
 use super::waiting::WaitOutcome;
 
 pub use apply::apply;
@@ -405,8 +405,9 @@ impl State {
             .unwrap_or(&self.default_policy)
     }
 
-    pub(super) fn live_view(&self, lease: &Lease) -> LeaseView {
-        let mut lease = lease.clone();
+    /// The live lease `lease` of `resource`, as replies show it.
+    pub(super) fn live_view(&self, resource: &str, lease: &Held) -> LeaseView {
+        let mut lease = lease.to_lease(resource);
         lease.expires_at_ms = self.expiry_of(&lease);
         timed(lease, &self.clock)
     }

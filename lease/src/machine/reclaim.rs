@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::super::history::{self, Event, EventKind};
-use super::super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Name};
+use super::super::types::{Held, LeaseId, LeaseStatus, LeaseView, Name};
 use super::{Ended, PushLean, State, ENDED_KEPT};
 
 /// Due leases one entry reclaims at most, besides those of the resources its commands name: a
@@ -57,13 +57,14 @@ impl State {
             let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) else {
                 continue;
             };
-            let (gone, kept): (Vec<Lease>, Vec<Lease>) = std::mem::take(&mut rs.leases)
+            let (gone, kept): (Vec<Held>, Vec<Held>) = std::mem::take(&mut rs.leases)
                 .into_iter()
                 .partition(|l| lease_ids.contains(&l.lease_id()));
             rs.leases = kept;
             for lease in gone {
                 let actor = history::SYSTEM_ACTOR;
-                reclaimed.push(self.lease_ended(index, actor, lease, LeaseStatus::Reclaimed));
+                let ended = self.lease_ended(index, actor, &name, lease, LeaseStatus::Reclaimed);
+                reclaimed.push(ended);
             }
         }
         reclaimed
@@ -88,19 +89,19 @@ impl State {
         let grace_ms = self.policy_in(rs).renewal_grace_ms;
         // A lease on a session ends with its session (settled above).
         let is_due =
-            |l: &Lease| l.session.is_none() && l.expires_at_ms.saturating_add(grace_ms) <= now_ms;
+            |l: &Held| l.session.is_none() && l.expires_at_ms.saturating_add(grace_ms) <= now_ms;
         if !rs.leases.iter().any(is_due) {
             return;
         }
         let Some(rs) = self.resources.get_mut(name).map(Arc::make_mut) else {
             return;
         };
-        let (gone, kept): (Vec<Lease>, Vec<Lease>) =
+        let (gone, kept): (Vec<Held>, Vec<Held>) =
             std::mem::take(&mut rs.leases).into_iter().partition(is_due);
         rs.leases = kept;
         for lease in gone {
             let actor = history::SYSTEM_ACTOR;
-            self.lease_ended(index, actor, lease, LeaseStatus::Reclaimed);
+            self.lease_ended(index, actor, name, lease, LeaseStatus::Reclaimed);
         }
     }
 
@@ -116,7 +117,7 @@ impl State {
         let rs = self.resources.get_mut(name).map(Arc::make_mut)?;
         let at = rs.leases.iter().position(|l| l.lease_id() == lease_id)?;
         let lease = rs.leases.remove(at);
-        Some(self.lease_ended(index, actor, lease, status))
+        Some(self.lease_ended(index, actor, name, lease, status))
     }
 
     /// The bookkeeping of a lease just taken out of its resource's live list: expiry index,
@@ -125,17 +126,19 @@ impl State {
         &mut self,
         index: u64,
         actor: &str,
-        mut lease: Lease,
+        name: &str,
+        lease: Held,
         status: LeaseStatus,
     ) -> LeaseView {
         let now_ms = self.clock.now_ms();
+        let mut lease = lease.into_lease(name);
         // A lease on a session ended when the session said.
         lease.expires_at_ms = self.expiry_of(&lease);
         let name = lease.resource.clone();
         let (policy, ad_hoc) = self.policy_and_ad_hoc(&name);
         let (grace_ms, lock_delay_ms) = (policy.renewal_grace_ms, policy.lock_delay_ms);
-        self.count_lease(&lease, ad_hoc, -1);
-        self.indexes.untrack_lease(&lease, grace_ms);
+        self.count_lease(&name, &lease, ad_hoc, -1);
+        self.indexes.untrack_lease(&name, &lease, grace_ms);
         if let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) {
             if status == LeaseStatus::Reclaimed && lock_delay_ms > 0 {
                 let was_ms = rs.rare().closed_until_ms;
@@ -187,13 +190,13 @@ impl State {
     }
 
     /// Starts tracking a granted lease's expiry.
-    pub(crate) fn track_due(&mut self, lease: &Lease) {
-        let grace_ms = self.policy_of(&lease.resource).renewal_grace_ms;
-        self.indexes.track_lease(lease, grace_ms);
+    pub(crate) fn track_due(&mut self, resource: &str, lease: &Held) {
+        let grace_ms = self.policy_of(resource).renewal_grace_ms;
+        self.indexes.track_lease(resource, lease, grace_ms);
     }
 
-    pub(crate) fn untrack_due(&mut self, lease: &Lease) {
-        let grace_ms = self.policy_of(&lease.resource).renewal_grace_ms;
-        self.indexes.untrack_lease(lease, grace_ms);
+    pub(crate) fn untrack_due(&mut self, resource: &str, lease: &Held) {
+        let grace_ms = self.policy_of(resource).renewal_grace_ms;
+        self.indexes.untrack_lease(resource, lease, grace_ms);
     }
 }

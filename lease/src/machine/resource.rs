@@ -11,7 +11,7 @@ use thin_vec::ThinVec;
 use super::super::bookings::{Booking, BookingV1};
 use super::super::history::{self, Event, EventV5, Kept};
 use super::super::policy::{Policy, PolicyV1};
-use super::super::types::{Lease, LeaseId, LeaseStatus};
+use super::super::types::{Held, Lease, LeaseId, LeaseStatus, Name};
 use super::super::waiting::Waiter;
 use super::PushLean;
 
@@ -31,8 +31,8 @@ pub struct Ended {
 /// is ≈ 100 bytes each. Stored (snapshots) with every field in place, as [`StoredResource`].
 #[derive(Clone, Debug, Default)]
 pub struct ResourceState {
-    /// Live leases (active or in grace), in grant order.
-    pub leases: Vec<Lease>,
+    /// Live leases (active or in grace), in grant order, without the resource's name.
+    pub leases: Vec<Held>,
     /// The newest ended leases, oldest first, at most [`ENDED_KEPT`](super::ENDED_KEPT): a
     /// `ThinVec`, one word, no allocation while empty (most live resources have none, and
     /// the two words it saves bring the resource with its `Arc` from 128 bytes to 112).
@@ -81,7 +81,7 @@ const NOTHING_RARE: &Rare = &Rare {
 };
 
 impl ResourceState {
-    pub fn lease(&self, lease_id: LeaseId) -> Option<&Lease> {
+    pub fn lease(&self, lease_id: LeaseId) -> Option<&Held> {
         self.leases.iter().find(|l| l.lease_id() == lease_id)
     }
 
@@ -152,8 +152,28 @@ pub(crate) struct StoredResource<L, E, H, P, W, B> {
     pub(crate) bookings: B,
 }
 
-/// A resource as a snapshot writes it, with its events (read from the state's event log).
+/// A resource's live leases as snapshots store them: each with the resource's name in place.
+pub(crate) struct NamedLeases<'a>(pub(crate) &'a Name, pub(crate) &'a [Held]);
+
+impl Serialize for NamedLeases<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.1.iter().map(|held| held.named(self.0)))
+    }
+}
+
+/// A stored live lease, read without its resource's name (the resource map's key holds it).
+pub(crate) struct Unnamed(Held);
+
+impl<'de> Deserialize<'de> for Unnamed {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Lease::deserialize(deserializer).map(|lease| Unnamed(lease.held))
+    }
+}
+
+/// A resource as a snapshot writes it, named `name`, with its events (read from the state's
+/// event log).
 pub(crate) struct Writing<'a, H> {
+    pub(crate) name: &'a Name,
     pub(crate) rs: &'a ResourceState,
     pub(crate) history: H,
 }
@@ -163,7 +183,7 @@ impl<H: Serialize> Serialize for Writing<'_, H> {
         let (rs, rare) = (self.rs, self.rs.rare());
         StoredResource {
             registration: rare.registration.as_deref(),
-            leases: &rs.leases,
+            leases: NamedLeases(self.name, &rs.leases),
             ended: &rs.ended,
             revision: rs.revision,
             closed_until_ms: rare.closed_until_ms,
@@ -179,7 +199,7 @@ impl<H: Serialize> Serialize for Writing<'_, H> {
 /// A stored resource with its registration of type `P`, bookings of type `B` and events of
 /// type `E`: the current ones, or those of an older snapshot format.
 type Stored<P, B, E> =
-    StoredResource<Vec<Lease>, ThinVec<Ended>, Vec<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
+    StoredResource<Vec<Unnamed>, ThinVec<Ended>, Vec<E>, Box<P>, VecDeque<Waiter>, Vec<B>>;
 
 /// A resource as a snapshot holds it, read: its state, and its events for the state's event
 /// log (`State::restored` puts them there).
@@ -260,7 +280,12 @@ impl ResourceState {
             bookings: stored.bookings.into_iter().map(Into::into).collect(),
         };
         let mut rs = ResourceState {
-            leases: stored.leases,
+            // In place: an `Unnamed` is a `Held`.
+            leases: stored
+                .leases
+                .into_iter()
+                .map(|Unnamed(held)| held)
+                .collect(),
             ended: stored.ended,
             revision: stored.revision,
             history: VecDeque::new(),

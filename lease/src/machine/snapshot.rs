@@ -71,7 +71,7 @@ impl State {
             let grace_ms = self.policy_in(rs).renewal_grace_ms;
             let indexes = &mut self.indexes;
             for l in &rs.leases {
-                leases.add(l, grace_ms);
+                leases.add(name, l, grace_ms);
             }
             for w in &rs.rare().waiters {
                 indexes.track_wait(name, w);

@@ -106,7 +106,14 @@ impl Serialize for Resources<'_> {
                 name: &name,
                 kept: &rs.history,
             };
-            map.serialize_entry(&name, &Writing { rs: &rs, history })?;
+            map.serialize_entry(
+                &name,
+                &Writing {
+                    name: &name,
+                    rs: &rs,
+                    history,
+                },
+            )?;
         }
         map.end()
     }

@@ -283,14 +283,14 @@ impl State {
             )));
         }
         let mut held = Vec::new();
-        for (_, asked, own) in owned {
+        for (claim, asked, own) in owned {
             if own.mode != asked.mode || own.units != asked.units || own.session != asked.session {
                 return Err(Rejection::AlreadyHeld {
                     mode: own.mode,
                     units: own.units,
                 });
             }
-            held.push(self.live_view(own));
+            held.push(self.live_view(&claim.resource, own));
         }
         if !held.is_empty() {
             if held.len() == op.claims.len() {

@@ -10,7 +10,7 @@ use super::history::{Event, EventKind, Kept};
 use super::machine::{ResourceState, State};
 use super::policy::Policy;
 use super::session::SessionView;
-use super::types::{lease_order, Lease, LeaseId, LeaseStatus, LeaseView, Name, Refusal, Rejection};
+use super::types::{lease_order, Held, LeaseId, LeaseStatus, LeaseView, Name, Refusal, Rejection};
 use super::waiting::Waiter;
 
 mod page;
@@ -210,7 +210,7 @@ impl State {
         ResourceView {
             name: name.to_string(),
             policy: self.policy_of(name).clone(),
-            leases: self.leases_shown(live, usize::MAX),
+            leases: self.leases_shown(name, live, usize::MAX),
             lease_count: live.len(),
             units_in_use: live.iter().fold(0, |sum, l| sum.saturating_add(l.units)),
             revision: rs.map_or(0, |rs| rs.revision),
@@ -247,8 +247,8 @@ impl State {
     }
 
     /// The first of `live` (at most `limit`, about [`LEASES_SHOWN_BYTES`]) as replies show them.
-    pub(super) fn leases_shown(&self, live: &[Lease], limit: usize) -> Vec<LeaseView> {
-        self.leases_within(live, limit, LEASES_SHOWN_BYTES)
+    pub(super) fn leases_shown(&self, name: &str, live: &[Held], limit: usize) -> Vec<LeaseView> {
+        self.leases_within(name, live, limit, LEASES_SHOWN_BYTES)
     }
 
     /// The first live leases of `resource`, at most `limit` and about `budget` bytes.
@@ -260,15 +260,21 @@ impl State {
     ) -> Vec<LeaseView> {
         self.resources
             .get(resource)
-            .map(|rs| self.leases_within(&rs.leases, limit, budget))
+            .map(|rs| self.leases_within(resource, &rs.leases, limit, budget))
             .unwrap_or_default()
     }
 
-    fn leases_within(&self, live: &[Lease], limit: usize, budget: usize) -> Vec<LeaseView> {
+    fn leases_within(
+        &self,
+        name: &str,
+        live: &[Held],
+        limit: usize,
+        budget: usize,
+    ) -> Vec<LeaseView> {
         bounded(live.iter(), limit, budget, |l| lease_bytes(l))
             .0
             .into_iter()
-            .map(|l| self.live_view(l))
+            .map(|l| self.live_view(name, l))
             .collect()
     }
 
@@ -313,14 +319,12 @@ impl State {
             .of(name, after)
             .filter_map(|(resource, order)| {
                 let rs = self.resources.get(resource)?;
-                rs.leases
-                    .iter()
-                    .find(|l| (l.fencing_token, l.position) == order)
+                let lease = (rs.leases.iter()).find(|l| (l.fencing_token, l.position) == order)?;
+                Some((resource, lease))
             })
-            .filter(|l| principal.is_none_or(|p| l.principal == p));
-        let (leases, more) = page(matching.map(|l| self.live_view(l)), page_size, |v| {
-            lease_bytes(&v.lease)
-        });
+            .filter(|(_, l)| principal.is_none_or(|p| l.principal == p));
+        let views = matching.map(|(resource, l)| self.live_view(resource, l));
+        let (leases, more) = page(views, page_size, |v| lease_bytes(&v.lease));
         Answer::Leases {
             next: more
                 .then(|| {
@@ -409,7 +413,7 @@ impl State {
         let rs = rs.as_deref();
         let live = rs.map(|rs| rs.leases.as_slice()).unwrap_or_default();
         let wanted = LeaseId::parse(lease_id);
-        let names = |l: &Lease| {
+        let names = |l: &Held| {
             if lease_id.is_empty() {
                 l.fencing_token == fencing_token
             } else {
@@ -417,7 +421,7 @@ impl State {
             }
         };
         if let Some(lease) = live.iter().find(|l| names(l)) {
-            let view = self.live_view(lease);
+            let view = self.live_view(resource, lease);
             return if fencing_token != 0 && fencing_token != lease.fencing_token {
                 answer(false, stale(lease.fencing_token), Some(view))
             } else if self.clock.now_ms() >= self.expiry_of(lease) {

@@ -3,7 +3,7 @@
 
 use super::{ResourceView, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use crate::history::Event;
-use crate::types::Lease;
+use crate::types::Held;
 
 /// A page's estimated encoded size stops growing past this, well under the 4 MiB transport
 /// limit, whatever the metadata (a page always holds at least one item).
@@ -62,7 +62,7 @@ pub(crate) fn event_bytes(event: &Event) -> usize {
     ITEM_BYTES + map_bytes(&event.metadata)
 }
 
-pub(crate) fn lease_bytes(lease: &Lease) -> usize {
+pub(crate) fn lease_bytes(lease: &Held) -> usize {
     ITEM_BYTES + map_bytes(&lease.metadata)
 }
 

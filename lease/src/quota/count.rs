@@ -7,7 +7,7 @@ use super::{metadata_cost, Quota, Quotas};
 use crate::bookings::Booking;
 use crate::command::{Reply, SetQuotaOp};
 use crate::machine::{check_name, Ctx, State};
-use crate::types::{Lease, Metadata, Name, Rejection};
+use crate::types::{Held, Metadata, Name, Rejection};
 use crate::waiting::Waiter;
 
 /// What a principal's lease, waiter or booking holds, counted (`sign` 1) or freed (-1).
@@ -97,9 +97,9 @@ impl State {
 
     /// A live lease begins (`sign` 1) or ends (-1) on a resource that is `ad_hoc` or not:
     /// counted, and indexed for listings.
-    pub(crate) fn count_lease(&mut self, lease: &Lease, ad_hoc: bool, sign: i64) {
-        self.attach_lease(lease, sign);
-        self.indexes.list(lease, sign);
+    pub(crate) fn count_lease(&mut self, resource: &str, lease: &Held, ad_hoc: bool, sign: i64) {
+        self.attach_lease(resource, lease, sign);
+        self.indexes.list(resource, lease, sign);
         let principal = &lease.principal;
         hold(
             &mut self.quotas,

@@ -20,14 +20,14 @@ impl State {
     }
 
     /// A lease on a session begins (1) or ends (-1): the session carries it or no longer.
-    pub(crate) fn attach_lease(&mut self, lease: &Lease, sign: i64) {
+    pub(crate) fn attach_lease(&mut self, resource: &str, lease: &Held, sign: i64) {
         let Some(id) = lease.session else {
             return;
         };
         let Some(session) = self.sessions.get_mut(&id.get()).map(Arc::make_mut) else {
             return;
         };
-        let key = (lease.resource.clone(), lease.lease_id());
+        let key = (Name::from(resource), lease.lease_id());
         let changed = if sign > 0 {
             session.leases.insert(key)
         } else {
@@ -38,7 +38,7 @@ impl State {
         }
         self.indexes.on_sessions(1, sign);
         // The lease's resource's grace joins or leaves the session's: its due time may move.
-        let grace_ms = self.policy_of(&lease.resource).renewal_grace_ms;
+        let grace_ms = self.policy_of(resource).renewal_grace_ms;
         let Some(session) = self.sessions.get(&id.get()) else {
             return;
         };

@@ -19,7 +19,7 @@ use super::history;
 use super::machine::{check_name, check_ttl, Ctx, State};
 use super::policy;
 use super::quota::{metadata_cost, Quota};
-use super::types::{Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Name, Rejection};
+use super::types::{Held, LeaseId, LeaseStatus, LeaseView, Metadata, Name, Rejection};
 
 mod carry;
 
@@ -126,7 +126,7 @@ impl State {
     }
 
     /// When a lease ends unless renewed: its own expiry, or its session's.
-    pub(crate) fn expiry_of(&self, lease: &Lease) -> u64 {
+    pub(crate) fn expiry_of(&self, lease: &Held) -> u64 {
         lease
             .session
             .and_then(|id| self.sessions.get(&id.get()))
@@ -190,8 +190,10 @@ impl State {
             .leases
             .iter()
             .take(SESSION_LEASES_SHOWN)
-            .filter_map(|(resource, lease_id)| self.resources.get(resource)?.lease(*lease_id))
-            .map(|l| self.live_view(l))
+            .filter_map(|(resource, lease_id)| {
+                let lease = self.resources.get(resource)?.lease(*lease_id)?;
+                Some(self.live_view(resource, lease))
+            })
             .collect();
         self.session_view(id, session, status, leases)
     }

@@ -13,7 +13,7 @@ use crate::lease_clock::LeaderKey;
 use crate::machine::{apply, EntryMeta, State};
 use crate::policy::Policy;
 use crate::query::{self, Answer, Query, Validation};
-use crate::types::{LeaseView, Mode, Refusal, Rejection};
+use crate::types::{Held, Lease, LeaseStatus, LeaseView, Mode, Refusal, Rejection};
 
 pub const LEADER: LeaderKey = LeaderKey {
     term: 1,
@@ -243,6 +243,34 @@ impl Log {
     /// The live leases of a resource as (holder, fencing token), in grant order.
     pub fn holders(&self, resource: &str) -> Vec<(String, u64)> {
         pairs(&self.state.resource_view(resource).leases)
+    }
+}
+
+/// An active lease view of `holder` on resource `r`, token 7, for tests that build replies
+/// by hand: the rest set with struct update syntax on its `lease.held`.
+pub fn view_of(holder: &str, mode: Mode) -> LeaseView {
+    LeaseView {
+        lease: Lease {
+            resource: "r".into(),
+            held: Held {
+                position: 0,
+                holder: holder.into(),
+                principal: "p".into(),
+                mode,
+                units: 0,
+                fencing_token: 7,
+                acquired_at_ms: 0,
+                expires_at_ms: 1,
+                ttl_ms: 1,
+                acquired_wall_ms: 0,
+                metadata: Default::default(),
+                idempotency_key: None,
+                session: None,
+            },
+        },
+        status: LeaseStatus::Active,
+        expires_wall_ms: 0,
+        remaining_ms: 0,
     }
 }
 

@@ -61,33 +61,16 @@ impl<T: Unencoded + DeserializeOwned> Carried<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::types::{Lease, LeaseStatus, LeaseView, Mode};
+    use crate::lease::testkit;
+    use crate::lease::types::{LeaseView, Mode};
     use crate::lease::{AcquireOutcome, Reply};
     use crate::store::codec;
     use std::num::NonZeroU64;
 
     fn view(holder: &str, session: Option<u64>) -> LeaseView {
-        LeaseView {
-            lease: Lease {
-                position: 0,
-                resource: "r".into(),
-                holder: holder.into(),
-                principal: "p".into(),
-                mode: Mode::Read,
-                units: 0,
-                fencing_token: 7,
-                acquired_at_ms: 0,
-                expires_at_ms: 1,
-                ttl_ms: 1,
-                acquired_wall_ms: 0,
-                metadata: Default::default(),
-                idempotency_key: None,
-                session: session.and_then(NonZeroU64::new),
-            },
-            status: LeaseStatus::Active,
-            expires_wall_ms: 0,
-            remaining_ms: 0,
-        }
+        let mut view = testkit::view_of(holder, Mode::Read);
+        view.lease.session = session.and_then(NonZeroU64::new);
+        view
     }
 
     /// A refused acquire whose holders live on sessions, refused for a lock delay, in a batch

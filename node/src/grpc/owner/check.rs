@@ -156,32 +156,17 @@ pub fn owner(view: &ResourceView) -> Result<Tenure, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::Lease;
+    use crate::lease::testkit;
 
     fn view(leases: Vec<(Mode, LeaseStatus)>) -> ResourceView {
         let leases: Vec<LeaseView> = leases
             .into_iter()
             .enumerate()
-            .map(|(n, (mode, status))| LeaseView {
-                lease: Lease {
-                    position: n as u32,
-                    resource: "r".into(),
-                    holder: format!("h{n}").into(),
-                    principal: "alice".into(),
-                    mode,
-                    units: 0,
-                    fencing_token: 7,
-                    acquired_at_ms: 0,
-                    expires_at_ms: 1,
-                    ttl_ms: 1,
-                    acquired_wall_ms: 0,
-                    metadata: Default::default(),
-                    idempotency_key: None,
-                    session: None,
-                },
-                status,
-                expires_wall_ms: 0,
-                remaining_ms: 0,
+            .map(|(n, (mode, status))| {
+                let mut view = testkit::view_of(&format!("h{n}"), mode);
+                view.lease.position = n as u32;
+                view.lease.principal = "alice".into();
+                LeaseView { status, ..view }
             })
             .collect();
         let mut view = crate::lease::State::default().resource_view("r");
