@@ -1,82 +1,97 @@
 //! The live leases of each holder and of each principal, in `ListLeases` order.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 
-use super::super::types::{Held, Name};
+use super::super::types::Name;
 use super::packed::PackedSet;
 
-/// One lease in an index: (resource, lease order).
-type Posting = (Name, (u64, u32));
-
 /// Live leases by one of their names (holder or principal), so that a listing of one
-/// holder's or principal's leases reads only those, in its order.
+/// holder's or principal's leases reads only those, in its order: the resources where the
+/// name has leases, in order; a listing reads each resource's leases of the name from the
+/// resource (a few: a holder holds at most one lease of a resource).
 ///
-/// Two levels, the name once: an entry per lease is its resource and order (40 bytes), not
-/// the name beside them again (64). A name with one lease, the common case of holders, keeps
-/// it inline instead of in a tree node of its own. The form is canonical (one lease is
-/// always `One`), so an index rebuilt from a snapshot equals the one apply maintained.
+/// Two levels, the name once, and an entry per (name, resource) is the resource's name alone
+/// (24 bytes; its lease order too was 40). A name with one resource, the common case of
+/// holders, keeps it inline instead of in a tree node of its own. A principal whose holders
+/// hold several leases of one resource has one entry for them, and the leases past the first
+/// counted in `more`. The form is canonical (one resource is always `One`, `more` holds no
+/// zero), so an index rebuilt from a snapshot equals the one apply maintained.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct LeaseIndex(BTreeMap<Name, Postings>);
+pub(crate) struct LeaseIndex {
+    names: BTreeMap<Name, Postings>,
+    /// (name, resource) → the name's leases of the resource past the first.
+    more: BTreeMap<(Name, Name), u32>,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Postings {
-    One(Posting),
-    Many(PackedSet<Posting>),
+    One(Name),
+    Many(PackedSet<Name>),
 }
 
 /// The leases of an index to build at once (a snapshot's load), in any order: each name's
-/// postings are sorted when the index is built, and the names then (a hash map while a
+/// resources are sorted when the index is built, and the names then (a hash map while a
 /// million leases are added, one lookup each).
 #[derive(Default)]
-pub(crate) struct LeaseIndexLoading(HashMap<Name, Vec<Posting>>);
+pub(crate) struct LeaseIndexLoading(HashMap<Name, Vec<Name>>);
 
 impl LeaseIndexLoading {
-    pub(crate) fn add(&mut self, name: &str, resource: &str, lease: &Held) {
-        let posting = LeaseIndex::posting(resource, lease);
+    /// A lease of `name`'s on `resource`.
+    pub(crate) fn add(&mut self, name: &str, resource: &str) {
+        let resource = Name::from(resource);
         match self.0.get_mut(name) {
-            Some(postings) => postings.push(posting),
+            Some(resources) => resources.push(resource),
             None => {
-                self.0.insert(Name::from(name), vec![posting]);
+                self.0.insert(Name::from(name), vec![resource]);
             }
         }
     }
 }
 
 impl LeaseIndex {
-    fn posting(resource: &str, lease: &Held) -> Posting {
-        (Name::from(resource), (lease.fencing_token, lease.position))
-    }
-
-    pub(crate) fn insert(&mut self, name: &str, resource: &str, lease: &Held) {
-        let posting = Self::posting(resource, lease);
-        let Some(postings) = self.0.get_mut(name) else {
-            self.0.insert(Name::from(name), Postings::One(posting));
+    /// A lease of `name`'s on `resource` begins.
+    pub(crate) fn insert(&mut self, name: &str, resource: &str) {
+        let Some(postings) = self.names.get_mut(name) else {
+            let one = Postings::One(Name::from(resource));
+            self.names.insert(Name::from(name), one);
             return;
         };
-        match postings {
-            Postings::Many(set) => {
-                set.insert(posting);
-            }
-            Postings::One(first) if *first != posting => {
-                let set = PackedSet::from_iter([first.clone(), posting]);
+        let new = match postings {
+            Postings::Many(set) => set.insert(Name::from(resource)),
+            Postings::One(first) if first != resource => {
+                let set = PackedSet::from_iter([first.clone(), Name::from(resource)]);
                 *postings = Postings::Many(set);
+                true
             }
-            Postings::One(_) => {}
+            Postings::One(_) => false,
+        };
+        if !new {
+            let key = (Name::from(name), Name::from(resource));
+            *self.more.entry(key).or_default() += 1;
         }
     }
 
-    pub(crate) fn remove(&mut self, name: &str, resource: &str, lease: &Held) {
-        let posting = Self::posting(resource, lease);
-        let Some(postings) = self.0.get_mut(name) else {
+    /// A lease of `name`'s on `resource` ends.
+    pub(crate) fn remove(&mut self, name: &str, resource: &str) {
+        let key = (Name::from(name), Name::from(resource));
+        if let Some(more) = self.more.get_mut(&key) {
+            *more -= 1;
+            if *more == 0 {
+                self.more.remove(&key);
+            }
+            return;
+        }
+        let Some(postings) = self.names.get_mut(name) else {
             return;
         };
         match postings {
-            Postings::One(only) if *only == posting => {
-                self.0.remove(name);
+            Postings::One(only) if only == resource => {
+                self.names.remove(name);
             }
             Postings::One(_) => {}
             Postings::Many(set) => {
-                set.remove(&posting);
+                set.remove(&key.1);
                 if set.len() == 1 {
                     let last = set.pop_first().expect("one left");
                     *postings = Postings::One(last);
@@ -87,116 +102,103 @@ impl LeaseIndex {
 
     /// The index of every lease `loading` was given, built at once.
     pub(crate) fn built(loading: LeaseIndexLoading) -> LeaseIndex {
-        LeaseIndex(
-            (loading.0.into_iter())
-                .map(|(name, postings)| {
-                    let mut set: PackedSet<Posting> = postings.into_iter().collect();
-                    // Canonical, as apply keeps it: one lease is `One`.
-                    let postings = match set.len() {
-                        1 => set.pop_first().map(Postings::One),
-                        _ => None,
-                    };
-                    (name, postings.unwrap_or(Postings::Many(set)))
-                })
-                .collect(),
-        )
+        let mut more = BTreeMap::new();
+        let names = (loading.0.into_iter())
+            .map(|(name, mut resources)| {
+                resources.sort_unstable();
+                // A resource listed again is one more lease of the name's there.
+                for pair in resources.windows(2).filter(|pair| pair[0] == pair[1]) {
+                    let key = (name.clone(), pair[0].clone());
+                    *more.entry(key).or_insert(0) += 1;
+                }
+                resources.dedup();
+                let postings = match resources.len() {
+                    1 => Postings::One(resources.pop().expect("one")),
+                    _ => Postings::Many(resources.into_iter().collect()),
+                };
+                (name, postings)
+            })
+            .collect();
+        LeaseIndex { names, more }
     }
 
-    /// The (resource, lease order) of `name`'s leases after `after`, in order.
+    /// The resources where `name` has leases, from `from` on (itself included), in order.
     pub(crate) fn of<'a>(
         &'a self,
         name: &str,
-        after: Option<(&str, (u64, u32))>,
-    ) -> impl Iterator<Item = (&'a Name, (u64, u32))> + 'a {
-        let beyond = move |(resource, order): &(&str, (u64, u32))| {
-            after.is_none_or(|(r, o)| (*resource, *order) > (r, o))
-        };
-        let (one, many) = match self.0.get(name) {
+        from: Option<&str>,
+    ) -> impl Iterator<Item = &'a Name> + 'a {
+        let (one, many) = match self.names.get(name) {
             None => (None, None),
-            Some(Postings::One((resource, order))) => (Some((resource, *order)), None),
+            Some(Postings::One(resource)) => (Some(resource), None),
             Some(Postings::Many(set)) => {
-                let after = after.map(|(resource, order)| (Name::from(resource), order));
-                (None, Some(set.after(after)))
+                let bound = from.map_or(Bound::Unbounded, |from| Bound::Included(from.into()));
+                (None, Some(set.beyond(bound)))
             }
         };
-        let one = one.filter(|(resource, order)| beyond(&(resource.as_str(), *order)));
-        one.into_iter().chain(
-            many.into_iter()
-                .flatten()
-                .map(|(resource, order)| (resource, *order)),
-        )
+        let one = one.filter(|resource| from.is_none_or(|from| resource.as_str() >= from));
+        one.into_iter().chain(many.into_iter().flatten())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{Metadata, Mode};
 
-    fn held(index: u64) -> Held {
-        Held {
-            position: 0,
-            holder: "h".into(),
-            principal: "p".into(),
-            mode: Mode::Exclusive,
-            units: 0,
-            fencing_token: index,
-            acquired_at_ms: 0,
-            expires_at_ms: 1,
-            ttl_ms: 1,
-            acquired_wall_ms: 0,
-            metadata: Metadata::default(),
-            idempotency_key: None,
-            session: None,
-        }
-    }
-
-    fn listed(index: &LeaseIndex, after: Option<(&str, (u64, u32))>) -> Vec<(String, u64)> {
-        index
-            .of("h", after)
-            .map(|(resource, (i, _))| (resource.to_string(), i))
-            .collect()
+    fn listed(index: &LeaseIndex, name: &str, from: Option<&str>) -> Vec<String> {
+        index.of(name, from).map(|r| r.to_string()).collect()
     }
 
     #[test]
-    fn a_name_lists_its_leases_by_resource_then_grant_order_after_a_cursor() {
+    fn a_name_lists_its_resources_in_order_from_a_cursor() {
         let mut index = LeaseIndex::default();
-        for (resource, i) in [("b", 9), ("a", 30), ("b", 4), ("c", 1)] {
-            index.insert("h", resource, &held(i));
+        for resource in ["b", "a", "d", "c"] {
+            index.insert("h", resource);
         }
-        index.insert("other", "a", &held(2));
-        let all = |v: &[(&str, u64)]| -> Vec<(String, u64)> {
-            v.iter().map(|(r, i)| (r.to_string(), *i)).collect()
-        };
+        index.insert("other", "a");
+        assert_eq!(listed(&index, "h", None), ["a", "b", "c", "d"]);
         assert_eq!(
-            listed(&index, None),
-            all(&[("a", 30), ("b", 4), ("b", 9), ("c", 1)])
+            listed(&index, "h", Some("b")),
+            ["b", "c", "d"],
+            "the cursor's own"
         );
-        assert_eq!(
-            listed(&index, Some(("b", (4, 0)))),
-            all(&[("b", 9), ("c", 1)])
-        );
-        assert_eq!(listed(&index, Some(("c", (1, 0)))), all(&[]));
+        assert_eq!(listed(&index, "h", Some("bb")), ["c", "d"]);
+        assert_eq!(listed(&index, "h", Some("e")), Vec::<String>::new());
+        assert_eq!(listed(&index, "other", Some("a")), ["a"]);
+        assert_eq!(listed(&index, "other", Some("b")), Vec::<String>::new());
         assert!(index.of("nobody", None).next().is_none());
     }
 
     #[test]
     fn the_form_is_canonical_whatever_came_and_went() {
         let mut maintained = LeaseIndex::default();
-        for (resource, i) in [("a", 1), ("b", 2), ("c", 3)] {
-            maintained.insert("h", resource, &held(i));
+        for resource in ["a", "b", "c", "b", "b"] {
+            maintained.insert("p", resource);
         }
-        maintained.insert("h", "b", &held(2));
-        maintained.remove("h", "a", &held(1));
-        maintained.remove("h", "c", &held(3));
-        maintained.remove("h", "c", &held(3));
-        let mut rebuilt = LeaseIndex::default();
-        rebuilt.insert("h", "b", &held(2));
-        assert_eq!(maintained, rebuilt, "one lease left is kept inline");
-        assert_eq!(listed(&rebuilt, Some(("a", (9, 0)))), vec![("b".into(), 2)]);
-        assert_eq!(listed(&rebuilt, Some(("b", (2, 0)))), vec![]);
-
-        maintained.remove("h", "b", &held(2));
+        assert_eq!(
+            listed(&maintained, "p", None),
+            ["a", "b", "c"],
+            "one entry a resource"
+        );
+        for resource in ["a", "c", "c", "b"] {
+            maintained.remove("p", resource);
+        }
+        let mut loading = LeaseIndexLoading::default();
+        loading.add("p", "b");
+        loading.add("p", "b");
+        let rebuilt = LeaseIndex::built(loading);
+        assert_eq!(
+            maintained, rebuilt,
+            "one resource left is kept inline, counted once more"
+        );
+        assert_eq!(listed(&rebuilt, "p", None), ["b"]);
+        maintained.remove("p", "b");
+        assert_eq!(
+            listed(&maintained, "p", None),
+            ["b"],
+            "one lease of two ended"
+        );
+        maintained.remove("p", "b");
         assert_eq!(
             maintained,
             LeaseIndex::default(),

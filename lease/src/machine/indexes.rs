@@ -86,8 +86,8 @@ impl LeasesLoading {
         if lease.session.is_none() {
             self.due.push(due_key(resource, lease, grace_ms));
         }
-        self.by_holder.add(&lease.holder, resource, lease);
-        self.by_principal.add(&lease.principal, resource, lease);
+        self.by_holder.add(&lease.holder, resource);
+        self.by_principal.add(&lease.principal, resource);
     }
 }
 
@@ -105,11 +105,11 @@ impl Indexes {
     /// A live lease begins (`sign` 1) or ends (-1): listed under its holder and principal.
     pub(crate) fn list(&mut self, resource: &str, lease: &Held, sign: i64) {
         if sign > 0 {
-            self.by_holder.insert(&lease.holder, resource, lease);
-            self.by_principal.insert(&lease.principal, resource, lease);
+            self.by_holder.insert(&lease.holder, resource);
+            self.by_principal.insert(&lease.principal, resource);
         } else {
-            self.by_holder.remove(&lease.holder, resource, lease);
-            self.by_principal.remove(&lease.principal, resource, lease);
+            self.by_holder.remove(&lease.holder, resource);
+            self.by_principal.remove(&lease.principal, resource);
         }
     }
 

@@ -75,15 +75,23 @@ impl<T: Ord> PackedSet<T> {
 }
 
 impl<T: Ord + Clone> PackedSet<T> {
-    /// The items after `after` (all of them if None), in order.
-    pub(crate) fn after(&self, after: Option<T>) -> impl Iterator<Item = &T> + '_ {
-        let from = after.as_ref().and_then(|item| self.run_key(item));
+    /// The items past `bound` (at or after an `Included` item, after an `Excluded` one, all of
+    /// them when `Unbounded`), in order.
+    pub(crate) fn beyond(&self, bound: Bound<T>) -> impl Iterator<Item = &T> + '_ {
+        let from = match &bound {
+            Bound::Included(item) | Bound::Excluded(item) => self.run_key(item),
+            Bound::Unbounded => None,
+        };
         let runs = match from {
             Some(key) => self.runs.range((Bound::Included(key), Bound::Unbounded)),
             None => self.runs.range::<T, _>(..),
         };
         runs.flat_map(|(_, run)| run)
-            .skip_while(move |item| after.as_ref().is_some_and(|after| *item <= after))
+            .skip_while(move |item| match &bound {
+                Bound::Included(from) => *item < from,
+                Bound::Excluded(after) => *item <= after,
+                Bound::Unbounded => false,
+            })
     }
 
     /// The first item of the run that holds `item` or would: the last run starting at or
@@ -244,21 +252,14 @@ mod tests {
             packed.check();
         }
         assert!(packed.iter().eq(plain.iter()));
-        for after in [
-            None,
-            Some(0),
-            Some(1_500),
-            Some(2_999),
-            Some(1_000_000),
-            Some(u64::MAX),
-        ] {
-            let expected: Vec<_> = match after {
-                Some(a) => plain
-                    .range((Bound::Excluded(a), Bound::Unbounded))
-                    .collect(),
-                None => plain.iter().collect(),
-            };
-            assert!(packed.after(after).eq(expected), "after {after:?}");
+        let items = [0, 1_500, 2_999, 1_000_000, u64::MAX];
+        // Items that are there and items that are not, each both ways.
+        let bounds = (items.into_iter().chain(plain.iter().copied().step_by(37)))
+            .flat_map(|item| [Bound::Included(item), Bound::Excluded(item)])
+            .chain([Bound::Unbounded]);
+        for bound in bounds {
+            let expected: Vec<_> = plain.range((bound, Bound::Unbounded)).collect();
+            assert!(packed.beyond(bound).eq(expected), "beyond {bound:?}");
         }
         let built: PackedSet<u64> = plain.iter().rev().copied().collect();
         assert_eq!(built, packed, "built at once or item by item: equal");

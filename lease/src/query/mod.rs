@@ -315,14 +315,22 @@ impl State {
             (None, Some(p)) => (self.indexes.by_principal(), p),
             (None, None) => (self.indexes.by_holder(), ""),
         };
+        // Each resource's leases of the name, in grant order, past the cursor.
+        let beyond = move |resource: &str, l: &Held| {
+            after.is_none_or(|(r, order)| (resource, (l.fencing_token, l.position)) > (r, order))
+        };
         let matching = index
-            .of(name, after)
-            .filter_map(|(resource, order)| {
-                let rs = self.resources.get(resource)?;
-                let lease = (rs.leases.iter()).find(|l| (l.fencing_token, l.position) == order)?;
-                Some((resource, lease))
-            })
-            .filter(|(_, l)| principal.is_none_or(|p| l.principal == p));
+            .of(name, after.map(|(resource, _)| resource))
+            .filter_map(|resource| Some((resource, self.resources.get(resource)?)))
+            .flat_map(|(resource, rs)| {
+                let mut leases: Vec<&Held> = (rs.leases.iter())
+                    .filter(|l| holder.is_none_or(|h| l.holder == h))
+                    .filter(|l| principal.is_none_or(|p| l.principal == p))
+                    .filter(|l| beyond(resource, l))
+                    .collect();
+                leases.sort_by_key(|l| (l.fencing_token, l.position));
+                leases.into_iter().map(move |l| (resource, l))
+            });
         let views = matching.map(|(resource, l)| self.live_view(resource, l));
         let (leases, more) = page(views, page_size, |v| lease_bytes(&v.lease));
         Answer::Leases {

@@ -133,4 +133,18 @@ fn s2_list_leases_pages_in_grant_order_across_index_digit_counts() {
         }
     }
     assert_eq!(listed, ["h1", "h2", "h3", "h4"]);
+    // One principal's several leases of one resource: one ends, the rest stay listed, and a
+    // restart rebuilds the same index.
+    lease(&log.release(ALICE, release_of(&granted_ids[1])));
+    log.restore_from_snapshot();
+    let (rest, _) = leases(&log, None, Some("alice"), 0, None);
+    let holders: Vec<_> = rest.into_iter().map(|(_, holder)| holder).collect();
+    assert_eq!(holders, ["h1", "h3", "h4"]);
+    let cursor = Some(("pool".to_string(), "lse_9_0".to_string()));
+    let (page, _) = leases(&log, None, Some("alice"), 1, cursor);
+    assert_eq!(
+        page,
+        held_on(&[("pool", "h3")]),
+        "past an ended lease's cursor"
+    );
 }
