@@ -74,13 +74,16 @@ impl LeaseIndex {
 
     /// A lease of `name`'s on `resource` ends.
     pub(crate) fn remove(&mut self, name: &str, resource: &str) {
-        let key = (Name::from(name), Name::from(resource));
-        if let Some(more) = self.more.get_mut(&key) {
-            *more -= 1;
-            if *more == 0 {
-                self.more.remove(&key);
+        // Nearly always empty: no key is made for it then (two names, a lease's end).
+        if !self.more.is_empty() {
+            let key = (Name::from(name), Name::from(resource));
+            if let Some(more) = self.more.get_mut(&key) {
+                *more -= 1;
+                if *more == 0 {
+                    self.more.remove(&key);
+                }
+                return;
             }
-            return;
         }
         let Some(postings) = self.names.get_mut(name) else {
             return;
@@ -91,7 +94,7 @@ impl LeaseIndex {
             }
             Postings::One(_) => {}
             Postings::Many(set) => {
-                set.remove(&key.1);
+                set.remove(&Name::from(resource));
                 if set.len() == 1 {
                     let last = set.pop_first().expect("one left");
                     *postings = Postings::One(last);
