@@ -15,6 +15,7 @@ pub mod expiry;
 mod grant;
 pub mod history;
 pub mod lease_clock;
+mod lease_id;
 mod legacy;
 pub mod machine;
 pub mod many;
@@ -51,7 +52,7 @@ pub use policy::{FsmRequirement, Policy};
 pub use query::{Answer, Query, ResourceView, Validation};
 pub use session::{Session, SessionStatus, SessionView};
 pub use types::{
-    AcquireOutcome, Held, Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal,
+    AcquireOutcome, Lease, LeaseId, LeaseStatus, LeaseView, Metadata, Mode, Name, Refusal,
     Rejection,
 };
 pub use waiting::{WaitOutcome, Waiter};
