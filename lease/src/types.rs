@@ -86,9 +86,9 @@ pub struct Lease {
 ///
 /// Its lease id is not stored: by the contract it is `lse_<index>_<position>` of the granting
 /// entry, and the index is the fencing token, so the lease keeps only the position
-/// ([`Held::lease_id`]). Without the id and the resource's name, a million live leases each
-/// take mimalloc's class of 128 bytes, not 192. Encoded (snapshots, remembered replies) with
-/// both in place, as before.
+/// ([`Held::lease_id`]). Without the id and the resource's name it is 128 bytes, not 192, and
+/// a resource keeps its one lease inside its own allocation (`machine::Leases`). Encoded
+/// (snapshots, remembered replies) with both in place, as before.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {
     pub holder: Name,
@@ -114,7 +114,7 @@ pub struct Held {
     pub session: Option<std::num::NonZeroU64>,
 }
 
-// A million live leases, each its own allocation: mimalloc's class of 128 bytes.
+// Inside its resource's allocation (mimalloc's class of 224 bytes with the resource).
 const _: () = assert!(std::mem::size_of::<Held>() <= 128);
 
 impl Held {

@@ -312,7 +312,7 @@ impl State {
         let from = rs.history.partition_point(|k| k.revision <= wait_id);
         let reader = self.log.reader();
         let end = reader
-            .events(resource, rs.history.range(from..))
+            .events(resource, rs.history.range_from(from))
             .find(|e| {
                 e.holder == holder
                     && matches!(

@@ -199,7 +199,7 @@ impl State {
                         .partition_point(|k| !cursor.before_position(&name, k.position()));
                     let reader = self.log.reader();
                     for e in reader
-                        .events(&name, rs.history.range(from..))
+                        .events(&name, rs.history.range_from(from))
                         .filter(wanted)
                     {
                         if !take(&name, &e) {

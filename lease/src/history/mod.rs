@@ -5,14 +5,13 @@
 //! events of each resource and [`TOTAL`] in all, dropping the oldest first; an ad-hoc
 //! resource with no lease and no retained event is forgotten (see `machine`).
 
-use std::collections::VecDeque;
-
+mod kept;
 mod log;
 
 use serde::{Deserialize, Serialize};
 
-use super::machine::PushLean;
 use super::types::{Held, LeaseStatus, Metadata, Mode, Name};
+pub use kept::{KeptEvents, KeptIter};
 pub use log::Kept;
 #[cfg(test)]
 pub(crate) use log::CHUNK;
@@ -209,7 +208,7 @@ pub type Position = (u64, Name, u32);
 /// Numbers `event` within its revision after a resource's newest kept event, and keeps it
 /// there (its events cost `bytes`); returns where it is and the oldest events the
 /// per-resource bounds dropped (never the new one).
-pub fn push(kept: &mut VecDeque<Kept>, bytes: &mut u32, event: &mut Event) -> (Kept, Vec<Kept>) {
+pub fn push(kept: &mut KeptEvents, bytes: &mut u32, event: &mut Event) -> (Kept, Vec<Kept>) {
     event.seq = match kept.back() {
         Some(last) if last.revision == event.revision => last.seq + 1,
         _ => 0,

@@ -21,7 +21,7 @@ impl State {
             clock: LeaseClock,
             default_policy: Policy,
             #[serde(deserialize_with = "crate::machine::load_resources")]
-            resources: imbl::OrdMap<Name, Arc<crate::machine::ResourceState>>,
+            resources: crate::machine::ResourceMap,
             dedup: crate::dedup::Dedup,
             dropped_through: Option<(u64, u32)>,
             quotas: crate::quota::Quotas,

@@ -15,13 +15,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 
 use super::super::history::{Kept, Logged};
+use super::buckets::Buckets;
 use super::resource::{packed, Ended, ResourceState};
-use super::stubs::Stubs;
-use super::{PushLean, State};
+use super::State;
 use crate::archive::{chunk_key, read_chunk, Archive, MemArchive, Space};
 use crate::types::Name;
 
@@ -75,7 +74,7 @@ struct ColdValue {
 /// The cold resources (see the module's doc).
 pub(crate) struct ColdStore {
     archive: Arc<dyn Archive>,
-    stubs: Stubs<Cold>,
+    stubs: Buckets<Cold>,
     next: u64,
     /// Values no stub of this state names any more: removed after the next snapshot.
     gone: Arc<Mutex<Vec<u64>>>,
@@ -101,7 +100,7 @@ impl ColdStore {
     pub(crate) fn in_archive(archive: Arc<dyn Archive>) -> ColdStore {
         ColdStore {
             archive,
-            stubs: Stubs::default(),
+            stubs: Buckets::default(),
             next: 0,
             gone: Arc::default(),
         }
@@ -218,7 +217,7 @@ pub(crate) struct ColdParts<S> {
 }
 
 /// The stubs, written from the store's map without a copy.
-pub(crate) struct StubList<'a>(&'a Stubs<Cold>);
+pub(crate) struct StubList<'a>(&'a Buckets<Cold>);
 
 impl Serialize for StubList<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -283,10 +282,7 @@ impl ColdStore {
 
     /// Checks a store just read: each value named once, all below the next number, and no
     /// resource both cold and among the `hot` ones.
-    pub(crate) fn check_loaded(
-        &self,
-        hot: &OrdMap<Name, Arc<ResourceState>>,
-    ) -> Result<(), String> {
+    pub(crate) fn check_loaded(&self, hot: &super::ResourceMap) -> Result<(), String> {
         let numbers = self.archived_values();
         let named_once = numbers.windows(2).all(|w| w[0] < w[1]);
         let below_next = numbers.last().is_none_or(|last| *last < self.next);
@@ -363,10 +359,7 @@ impl State {
         &self,
         start: std::ops::Bound<Name>,
     ) -> impl Iterator<Item = (Name, Arc<ResourceState>)> + '_ {
-        let mut hot = self
-            .resources
-            .range((start.clone(), std::ops::Bound::Unbounded))
-            .peekable();
+        let mut hot = self.resources.range_from(start.clone()).peekable();
         let mut cold = self.cold.names_from(start).peekable();
         std::iter::from_fn(move || {
             let take_hot = match (hot.peek(), cold.peek()) {

@@ -19,7 +19,7 @@ use super::super::dedup::{DedupLoaded, DedupWriting};
 use super::super::history::{LogLoaded, LogWriting, Position};
 use super::cold::{ColdLoaded, ColdParts, ColdStore, StubList};
 use super::resource::{KeptList, LoadedLive, Writing};
-use super::{Dedup, EventLog, ResourceState, State};
+use super::{Dedup, EventLog, State};
 use crate::archive::{chunk_key, Archive, Space};
 use crate::lease_clock::LeaseClock;
 use crate::many::Group;
@@ -61,7 +61,7 @@ pub(crate) struct LiveLoaded {
 }
 
 /// The hot resources, each with where its events are.
-struct HotResources<'a>(&'a OrdMap<Name, Arc<ResourceState>>);
+struct HotResources<'a>(&'a super::ResourceMap);
 
 impl Serialize for HotResources<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -73,7 +73,7 @@ impl Serialize for HotResources<'_> {
 }
 
 /// The hot resources, read.
-struct LiveResources(OrdMap<Name, Arc<ResourceState>>);
+struct LiveResources(super::ResourceMap);
 
 impl<'de> Deserialize<'de> for LiveResources {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -86,11 +86,12 @@ impl<'de> Deserialize<'de> for LiveResources {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut resources = OrdMap::new();
+                let mut resources = Vec::with_capacity(map.size_hint().unwrap_or(0).min(1 << 16));
                 while let Some((name, LoadedLive(rs))) = map.next_entry::<Name, LoadedLive>()? {
-                    resources.insert(name, Arc::new(rs));
+                    resources.push((name, Arc::new(rs)));
                 }
-                Ok(LiveResources(resources))
+                // Built at once, in full buckets.
+                Ok(LiveResources(resources.into_iter().collect()))
             }
         }
         deserializer.deserialize_map(Resources)

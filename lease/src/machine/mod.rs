@@ -10,6 +10,7 @@
 //! rules share (`checks`).
 
 mod apply;
+mod buckets;
 mod checks;
 mod cold;
 mod index;
@@ -22,7 +23,6 @@ mod record;
 pub(crate) mod resource;
 mod snapshot;
 mod stored;
-mod stubs;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -86,6 +86,15 @@ impl<T> PushLean<T> for thin_vec::ThinVec<T> {
     }
 }
 
+impl<A: smallvec::Array> PushLean<A::Item> for smallvec::SmallVec<A> {
+    fn push_lean(&mut self, item: A::Item) {
+        if self.len() == self.capacity() {
+            self.reserve_exact((self.len() / 2).max(1));
+        }
+        self.push(item);
+    }
+}
+
 impl<T> PushLean<T> for VecDeque<T> {
     fn push_lean(&mut self, item: T) {
         if self.len() == self.capacity() {
@@ -121,15 +130,18 @@ impl Ctx<'_> {
     }
 }
 
+/// The hot resources by name, each shared with a snapshot's copy until apply changes it.
+pub(crate) type ResourceMap = buckets::Buckets<Arc<ResourceState>>;
+
 #[derive(Debug, Deserialize)]
 pub struct State {
     pub(super) clock: LeaseClock,
     pub(super) default_policy: Policy,
     /// A persistent map with shared resource states: a snapshot takes an O(1) copy and
-    /// encodes it while apply goes on, and apply then copies only the map nodes and resource
+    /// encodes it while apply goes on, and apply then copies only the buckets and resource
     /// states it changes (`Arc::make_mut`).
     #[serde(deserialize_with = "stored::load_resources")]
-    pub(super) resources: OrdMap<Name, Arc<ResourceState>>,
+    pub(super) resources: ResourceMap,
     pub(crate) dedup: Dedup,
     /// What apply keeps beside the replicated fields to find what time decides next, and
     /// listings (`indexes`): derived, rebuilt on load.
@@ -229,7 +241,7 @@ impl State {
         State {
             clock: LeaseClock::default(),
             default_policy,
-            resources: OrdMap::new(),
+            resources: ResourceMap::default(),
             dedup: Dedup::in_archive(archive.clone()),
             indexes: Indexes::default(),
             log: EventLog::in_archive(archive.clone()),
@@ -272,7 +284,7 @@ impl State {
                 self.trims.insert(position);
             }
         }
-        Arc::make_mut(self.resources.entry(Name::from(name)).or_insert_with(|| {
+        Arc::make_mut(self.resources.get_or_insert_with(name, || {
             let mut rs = ResourceState::default();
             rs.set_trimmed(dropped_through.and_then(packed));
             Arc::new(rs)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::super::history::{self, Event, EventKind};
 use super::super::types::{Held, LeaseId, LeaseStatus, LeaseView, Name};
+use super::resource::Leases;
 use super::{Ended, PushLean, State, ENDED_KEPT};
 
 /// Due leases one entry reclaims at most, besides those of the resources its commands name: a
@@ -57,7 +58,7 @@ impl State {
             let Some(rs) = self.resources.get_mut(&name).map(Arc::make_mut) else {
                 continue;
             };
-            let (gone, kept): (Vec<Held>, Vec<Held>) = std::mem::take(&mut rs.leases)
+            let (gone, kept): (Leases, Leases) = std::mem::take(&mut rs.leases)
                 .into_iter()
                 .partition(|l| lease_ids.contains(&l.lease_id()));
             rs.leases = kept;
@@ -96,7 +97,7 @@ impl State {
         let Some(rs) = self.resources.get_mut(name).map(Arc::make_mut) else {
             return;
         };
-        let (gone, kept): (Vec<Held>, Vec<Held>) =
+        let (gone, kept): (Leases, Leases) =
             std::mem::take(&mut rs.leases).into_iter().partition(is_due);
         rs.leases = kept;
         for lease in gone {

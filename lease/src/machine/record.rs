@@ -2,22 +2,16 @@
 
 use std::sync::Arc;
 
-use imbl::OrdMap;
-
 use super::super::history::{self, Event, Logged};
 use super::super::types::Name;
 use super::cold::{cold_keeps, ColdStore};
-use super::{ResourceState, State};
+use super::State;
 
 /// Whether a resource of `resources` or `cold` keeps the event `logged` of the event log:
 /// the log holds the events the bounds dropped until its cursor passes them. A resource keeps
 /// its events from its oldest on, and a resource forgotten and made again starts past its old
 /// events.
-pub(crate) fn kept_by(
-    resources: &OrdMap<Name, Arc<ResourceState>>,
-    cold: &ColdStore,
-    logged: &Logged,
-) -> bool {
+pub(crate) fn kept_by(resources: &super::ResourceMap, cold: &ColdStore, logged: &Logged) -> bool {
     match resources.get(&logged.resource) {
         Some(rs) => rs
             .history

@@ -67,7 +67,7 @@ impl State {
         self.restore_sessions();
         // Most resources hold one lease: room for that many, not grown from none.
         let mut leases = LeasesLoading::with_capacity(self.resources.len());
-        for (name, rs) in &self.resources {
+        for (name, rs) in self.resources.iter() {
             let grace_ms = self.policy_in(rs).renewal_grace_ms;
             let indexes = &mut self.indexes;
             for l in &rs.leases {

@@ -6,12 +6,11 @@ use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
-use imbl::OrdMap;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Deserializer, Serialize, Serializer};
 
-use super::super::history::{Event, Kept, Reader};
+use super::super::history::{Event, Reader};
 use super::resource::{Loaded, Writing};
 use super::{ResourceState, State};
 use crate::types::Name;
@@ -44,22 +43,23 @@ pub(crate) fn loaded(name: &Name, Loaded(rs, events): Loaded) -> Arc<ResourceSta
 /// Reads the resources of a snapshot (a map of name to resource), their events set aside.
 pub(crate) fn load_resources<'de, D: Deserializer<'de>>(
     deserializer: D,
-) -> Result<OrdMap<Name, Arc<ResourceState>>, D::Error> {
+) -> Result<super::ResourceMap, D::Error> {
     struct Resources;
     impl<'de> Visitor<'de> for Resources {
-        type Value = OrdMap<Name, Arc<ResourceState>>;
+        type Value = super::ResourceMap;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a map of resources")
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut resources = OrdMap::new();
+            let mut resources = Vec::with_capacity(map.size_hint().unwrap_or(0).min(1 << 16));
             while let Some((name, resource)) = map.next_entry::<Name, Loaded>()? {
                 let rs = loaded(&name, resource);
-                resources.insert(name, rs);
+                resources.push((name, rs));
             }
-            Ok(resources)
+            // Built at once, in full buckets.
+            Ok(resources.into_iter().collect())
         }
     }
     deserializer.deserialize_map(Resources)
@@ -69,7 +69,7 @@ pub(crate) fn load_resources<'de, D: Deserializer<'de>>(
 pub(crate) struct EventsOf<'a> {
     pub(crate) reader: &'a Reader<'a>,
     pub(crate) name: &'a str,
-    pub(crate) kept: &'a std::collections::VecDeque<Kept>,
+    pub(crate) kept: &'a crate::history::KeptEvents,
 }
 
 impl Serialize for EventsOf<'_> {

@@ -27,7 +27,7 @@ impl Invariants {
         self.now_before_ms = now_ms;
         let mut live = BTreeSet::new();
         let mut count = 0;
-        for (name, rs) in &state.resources {
+        for (name, rs) in state.resources.iter() {
             let policy = state.policy_of(name);
             let leases = &rs.leases;
             count += leases.len();
@@ -122,7 +122,7 @@ impl Invariants {
 fn check_waiting_rooms(state: &State, n: usize) {
     let now_ms = state.clock().now_ms();
     let mut waiting = 0;
-    for (name, rs) in &state.resources {
+    for (name, rs) in state.resources.iter() {
         waiting += rs.rare().waiters.len();
         if let Some(head) = rs.rare().waiters.front() {
             assert!(

@@ -1,10 +1,12 @@
-//! The cold resources' stubs by name ([`super::cold`]), in buckets: runs of up to
-//! [`BUCKET`] names in order, each in one exactly sized allocation, shared with a snapshot's
-//! copy until either changes it. A persistent ordered map of the stubs themselves costs a
-//! tree node per few dozen stubs, and its leaves are half empty when names come mostly in
-//! order (a soak's fresh names: about 150 bytes a stub); a bucket costs its entries (56 bytes
-//! each) and a few words. Cloning the map (a snapshot's copy) is O(1); a change copies one
-//! bucket if a copy still shares it.
+//! A persistent ordered map from names, in buckets: runs of up to [`BUCKET`] entries in
+//! order, each in one exactly sized allocation, shared with a snapshot's copy until either
+//! changes it. The hot resources ([`super::State`]) and the cold resources' stubs
+//! ([`super::cold`]) are kept in one. A persistent ordered map of the entries themselves
+//! costs a tree node per few dozen entries, and its leaves are half empty when names come
+//! mostly in order (a soak's fresh names, a scale run's `scale/<n>`): 80 bytes a resource
+//! beside its 32-byte entry, about 150 a stub beside its 56. A bucket costs its entries and a
+//! few words. Cloning the map (a snapshot's copy) is O(1); a change copies one bucket if a
+//! copy still shares it.
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -13,28 +15,30 @@ use imbl::OrdMap;
 
 use crate::types::Name;
 
-/// Most names in a bucket: a change rewrites at most this many entries (3.5 KiB).
+/// Most names in a bucket: a change rewrites at most this many entries (3.5 KiB of stubs,
+/// 2 KiB of resources).
 const BUCKET: usize = 64;
 
 type Bucket<V> = Arc<Vec<(Name, V)>>;
 
-/// An ordered map from a name to a small `V`, in buckets keyed by their first name.
-#[derive(Clone)]
-pub(crate) struct Stubs<V: Clone> {
+/// An ordered map from a name to a small `V` (a pointer, a stub), in buckets keyed by their
+/// first name.
+#[derive(Clone, Debug)]
+pub(crate) struct Buckets<V: Clone> {
     buckets: OrdMap<Name, Bucket<V>>,
     len: usize,
 }
 
-impl<V: Clone> Default for Stubs<V> {
+impl<V: Clone> Default for Buckets<V> {
     fn default() -> Self {
-        Stubs {
+        Buckets {
             buckets: OrdMap::new(),
             len: 0,
         }
     }
 }
 
-impl<V: Clone> Stubs<V> {
+impl<V: Clone> Buckets<V> {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -57,6 +61,27 @@ impl<V: Clone> Stubs<V> {
 
     pub(crate) fn contains_key(&self, name: &str) -> bool {
         self.get(name).is_some()
+    }
+
+    /// The value of `name`, to change: its bucket is copied first if a copy shares it.
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut V> {
+        // A name before the first bucket's first name is in none.
+        let (_, bucket) = self.buckets.get_prev_mut(name)?;
+        let at = bucket
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()?;
+        Some(&mut Arc::make_mut(bucket)[at].1)
+    }
+
+    /// The value of `name`, to change, `make`'s if it had none.
+    pub(crate) fn get_or_insert_with(&mut self, name: &str, make: impl FnOnce() -> V) -> &mut V {
+        if !self.contains_key(name) {
+            self.insert(Name::from(name), make());
+        }
+        match self.get_mut(name) {
+            Some(value) => value,
+            None => unreachable!("{name} was just inserted"),
+        }
     }
 
     /// Takes the bucket keyed `key` out to change it, unshared (copied if a copy shares it).
@@ -145,11 +170,17 @@ impl<V: Clone> Stubs<V> {
         Some(value)
     }
 
-    /// Every entry, by name.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Name, &V)> + '_ {
-        self.buckets
-            .values()
-            .flat_map(|bucket| bucket.iter().map(|(n, v)| (n, v)))
+    /// Every value, by name.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> + '_ {
+        self.iter().map(|(_, value)| value)
+    }
+
+    /// Every entry, by name: as many as the map holds, said up front (an encoder asks).
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = (&Name, &V)> + '_ {
+        Counted {
+            entries: (self.buckets.values()).flat_map(|bucket| bucket.iter().map(|(n, v)| (n, v))),
+            left: self.len,
+        }
     }
 
     /// The entries from `start` on, by name.
@@ -174,7 +205,29 @@ impl<V: Clone> Stubs<V> {
     }
 }
 
-impl<V: Clone> FromIterator<(Name, V)> for Stubs<V> {
+/// Entries and how many are left.
+struct Counted<I> {
+    entries: I,
+    left: usize,
+}
+
+impl<I: Iterator> Iterator for Counted<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        let entry = self.entries.next()?;
+        self.left = self.left.saturating_sub(1);
+        Some(entry)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl<I: Iterator> ExactSizeIterator for Counted<I> {}
+
+impl<V: Clone> FromIterator<(Name, V)> for Buckets<V> {
     /// From entries in any order; a name given twice keeps its last value.
     fn from_iter<I: IntoIterator<Item = (Name, V)>>(entries: I) -> Self {
         let mut all: Vec<(Name, V)> = entries.into_iter().collect();
@@ -187,9 +240,9 @@ impl<V: Clone> FromIterator<(Name, V)> for Stubs<V> {
                 _ => deduped.push((name, value)),
             }
         }
-        let mut stubs = Stubs {
+        let mut stubs = Buckets {
             len: deduped.len(),
-            ..Stubs::default()
+            ..Buckets::default()
         };
         let mut rest = deduped.into_iter().peekable();
         while rest.peek().is_some() {
@@ -220,7 +273,7 @@ mod tests {
     #[test]
     fn buckets_behave_as_an_ordered_map() {
         let first: Vec<(Name, u64)> = (0..1_000u64).map(|n| (name(n * 3), n)).collect();
-        let mut stubs: Stubs<u64> = first.iter().cloned().collect();
+        let mut stubs: Buckets<u64> = first.iter().cloned().collect();
         let mut model: BTreeMap<Name, u64> = first.into_iter().collect();
         let mut copies = Vec::new();
         let mut x: u64 = 12345;
@@ -229,8 +282,13 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let name = name(x % 3_000);
-            if x % 5 < 3 {
+            if x % 5 < 2 {
                 assert_eq!(stubs.insert(name.clone(), step), model.insert(name, step));
+            } else if x % 5 == 2 {
+                // Changed in place, or made: never seen by the copies taken before.
+                *stubs.get_or_insert_with(&name, || step) += 1;
+                *model.entry(name.clone()).or_insert(step) += 1;
+                assert_eq!(stubs.get_mut(&name).copied(), model.get(&name).copied());
             } else {
                 assert_eq!(stubs.remove(&name), model.remove(&name));
             }
@@ -241,6 +299,7 @@ mod tests {
         copies.push((stubs, model));
         for (stubs, model) in &copies {
             assert_eq!(stubs.len(), model.len());
+            assert_eq!(stubs.iter().len(), model.len());
             let all: Vec<(Name, u64)> = stubs.iter().map(|(n, v)| (n.clone(), *v)).collect();
             let expected: Vec<(Name, u64)> = model.iter().map(|(n, v)| (n.clone(), *v)).collect();
             assert_eq!(all, expected);
@@ -265,14 +324,14 @@ mod tests {
                 assert_eq!(stubs.get(&probe), model.get(&probe));
             }
         }
-        let rebuilt: Stubs<u64> = copies[0].1.clone().into_iter().collect();
+        let rebuilt: Buckets<u64> = copies[0].1.clone().into_iter().collect();
         assert!(rebuilt.iter().eq(copies[0].0.iter()));
     }
 
     /// A name given twice to `from_iter` keeps its last value.
     #[test]
     fn collected_twice_keeps_the_last() {
-        let stubs: Stubs<u32> = [("b".into(), 1), ("a".into(), 2), ("b".into(), 3)]
+        let stubs: Buckets<u32> = [("b".into(), 1), ("a".into(), 2), ("b".into(), 3)]
             .into_iter()
             .collect();
         assert_eq!(stubs.len(), 2);
