@@ -87,7 +87,7 @@ pub struct Lease {
 /// Its lease id is not stored: by the contract it is `lse_<index>_<position>` of the granting
 /// entry, and the index is the fencing token, so the lease keeps only the position
 /// ([`Held::lease_id`]). Without the id and the resource's name it is 128 bytes, not 192, and
-/// a resource keeps its one lease inside its own allocation (`machine::Leases`). Encoded
+/// a resource keeps its one lease inside its own allocation (`Leases` in `machine/resource.rs`). Encoded
 /// (snapshots, remembered replies) with both in place, as before.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Held {

@@ -19,12 +19,15 @@ const DEFAULT_LOG: &str = "info,openraft=warn,openraft::replication=off,\
 /// the system.
 const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
 
+/// Its older name, which mimalloc v3 still reads.
+const RESET_DELAY: &str = "MIMALLOC_RESET_DELAY";
+
 /// What a node sets it to, in milliseconds: mimalloc v2's default. At 0 every free that
 /// empties a page would return it at once, and renews at 1k leases ran 10–20 % slower.
 const PURGE_DELAY_MS: &str = "10";
 
 fn main() -> anyhow::Result<()> {
-    if std::env::var_os(PURGE_DELAY).is_none() {
+    if std::env::var_os(PURGE_DELAY).is_none() && std::env::var_os(RESET_DELAY).is_none() {
         purge_sooner();
     }
     // Logs go to stderr, in colour only on a terminal (not in journald or `docker logs`).
@@ -61,16 +64,29 @@ fn main() -> anyhow::Result<()> {
 /// node that has just loaded a million leases and gone quiet kept 53 MiB (leader) and 7–12
 /// MiB (followers) of memory it no longer used (docs/benchmarks.md). The allocator reads its
 /// options from the environment once, before `main`; setting one from here would take an
-/// `unsafe` call, which the workspace forbids. An operator who sets the variable keeps their
-/// value. Should the start fail, the node runs on with the allocator's default.
+/// `unsafe` call, which the workspace forbids. An operator who sets the variable (or its older
+/// name) keeps their value; a node started through a loader or under another name is left
+/// as it is. Should the start fail, the node runs on with the allocator's default.
 fn purge_sooner() {
     use std::os::unix::process::CommandExt;
-    let Ok(program) = std::env::current_exe() else {
-        return;
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(error) => {
+            eprintln!("tenured: could not find its own binary ({error}); {PURGE_DELAY} stays the allocator's default");
+            return;
+        }
     };
     let mut args = std::env::args_os();
-    let mut again = std::process::Command::new(program);
-    if let Some(name) = args.next() {
+    let name = args.next();
+    // Only the program itself: not a loader that started it (`ld.so tenured …`), nor under
+    // another name than it was called by, which supervisors and `pgrep` go by.
+    let same =
+        |name: &std::ffi::OsStr| std::path::Path::new(name).file_name() == program.file_name();
+    if !name.as_deref().is_some_and(same) {
+        return;
+    }
+    let mut again = std::process::Command::new(&program);
+    if let Some(name) = name {
         again.arg0(name);
     }
     // Only returns if it failed.

@@ -63,13 +63,16 @@ impl<V: Clone> Buckets<V> {
         self.get(name).is_some()
     }
 
-    /// The value of `name`, to change: its bucket is copied first if a copy shares it.
+    /// The value of `name`, to change: its bucket (and the map's path to it) is copied first
+    /// if a copy shares it. A name the map does not hold copies nothing.
     pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut V> {
         // A name before the first bucket's first name is in none.
-        let (_, bucket) = self.buckets.get_prev_mut(name)?;
+        let (key, bucket) = self.buckets.get_prev(name)?;
         let at = bucket
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()?;
+        let key = key.clone();
+        let bucket = self.buckets.get_mut(&key)?;
         Some(&mut Arc::make_mut(bucket)[at].1)
     }
 
@@ -230,15 +233,19 @@ impl<I: Iterator> ExactSizeIterator for Counted<I> {}
 impl<V: Clone> FromIterator<(Name, V)> for Buckets<V> {
     /// From entries in any order; a name given twice keeps its last value.
     fn from_iter<I: IntoIterator<Item = (Name, V)>>(entries: I) -> Self {
-        let mut all: Vec<(Name, V)> = entries.into_iter().collect();
-        // Stable: equal names keep their order, and the last of each is kept.
-        all.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut deduped: Vec<(Name, V)> = Vec::with_capacity(all.len());
-        for (name, value) in all {
-            match deduped.last_mut() {
-                Some(last) if last.0 == name => last.1 = value,
-                _ => deduped.push((name, value)),
-            }
+        let mut deduped: Vec<(Name, V)> = entries.into_iter().collect();
+        // A snapshot's are in order already: nothing to sort or drop.
+        if !deduped.windows(2).all(|w| w[0].0 < w[1].0) {
+            // Stable: equal names keep their order; of each, the last value stays (in the
+            // first's place, which `dedup_by` keeps).
+            deduped.sort_by(|a, b| a.0.cmp(&b.0));
+            deduped.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    std::mem::swap(&mut later.1, &mut kept.1);
+                }
+                same
+            });
         }
         let mut stubs = Buckets {
             len: deduped.len(),

@@ -90,7 +90,7 @@ impl<'de> Deserialize<'de> for LiveResources {
                 while let Some((name, LoadedLive(rs))) = map.next_entry::<Name, LoadedLive>()? {
                     resources.push((name, Arc::new(rs)));
                 }
-                // Built at once, in full buckets.
+                // Built at once, in buckets three quarters full.
                 Ok(LiveResources(resources.into_iter().collect()))
             }
         }

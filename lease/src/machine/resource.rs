@@ -29,7 +29,8 @@ pub struct Ended {
 /// One resource. Its one live lease (most resources hold one) and its one retained event
 /// (most keep their grant's) are inline; what most resources never use (a registration, a
 /// lock delay, waiters, bookings) sits behind one pointer. At a million one-lease resources,
-/// one allocation of 224 bytes each, where three took 256. Stored (snapshots) with every field in place, as [`StoredResource`].
+/// one allocation of 224 bytes each, where three took 256. Stored (snapshots) with every
+/// field in place, as [`StoredResource`].
 #[derive(Clone, Debug, Default)]
 pub struct ResourceState {
     /// Live leases (active or in grace), in grant order, without the resource's name.
@@ -57,8 +58,9 @@ pub struct ResourceState {
 /// `Vec` would put it in an allocation of its own.
 pub type Leases = SmallVec<[Held; 1]>;
 
-// With its `Arc`'s two counts, mimalloc's class of 224 bytes: one allocation for a resource
-// and its one lease, where a resource (112) and its lease (128) took two, 240 bytes.
+// With its `Arc`'s two counts, mimalloc's class of 224 bytes: one allocation for a resource,
+// its one lease and its one event's position, where the resource (112), its lease (128) and
+// the position (16) took three, 256 bytes.
 const _: () = assert!(std::mem::size_of::<ResourceState>() <= 208);
 
 /// A (revision, seq) position as [`ResourceState`] keeps it.
@@ -284,7 +286,7 @@ impl ResourceState {
             bookings: stored.bookings.into_iter().map(Into::into).collect(),
         };
         let mut rs = ResourceState {
-            // In place: an `Unnamed` is a `Held`.
+            // An `Unnamed` is a `Held`: one lease stays inline.
             leases: stored
                 .leases
                 .into_iter()

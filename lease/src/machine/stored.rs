@@ -58,7 +58,7 @@ pub(crate) fn load_resources<'de, D: Deserializer<'de>>(
                 let rs = loaded(&name, resource);
                 resources.push((name, rs));
             }
-            // Built at once, in full buckets.
+            // Built at once, in buckets three quarters full.
             Ok(resources.into_iter().collect())
         }
     }

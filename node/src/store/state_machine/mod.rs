@@ -74,7 +74,7 @@ const SPINS_BEFORE_BLOCKING: usize = 50;
 
 /// Waits for the state lock without stalling the async runtime. Apply holds the write lock
 /// for a batch of entries, longer when the batch finds the state just copied for a snapshot
-/// and copies the map nodes it changes. A runtime worker blocked on the lock meanwhile would
+/// and copies the buckets and resources it changes. A runtime worker blocked on the lock meanwhile would
 /// also hold up the tasks queued on it — Raft's heartbeats among them, and followers would
 /// then elect a new leader for nothing. On a multi-thread runtime's worker, `block_in_place`
 /// hands those tasks to another thread first.
