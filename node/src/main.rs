@@ -15,21 +15,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const DEFAULT_LOG: &str = "info,openraft=warn,openraft::replication=off,\
      openraft::engine::handler::replication_handler=off,sled=warn";
 
-/// The allocator's variable that says how long freed memory waits before it goes back to
-/// the system.
-const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
-
-/// Its older name, which mimalloc v3 still reads.
-const RESET_DELAY: &str = "MIMALLOC_RESET_DELAY";
-
-/// What a node sets it to, in milliseconds: mimalloc v2's default. At 0 every free that
-/// empties a page would return it at once, and renews at 1k leases ran 10–20 % slower.
-const PURGE_DELAY_MS: &str = "10";
-
 fn main() -> anyhow::Result<()> {
-    if std::env::var_os(PURGE_DELAY).is_none() && std::env::var_os(RESET_DELAY).is_none() {
-        purge_sooner();
-    }
     // Logs go to stderr, in colour only on a terminal (not in journald or `docker logs`).
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
@@ -54,46 +40,6 @@ fn main() -> anyhow::Result<()> {
         runtime.worker_threads(threads);
     }
     runtime.build()?.block_on(serve(config))
-}
-
-/// Starts this program again, in place (the same process), with [`PURGE_DELAY`] at
-/// [`PURGE_DELAY_MS`].
-///
-/// mimalloc v3 keeps a freed page for a second, and a freed arena for ten, before it gives
-/// them back, and gives them back only when the thread that freed them allocates again: a
-/// node that has just loaded a million leases and gone quiet kept 53 MiB (leader) and 7–12
-/// MiB (followers) of memory it no longer used (docs/benchmarks.md). The allocator reads its
-/// options from the environment once, before `main`; setting one from here would take an
-/// `unsafe` call, which the workspace forbids. An operator who sets the variable (or its older
-/// name) keeps their value; a node started through a loader or under another name is left
-/// as it is. Should the start fail, the node runs on with the allocator's default.
-fn purge_sooner() {
-    use std::os::unix::process::CommandExt;
-    let program = match std::env::current_exe() {
-        Ok(program) => program,
-        Err(error) => {
-            eprintln!("tenured: could not find its own binary ({error}); {PURGE_DELAY} stays the allocator's default");
-            return;
-        }
-    };
-    let mut args = std::env::args_os();
-    let name = args.next();
-    // Only the program itself: not a loader that started it (`ld.so tenured …`), nor under
-    // another name than it was called by, which supervisors and `pgrep` go by.
-    let same =
-        |name: &std::ffi::OsStr| std::path::Path::new(name).file_name() == program.file_name();
-    if !name.as_deref().is_some_and(same) {
-        return;
-    }
-    let mut again = std::process::Command::new(&program);
-    if let Some(name) = name {
-        again.arg0(name);
-    }
-    // Only returns if it failed.
-    let error = again.args(args).env(PURGE_DELAY, PURGE_DELAY_MS).exec();
-    eprintln!(
-        "tenured: could not start again with {PURGE_DELAY}={PURGE_DELAY_MS} ({error}); running on"
-    );
 }
 
 /// Runs the node until SIGINT or SIGTERM.
