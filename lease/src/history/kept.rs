@@ -34,7 +34,7 @@ pub type KeptIter<'a> = Chain<Iter<'a, Kept>, Iter<'a, Kept>>;
 
 impl KeptEvents {
     /// The positions as two slices, the first then the second, like `VecDeque::as_slices`.
-    pub fn as_slices(&self) -> (&[Kept], &[Kept]) {
+    fn as_slices(&self) -> (&[Kept], &[Kept]) {
         match &self.0 {
             Repr::One(kept) => (std::slice::from_ref(kept), &[]),
             Repr::Many(all) => all.as_slices(),
@@ -110,7 +110,7 @@ impl KeptEvents {
     }
 
     /// Positions in this order, each kept exactly sized (as a snapshot's load makes them).
-    pub fn from_exact(kept: impl ExactSizeIterator<Item = Kept>) -> Self {
+    pub(crate) fn from_exact(kept: impl ExactSizeIterator<Item = Kept>) -> Self {
         let mut kept = kept.peekable();
         match (kept.len(), kept.peek().copied()) {
             (1, Some(one)) => KeptEvents(Repr::One(one)),
