@@ -105,6 +105,16 @@ fn write_entries<W: Write>(
 /// `archive`, where the state reads them (with a node's own body, [`encode_state_own`], they
 /// are there already: `own`).
 fn decode_live(body: &[u8], archive: Arc<dyn Archive>, own: bool) -> anyhow::Result<State> {
+    let (rules, live) = read_live(body, archive.as_ref())?;
+    Ok(State::from_live(live, archive, own)?.with_rules(rules))
+}
+
+/// The rules and the live section of a body of format 9 (after its version), its archive
+/// entries put in `archive`: what [`decode_live`] indexes.
+fn read_live(
+    body: &[u8],
+    archive: &dyn Archive,
+) -> anyhow::Result<(u32, crate::machine::LiveLoaded)> {
     let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
     let (live, mut rest) = postcard::take_from_bytes::<crate::machine::LiveLoaded>(body)?;
     loop {
@@ -122,6 +132,24 @@ fn decode_live(body: &[u8], archive: Arc<dyn Archive>, own: bool) -> anyhow::Res
         "{} bytes after the snapshot's end",
         rest.len()
     );
+    Ok((rules, live))
+}
+
+/// [`decode_state_in`] of the bytes `body` of `data`, which go before the state read is
+/// indexed: at a million leases that frees the file's ≈ 100 MB for the indexes' ≈ 100 MB,
+/// where both would otherwise be fresh memory a restart faults in.
+pub fn decode_state_in_owned(
+    data: Vec<u8>,
+    body: std::ops::Range<usize>,
+    archive: Arc<dyn Archive>,
+    own: bool,
+) -> anyhow::Result<State> {
+    let bytes = (data.get(body)).ok_or_else(|| anyhow::anyhow!("the body is not in the file"))?;
+    let Ok((FORMAT_VERSION, rest)) = postcard::take_from_bytes::<u32>(bytes) else {
+        return decode_state_in(bytes, archive, own);
+    };
+    let (rules, live) = read_live(rest, archive.as_ref())?;
+    drop(data);
     Ok(State::from_live(live, archive, own)?.with_rules(rules))
 }
 

@@ -16,7 +16,7 @@
 
 use std::time::Instant;
 
-use tenure_node::lease::encoding::{decode_state_in, encode_state_own};
+use tenure_node::lease::encoding::{decode_state_in_owned, encode_state_own};
 use tenure_node::lease::{apply, policy::DEDUP_WINDOW_MS, AcquireOp, Mode, Op, RenewOp, State};
 
 mod common;
@@ -83,14 +83,15 @@ fn main() -> anyhow::Result<()> {
     file.into_inner()?.sync_all()?;
     archives.flush()?;
     drop(copy);
-    let bytes = std::fs::read(&path)?;
     let (started, before_read) = (Instant::now(), resident_bytes()?);
-    let read = decode_state_in(&bytes, generation.archive(), true)?;
+    let bytes = std::fs::read(&path)?;
+    let size = bytes.len();
+    let read = decode_state_in_owned(bytes, 0..size, generation.archive(), true)?;
     let elapsed = started.elapsed();
     anyhow::ensure!(read.live_leases() == leases as usize, "the same leases");
     println!(
         "its own snapshot: {:.1} MB, read in {:.2} s, {:.0} B per lease resident",
-        bytes.len() as f64 / 1e6,
+        size as f64 / 1e6,
         elapsed.as_secs_f64(),
         resident_bytes()?.saturating_sub(before_read) as f64 / leases as f64,
     );

@@ -235,29 +235,28 @@ impl Node {
         };
         // A retry whose first copy is still on its way is proposed: the first may be granted
         // after a release this state does not hold yet, and the retry must get its answer.
-        let refused = || {
+        // Read parked (`store::state_machine::lock`): every write on the leader reads here.
+        let refused = || async {
             if copy.has_another() {
                 return None;
             }
-            self.sm
-                .read()
-                .state
-                .certainly_refused(proposal, me, &self.clock.stamp())
+            (self.sm.read_parked().await.state).certainly_refused(proposal, me, &self.clock.stamp())
         };
-        refused()?;
+        refused().await?;
         if self.own_commit.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return None;
         }
-        let fresh = || self.sm.read().state.is_fresh(me, &self.clock.stamp());
+        let fresh =
+            || async { (self.sm.read_parked().await.state).is_fresh(me, &self.clock.stamp()) };
         // The state may go stale while the barrier is crossed (a quiet cluster's newest entry
         // ages past `FRESH_MS`): then once more, rather than proposing what is refused.
         for _ in 0..2 {
-            if !fresh() {
+            if !fresh().await {
                 // Time may have freed what refuses it: one `Tick`, shared by the writes that
                 // find the state stale meanwhile, settles it (a few bytes in the log, not the
                 // write).
                 let _refreshing = self.refreshing.lock().await;
-                if !fresh() {
+                if !fresh().await {
                     self.batcher
                         .propose(crate::coord::timers::own(crate::lease::Op::Tick))
                         .await
@@ -268,8 +267,8 @@ impl Node {
                 Ok(Ok(())) => {}
                 _ => return None,
             }
-            if fresh() {
-                let refused = refused()?;
+            if fresh().await {
+                let refused = refused().await?;
                 self.refused_before_proposing
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Some(refused);
@@ -311,7 +310,7 @@ impl Node {
                     "this node stopped applying the log: {why}: ask another node"
                 )));
             }
-            return Ok(self.read_local(&query));
+            return Ok(self.read_local(&query).await);
         }
         let request = &ReadRequest { query };
         self.through_leader(
@@ -342,14 +341,14 @@ impl Node {
             ));
         }
         match self.reads.read().await {
-            Ok(Ok(())) => Ok(self.read_local(query)),
+            Ok(Ok(())) => Ok(self.read_local(query).await),
             Ok(Err(why)) => Err(why),
             Err(stopped) => Err(NotServed::Unavailable(stopped.to_string())),
         }
     }
 
-    fn read_local(&self, query: &Query) -> (Answer, u64) {
-        let applied = self.sm.read();
+    async fn read_local(&self, query: &Query) -> (Answer, u64) {
+        let applied = self.sm.read_parked().await;
         (
             lease::query::answer(&applied.state, query),
             applied.last_applied.map_or(0, |id| id.index),

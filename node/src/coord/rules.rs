@@ -20,7 +20,7 @@ use crate::store::{NodeId, RaftMetrics, WatchReceiver as _};
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
-    let mut snapshotted = node.sm.read().state.rules();
+    let mut snapshotted = node.sm.rules();
     let mut announced = snapshotted;
     node.peers.announce_cluster_rules(announced);
     let mut every = tokio::time::interval(LOOK_EVERY);
@@ -41,7 +41,7 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
             }
             _ = stop.changed() => return,
         };
-        let current = node.sm.read().state.rules();
+        let current = node.sm.rules();
         if current > announced {
             tracing::info!(
                 rules = current,
@@ -125,14 +125,14 @@ impl Node {
         if changing {
             return Raise::HeldBack(vec!["a membership change is under way".into()]);
         }
-        rules::raise(self.sm.read().state.rules(), &self.member_rules(&metrics))
+        rules::raise(self.sm.rules(), &self.member_rules(&metrics))
     }
 
     /// Why learner `id` may not become a voter under the cluster's rules, if it may not: it
     /// has not announced a range that holds them (an older release would stop at the next
     /// entry, and a voter that cannot apply costs the quorum a member).
     pub fn rules_refuse_voter(&self, id: NodeId) -> Option<String> {
-        let cluster = self.sm.read().state.rules();
+        let cluster = self.sm.rules();
         match self.rules_of(id) {
             Some(range) if range.contains(cluster) => None,
             Some(range) => Some(format!(
@@ -152,12 +152,9 @@ impl Node {
     /// is gated by [`Node::rules_raise`].
     pub fn gate(&self, op: &Op) -> Result<(), ApiError> {
         let needs = op.rules_needed();
-        let cluster = self
-            .sm
-            .read()
-            .state
-            .rules()
-            .max(self.rules_heard.load(std::sync::atomic::Ordering::Relaxed));
+        // Every write passes here, twice on a leader: the applied rules without the state's lock.
+        let cluster =
+            (self.sm.rules()).max(self.rules_heard.load(std::sync::atomic::Ordering::Relaxed));
         if needs <= cluster || matches!(op, Op::RaiseRules { .. }) || self.config.ungated() {
             return Ok(());
         }

@@ -37,7 +37,8 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
                 // get a current read index (see `Node::own_commit`).
                 Plan::Propose(crate::lease::Op::Tick)
             } else {
-                expiry::plan(&node.sm.read().state, me, node.clock.stamp(), tick_ms)
+                let applied = node.sm.read_parked().await;
+                expiry::plan(&applied.state, me, node.clock.stamp(), tick_ms)
             };
             match plan {
                 Plan::Propose(op) => {

@@ -122,7 +122,7 @@ impl Cluster for ClusterApi {
         let leader = node.leader();
         let s = &node.sm.stats;
         let (active_leases, lease_now_ms, applied_index, top, rules_version) = {
-            let applied = node.sm.read();
+            let applied = node.sm.read_parked().await;
             (
                 applied.state.live_leases() as u64,
                 applied.state.clock().now_ms(),

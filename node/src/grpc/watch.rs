@@ -167,7 +167,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status>
         return Err(shutting_down(&Cursor::after_revision(spec.after)));
     }
     let mut cursor = {
-        let applied = node.sm.read();
+        let applied = node.sm.read_parked().await;
         if spec.live_only {
             Cursor::after_revision(applied.last_applied.map_or(0, |id| id.index))
         } else if spec.after == 0 {
@@ -181,7 +181,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status>
         loop {
             tx.reserve(PAGE_BYTES).await?;
             let (events, applied_index) = {
-                let applied = node.sm.read();
+                let applied = node.sm.read_parked().await;
                 let page = applied
                     .state
                     .watch_page(&spec.scope, &cursor, &spec.kinds, PAGE, PAGE_BYTES)
@@ -267,7 +267,7 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status>
                 },
                 _ = progress.tick() => {
                     if last_progress.elapsed() >= PROGRESS_EVERY {
-                        let applied_index = node.sm.read().last_applied.map_or(0, |id| id.index);
+                        let applied_index = (node.sm.read_parked().await.last_applied).map_or(0, |id| id.index);
                         // Progress only up to what the cursor covers: events of later entries
                         // may still be on their way through the live channel.
                         let covered = cursor.revision.min(applied_index);

@@ -17,7 +17,8 @@ use sha2::{Digest, Sha256};
 use super::{LogId, StoredMembership, TypeConfig};
 use crate::lease::encoding::CHECKSUM_SINCE;
 pub use crate::lease::encoding::{
-    decode_state, decode_state_in, encode_state, encode_state_into, encode_state_whole,
+    decode_state, decode_state_in, decode_state_in_owned, encode_state, encode_state_into,
+    encode_state_whole,
 };
 use crate::lease::State;
 
@@ -295,9 +296,16 @@ fn has_checksum(body: &[u8]) -> bool {
 /// [`split`], after checking the checksum of a format that has one: the meta and the body
 /// without it.
 pub fn checked(data: &[u8]) -> anyhow::Result<(SnapshotMeta, &[u8])> {
+    let (meta, body) = checked_range(data)?;
+    Ok((meta, &data[body]))
+}
+
+/// [`checked`], the body given by where it is in `data`.
+fn checked_range(data: &[u8]) -> anyhow::Result<(SnapshotMeta, std::ops::Range<usize>)> {
     let (meta, body) = split(data)?;
+    let start = data.len() - body.len();
     if !has_checksum(body) {
-        return Ok((meta, body));
+        return Ok((meta, start..data.len()));
     }
     anyhow::ensure!(
         body.len() > CHECKSUM_BYTES,
@@ -308,7 +316,7 @@ pub fn checked(data: &[u8]) -> anyhow::Result<(SnapshotMeta, &[u8])> {
         Sha256::digest(covered).as_slice() == checksum,
         "the snapshot's checksum does not match its contents: the file is damaged"
     );
-    Ok((meta, &body[..body.len() - CHECKSUM_BYTES]))
+    Ok((meta, start..data.len() - CHECKSUM_BYTES))
 }
 
 /// The body of a snapshot received from the leader, checked. A leader of this release sends
@@ -343,12 +351,15 @@ pub(crate) fn load_own(
     let started = std::time::Instant::now();
     let data = fs::read(path)?;
     let read_ms = started.elapsed().as_millis();
-    let (meta, body) = checked(&data).with_context(|| format!("snapshot {}", path.display()))?;
+    let (meta, body) =
+        checked_range(&data).with_context(|| format!("snapshot {}", path.display()))?;
+    // The file goes once its body is read (`decode_state_in_owned`).
+    let bytes = data.len();
     let own = generation(path).is_some();
-    let state = decode_state_in(body, archive, own)?;
+    let state = decode_state_in_owned(data, body, archive, own)?;
     tracing::info!(
         snapshot = %path.display(),
-        bytes = data.len(),
+        bytes,
         read_ms,
         decoded_ms = started.elapsed().as_millis() - read_ms,
         "loaded the newest snapshot"

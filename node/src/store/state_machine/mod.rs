@@ -7,10 +7,12 @@
 
 mod build;
 mod kept;
+mod lock;
 
 use std::io::SeekFrom;
 use std::path::PathBuf;
-use std::sync::{Arc, LockResult, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use futures::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
@@ -42,7 +44,7 @@ pub struct Applied {
 
 /// Shared between openraft (apply, snapshots) and the API (reads) and leader timers.
 pub struct Shared {
-    applied: RwLock<Applied>,
+    applied: lock::Guarded<Applied>,
     /// The newest snapshot's meta (its bytes stay on disk). Its lock also serializes saving
     /// and loading: openraft builds snapshots in a task of their own, which can overlap an
     /// install.
@@ -54,6 +56,9 @@ pub struct Shared {
     pub notify: Arc<Notifier>,
     /// The highest rules version this node applies (`crate::rules`, `--max-rules`).
     max_rules: u32,
+    /// The applied state's rules version, kept by apply and install: read on every write
+    /// (`Node::gate`) without the state's lock.
+    rules: AtomicU32,
     /// Why this node stopped applying (an entry or snapshot above its rules), if it did.
     halted: Mutex<Option<String>>,
     /// Where states keep what they remember but seldom read (on disk); None: on the heap.
@@ -69,47 +74,26 @@ pub struct Shared {
     sending: RwLock<()>,
 }
 
-/// Yields before a blocked lock wait leaves the runtime (see [`lock_without_stalling`]).
-const SPINS_BEFORE_BLOCKING: usize = 50;
-
-/// Waits for the state lock without stalling the async runtime. Apply holds the write lock
-/// for a batch of entries, longer when the batch finds the state just copied for a snapshot
-/// and copies the buckets and resources it changes. A runtime worker blocked on the lock meanwhile would
-/// also hold up the tasks queued on it — Raft's heartbeats among them, and followers would
-/// then elect a new leader for nothing. On a multi-thread runtime's worker, `block_in_place`
-/// hands those tasks to another thread first.
-/// That hand-off costs more than the usual wait (apply holds the lock for microseconds), so
-/// `attempt` is retried, yielding the thread, for a short while before.
-fn lock_without_stalling<G>(
-    attempt: impl Fn() -> Result<G, TryLockError<G>>,
-    wait: impl FnOnce() -> LockResult<G>,
-) -> G {
-    for _ in 0..SPINS_BEFORE_BLOCKING {
-        match attempt() {
-            Ok(guard) => return guard,
-            // A panic while holding the lock leaves the state as the last apply left it.
-            Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
-        }
-    }
-    let wait = || wait().unwrap_or_else(|poisoned| poisoned.into_inner());
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
-        }
-        _ => wait(),
-    }
-}
-
 impl Shared {
     /// Read access to the applied state. Never held across an await.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
-        lock_without_stalling(|| self.applied.try_read(), || self.applied.read())
+        self.applied.read()
+    }
+
+    /// Read access for a task that reads on every call: parked, not blocking its worker,
+    /// while apply writes (`lock`). Never held across an await.
+    pub async fn read_parked(&self) -> RwLockReadGuard<'_, Applied> {
+        self.applied.read_parked().await
     }
 
     /// Write access to the applied state (apply, install). Never held across an await.
-    fn write(&self) -> RwLockWriteGuard<'_, Applied> {
-        lock_without_stalling(|| self.applied.try_write(), || self.applied.write())
+    fn write(&self) -> lock::WriteGuard<'_, Applied> {
+        self.applied.write()
+    }
+
+    /// The rules version of the applied state.
+    pub fn rules(&self) -> u32 {
+        self.rules.load(Ordering::Acquire)
     }
 
     /// The highest rules version this node applies.
@@ -154,6 +138,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+        self.rules.store(applied.state.rules(), Ordering::Release);
         *current = applied;
         self.notify.reset();
         drop(current);
@@ -275,7 +260,8 @@ impl StateMachineStore {
         let index = applied.last_applied.map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
         let shared = Shared {
-            applied: RwLock::new(applied),
+            rules: AtomicU32::new(applied.state.rules()),
+            applied: lock::Guarded::new(applied),
             current: Mutex::new(current),
             snapshot_dir,
             applied_index,
@@ -378,6 +364,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 replies.push((responder, reply));
             }
             self.shared.notify.publish(effects);
+            (self.shared.rules).store(applied.state.rules(), Ordering::Release);
             applied.last_applied.map_or(0, |id| id.index)
         };
         self.shared.applied_index.send_replace(index);
