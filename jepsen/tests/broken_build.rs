@@ -154,14 +154,15 @@ fn nodes_whose_fsync_lies_are_caught_by_power_cuts() {
 
 /// A node of this build that proposes what the cluster's rules do not have yet (a renew that
 /// replaces metadata, before the raise) is caught in a cluster of two releases: the nemesis's
-/// gate probe, sent each time a node of this build is made leader, is refused
-/// `invalid_argument` by apply instead of `rules_not_reached` (the workload's own such renews
-/// reach that leader only by chance), and a node of the release before that meets such an
-/// entry falls behind for good.
+/// gate probe, sent when a node of this build is made leader, is refused `invalid_argument` by
+/// apply, or goes unanswered where followers of the release before cannot decode the entry,
+/// instead of being refused `rules_not_reached` (the workload's own such renews reach that
+/// leader only by chance), and a node of the release before that meets such an entry falls
+/// behind for good.
 #[test]
 fn an_ungated_command_in_a_cluster_of_two_releases_is_caught() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((_, _, verdict)) = run_broken(
+    let Some((history, _, verdict)) = run_broken(
         "an_ungated_command_in_a_cluster_of_two_releases_is_caught",
         "--fi-ungated",
         vec![Fault::Upgrade],
@@ -179,7 +180,13 @@ fn an_ungated_command_in_a_cluster_of_two_releases_is_caught() {
                 || p.contains("fell behind")
                 || p.contains("not every node applied")
                 || p.contains("refused invalid_argument")),
-        "an ungated command went unnoticed: {:?}",
-        verdict.problems
+        "an ungated command went unnoticed: {:?}; what the upgrade nemesis did: {:#?}",
+        verdict.problems,
+        history
+            .nemesis
+            .iter()
+            .filter(|e| e.kind == "upgrade")
+            .map(|e| &e.detail)
+            .collect::<Vec<_>>()
     );
 }

@@ -1,10 +1,12 @@
-//! The gate probe of the `upgrade` nemesis (spec §4.26): each time leadership moves to a node
-//! of this build while the cluster is held at the release before's rules, the nemesis asks
-//! that node for what those rules do not have, a renew that replaces its lease's metadata, on
-//! a lease of its own. The node must refuse it `rules_not_reached` before proposing it; a
-//! node that proposes it anyway gets `invalid_argument` from apply (and a node of the release
-//! before may not decode the entry at all). The workload's own renews reach a leader of this
-//! build in a mixed cluster only by chance; the probe makes every such leadership a check.
+//! The gate probe of the `upgrade` nemesis (spec §4.26): when leadership moves to a node of
+//! this build while the cluster is held at the release before's rules, the nemesis asks that
+//! node for what those rules do not have, a renew that replaces its lease's metadata, on a
+//! lease of its own. The node must refuse it `rules_not_reached` before proposing it. A node
+//! that proposes it anyway gets `invalid_argument` from apply, is served by a leader of the
+//! release before (which drops the fields), or, leading followers of the release before that
+//! cannot decode the entry, gets no answer at all. The workload's own renews reach a leader of
+//! this build in a mixed cluster only by chance; the probe makes such leaderships a check, and
+//! is made again at the next one until a node answers it.
 
 use std::time::Duration;
 
@@ -18,29 +20,37 @@ use crate::history::now_ns;
 pub const UNGATED: &str = "UNGATED";
 /// The rules version a renew that replaces metadata needs (spec §4.3).
 const RENEW_METADATA_RULES: u32 = 2;
-/// The probe's resource and holder.
+/// The prefix of the probe's resources (one a probe, so that a lease a probe could not
+/// release holds up no later probe) and its holder.
 const PROBE: &str = "upgrade-gate-probe";
 const HOLDER: &str = "nemesis";
+/// The probe lease's ttl: it outlasts every try of the renew.
+const TTL: Duration = Duration::from_secs(30);
+/// How many times a renew that went unanswered is sent again.
+const TRIES: usize = 3;
 
 impl Nemesis {
     /// Probes the gate of node `slot` (of this build, just made leader) while the cluster is
-    /// held at rules `hold`, and records what it answered. Nothing to probe once the release
-    /// before applies renews that replace metadata.
-    pub(super) async fn probe_gate(&self, slot: u64, hold: u32) {
+    /// held at rules `hold`, and records what it answered. Whether it answered the question
+    /// (refused `rules_not_reached`, or proposed the renew): a probe that could not take its
+    /// lease, or whose renew went unanswered, is tried again at the next leadership of this
+    /// build. Nothing to probe once the release before applies renews that replace metadata.
+    pub(super) async fn probe_gate(&self, slot: u64, hold: u32) -> bool {
         if hold >= RENEW_METADATA_RULES {
-            return;
+            return true;
         }
-        let client = self.per_node[(slot - 1) as usize].with_timeout(Duration::from_secs(2));
+        // A debug build on a loaded machine may take seconds to grant just after an election.
+        let client = self.per_node[(slot - 1) as usize].with_timeout(Duration::from_secs(5));
         let start = now_ns();
+        let resource = format!("{PROBE}-{start}");
         let acquired = client
             .acquire(pb::AcquireRequest {
-                resource: PROBE.into(),
+                resource: resource.clone(),
                 holder: HOLDER.into(),
-                ttl: Some(prost_duration(Duration::from_secs(5))),
+                ttl: Some(prost_duration(TTL)),
                 ..Default::default()
             })
             .await;
-        // Not granted: a probe of an earlier leadership still holds it (its release failed).
         let lease = match acquired {
             Ok(pb::AcquireResponse {
                 granted: true,
@@ -55,21 +65,38 @@ impl Nemesis {
             Err(why) => {
                 let detail = format!("gate probe at n{slot}: {why}, not probed");
                 self.record("upgrade", detail, start, Some(now_ns()));
-                return;
+                return false;
             }
         };
-        let renewed = client
-            .renew(pb::RenewRequest {
-                resource: PROBE.into(),
-                lease_id: lease.lease_id.clone(),
-                holder: HOLDER.into(),
-                fencing_token: lease.fencing_token,
-                ttl: Some(prost_duration(Duration::from_secs(5))),
-                metadata: [("probe".to_string(), "gate".to_string())].into(),
-                replace_metadata: true,
-                ..Default::default()
-            })
-            .await;
+        // A node of this build refuses the renew at once, before it proposes or hands it on;
+        // one that proposes it to a cluster whose majority cannot decode it gets no answer (the
+        // entry is never committed: its followers elect another leader, which drops it). Asked
+        // [`TRIES`] times over, a node that is up answers, or it proposed.
+        let mut unanswered = Vec::new();
+        let renewed = loop {
+            let renewed = client
+                .renew(pb::RenewRequest {
+                    resource: resource.clone(),
+                    lease_id: lease.lease_id.clone(),
+                    holder: HOLDER.into(),
+                    fencing_token: lease.fencing_token,
+                    ttl: Some(prost_duration(TTL)),
+                    metadata: [("probe".to_string(), "gate".to_string())].into(),
+                    replace_metadata: true,
+                    ..Default::default()
+                })
+                .await;
+            match renewed {
+                Err(e) if e.is_retryable() && unanswered.len() + 1 < TRIES => {
+                    unanswered.push(e.to_string())
+                }
+                Err(e) if e.is_retryable() => {
+                    unanswered.push(e.to_string());
+                    break Err(unanswered);
+                }
+                renewed => break Ok(renewed),
+            }
+        };
         // The probed node checks the rules before it proposes or hands the write on, so a
         // node of this build answers rules_not_reached whoever leads. Served (apply of this
         // build took it, or it reached a leader of the release before, which drops the
@@ -80,20 +107,29 @@ impl Nemesis {
                  renew that replaces metadata, which needs rules {RENEW_METADATA_RULES}: {how}"
             )
         };
-        let detail = match renewed {
-            Err(e) if e.reason() == Some(Reason::InvalidArgument) => proposed(e.to_string()),
-            Err(e) if e.reason() == Some(Reason::RulesNotReached) => {
-                format!("gate probe at n{slot}: refused rules_not_reached at rules {hold}")
+        let (answered, detail) = match renewed {
+            Err(unanswered) => (
+                true,
+                proposed(format!(
+                    "unanswered {TRIES} times ({})",
+                    unanswered.join("; ")
+                )),
+            ),
+            Ok(Err(e)) if e.reason() == Some(Reason::InvalidArgument) => {
+                (true, proposed(e.to_string()))
             }
-            // Unanswered: a cluster whose majority cannot decode the entry never commits it;
-            // the lag checks that follow find the nodes behind.
-            Err(e) => format!("gate probe at n{slot}: {e}"),
-            Ok(_) => proposed("served".into()),
+            Ok(Err(e)) if e.reason() == Some(Reason::RulesNotReached) => (
+                true,
+                format!("gate probe at n{slot}: refused rules_not_reached at rules {hold}"),
+            ),
+            // Refused for what the lease is, before or after the gate: asked again next time.
+            Ok(Err(e)) => (false, format!("gate probe at n{slot}: {e}")),
+            Ok(Ok(_)) => (true, proposed("served".into())),
         };
         // Released, or left to expire in its ttl.
         let _ = client
             .release(pb::ReleaseRequest {
-                resource: PROBE.into(),
+                resource,
                 lease_id: lease.lease_id,
                 holder: HOLDER.into(),
                 fencing_token: lease.fencing_token,
@@ -101,5 +137,6 @@ impl Nemesis {
             })
             .await;
         self.record("upgrade", detail, start, Some(now_ns()));
+        answered
     }
 }

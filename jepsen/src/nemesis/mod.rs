@@ -124,8 +124,8 @@ pub struct Nemesis {
     held: Option<u32>,
     /// The `upgrade` nemesis makes one rolling upgrade, not swaps both ways.
     rolling: bool,
-    /// Whether a node of this build has been handed the leadership of a mixed cluster yet.
-    current_led: bool,
+    /// Whether a node of this build has led a mixed cluster and answered the gate probe.
+    gate_probed: bool,
 }
 
 /// The leader most nodes name right now, if any.
@@ -176,7 +176,7 @@ impl Nemesis {
             stage: upgrade::Stage::default(),
             held: None,
             rolling: false,
-            current_led: false,
+            gate_probed: false,
         }
     }
 

@@ -129,10 +129,11 @@ impl Nemesis {
         }
         let slot = *previous.choose(&mut self.rng).unwrap_or(&1);
         self.swap(slot, Release::Current).await?;
-        // The new build then leads the old one, the first time and half the times after: what
-        // it proposes, a node of the release before must decode and apply. Left to chance,
-        // a short run can end its mixed part without the new build ever leading.
-        if !self.current_led || self.rng.random_bool(0.5) {
+        // The new build then leads the old one until its gate has been probed, and half the
+        // times after: what it proposes, a node of the release before must decode and apply.
+        // Left to chance, a short run can end its mixed part without the new build ever
+        // leading, or with its one leadership unprobed (a transfer or a grant that timed out).
+        if !self.gate_probed || self.rng.random_bool(0.5) {
             let to = self.procs().raft_id(slot);
             let start = now_ns();
             let moved = self.per_node[(slot - 1) as usize]
@@ -140,17 +141,14 @@ impl Nemesis {
                 .transfer_leader(to)
                 .await;
             let detail = match &moved {
-                Ok(m) if m.transferred => {
-                    self.current_led = true;
-                    format!("leadership to n{slot} (this build)")
-                }
+                Ok(m) if m.transferred => format!("leadership to n{slot} (this build)"),
                 Ok(m) => format!("leadership to n{slot} not moved: {}", m.detail),
                 Err(e) => format!("leadership to n{slot} not moved: {e}"),
             };
             let led = matches!(&moved, Ok(m) if m.transferred);
             self.record("upgrade", detail, start, Some(now_ns()));
-            if led {
-                self.probe_gate(slot, hold).await;
+            if led && self.probe_gate(slot, hold).await {
+                self.gate_probed = true;
             }
         }
         Ok(())

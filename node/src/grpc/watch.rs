@@ -267,7 +267,8 @@ async fn run(node: &Node, spec: &WatchSpec, tx: &mut Sink) -> Result<(), Status>
                 },
                 _ = progress.tick() => {
                     if last_progress.elapsed() >= PROGRESS_EVERY {
-                        let applied_index = (node.sm.read_parked().await.last_applied).map_or(0, |id| id.index);
+                        let applied = node.sm.read_parked().await.last_applied;
+                        let applied_index = applied.map_or(0, |id| id.index);
                         // Progress only up to what the cursor covers: events of later entries
                         // may still be on their way through the live channel.
                         let covered = cursor.revision.min(applied_index);
