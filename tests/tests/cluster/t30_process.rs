@@ -89,15 +89,17 @@ async fn full_cluster_sigkill_and_restart_keeps_every_acknowledged_lease() {
 
 /// A follower whose forwarded call finds the leader's port refusing connections starts the
 /// election itself as soon as the old leader's lease has run out (`--election-max`), instead
-/// of also waiting out its own election timeout. With election timeouts of 3–4 s, openraft's
-/// timers alone would elect 7–8 s after the leader's last heartbeat; the call below, through
-/// the lowest-id survivor and bounded at 6 s, is served only if that node started it at ~4 s.
+/// of also waiting out its own election timeout. With election timeouts of 6–8 s, openraft's
+/// timers alone would elect 14–16 s after the leader's last heartbeat, at random; the call
+/// below, through the lowest-id survivor and bounded at 12 s, is served only if that node
+/// started it at ~8 s (the other survivor's turn comes 6 s later), with 4 s to spare for a
+/// loaded machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_refused_by_a_dead_leader_elects_when_the_lease_ends() {
     let flags = [
-        "--election-min=3s",
-        "--election-max=4s",
-        "--request-timeout=6s",
+        "--election-min=6s",
+        "--election-max=8s",
+        "--request-timeout=12s",
     ];
     let extra = tenure_tests::same_flags(3, &flags);
     let mut cluster = ProcessCluster::start(3, extra).expect("cluster");
@@ -114,7 +116,7 @@ async fn a_follower_refused_by_a_dead_leader_elects_when_the_lease_ends() {
     cluster.kill9(leader).expect("kill -9");
     let client = cluster
         .client_of(survivor)
-        .with_timeout(Duration::from_secs(6));
+        .with_timeout(Duration::from_secs(12));
     let lease =
         tenure_tests::granted(&client, "after/leader", "holder", Duration::from_secs(60)).await;
     assert!(lease.fencing_token > 0);
