@@ -28,7 +28,7 @@ const PROBE: &str = "upgrade-gate-probe";
 const HOLDER: &str = "nemesis";
 /// The probe lease's ttl: it outlasts every try of the renew.
 const TTL: Duration = Duration::from_secs(30);
-/// How many times a renew that went unanswered is sent again.
+/// How many times the renew is sent while it goes unanswered.
 const TRIES: usize = 3;
 
 impl Nemesis {
@@ -90,12 +90,11 @@ impl Nemesis {
                 })
                 .await;
             match renewed {
-                Err(e) if e.is_retryable() && unanswered.len() + 1 < TRIES => {
-                    unanswered.push(e.to_string())
-                }
                 Err(e) if e.is_retryable() => {
                     unanswered.push(e.to_string());
-                    break Err(unanswered);
+                    if unanswered.len() == TRIES {
+                        break Err(unanswered);
+                    }
                 }
                 renewed => break Ok(renewed),
             }
