@@ -3,8 +3,10 @@
 //! holds, and the purge of what a snapshot covers, in chunks.
 
 use super::*;
+use crate::store::release_deferred;
 
-/// Flushes sled and fdatasyncs its file (unless `lies`), counting it in `stats`.
+/// Flushes sled and fdatasyncs its file (unless `lies`), counting it in `stats`; then lets
+/// sled free what the flush handed to this thread's epoch collector ([`release_deferred`]).
 pub(super) fn flush_and_sync(
     db: &sled::Db,
     file: &File,
@@ -12,22 +14,15 @@ pub(super) fn flush_and_sync(
     lies: bool,
 ) -> std::io::Result<()> {
     let started = Instant::now();
-    db.flush().map_err(std::io::Error::other)?;
+    let flushed = db.flush().map_err(std::io::Error::other);
+    release_deferred();
+    flushed?;
     if !lies {
         file.sync_data()?;
     }
     StorageStats::add(&stats.log_fsyncs, 1);
     StorageStats::add(&stats.log_sync_micros, started.elapsed().as_micros() as u64);
     Ok(())
-}
-
-/// Lets sled free what this thread has handed to its epoch collector. sled drops a written-out
-/// IO buffer (a whole segment, 8 MiB) through crossbeam-epoch, which keeps each thread's
-/// deferred drops until 64 have gathered: a thread that writes to sled rarely (a checkpoint per
-/// journal segment, a purge per snapshot) held several buffers resident for minutes, 16 to 90
-/// MiB per node as measured at 300k leases.
-pub(super) fn release_deferred() {
-    sled::pin().flush();
 }
 
 /// Keys removed per sled batch by the purger: ≈ 20 ms of work each.
@@ -157,7 +152,6 @@ pub(super) fn checkpoint(
         let through = closed.try_iter().fold(first, u64::max);
         let done = flush_and_sync(db, file, stats, lies)
             .and_then(|()| wal::remove_through(wal_dir, through));
-        release_deferred();
         match done {
             Ok(()) => {
                 checkpointed.send_modify(|n| *n += 1);
