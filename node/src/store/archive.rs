@@ -137,9 +137,7 @@ impl Archives {
     /// flush, then an fsync of its data file, of each of its blob files (values over a
     /// quarter segment, which its flush writes but never syncs) and of their directory.
     pub fn flush(&self) -> anyhow::Result<()> {
-        let flushed = self.db.flush();
-        super::release_deferred();
-        flushed?;
+        super::flush_sled(&self.db)?;
         self.data.sync_data()?;
         if self.blobs.exists() {
             for blob in std::fs::read_dir(&self.blobs)? {

@@ -78,9 +78,18 @@ fn lowest_priority() {
 /// part's deferred drop keeps all of it. A thread that writes to sled rarely kept one such
 /// buffer per flush resident for minutes: tokio's blocking thread that runs each purge's sync
 /// (one a snapshot) let followers climb by ≈ 1.5 MiB/s to 300–555 MiB under lock cycles
-/// before the thread ended and its drops ran; the checkpointer and the purger did the same.
-pub(crate) fn release_deferred() {
+/// before the thread ended and its drops ran. The purger calls this after its batches too.
+fn release_deferred() {
     sled::pin().flush();
+}
+
+/// Flushes `db` to the operating system, then lets sled free what the flush handed to this
+/// thread's epoch collector ([`release_deferred`]), whether or not the flush succeeded. Every
+/// flush of a sled database goes through here.
+fn flush_sled(db: &sled::Db) -> sled::Result<usize> {
+    let flushed = db.flush();
+    release_deferred();
+    flushed
 }
 
 /// Opens (or creates) a sled database in `dir` (made durable with its parent) with a page

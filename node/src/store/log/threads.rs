@@ -3,10 +3,10 @@
 //! holds, and the purge of what a snapshot covers, in chunks.
 
 use super::*;
-use crate::store::release_deferred;
+use crate::store::{flush_sled, release_deferred};
 
-/// Flushes sled and fdatasyncs its file (unless `lies`), counting it in `stats`; then lets
-/// sled free what the flush handed to this thread's epoch collector ([`release_deferred`]).
+/// Flushes sled ([`flush_sled`]) and fdatasyncs its file (unless `lies`), counting it in
+/// `stats`.
 pub(super) fn flush_and_sync(
     db: &sled::Db,
     file: &File,
@@ -14,9 +14,7 @@ pub(super) fn flush_and_sync(
     lies: bool,
 ) -> std::io::Result<()> {
     let started = Instant::now();
-    let flushed = db.flush().map_err(std::io::Error::other);
-    release_deferred();
-    flushed?;
+    flush_sled(db).map_err(std::io::Error::other)?;
     if !lies {
         file.sync_data()?;
     }
