@@ -77,6 +77,9 @@ pub(super) enum At {
 pub(super) struct Index {
     by_prefix: foldhash::HashSet<Slot>,
     shared: BTreeMap<Digest128, u32>,
+    /// How many slots `by_prefix`'s allocation holds (the most its `capacity` has shown
+    /// since it was allocated: erased slots lower it until a rehash).
+    room: usize,
 }
 
 /// A key's prefix as the index keeps it.
@@ -115,7 +118,31 @@ impl Index {
     }
 
     fn set(&mut self, key: &Digest128, at: At) {
+        self.make_room();
         self.by_prefix.replace(Slot::new(prefix(key), at));
+    }
+
+    /// The set's table (hashbrown's) marks some erased slots deleted rather than empty, and
+    /// a deleted slot is not room for a new key. When they have used its room up, the table
+    /// rehashes at its size if it is at most half full, and otherwise doubles: under a steady
+    /// window of records (as many forgotten as remembered, more than half the room live), the
+    /// index doubles at a moment nothing chooses, long after its window filled (a soak's
+    /// nodes all stepped up 40 MiB 27 minutes in). Here the set is rebuilt at its size
+    /// instead whenever that frees an eighth of its room or more; only a set really full
+    /// grows. The rebuild copies each slot once (tens of ms for millions), once in every many
+    /// forgotten keys.
+    fn make_room(&mut self) {
+        let (len, capacity) = (self.by_prefix.len(), self.by_prefix.capacity());
+        self.room = self.room.max(capacity);
+        if capacity > len || len <= self.room / 2 || self.room - len < self.room / 8 {
+            return;
+        }
+        let full = std::mem::replace(
+            &mut self.by_prefix,
+            foldhash::HashSet::with_capacity_and_hasher(self.room, Default::default()),
+        );
+        self.by_prefix.extend(full);
+        self.room = self.by_prefix.capacity();
     }
 
     /// `key` is in the chunk with low bits `low` (below 2^[`LOW_BITS`]); `other` is the live
@@ -209,5 +236,41 @@ mod tests {
         index.remove(&b, 6);
         assert_eq!(index.at(&b), None);
         assert_eq!(index.get(&c), Some(7));
+    }
+
+    /// A steady window of keys, more than half the set's room, as many forgotten as
+    /// remembered: the set keeps its size (hashbrown alone doubles it once erased slots have
+    /// used its room up), and every key of the window is still found.
+    #[test]
+    fn a_steady_window_keeps_the_index_at_its_size() {
+        const WINDOW: u64 = 3_000;
+        let key = |i: u64| {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
+            key[8..].copy_from_slice(&i.to_be_bytes());
+            key
+        };
+        let low = |i: u64| (i % (1 << LOW_BITS)) as u32;
+        let mut index = Index::default();
+        for i in 0..WINDOW {
+            index.insert(&key(i), low(i), None);
+        }
+        let room = index.by_prefix.capacity();
+        assert!(
+            WINDOW as usize > room / 2,
+            "the window fills more than half"
+        );
+        for i in WINDOW..200 * WINDOW {
+            index.insert(&key(i), low(i), None);
+            index.remove(&key(i - WINDOW), low(i - WINDOW));
+            assert!(
+                index.by_prefix.capacity() <= room,
+                "the set grew past {room} slots after {i} keys"
+            );
+        }
+        for i in 199 * WINDOW..200 * WINDOW {
+            assert_eq!(index.get(&key(i)), Some(low(i)));
+        }
+        assert_eq!(index.get(&key(199 * WINDOW - 1)), None);
     }
 }
