@@ -82,6 +82,18 @@ impl Archives {
         })
     }
 
+    /// Removes the archive database in `dir`, durably, without opening it.
+    pub fn discard(dir: &Path) -> anyhow::Result<()> {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            removed => removed?,
+        }
+        if let Some(parent) = dir.parent() {
+            crate::store::sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
     /// The numbers of the generations the database holds.
     fn numbers(db: &sled::Db) -> Vec<u64> {
         db.tree_names()

@@ -191,12 +191,24 @@ impl StateMachineStore {
         stats: Arc<StorageStats>,
         max_rules: u32,
     ) -> anyhow::Result<Self> {
-        let archives = archive_dir.map(Archives::open).transpose()?;
         snapshot::remove_unfinished(&snapshot_dir)?;
         let newest = snapshot::newest(&snapshot_dir)?;
         let reads = newest
             .as_ref()
             .and_then(|(_, path, _)| snapshot::generation(path));
+        let archives = match archive_dir {
+            Some(dir) => {
+                if reads.is_none() {
+                    // Nothing in it is read again: the start fills a fresh generation and
+                    // drops the rest. Removed unopened, so that a database sled's recovery
+                    // cannot open (a power cut that landed its writes out of order) does
+                    // not keep the node from starting.
+                    Archives::discard(dir)?;
+                }
+                Some(Archives::open(dir)?)
+            }
+            None => None,
+        };
         let generation = match (&archives, reads) {
             (Some(archives), Some(number)) => Some(archives.named(number)?),
             (Some(archives), None) => Some(archives.fresh()?),
