@@ -33,6 +33,7 @@ start() { # start ID BINARY
 stop() { # stop ID: SIGTERM, and wait for the process to end
   kill -TERM "${pid[$1]}"
   wait "${pid[$1]}" || true
+  unset "pid[$1]" # so that the cleanup never signals a pid the system has given out again
 }
 cleanup() {
   for id in "${!pid[@]}"; do kill -KILL "${pid[$id]}" 2>/dev/null || true; done

@@ -134,8 +134,9 @@ impl Index {
     /// grows. The rebuild copies each slot once (tens of ms for millions), once in every many
     /// forgotten keys.
     fn make_room(&mut self) {
+        // `room` was read after every insert, reserve and rebuild: erasing only lowers the
+        // capacity.
         let (len, capacity) = (self.by_prefix.len(), self.by_prefix.capacity());
-        self.room = self.room.max(capacity);
         // Room left; or under half full, which hashbrown rehashes in place (it does when one
         // more key leaves it at most half full); or a rebuild would free less than an eighth
         // (so really full; tables under 8 slots have no deleted ones).
