@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | 1 | 0.1.0 | everything up to issue 37 (log entries as `Command::V1`/`Batch`, snapshot format 7) |
 //! | 2 | 0.2.0 | the version itself (`Op::RaiseRules`), snapshot format 8 (which carries it), `RenewRequest.metadata` (`Op::RenewWithMetadata`) |
-//! | 3 | 0.2.0 | snapshot format 9: the live state, then the archive's entries as they are (no event, record or idle resource decoded to write or read one) |
+//! | 3 | 0.2.0 | snapshot format 9: the live state, then the archive's entries as they are (no event, record or idle resource decoded to write or read one); an `AcquireMany` answers leases it already holds again only when one grant gave them all (`MANY_ONE_GRANT`) |
 
 /// The first version: 0.1.0's rules, which any member applies. A member that announces no
 /// range (0.1.0 itself) supports exactly this one.
@@ -23,6 +23,10 @@ pub const RENEW_METADATA: u32 = 2;
 
 /// Snapshot format 9: the live state and the archive's entries as they are.
 pub const LIVE_SNAPSHOTS: u32 = 3;
+
+/// An `AcquireMany` whose claims are all held as asked answers those leases again only when
+/// one grant gave them all (one fencing token); leases granted apart are `already_held`.
+pub const MANY_ONE_GRANT: u32 = 3;
 
 /// Why a request is refused before it is proposed: it needs `needs`, the cluster runs
 /// `cluster`.

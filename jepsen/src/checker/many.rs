@@ -2,7 +2,8 @@
 //! cluster recorded (every resource's history, read after the run, once every wait ended):
 //!
 //! * `partial_grant`: an `AcquireMany` answered granted got a lease on every resource it
-//!   named, all with one token (or each the one the holder already had); the rooms one entry
+//!   named, all with one token (or each the one the holder already had, before rules 3: told
+//!   granted before, or maybe granted to an earlier call of unknown outcome); the rooms one entry
 //!   granted one holder at once are exactly the rooms one of that holder's calls named; and a
 //!   wait, tied to its queuing entry by replaying each room's queue, was queued in exactly one
 //!   call's rooms and admitted in all of them or none;
@@ -59,6 +60,17 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
     for (grant, op) in acquires_granted(history) {
         granted_by.entry(grant).or_default().push(op.id);
     }
+    // The acquires whose outcome is unknown, by (resource, holder): any may have been granted
+    // after its client gave up, with a token nobody was told.
+    let mut unknown: HashMap<(&str, &str), Vec<&Op>> = HashMap::new();
+    for op in &history.ops {
+        if let (Call::Acquire { holder, .. }, Outcome::Unknown { .. }) = (&op.call, &op.outcome) {
+            unknown
+                .entry((op.call.resource(), holder.as_str()))
+                .or_default()
+                .push(op);
+        }
+    }
     // What each holder's calls named.
     let mut named: HashMap<&str, Vec<BTreeSet<&str>>> = HashMap::new();
     for parts in calls.values() {
@@ -92,14 +104,21 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
         if granted > 0 {
             stats.granted += 1;
         }
-        // Several tokens are right only when every lease was already the holder's (the same
-        // call again answers the leases it has, each with its own token).
+        // Several tokens are right only when every lease was already the holder's (before
+        // rules 3 the same claims again answer the leases the holder has, each with its own
+        // token): told to another of its calls, or maybe granted to an earlier one of unknown
+        // outcome that named the resource.
         let held_before = |op: &&Op| match &op.outcome {
             Outcome::Ok {
                 value: Value::Granted { token, .. },
-            } => granted_by
-                .get(&(op.call.resource(), holder, *token))
-                .is_some_and(|ids| ids.iter().any(|id| *id != op.id)),
+            } => {
+                granted_by
+                    .get(&(op.call.resource(), holder, *token))
+                    .is_some_and(|ids| ids.iter().any(|id| *id != op.id))
+                    || unknown
+                        .get(&(op.call.resource(), holder))
+                        .is_some_and(|ops| ops.iter().any(|u| u.invoke_ns < op.complete_ns))
+            }
             _ => false,
         };
         let mixed = tokens.len() > 1 && !parts.iter().all(held_before);

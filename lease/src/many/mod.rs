@@ -251,8 +251,8 @@ impl State {
         )))
     }
 
-    /// What the holder already has among the claims: every one held as asked answers those
-    /// leases again; this same multi-wait answers its places again (a retried or re-sent call).
+    /// What the holder already has among the claims: every one held as asked, by one grant
+    /// (rules 3), answers those leases again; this same multi-wait answers its places again (a retried or re-sent call).
     fn already_many(
         &self,
         ctx: &Ctx<'_>,
@@ -293,7 +293,13 @@ impl State {
             held.push(self.live_view(&claim.resource, own));
         }
         if !held.is_empty() {
-            if held.len() == op.claims.len() {
+            // From rules 3 only leases one grant gave (one token) are this call's answer again:
+            // leases granted apart never make one `AcquireMany`'s answer.
+            let one_grant = self.rules < crate::rules::MANY_ONE_GRANT
+                || held
+                    .iter()
+                    .all(|v| v.lease.fencing_token == held[0].lease.fencing_token);
+            if held.len() == op.claims.len() && one_grant {
                 return Ok(Some(Reply::Many(Box::new(ManyOutcome::granted(held)))));
             }
             let view = &held[0].lease;

@@ -1,6 +1,6 @@
 //! SPEC §4.25 (AcquireMany: all or nothing, one place in every room), driven through `apply`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::quotas::{set, usage};
 use super::*;
@@ -295,6 +295,51 @@ fn s4_25_ending_a_multi_wait_in_one_room_ends_it_in_every_room() {
     assert_eq!(log.state.waiters(), 0);
     // z, which nobody held, was never granted to c.
     assert!(log.holders("z").is_empty());
+}
+
+#[test]
+fn s4_25_leases_granted_apart_are_not_one_answer_from_rules_3() {
+    // The fault run's case: h holds y from one grant (with x) and z from another (with w),
+    // then names y and z together. Every claim is held as asked, but by two grants.
+    let holdings = |log: &mut Log| {
+        granted_all(&log.propose(ALICE, many("h", &["x", "y"], None)));
+        granted_all(&log.propose(ALICE, many("h", &["w", "z"], None)));
+    };
+    let mut before = Log::new();
+    holdings(&mut before);
+    let answer = granted_all(&before.propose(ALICE, many("h", &["y", "z"], None)));
+    let tokens: BTreeSet<u64> = answer.iter().map(|(_, _, token)| *token).collect();
+    assert_eq!(
+        tokens.len(),
+        2,
+        "rules 1 answers both leases, with their two tokens"
+    );
+
+    let mut log = Log::new();
+    super::rules::raise(&mut log, crate::rules::MANY_ONE_GRANT);
+    holdings(&mut log);
+    let index = log.index;
+    let reply = log.propose(ALICE, many("h", &["y", "z"], None));
+    assert!(
+        matches!(rejection(&reply), Rejection::AlreadyHeld { .. }),
+        "{reply:?}"
+    );
+    // Nothing changed: each lease is still its own grant's.
+    for (resource, token) in [
+        ("x", index - 1),
+        ("y", index - 1),
+        ("w", index),
+        ("z", index),
+    ] {
+        assert_eq!(
+            log.holders(resource),
+            vec![("h".to_string(), token)],
+            "{resource}"
+        );
+    }
+    // One grant's leases, named again, are still that grant's answer.
+    let again = granted_all(&log.propose(ALICE, many("h", &["w", "z"], None)));
+    assert!(again.iter().all(|(_, _, token)| *token == index));
 }
 
 #[test]

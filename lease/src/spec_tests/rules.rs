@@ -27,7 +27,7 @@ const LEADER_ITSELF: Caller = Caller {
     admin: true,
 };
 
-fn raise(log: &mut Log, to: u32) {
+pub(super) fn raise(log: &mut Log, to: u32) {
     let reply = log.propose(LEADER_ITSELF, Op::RaiseRules { to });
     assert!(matches!(reply, Reply::Reclaimed(_)), "{reply:?}");
 }

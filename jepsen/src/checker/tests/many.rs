@@ -122,6 +122,39 @@ fn the_same_call_again_may_answer_the_tokens_the_holder_already_had() {
     );
 }
 
+/// The 30-minute fault run's case: a holds m2 from one call (token 4) and, unknown to it, m1
+/// from another whose client gave up (token 6); the same claims again answer both, each with
+/// its own token (spec §4.25 before rules 3).
+#[test]
+fn a_lease_an_unknown_call_may_have_granted_counts_as_the_holders() {
+    let mut h = Builder::new();
+    h.op(part("m2", "a", 0, 1), 0, 10, granted(4));
+    h.op(part("m0", "a", 0, 1), 0, 10, granted(4));
+    h.event("m2", 4, Acquired, "a");
+    h.event("m0", 4, Acquired, "a");
+    h.op(part(Y, "a", 3_000, 2), 20, 40, unknown());
+    h.op(part("m3", "a", 3_000, 2), 20, 40, unknown());
+    h.event(Y, 6, Acquired, "a");
+    h.event("m3", 6, Acquired, "a");
+    h.op(part(Y, "a", 0, 3), 50, 60, granted(6));
+    h.op(part("m2", "a", 0, 3), 50, 60, granted(4));
+    let report = h.check();
+    assert!(
+        !kinds(&report).contains(&"partial_grant"),
+        "{:?}",
+        report.anomalies
+    );
+    // Without the call of unknown outcome, nobody could have granted a token 6 on m1.
+    let mut h = Builder::new();
+    h.op(part("m2", "a", 0, 1), 0, 10, granted(4));
+    h.op(part("m0", "a", 0, 1), 0, 10, granted(4));
+    h.event("m2", 4, Acquired, "a");
+    h.event("m0", 4, Acquired, "a");
+    h.op(part(Y, "a", 0, 3), 50, 60, granted(6));
+    h.op(part("m2", "a", 0, 3), 50, 60, granted(4));
+    assert!(kinds(&h.check()).contains(&"partial_grant"));
+}
+
 #[test]
 fn a_wait_admitted_in_some_of_its_rooms_only_is_partial() {
     let mut h = admitted_together();
