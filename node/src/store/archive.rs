@@ -12,8 +12,9 @@
 //! copy of the old state reads it. A write that fails stops the node: the state must never
 //! answer from a partial archive.
 //!
-//! Writes are made durable within [`FLUSH_EVERY`] of the first one not yet durable, or at once
-//! by the writer past [`FLUSH_BYTES`]: sled counts an IO buffer handed to `sync_file_range`
+//! Once a snapshot names a generation (before, a start discards the archive unopened), writes
+//! are made durable within [`FLUSH_EVERY`] of the first one not yet durable, sooner past
+//! [`FLUSH_SOON`] bytes, and by the writer itself past [`FLUSH_BYTES`]: sled counts an IO buffer handed to `sync_file_range`
 //! as stable and may reuse what it relocated from, so a power cut that keeps later unsynced
 //! writes without earlier ones left a database sled's recovery panicked on or read without
 //! entries flushed before (an experiment on the power nemesis's disk, reordering cuts of a
@@ -22,9 +23,9 @@
 
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::lease::archive::{tagged, tagged_range, Archive, Space, Visit};
 
@@ -39,8 +40,12 @@ const GENERATION: &str = "generation.";
 /// after the first write since its last sync.
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
 
-/// Bytes written and not yet durable at which the writer syncs them itself.
-const FLUSH_BYTES: u64 = 1 << 20;
+/// Bytes written and not yet durable at which the flusher syncs them without waiting.
+const FLUSH_SOON: u64 = 512 << 10;
+
+/// Bytes written and not yet durable at which the writer syncs them itself (in apply: only
+/// when writes outrun the flusher, as an installed snapshot's copy can).
+const FLUSH_BYTES: u64 = 2 << 20;
 
 /// What sled writes for a removal, about (a frame and the key).
 const REMOVAL_BYTES: u64 = 64;
@@ -58,9 +63,13 @@ struct Durability {
     /// sled's data file, and where it writes its largest values: synced by [`Archives::flush`].
     data: std::fs::File,
     blobs: std::path::PathBuf,
+    /// Whether writes are synced as they come: once a snapshot names a generation.
+    on: AtomicBool,
     /// Bytes written since the last sync began, about.
     unsynced: AtomicU64,
-    /// The thread that syncs within [`FLUSH_EVERY`] of a write.
+    /// How long the flusher lets writes gather ([`FLUSH_EVERY`]).
+    every: Duration,
+    /// The thread that syncs within `every` of a write.
     flusher: OnceLock<std::thread::Thread>,
 }
 
@@ -84,9 +93,11 @@ impl Generation {
         self.tree.doomed.store(doomed, Ordering::Relaxed);
     }
 
-    /// A snapshot file kept names this generation: it stays on disk.
+    /// A snapshot file kept names this generation: it stays on disk, and from now on the
+    /// archive must open after any crash.
     pub(crate) fn named_by_snapshot(&self) {
         self.set_doomed(false);
+        self.tree.durable.on.store(true, Ordering::Release);
     }
 
     /// A newer generation replaced this one: it goes once nothing reads it.
@@ -98,6 +109,10 @@ impl Generation {
 impl Archives {
     /// Opens (or creates) the archive database in `dir`.
     pub fn open(dir: &Path) -> anyhow::Result<Archives> {
+        Archives::open_syncing_every(dir, FLUSH_EVERY)
+    }
+
+    fn open_syncing_every(dir: &Path, every: Duration) -> anyhow::Result<Archives> {
         // sled's own segments (512 KiB): each IO buffer it keeps is one (8 MiB ones, as the
         // log's, stayed resident by the handful). Values over a quarter of one go to `blobs/`,
         // which `flush` syncs.
@@ -107,7 +122,9 @@ impl Archives {
             db: db.clone(),
             data: std::fs::File::open(dir.join("db"))?,
             blobs: dir.join("blobs"),
+            on: AtomicBool::new(false),
             unsynced: AtomicU64::new(0),
+            every,
             flusher: OnceLock::new(),
         });
         Durability::spawn_flusher(&durable)?;
@@ -156,6 +173,7 @@ impl Archives {
             Archives::numbers(&self.db).contains(&number),
             "the snapshot reads archive generation {number}, which the archive does not hold"
         );
+        self.durable.on.store(true, Ordering::Release);
         self.generation(number, false)
     }
 
@@ -177,6 +195,7 @@ impl Archives {
         for number in Archives::numbers(&self.db) {
             if number != keep {
                 self.db.drop_tree(format!("{GENERATION}{number}"))?;
+                self.durable.wrote(REMOVAL_BYTES);
             }
         }
         Ok(())
@@ -189,38 +208,52 @@ impl Archives {
 }
 
 impl Durability {
-    /// Starts the thread that syncs within [`FLUSH_EVERY`] of a write; it ends when the
-    /// archive is dropped.
+    /// Starts the thread that syncs within `every` of a write (sooner past [`FLUSH_SOON`]);
+    /// it ends when the archive is dropped.
     fn spawn_flusher(durable: &Arc<Durability>) -> anyhow::Result<()> {
         let weak = Arc::downgrade(durable);
+        let every = durable.every;
         let handle = std::thread::Builder::new()
             .name("archive-flush".into())
             .spawn(move || loop {
                 // Woken by the first write since the last sync (or by the archive's drop).
                 std::thread::park();
-                std::thread::sleep(FLUSH_EVERY);
-                let Some(durable) = weak.upgrade() else {
-                    return;
-                };
-                if durable.unsynced.load(Ordering::Relaxed) > 0 {
-                    if let Err(error) = durable.flush() {
-                        fatal(error);
+                let deadline = Instant::now() + every;
+                loop {
+                    let Some(durable) = weak.upgrade() else {
+                        return;
+                    };
+                    let unsynced = durable.unsynced.load(Ordering::Acquire);
+                    let now = Instant::now();
+                    if now >= deadline || unsynced >= FLUSH_SOON {
+                        if unsynced > 0 {
+                            if let Err(error) = durable.flush() {
+                                fatal(error);
+                            }
+                        }
+                        break;
                     }
+                    drop(durable);
+                    std::thread::park_timeout(deadline - now);
                 }
             })?;
         let _ = durable.flusher.set(handle.thread().clone());
         Ok(())
     }
 
-    /// Counts `bytes` written: the first since a sync wakes the flusher; past [`FLUSH_BYTES`]
-    /// the writer syncs them itself.
+    /// Counts `bytes` written: the first since a sync, and the one past [`FLUSH_SOON`], wake
+    /// the flusher; past [`FLUSH_BYTES`] the writer syncs them itself.
     fn wrote(&self, bytes: u64) {
-        let before = self.unsynced.fetch_add(bytes, Ordering::Relaxed);
-        if before + bytes >= FLUSH_BYTES {
+        if !self.on.load(Ordering::Acquire) {
+            return;
+        }
+        let before = self.unsynced.fetch_add(bytes, Ordering::AcqRel);
+        let after = before + bytes;
+        if after >= FLUSH_BYTES {
             if let Err(error) = self.flush() {
                 fatal(error);
             }
-        } else if before == 0 {
+        } else if before == 0 || (before < FLUSH_SOON && after >= FLUSH_SOON) {
             if let Some(flusher) = self.flusher.get() {
                 flusher.unpark();
             }
@@ -232,21 +265,26 @@ impl Durability {
     /// never syncs) and of their directory.
     fn flush(&self) -> anyhow::Result<()> {
         // Writes from here on are the next sync's.
-        self.unsynced.store(0, Ordering::Relaxed);
+        self.unsynced.swap(0, Ordering::AcqRel);
         super::flush_sled(&self.db)?;
         self.data.sync_data()?;
-        if self.blobs.exists() {
-            for blob in std::fs::read_dir(&self.blobs)? {
-                match std::fs::File::open(blob?.path()) {
-                    Ok(file) => file.sync_data()?,
-                    // Removed meanwhile: a value sled no longer holds.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e.into()),
-                }
+        let blobs = match std::fs::read_dir(&self.blobs) {
+            // None yet (or the directory removed under a stopping node).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            blobs => blobs?,
+        };
+        for blob in blobs {
+            match std::fs::File::open(blob?.path()) {
+                Ok(file) => file.sync_data()?,
+                // Removed meanwhile: a value sled no longer holds.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
             }
-            crate::store::sync_dir(&self.blobs)?;
         }
-        Ok(())
+        match crate::store::sync_dir(&self.blobs) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            synced => Ok(synced?),
+        }
     }
 }
 
@@ -332,6 +370,7 @@ impl Drop for SledArchive {
         if let Err(error) = self.db.drop_tree(&self.name) {
             tracing::warn!(%error, tree = %self.name, "an old archive was not removed");
         }
+        self.durable.wrote(REMOVAL_BYTES);
     }
 }
 
@@ -340,29 +379,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writes_are_synced_by_the_writer_past_the_bound_and_by_the_flusher_below_it() {
+    fn writes_are_synced_once_named_soon_past_a_bound_and_by_the_writer_past_another() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let archives = Archives::open(&dir.path().join("archive")).expect("opens");
-        let archive = archives.fresh().expect("fresh").archive();
-        let unsynced = || archives.durable.unsynced.load(Ordering::Relaxed);
+        // A flusher that waits an hour unless the writes pass FLUSH_SOON.
+        let archives =
+            Archives::open_syncing_every(&dir.path().join("archive"), Duration::from_secs(3600))
+                .expect("opens");
+        let generation = archives.fresh().expect("fresh");
+        let archive = generation.archive();
+        let unsynced = || archives.durable.unsynced.load(Ordering::Acquire);
         let chunk = vec![7u8; 64 << 10];
-        for k in 0u32..15 {
-            archive.insert(Space::Events, &k.to_be_bytes(), &chunk);
+        let mut key = 0u32;
+        let mut insert = |archive: &Arc<dyn Archive>| {
+            key += 1;
+            archive.insert(Space::Events, &key.to_be_bytes(), &chunk);
+        };
+        insert(&archive);
+        assert_eq!(
+            unsynced(),
+            0,
+            "not counted before a snapshot names a generation"
+        );
+        generation.named_by_snapshot();
+        for _ in 0..4 {
+            insert(&archive);
         }
         assert!(
-            unsynced() >= 15 * (64 << 10),
-            "below the bound: not synced inline"
+            unsynced() >= 4 * (64 << 10),
+            "below FLUSH_SOON: the flusher waits"
         );
-        archive.insert(Space::Events, &15u32.to_be_bytes(), &chunk);
-        assert_eq!(unsynced(), 0, "the write that reached the bound synced");
-        // A small write is the flusher's: it syncs within FLUSH_EVERY.
-        archive.insert(Space::Events, b"small", b"1");
-        assert!(unsynced() > 0);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        // Past FLUSH_SOON the flusher syncs without waiting out its hour.
+        for _ in 0..4 {
+            insert(&archive);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
         while unsynced() > 0 {
-            assert!(std::time::Instant::now() < deadline, "never synced");
+            assert!(Instant::now() < deadline, "the flusher never synced");
             std::thread::yield_now();
         }
+        // Past FLUSH_BYTES the writer syncs before its write returns.
+        archives.durable.wrote(FLUSH_BYTES);
+        assert_eq!(unsynced(), 0);
     }
 
     #[test]
