@@ -2,8 +2,9 @@
 //! cluster recorded (every resource's history, read after the run, once every wait ended):
 //!
 //! * `partial_grant`: an `AcquireMany` answered granted got a lease on every resource it
-//!   named, all with one token (or each the one the holder already had, before rules 3: told
-//!   granted before, or maybe granted to an earlier call of unknown outcome); the rooms one entry
+//!   named, all with one token (or, before the raise to rules 3, each the one the holder
+//!   already had: told granted before, or granted to an earlier call of unknown outcome as
+//!   the cluster recorded); the rooms one entry
 //!   granted one holder at once are exactly the rooms one of that holder's calls named; and a
 //!   wait, tied to its queuing entry by replaying each room's queue, was queued in exactly one
 //!   call's rooms and admitted in all of them or none;
@@ -29,6 +30,7 @@ use super::retention::Retention;
 use super::waiting::{acquires_granted, anomaly};
 use super::Anomaly;
 use crate::history::{Call, Event, EventKind, History, Nanos, Op, Outcome, Value};
+use crate::nemesis::RAISED;
 
 /// What the `AcquireMany` calls of a run came to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -41,6 +43,25 @@ pub struct ManyStats {
     /// Waits queued on these resources, and how many of them ended.
     pub queued: usize,
     pub ended: usize,
+}
+
+/// The rules version from which an `AcquireMany` answers only one grant's leases again.
+const ONE_GRANT_RULES: u32 = 3;
+
+/// Whether the cluster's record has `holder` granted `resource` by entry `token`, or cannot
+/// tell (the history was not read, or retention may have dropped that entry's events).
+fn recorded_grant(history: &History, resource: &str, holder: &str, token: u64) -> bool {
+    let Some(events) = history.events.get(resource) else {
+        return true;
+    };
+    if token <= Retention::of(history).floor(events) {
+        return true;
+    }
+    events.iter().any(|e| {
+        e.revision == token
+            && e.holder == holder
+            && matches!(e.kind, EventKind::Acquired | EventKind::Admitted)
+    })
 }
 
 pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
@@ -60,6 +81,11 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
     for (grant, op) in acquires_granted(history) {
         granted_by.entry(grant).or_default().push(op.id);
     }
+    // From the raise to rules 3 on, the same claims again answer only one grant's leases.
+    let one_grant_from = history.nemesis.iter().find_map(|e| {
+        let to: u32 = e.detail.strip_prefix(RAISED)?.trim().parse().ok()?;
+        (to >= ONE_GRANT_RULES).then_some(e.end_ns.unwrap_or(e.start_ns))
+    });
     // The acquires whose outcome is unknown, by (resource, holder): any may have been granted
     // after its client gave up, with a token nobody was told.
     let mut unknown: HashMap<(&str, &str), Vec<&Op>> = HashMap::new();
@@ -104,24 +130,28 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
         if granted > 0 {
             stats.granted += 1;
         }
-        // Several tokens are right only when every lease was already the holder's (before
-        // rules 3 the same claims again answer the leases the holder has, each with its own
-        // token): told to another of its calls, or maybe granted to an earlier one of unknown
-        // outcome that named the resource.
+        // Several tokens are right only before rules 3, and only when every lease was already
+        // the holder's (the same claims again answered the leases the holder had, each with
+        // its own token): told to another of its calls, or granted to an earlier one of
+        // unknown outcome that named the resource, as the cluster recorded (or may have, where
+        // its record cannot tell).
         let held_before = |op: &&Op| match &op.outcome {
             Outcome::Ok {
                 value: Value::Granted { token, .. },
             } => {
+                let resource = op.call.resource();
                 granted_by
-                    .get(&(op.call.resource(), holder, *token))
+                    .get(&(resource, holder, *token))
                     .is_some_and(|ids| ids.iter().any(|id| *id != op.id))
-                    || unknown
-                        .get(&(op.call.resource(), holder))
-                        .is_some_and(|ops| ops.iter().any(|u| u.invoke_ns < op.complete_ns))
+                    || unknown.get(&(resource, holder)).is_some_and(|ops| {
+                        ops.iter().any(|u| u.invoke_ns < op.complete_ns)
+                            && recorded_grant(history, resource, holder, *token)
+                    })
             }
             _ => false,
         };
-        let mixed = tokens.len() > 1 && !parts.iter().all(held_before);
+        let one_grant_rule = one_grant_from.is_some_and(|raised| parts[0].invoke_ns > raised);
+        let mixed = tokens.len() > 1 && (one_grant_rule || !parts.iter().all(held_before));
         if granted > 0 && (granted < parts.len() || mixed) {
             out.push(anomaly(
                 "partial_grant",
