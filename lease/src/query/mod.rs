@@ -209,7 +209,9 @@ impl State {
         let live = rs.map(|rs| rs.leases.as_slice()).unwrap_or_default();
         ResourceView {
             name: name.to_string(),
-            policy: self.policy_of(name).clone(),
+            policy: rs
+                .map_or(&self.default_policy, |rs| self.policy_in(rs))
+                .clone(),
             leases: self.leases_shown(name, live, usize::MAX),
             lease_count: live.len(),
             units_in_use: live.iter().fold(0, |sum, l| sum.saturating_add(l.units)),

@@ -25,16 +25,17 @@ pub async fn run(node: Arc<Node>, mut stop: watch::Receiver<bool>) {
     node.peers.announce_cluster_rules(announced);
     let mut every = tokio::time::interval(LOOK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Raft's metrics change with every entry applied: a raise is announced to the peers on
-    // the next call after it applies here (the leader's heartbeats carry it to followers
-    // that have not applied it yet, `Node::gate`), not up to a look later.
-    let mut applied = node.raft.metrics();
+    // A raise is announced to the peers on the next call after it applies here (the
+    // leader's heartbeats carry it to followers that have not applied it yet, `Node::gate`),
+    // not up to a look later. Woken only by a change of version: Raft's metrics, which change
+    // with every round, would wake this on every read.
+    let mut applied = node.sm.subscribe_rules();
     loop {
         let look = tokio::select! {
             _ = every.tick() => true,
             changed = applied.changed() => {
                 if changed.is_err() {
-                    // Raft has stopped: nothing more applies here.
+                    // The state machine is gone: nothing more applies here.
                     return;
                 }
                 false

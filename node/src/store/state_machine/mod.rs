@@ -59,6 +59,8 @@ pub struct Shared {
     /// The applied state's rules version, kept by apply and install: read on every write
     /// (`Node::gate`) without the state's lock.
     rules: AtomicU32,
+    /// The same, for what waits for it to change (`coord::rules`): fires only when it does.
+    rules_changed: watch::Sender<u32>,
     /// Why this node stopped applying (an entry or snapshot above its rules), if it did.
     halted: Mutex<Option<String>>,
     /// Where states keep what they remember but seldom read (on disk); None: on the heap.
@@ -94,6 +96,20 @@ impl Shared {
     /// The rules version of the applied state.
     pub fn rules(&self) -> u32 {
         self.rules.load(Ordering::Acquire)
+    }
+
+    /// Fires when the applied state's rules version changes.
+    pub fn subscribe_rules(&self) -> watch::Receiver<u32> {
+        self.rules_changed.subscribe()
+    }
+
+    fn set_rules(&self, rules: u32) {
+        self.rules.store(rules, Ordering::Release);
+        self.rules_changed.send_if_modified(|was| {
+            let changed = *was != rules;
+            *was = rules;
+            changed
+        });
     }
 
     /// The highest rules version this node applies.
@@ -138,7 +154,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        self.rules.store(applied.state.rules(), Ordering::Release);
+        self.set_rules(applied.state.rules());
         *current = applied;
         self.notify.reset();
         drop(current);
@@ -273,6 +289,7 @@ impl StateMachineStore {
         let (applied_index, _) = watch::channel(index);
         let shared = Shared {
             rules: AtomicU32::new(applied.state.rules()),
+            rules_changed: watch::channel(applied.state.rules()).0,
             applied: lock::Guarded::new(applied),
             current: Mutex::new(current),
             snapshot_dir,
@@ -376,7 +393,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 replies.push((responder, reply));
             }
             self.shared.notify.publish(effects);
-            (self.shared.rules).store(applied.state.rules(), Ordering::Release);
+            self.shared.set_rules(applied.state.rules());
             applied.last_applied.map_or(0, |id| id.index)
         };
         self.shared.applied_index.send_replace(index);

@@ -101,6 +101,27 @@ async fn a_node_stops_at_an_entry_of_rules_above_its_own() {
 }
 
 /// SPEC §4.26: data written under rules above a node's range is refused at start, naming both.
+/// `coord::rules` announces a raise as soon as it applies, and wakes for nothing else.
+#[tokio::test]
+async fn the_rules_watch_fires_on_a_raise_only() {
+    use crate::lease::Op;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut sm = StateMachineStore::open_with_rules(dir.path().to_path_buf(), Arc::default(), 3)
+        .expect("open");
+    let mut rules = sm.shared.subscribe_rules();
+    apply_all(
+        &mut sm,
+        vec![own_entry(1, Op::Tick), own_entry(2, Op::Tick)],
+    )
+    .await;
+    assert!(!rules.has_changed().expect("open"), "no change of version");
+    apply_all(&mut sm, vec![own_entry(3, Op::RaiseRules { to: 3 })]).await;
+    assert!(rules.has_changed().expect("open"));
+    assert_eq!(*rules.borrow_and_update(), 3);
+    apply_all(&mut sm, vec![own_entry(4, Op::Tick)]).await;
+    assert!(!rules.has_changed().expect("open"));
+}
+
 #[test]
 fn a_node_refuses_to_start_on_a_snapshot_of_higher_rules() {
     let dir = tempfile::tempdir().expect("dir");
