@@ -48,20 +48,41 @@ pub struct ManyStats {
 /// The rules version from which an `AcquireMany` answers only one grant's leases again.
 const ONE_GRANT_RULES: u32 = 3;
 
-/// Whether the cluster's record has `holder` granted `resource` by entry `token`, or cannot
-/// tell (the history was not read, or retention may have dropped that entry's events).
-fn recorded_grant(history: &History, resource: &str, holder: &str, token: u64) -> bool {
-    let Some(events) = history.events.get(resource) else {
-        return true;
-    };
-    if token <= Retention::of(history).floor(events) {
-        return true;
+/// Whether the cluster's record has entry `token` granting `holder` exactly the rooms `named`
+/// (one call's), or cannot tell (a room's history was not read, or retention may have
+/// dropped that entry's events).
+fn recorded_grant(history: &History, named: &BTreeSet<&str>, holder: &str, token: u64) -> bool {
+    let retention = Retention::of(history);
+    for room in named {
+        match history.events.get(*room) {
+            Some(events) if token > retention.floor(events) => {}
+            _ => return true,
+        }
     }
-    events.iter().any(|e| {
-        e.revision == token
-            && e.holder == holder
-            && matches!(e.kind, EventKind::Acquired | EventKind::Admitted)
-    })
+    let granted: BTreeSet<&str> = history
+        .events
+        .iter()
+        .filter(|(_, events)| {
+            events.iter().any(|e| {
+                e.revision == token
+                    && e.holder == holder
+                    && matches!(e.kind, EventKind::Acquired | EventKind::Admitted)
+            })
+        })
+        .map(|(room, _)| room.as_str())
+        .collect();
+    granted == *named
+}
+
+/// The rooms the call `op` is part of named (its own, for a single acquire).
+fn named_by<'a>(calls: &BTreeMap<u64, Vec<&'a Op>>, op: &'a Op) -> BTreeSet<&'a str> {
+    match &op.call {
+        Call::Acquire { many, .. } if *many != 0 => calls
+            .get(many)
+            .map(|parts| parts.iter().map(|p| p.call.resource()).collect())
+            .unwrap_or_default(),
+        call => BTreeSet::from([call.resource()]),
+    }
 }
 
 pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
@@ -144,8 +165,10 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, ManyStats) {
                     .get(&(resource, holder, *token))
                     .is_some_and(|ids| ids.iter().any(|id| *id != op.id))
                     || unknown.get(&(resource, holder)).is_some_and(|ops| {
-                        ops.iter().any(|u| u.invoke_ns < op.complete_ns)
-                            && recorded_grant(history, resource, holder, *token)
+                        ops.iter().any(|u| {
+                            u.invoke_ns < op.complete_ns
+                                && recorded_grant(history, &named_by(&calls, u), holder, *token)
+                        })
                     })
             }
             _ => false,

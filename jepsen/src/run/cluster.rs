@@ -21,6 +21,33 @@ pub(super) async fn wait_for_leader(per_node: &[Client], timeout: Duration) -> O
     None
 }
 
+/// The rules version a cluster of this build runs once its leader has raised it to the
+/// highest every member applies (spec §4.26: at once, in a new cluster), waited for up to
+/// `timeout`: None if no node showed it by then.
+pub(super) async fn wait_for_rules(per_node: &[Client], timeout: Duration) -> Option<u32> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        for client in per_node {
+            let Ok(status) = client
+                .with_timeout(Duration::from_millis(500))
+                .node_status(0)
+                .await
+            else {
+                continue;
+            };
+            let highest = status
+                .rules_range
+                .split_once('-')
+                .and_then(|(_, max)| max.parse::<u32>().ok());
+            if highest.is_some_and(|max| status.rules_version >= max) {
+                return Some(status.rules_version);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 /// Records every change of the leader most nodes name.
 pub(super) async fn observe_leaders(
     per_node: Vec<Client>,

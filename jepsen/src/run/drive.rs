@@ -9,7 +9,9 @@ use std::time::Duration;
 use tenure_client::Client;
 use tokio::time::Instant;
 
-use super::cluster::{converged, observe_leaders, register, set_quotas, wait_for_leader};
+use super::cluster::{
+    converged, observe_leaders, register, set_quotas, wait_for_leader, wait_for_rules,
+};
 use super::TestOptions;
 use crate::history::{now_ns, History, Mode};
 use crate::hosts::Hosts;
@@ -61,6 +63,23 @@ pub(super) async fn drive(
                      `cargo build -p tenure-node --features fault-injection --bin tenured`"
                     )
                 })?;
+        }
+    }
+
+    // A cluster of this build alone raises its rules at once: the clients start after it, and
+    // the history says from when (the checkers hold later calls to that version's rules).
+    // With the upgrade nemesis the raise is its own event, late in the run.
+    let mut rules_events = Vec::new();
+    if !options.faults.contains(&Fault::Upgrade) {
+        match wait_for_rules(&per_node, Duration::from_secs(30)).await {
+            Some(rules) => rules_events.push(crate::history::NemesisEvent {
+                kind: "rules".into(),
+                detail: format!("{} {rules}", crate::nemesis::RAISED),
+                start_ns: now_ns(),
+                end_ns: None,
+                power: None,
+            }),
+            None => tracing::warn!("no node showed the rules raised within 30 s"),
         }
     }
 
@@ -155,7 +174,8 @@ pub(super) async fn drive(
     };
     let _ = interrupt_tx.send(interrupted);
     // The nemesis heals every fault before it returns.
-    let nemesis_events = nemesis.await.unwrap_or_default();
+    let mut nemesis_events = rules_events;
+    nemesis_events.extend(nemesis.await.unwrap_or_default());
     anyhow::ensure!(!interrupted, "interrupted; hosts and nodes are torn down");
 
     // After healing: every node's linearizable read, then progress.

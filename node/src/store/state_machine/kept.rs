@@ -50,10 +50,11 @@ impl Shared {
             return Ok(());
         }
         if let (Some(reads), Some(archives)) = (&reads, &self.archives) {
-            archives.flush()?;
-            written.generation = Some(reads.generation.number);
+            // Before the flush: apply's writes from here on are synced as they come.
             // Before the file may be named: a generation a file names never goes.
             reads.generation.named_by_snapshot();
+            archives.flush()?;
+            written.generation = Some(reads.generation.number);
         }
         let meta = written.meta.clone();
         let bytes = written.bytes;

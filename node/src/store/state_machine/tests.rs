@@ -100,7 +100,6 @@ async fn a_node_stops_at_an_entry_of_rules_above_its_own() {
     assert!(sm.shared.halted().is_some());
 }
 
-/// SPEC §4.26: data written under rules above a node's range is refused at start, naming both.
 /// `coord::rules` announces a raise as soon as it applies, and wakes for nothing else.
 #[tokio::test]
 async fn the_rules_watch_fires_on_a_raise_only() {
@@ -122,6 +121,7 @@ async fn the_rules_watch_fires_on_a_raise_only() {
     assert!(!rules.has_changed().expect("open"));
 }
 
+/// SPEC §4.26: data written under rules above a node's range is refused at start, naming both.
 #[test]
 fn a_node_refuses_to_start_on_a_snapshot_of_higher_rules() {
     let dir = tempfile::tempdir().expect("dir");
