@@ -8,10 +8,11 @@
 mod build;
 mod kept;
 mod lock;
+mod rules;
 
 use std::io::SeekFrom;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use futures::{Stream, StreamExt};
@@ -27,6 +28,7 @@ use super::{EntryPayload, LogId, StorageStats, StoredMembership, TypeConfig};
 use crate::lease::machine::Forgotten;
 use crate::lease::{self, EntryMeta, LeaderKey, Reply, State};
 use kept::{remove_strays, Kept, Reads};
+pub use rules::above_rules;
 
 type Membership = StoredMembership;
 
@@ -93,51 +95,6 @@ impl Shared {
         self.applied.write()
     }
 
-    /// The rules version of the applied state.
-    pub fn rules(&self) -> u32 {
-        self.rules.load(Ordering::Acquire)
-    }
-
-    /// Fires when the applied state's rules version changes.
-    pub fn subscribe_rules(&self) -> watch::Receiver<u32> {
-        self.rules_changed.subscribe()
-    }
-
-    fn set_rules(&self, rules: u32) {
-        self.rules.store(rules, Ordering::Release);
-        self.rules_changed.send_if_modified(|was| {
-            let changed = *was != rules;
-            *was = rules;
-            changed
-        });
-    }
-
-    /// The highest rules version this node applies.
-    pub fn max_rules(&self) -> u32 {
-        self.max_rules
-    }
-
-    /// Why this node stopped applying, if it did (health and `Cluster.Status` say so).
-    pub fn halted(&self) -> Option<String> {
-        self.halted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Stops this node's applying for `why`: logged, remembered, and returned as the error
-    /// that stops openraft (it never applies past what it cannot read).
-    pub fn halt(&self, why: String) -> std::io::Error {
-        tracing::error!("{why}");
-        *self.halted.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
-        std::io::Error::other(why)
-    }
-
-    /// A state (from a snapshot) whose rules are above this node's: why it cannot use it.
-    fn above_own_rules(&self, state: &State, what: &str) -> Option<String> {
-        (state.rules() > self.max_rules).then(|| above_rules(what, state.rules(), self.max_rules))
-    }
-
     /// Fires with the applied index after every applied batch.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied_index.subscribe()
@@ -169,18 +126,6 @@ pub struct StateMachineStore {
 
 fn sm_err(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
-}
-
-/// Why a node of rules up to `max` does not apply `what`, written under rules `rules`.
-pub fn above_rules(what: &str, rules: u32, max: u32) -> String {
-    format!(
-        "{what} is of rules version {rules}, and this node applies rules up to {max} ({}): run a release that supports rules {rules} (the data cannot go back to an older one)",
-        if max < crate::rules::RELEASE.max {
-            format!("--max-rules {max}")
-        } else {
-            format!("release {}", env!("CARGO_PKG_VERSION"))
-        }
-    )
 }
 
 impl StateMachineStore {
