@@ -252,7 +252,8 @@ impl State {
     }
 
     /// What the holder already has among the claims: every one held as asked, by one grant
-    /// (rules 3), answers those leases again; this same multi-wait answers its places again (a retried or re-sent call).
+    /// (rules 3), answers those leases again; this same multi-wait answers its places again
+    /// (a retried or re-sent call).
     fn already_many(
         &self,
         ctx: &Ctx<'_>,
