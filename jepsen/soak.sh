@@ -12,9 +12,12 @@
 # should grow. `lock` runs acquire + release cycles on fresh names: what grows is the
 # history (bounded by events and bytes) and the exactly-once records (10 minutes of request
 # ids, SPEC §5). Prints one line per sample (seconds; the system; per node RSS MiB and data
-# MiB; the exactly-once MiB node 1 counts, Tenure only) and writes them to OUT/soak.tsv; the
-# bench's table ends with each system's throughput minute by minute (OUT/results.md). A
-# minute before Tenure's load ends, node 1 builds a snapshot: its cost goes to OUT/snapshot.txt.
+# MiB; the exactly-once MiB node 1 counts, Tenure only; the three servers' CPU seconds so far)
+# and writes them to OUT/soak.tsv; the bench's table ends with each system's throughput
+# minute by minute (OUT/results.md), and a last line gives the servers' CPU per 1,000 ops in
+# minutes 2–5 and in the last five (what the work cost, apart from how much of the machine
+# it was given). A minute before Tenure's load ends, node 1 builds a snapshot: its cost goes
+# to OUT/snapshot.txt.
 # With etcd in SYSTEMS, jepsen/bench.sh installs and builds what etcd needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +43,7 @@ target/release/tenure-jepsen bench --systems "$systems" --workloads "$workload" 
 bench=$!
 trap 'kill $bench 2>/dev/null || true' INT TERM
 
-printf 't_s\tsystem\tn1_rss_mib\tn2_rss_mib\tn3_rss_mib\tn1_disk_mib\tn2_disk_mib\tn3_disk_mib\tn1_exactly_once_mib\n' | tee "$out/soak.tsv"
+printf 't_s\tsystem\tn1_rss_mib\tn2_rss_mib\tn3_rss_mib\tn1_disk_mib\tn2_disk_mib\tn3_disk_mib\tn1_exactly_once_mib\tcpu_s\n' | tee "$out/soak.tsv"
 # The exactly-once bytes node 1 counts (every bench client is the admin `anonymous`, so its
 # usage is the whole table), from `tenure cluster status` at the node's own address.
 exactly_once() {
@@ -82,9 +85,12 @@ while kill -0 "$bench" 2>/dev/null; do
     fi
   done
   if [ -z "$system" ]; then sleep 1; continue; fi
-  rss="" disk=""
+  rss="" disk="" ticks=0
   for n in 1 2 3; do
     pid=$(pgrep -f -- "--data-dir $data/n$n( |$)" | head -1 || true)
+    # utime + stime of the whole process (threads that ended included), in clock ticks.
+    t=$( [ -n "$pid" ] && awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+    ticks=$(( ticks + ${t:-0} ))
     kib=$( [ -n "$pid" ] && awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
     bytes=$( [ -d "$data/n$n" ] && du -sb "$data/n$n" 2>/dev/null | cut -f1 || echo 0)
     rss+=$'\t'"$(( ${kib:-0} / 1024 ))"
@@ -99,9 +105,48 @@ while kill -0 "$bench" 2>/dev/null; do
       snapshotted=yes
     fi
   fi
-  printf '%s\t%s%s%s\t%s\n' "$row" "$system" "$rss" "$disk" "$eo" | tee -a "$out/soak.tsv"
+  cpu=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz}')
+  printf '%s\t%s%s%s\t%s\t%s\n' "$row" "$system" "$rss" "$disk" "$eo" "$cpu" | tee -a "$out/soak.tsv"
   sleep "$every"
 done
 wait "$bench" || { echo "the load failed: $out/bench.log" >&2; exit 1; }
 grep -E '^\| (tenure|etcd|renew|lock|contended|read|acquire) ' "$out/results.md" || true
+# The servers' CPU per 1,000 ops in minutes 2–5 and in the last five: what a slower minute
+# cost the servers, apart from how much of the machine they were given in it. Each system's
+# time counts from its first sample (its cluster's start, within a second of its load's).
+python3 - "$out" <<'PY' || true
+import json, sys
+out = sys.argv[1]
+rows = {}
+for line in open(f"{out}/soak.tsv").read().splitlines()[1:]:
+    f = line.split("\t")
+    if len(f) >= 10:
+        rows.setdefault(f[1], []).append((int(f[0]), float(f[9])))
+def cpu_at(samples, t):
+    for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+        if t0 <= t <= t1:
+            return c0 + (c1 - c0) * (t - t0) / max(t1 - t0, 1)
+    return None
+for cell in json.load(open(f"{out}/results.json"))["cells"]:
+    system, minutes = cell["system"], cell.get("per_minute_ops_per_s") or []
+    samples = rows.get(system, [])
+    if len(minutes) < 10 or len(samples) < 2:
+        continue
+    origin = samples[0][0]
+    # A sample taken as the cluster stopped reads less than the one before: left out.
+    kept = []
+    for t, c in samples:
+        if not kept or c >= kept[-1][1]:
+            kept.append((t - origin, c))
+    def ops_between(a, b):
+        return sum(rate * max(0, min(b, 60 * (i + 1)) - max(a, 60 * i)) for i, rate in enumerate(minutes))
+    def per_1k(a, b):
+        b = min(b, kept[-1][0])
+        ca, cb, ops = cpu_at(kept, a), cpu_at(kept, b), ops_between(a, b)
+        return None if ca is None or cb is None or ops == 0 else 1000 * (cb - ca) / ops
+    n = len(minutes)
+    early, late = per_1k(60, 300), per_1k((n - 5) * 60, n * 60)
+    if early and late:
+        print(f"{system}: servers' CPU s per 1k ops, minutes 2–5 {early:.3f}, minutes {n - 4}–{n} {late:.3f} ({100 * late / early:.0f} %)")
+PY
 echo "samples: $out/soak.tsv"

@@ -19,11 +19,10 @@ use std::time::Duration;
 use tenure_node::lease::encoding::{
     decode_state, decode_state_in, encode_state_into, encode_state_own,
 };
-use tenure_node::lease::{apply, AcquireOp, Mode, Op, ReleaseOp, Reply, State};
 
 mod common;
 
-use common::{entry, resident_bytes};
+use common::{lock_cycle, on_disk, resident_bytes};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -44,41 +43,11 @@ fn main() -> anyhow::Result<()> {
         None => 1_000_000,
     };
     let dir = tempfile::tempdir()?;
-    let archives = tenure_node::store::archive::Archives::open(&dir.path().join("archive"))?;
-    let mut state = State::default().with_rules(3);
-    let generation = archives.fresh()?;
-    state.move_into_archive(generation.archive());
+    let (archives, generation, mut state) = on_disk(dir.path())?;
     let started = thread_cpu()?;
     let mut index = 0;
     for n in 0..cycles {
-        let resource = format!("soak/{n}");
-        index += 1;
-        let acquire = Op::Acquire(AcquireOp {
-            resource: resource.clone(),
-            holder: "b".into(),
-            ttl_ms: Some(30_000),
-            mode: Mode::Exclusive,
-            units: 0,
-            metadata: Default::default(),
-            idempotency_key: None,
-            wait_ms: None,
-        });
-        let (meta, command) = entry(index, n * 500, Some(format!("a-{n}")), acquire);
-        let reply = apply(&mut state, meta, &command);
-        anyhow::ensure!(
-            matches!(&reply, Reply::Acquire(a) if a.granted),
-            "acquire {n}: {reply:?}"
-        );
-        let token = index;
-        index += 1;
-        let release = Op::Release(ReleaseOp {
-            resource,
-            lease_id: String::new(),
-            holder: "b".into(),
-            fencing_token: token,
-        });
-        let (meta, command) = entry(index, n * 500 + 250, Some(format!("r-{n}")), release);
-        apply(&mut state, meta, &command);
+        index = lock_cycle(&mut state, n, index)?;
     }
     println!(
         "{cycles} lock cycles applied in {:.1} s of CPU: {} exactly-once records ({} MB counted); RSS {} MiB",

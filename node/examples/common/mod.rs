@@ -1,6 +1,10 @@
 //! What the in-process examples share: the entries they apply and the memory they read.
 
-use tenure_node::lease::{Command, EntryMeta, LeaderKey, Op, Proposal, Stamp};
+use tenure_node::lease::{
+    apply, AcquireOp, Command, EntryMeta, LeaderKey, Mode, Op, Proposal, ReleaseOp, Reply, Stamp,
+    State,
+};
+use tenure_node::store::archive::Archives;
 
 /// Resident bytes of this process (`/proc/self/statm`, in pages of 4 KiB).
 pub fn resident_bytes() -> anyhow::Result<u64> {
@@ -34,4 +38,51 @@ pub fn entry(index: u64, at_us: u64, request_id: Option<String>, op: Op) -> (Ent
         node_id: 1,
     };
     (EntryMeta { index, leader }, Command::V1(proposal))
+}
+
+/// Lock cycle `n` of the lock soak's load, applied to `state` after entry `index`: an acquire
+/// of the fresh name `soak/<n>` and its release, each with a fresh `request_id`, 0.25 ms of
+/// lease time apart (2,000 cycles a second). Returns the index of the release.
+#[allow(dead_code)] // not every example runs the soak's load
+pub fn lock_cycle(state: &mut State, n: u64, index: u64) -> anyhow::Result<u64> {
+    let resource = format!("soak/{n}");
+    let acquire = Op::Acquire(AcquireOp {
+        resource: resource.clone(),
+        holder: "b".into(),
+        ttl_ms: Some(30_000),
+        mode: Mode::Exclusive,
+        units: 0,
+        metadata: Default::default(),
+        idempotency_key: None,
+        wait_ms: None,
+    });
+    let token = index + 1;
+    let (meta, command) = entry(token, n * 500, Some(format!("a-{n}")), acquire);
+    let reply = apply(state, meta, &command);
+    anyhow::ensure!(
+        matches!(&reply, Reply::Acquire(a) if a.granted),
+        "acquire {n}: {reply:?}"
+    );
+    let release = Op::Release(ReleaseOp {
+        resource,
+        lease_id: String::new(),
+        holder: "b".into(),
+        fencing_token: token,
+    });
+    let (meta, command) = entry(token + 1, n * 500 + 250, Some(format!("r-{n}")), release);
+    apply(state, meta, &command);
+    Ok(token + 1)
+}
+
+/// A fresh state (rules 3) that keeps its archive where a node does: a sled database under
+/// `dir`, in a generation of its own. The archives and the generation live as long as it.
+#[allow(dead_code)] // not every example keeps an archive on disk
+pub fn on_disk(
+    dir: &std::path::Path,
+) -> anyhow::Result<(Archives, tenure_node::store::archive::Generation, State)> {
+    let archives = Archives::open(&dir.join("archive"))?;
+    let mut state = State::default().with_rules(3);
+    let generation = archives.fresh()?;
+    state.move_into_archive(generation.archive());
+    Ok((archives, generation, state))
 }
