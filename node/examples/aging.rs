@@ -15,7 +15,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{lock_cycle, on_disk, resident_bytes};
+use common::{lock_cycle, on_disk, resident_bytes, thread_cpu};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -25,13 +25,6 @@ const MINUTE: u64 = 120_000;
 
 /// Entries between two cuts: a node's default `--snapshot-every`.
 const CUT_EVERY: u64 = 5_000;
-
-/// CPU time of this thread so far.
-fn thread_cpu() -> anyhow::Result<Duration> {
-    use nix::time::{clock_gettime, ClockId};
-    let t = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)?;
-    Ok(Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
-}
 
 /// Bytes of the files under `dir`.
 fn bytes_under(dir: &std::path::Path) -> u64 {

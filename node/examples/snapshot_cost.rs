@@ -14,7 +14,6 @@
 //! the write runs.
 
 use std::io::BufWriter;
-use std::time::Duration;
 
 use tenure_node::lease::encoding::{
     decode_state, decode_state_in, encode_state_into, encode_state_own,
@@ -22,20 +21,10 @@ use tenure_node::lease::encoding::{
 
 mod common;
 
-use common::{lock_cycle, on_disk, resident_bytes};
+use common::{lock_cycle, on_disk, resident_bytes, thread_cpu};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// CPU time of this thread so far.
-fn thread_cpu() -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat")?;
-    // utime and stime: fields 14 and 15, after the command's closing parenthesis.
-    let after = stat.rsplit_once(')').map(|(_, s)| s).unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    Ok(Duration::from_millis(ticks * 10))
-}
 
 fn main() -> anyhow::Result<()> {
     let cycles: u64 = match std::env::args().nth(1) {

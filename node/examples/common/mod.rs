@@ -17,6 +17,17 @@ pub fn resident_bytes() -> anyhow::Result<u64> {
     Ok(pages * 4096)
 }
 
+/// CPU time of the calling thread so far (nanoseconds, not the 10 ms ticks `/proc` counts).
+#[allow(dead_code)] // not every example times itself
+pub fn thread_cpu() -> anyhow::Result<std::time::Duration> {
+    use nix::time::{clock_gettime, ClockId};
+    let t = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)?;
+    Ok(std::time::Duration::new(
+        t.tv_sec() as u64,
+        t.tv_nsec() as u32,
+    ))
+}
+
 /// Entry `index` with `op`, stamped `at_us` after the run began, of an admin of the token
 /// file, whom quotas do not limit (the benchmarks raise the quotas of `anonymous` instead; a
 /// client stops at its 100,000 leases).
