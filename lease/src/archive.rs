@@ -19,8 +19,11 @@ pub enum Space {
     ExactlyOnce,
     /// Retained events, in chunks in delivery order (`history::log`).
     Events,
-    /// Idle resources (`machine::cold`), by number.
+    /// Idle resources (`machine::cold`), one value a key, by number (rules versions 1 to 3).
     Cold,
+    /// Idle resources in chunks of slots, by chunk number (rules version 4,
+    /// `crate::rules::COLD_CHUNKS`).
+    ColdChunks,
     /// Tests of the archive itself.
     #[cfg(test)]
     Other,
@@ -29,9 +32,14 @@ pub enum Space {
 impl Space {
     /// The space whose tag is `tag` ([`Space::tag`]).
     pub(crate) fn of_tag(tag: u8) -> Option<Space> {
-        [Space::ExactlyOnce, Space::Events, Space::Cold]
-            .into_iter()
-            .find(|space| space.tag() == tag)
+        [
+            Space::ExactlyOnce,
+            Space::Events,
+            Space::Cold,
+            Space::ColdChunks,
+        ]
+        .into_iter()
+        .find(|space| space.tag() == tag)
     }
 
     /// The byte that puts a key in its space, in a store that has one key space (and an
@@ -41,6 +49,7 @@ impl Space {
             Space::ExactlyOnce => 1,
             Space::Events => 3,
             Space::Cold => 4,
+            Space::ColdChunks => 5,
             #[cfg(test)]
             Space::Other => 2,
         }
@@ -155,6 +164,22 @@ pub fn tagged_range(
         Bound::Unbounded => Bound::Excluded(vec![space.tag() + 1]),
     };
     (from, to)
+}
+
+/// Bytes written as one run (not byte by byte, as a slice would be), read back borrowed.
+#[derive(Clone, Copy)]
+pub(crate) struct Bytes<'a>(pub(crate) &'a [u8]);
+
+impl serde::Serialize for Bytes<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Bytes<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <&'a [u8]>::deserialize(deserializer).map(Bytes)
+    }
 }
 
 /// A new, empty archive on the heap (a node that keeps none on disk).

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use crate::archive::{Archive, MemArchive, Space};
+use crate::archive::{Archive, Bytes, MemArchive, Space};
 use crate::dedup::Dedup;
 use crate::machine::{MissingEntry, State, VisitEntry, Wanted};
 
@@ -23,9 +23,13 @@ use crate::machine::{MissingEntry, State, VisitEntry, Wanted};
 /// resources' stubs, the event log's and the exactly-once table's own fields), then each
 /// archive entry it reads as the archive holds it, then an end mark; written once the cluster
 /// runs rules 3 (`machine::live`).
-/// Formats 2 to 8 are still read (2 and 3 without a checksum to check), so a node upgrades in
+/// 10: format 9 with the open chunk of idle resources' values (its slots, as bytes) after the
+/// live section; written once the cluster runs rules 4 (`rules::COLD_CHUNKS`).
+/// Formats 2 to 9 are still read (2 and 3 without a checksum to check), so a node upgrades in
 /// place.
-const FORMAT_VERSION: u32 = 9;
+const FORMAT_VERSION: u32 = 10;
+/// The live state without the open chunk: what a cluster on rules 3 writes.
+const FORMAT_LIVE: u32 = 9;
 /// The format before the live state: what a cluster on rules 2 writes.
 const FORMAT_BEFORE_LIVE: u32 = 8;
 /// The format before the rules version: what a cluster still on rules 1 writes.
@@ -59,25 +63,34 @@ pub fn encode_state_into<W: Write>(state: &State, out: W) -> anyhow::Result<W> {
 /// An archive entry in a body of format 9: its space's tag, its key, its value.
 type Entry<'a> = (u8, Bytes<'a>, Bytes<'a>);
 
-/// Bytes written as one run (not byte by byte, as a slice would be), read back borrowed.
-#[derive(Clone, Copy)]
-struct Bytes<'a>(&'a [u8]);
-
-impl serde::Serialize for Bytes<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_bytes(self.0)
+/// The live format the cluster's `rules` write: 10 from rules 4, else 9.
+fn live_format(rules: u32) -> u32 {
+    match rules >= crate::rules::COLD_CHUNKS {
+        true => FORMAT_VERSION,
+        false => FORMAT_LIVE,
     }
 }
 
-impl<'de: 'a, 'a> serde::Deserialize<'de> for Bytes<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        <&'a [u8]>::deserialize(deserializer).map(Bytes)
-    }
+/// Whether a body of format `version` is the live state (9 or 10).
+fn is_live(version: u32) -> bool {
+    version == FORMAT_LIVE || version == FORMAT_VERSION
 }
 
-/// Format 9: the live state, each archive entry it reads (`Some`), then `None`.
+/// The head of a body of format 9 or 10 (as `rules` write): the format and rules versions,
+/// the live section, and in format 10 the open chunk of cold values.
+fn write_live_head<W: Write>(state: &State, rules: u32, out: W) -> anyhow::Result<W> {
+    let format = live_format(rules);
+    let out = postcard::to_io(&(format, rules, state.live()), out)?;
+    if format == FORMAT_LIVE {
+        return Ok(out);
+    }
+    let open: Vec<Bytes<'_>> = state.open_cold_chunk().iter().map(|s| Bytes(s)).collect();
+    Ok(postcard::to_io(&open, out)?)
+}
+
+/// Format 9 or 10: the live state, each archive entry it reads (`Some`), then `None`.
 fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> anyhow::Result<W> {
-    let out = postcard::to_io(&(FORMAT_VERSION, rules, state.live()), out)?;
+    let out = write_live_head(state, rules, out)?;
     let out = write_entries(out, |visit| state.each_archived(visit))?;
     Ok(postcard::to_io(&None::<Entry<'_>>, out)?)
 }
@@ -101,22 +114,34 @@ fn write_entries<W: Write>(
     Ok(out)
 }
 
-/// Reads a body of format 9 (after its version): the archive entries it carries go to
-/// `archive`, where the state reads them (with a node's own body, [`encode_state_own`], they
-/// are there already: `own`).
-fn decode_live(body: &[u8], archive: Arc<dyn Archive>, own: bool) -> anyhow::Result<State> {
-    let (rules, live) = read_live(body, archive.as_ref())?;
-    Ok(State::from_live(live, archive, own)?.with_rules(rules))
+/// Reads a body of format `version`, 9 or 10 (after its version): the archive entries it
+/// carries go to `archive`, where the state reads them (with a node's own body,
+/// [`encode_state_own`], they are there already: `own`).
+fn decode_live(
+    version: u32,
+    body: &[u8],
+    archive: Arc<dyn Archive>,
+    own: bool,
+) -> anyhow::Result<State> {
+    let (rules, live, open) = read_live(version, body, archive.as_ref())?;
+    Ok(State::from_live(live, open, archive, own)?.with_rules(rules))
 }
 
-/// The rules and the live section of a body of format 9 (after its version), its archive
-/// entries put in `archive`: what [`decode_live`] indexes.
-fn read_live(
-    body: &[u8],
-    archive: &dyn Archive,
-) -> anyhow::Result<(u32, crate::machine::LiveLoaded)> {
+/// What a body of format 9 or 10 carries on the heap: the rules, the live section and the
+/// open chunk's slots (none in format 9).
+type LiveBody = (u32, crate::machine::LiveLoaded, Vec<Vec<u8>>);
+
+/// The rules, the live section and the open chunk of a body of format `version` (after its
+/// version), its archive entries put in `archive`: what [`decode_live`] indexes.
+fn read_live(version: u32, body: &[u8], archive: &dyn Archive) -> anyhow::Result<LiveBody> {
     let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
     let (live, mut rest) = postcard::take_from_bytes::<crate::machine::LiveLoaded>(body)?;
+    let mut open = Vec::new();
+    if version == FORMAT_VERSION {
+        let (slots, after) = postcard::take_from_bytes::<Vec<Bytes<'_>>>(rest)?;
+        open = slots.iter().map(|s| s.0.to_vec()).collect();
+        rest = after;
+    }
     loop {
         let (entry, after) = postcard::take_from_bytes::<Option<Entry<'_>>>(rest)?;
         rest = after;
@@ -132,7 +157,7 @@ fn read_live(
         "{} bytes after the snapshot's end",
         rest.len()
     );
-    Ok((rules, live))
+    Ok((rules, live, open))
 }
 
 /// [`decode_state_in`] of the bytes `body` of `data`, which go before the state read is
@@ -145,12 +170,12 @@ pub fn decode_state_in_owned(
     own: bool,
 ) -> anyhow::Result<State> {
     let bytes = (data.get(body)).ok_or_else(|| anyhow::anyhow!("the body is not in the file"))?;
-    let Ok((FORMAT_VERSION, rest)) = postcard::take_from_bytes::<u32>(bytes) else {
+    let Some((version, rest)) = live_body(bytes) else {
         return decode_state_in(bytes, archive, own);
     };
-    let (rules, live) = read_live(rest, archive.as_ref())?;
+    let (rules, live, open) = read_live(version, rest, archive.as_ref())?;
     drop(data);
-    Ok(State::from_live(live, archive, own)?.with_rules(rules))
+    Ok(State::from_live(live, open, archive, own)?.with_rules(rules))
 }
 
 /// Writes what a node keeps of `state` as its own snapshot. From rules version 3 that is the
@@ -161,7 +186,7 @@ pub fn encode_state_own<W: Write>(state: &State, out: W) -> anyhow::Result<(W, b
     if state.rules() < crate::rules::LIVE_SNAPSHOTS {
         return Ok((encode_state_into(state, out)?, false));
     }
-    let out = postcard::to_io(&(FORMAT_VERSION, state.rules(), state.live()), out)?;
+    let out = write_live_head(state, state.rules(), out)?;
     Ok((postcard::to_io(&None::<Entry<'_>>, out)?, true))
 }
 
@@ -174,12 +199,9 @@ pub fn encode_state_whole<W: Write>(
     archive: &dyn Archive,
     out: W,
 ) -> anyhow::Result<W> {
-    let own = matches!(
-        postcard::take_from_bytes::<u32>(body),
-        Ok((FORMAT_VERSION, _))
-    );
+    let own = live_body(body).is_some();
     let Some((&0, live)) = body.split_last().filter(|_| own) else {
-        anyhow::bail!("not a node's own snapshot of format {FORMAT_VERSION}");
+        anyhow::bail!("not a node's own snapshot of format {FORMAT_LIVE} or {FORMAT_VERSION}");
     };
     let mut out = out;
     out.write_all(live)?;
@@ -188,19 +210,26 @@ pub fn encode_state_whole<W: Write>(
     Ok(out)
 }
 
+/// The format version of a body of the live state (9 or 10), and what follows it.
+fn live_body(data: &[u8]) -> Option<(u32, &[u8])> {
+    postcard::take_from_bytes::<u32>(data)
+        .ok()
+        .filter(|(version, _)| is_live(*version))
+}
+
 /// [`decode_state`], the state reading what it archives from `archive` (empty, or holding
 /// the entries of a node's own body: `own`).
 pub fn decode_state_in(data: &[u8], archive: Arc<dyn Archive>, own: bool) -> anyhow::Result<State> {
-    if let Ok((FORMAT_VERSION, body)) = postcard::take_from_bytes::<u32>(data) {
-        return decode_live(body, archive, own);
+    if let Some((version, body)) = live_body(data) {
+        return decode_live(version, body, archive, own);
     }
     let mut state = decode_state(data)?;
     state.move_into_archive(archive);
     Ok(state)
 }
 
-/// The body in format 9 whatever the state's rules (tests, which check every state they
-/// snapshot both ways).
+/// The body in format 9 or 10 whatever the state's rules (tests, which check every state
+/// they snapshot both ways).
 #[cfg(any(test, feature = "testkit"))]
 pub(crate) fn encode_state_live(state: &State) -> anyhow::Result<Vec<u8>> {
     encode_live(state, state.rules(), Vec::new())
@@ -221,8 +250,8 @@ pub fn decode_state(data: &[u8]) -> anyhow::Result<State> {
         return decode_json(data);
     }
     let (version, body) = postcard::take_from_bytes::<u32>(data)?;
-    if version == FORMAT_VERSION {
-        return decode_live(body, Arc::new(MemArchive::default()), false);
+    if is_live(version) {
+        return decode_live(version, body, Arc::new(MemArchive::default()), false);
     }
     let (state, loaded) = crate::machine::decoding(|| -> anyhow::Result<State> {
         Ok(match version {

@@ -1,6 +1,7 @@
 //! What a node's state machine costs per lock cycle as it ages, in process, in minutes rather
 //! than a soak's half hour (docs/benchmarks.md):
-//! `cargo run --release -p tenure-node --example aging -- 30`.
+//! `cargo run --release -p tenure-node --example aging -- 30` (a second argument runs another
+//! rules version than the newest, e.g. `-- 30 3`: idle resources a key each, not in chunks).
 //!
 //! Applies the lock soak's load (`jepsen/soak.sh 30m 16 lock`: acquire and release cycles on
 //! fresh names, each with a fresh `request_id`, at 2,000 cycles a second of lease time) for
@@ -46,8 +47,16 @@ fn main() -> anyhow::Result<()> {
         Some(n) => n.parse()?,
         None => 30,
     };
+    let rules: u32 = match std::env::args().nth(2) {
+        Some(n) => n.parse()?,
+        None => tenure_node::rules::RELEASE.max,
+    };
+    anyhow::ensure!(
+        rules >= 3,
+        "the archive on disk is kept from rules version 3"
+    );
     let dir = tempfile::tempdir()?;
-    let (_archives, _generation, mut state) = on_disk(dir.path())?;
+    let (_archives, _generation, mut state) = on_disk(dir.path(), rules)?;
     println!("minute\tapply µs/cycle\tremoval µs/cycle\tarchive MB\tRSS MiB");
     let (mut index, mut cut_at, mut cut) = (0, 0, None);
     for minute in 0..minutes {

@@ -6,8 +6,8 @@
 //! state that keeps its archive where a node does (sled, on disk). What it then holds is what
 //! a node holds after that soak: the exactly-once records of the last ten minutes, the newest
 //! million events, the idle resources they belong to (cold), a few live leases. Then it
-//! writes the snapshot a node would build, once in format 8 (rules 2), once in format 9
-//! (rules 3, whole: what is sent to another node) and once as a node keeps its own (the
+//! writes the snapshot a node would build, once in format 8 (rules 2), once in format 10
+//! (rules 4, whole: what is sent to another node) and once as a node keeps its own (the
 //! live section alone, the archive flushed), to a file beside the archive, and reads each
 //! back: the CPU time of each step
 //! (this thread's), the bytes written, and the growth of the process's resident memory while
@@ -32,7 +32,8 @@ fn main() -> anyhow::Result<()> {
         None => 1_000_000,
     };
     let dir = tempfile::tempdir()?;
-    let (archives, generation, mut state) = on_disk(dir.path())?;
+    let newest = tenure_node::rules::RELEASE.max;
+    let (archives, generation, mut state) = on_disk(dir.path(), newest)?;
     let started = thread_cpu()?;
     let mut index = 0;
     for n in 0..cycles {
@@ -45,7 +46,7 @@ fn main() -> anyhow::Result<()> {
         state.dedup().bytes() / 1_000_000,
         resident_bytes()? >> 20,
     );
-    for rules in [2, 3] {
+    for rules in [2, newest] {
         let copy = state.snapshot_copy().with_rules(rules);
         let path = dir.path().join(format!("snapshot-{rules}"));
         let before = resident_bytes()?;
@@ -62,7 +63,7 @@ fn main() -> anyhow::Result<()> {
         anyhow::ensure!(read.rules() == rules, "the body keeps the rules");
         println!(
             "format {}: {:.1} MB written in {:.2} s of CPU (RSS +{} MiB while writing), read in {:.2} s",
-            if rules == 2 { 8 } else { 9 },
+            if rules == 2 { 8 } else { 10 },
             bytes.len() as f64 / 1e6,
             written.as_secs_f64(),
             grew >> 20,

@@ -34,7 +34,7 @@ pub struct Range {
 }
 
 /// The versions this release applies.
-pub const RELEASE: Range = Range { min: 1, max: 3 };
+pub const RELEASE: Range = Range { min: 1, max: 4 };
 
 impl Range {
     /// A member that sent no range: 0.1.0.

@@ -13,6 +13,9 @@
 //! the values as they were; values no stub names any more are removed once a newer snapshot
 //! is kept ([`super::Forgotten`]).
 
+mod chunks;
+mod parts;
+
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -21,14 +24,17 @@ use super::super::history::{Kept, Logged};
 use super::buckets::Buckets;
 use super::resource::{packed, Ended, ResourceState};
 use super::State;
-use crate::archive::{chunk_key, read_chunk, Archive, MemArchive, Space};
+use crate::archive::{chunk_key, copy_chunks, read_chunk, Archive, MemArchive, Space};
 use crate::types::Name;
+use chunks::{in_chunk, Chunks};
+pub(crate) use parts::{ColdLoaded, ColdParts, StubList};
 
 /// What the heap keeps of a cold resource: 32 bytes (two (revision, seq) positions as
 /// tuples would be padded to 40).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cold {
-    /// The number of its value in the archive.
+    /// The number of its value in the archive: a key of its own, or (with the bit
+    /// `chunks::IN_CHUNK`, from rules version 4) a slot of a chunk.
     archived: u64,
     /// Where its events were trimmed through when it went cold ((0, 0): nowhere), and its
     /// newest event: revisions, then seqs.
@@ -76,8 +82,18 @@ pub(crate) struct ColdStore {
     archive: Arc<dyn Archive>,
     stubs: Buckets<Cold>,
     next: u64,
-    /// Values no stub of this state names any more: removed after the next snapshot.
-    gone: Arc<Mutex<Vec<u64>>>,
+    /// The chunks of slots (rules version 4).
+    chunks: Chunks,
+    /// Values, and chunks, no stub of this state names any more: removed after the next
+    /// snapshot.
+    gone: Arc<Mutex<Gone>>,
+}
+
+/// What a store forgot: values of their own, and chunks of slots.
+#[derive(Default)]
+pub(crate) struct Gone {
+    pub(crate) values: Vec<u64>,
+    pub(crate) chunks: Vec<u64>,
 }
 
 impl Default for ColdStore {
@@ -102,6 +118,7 @@ impl ColdStore {
             archive,
             stubs: Buckets::default(),
             next: 0,
+            chunks: Chunks::default(),
             gone: Arc::default(),
         }
     }
@@ -112,6 +129,7 @@ impl ColdStore {
             archive: self.archive.clone(),
             stubs: self.stubs.clone(),
             next: self.next,
+            chunks: self.chunks.clone(),
             gone: self.gone.clone(),
         }
     }
@@ -145,11 +163,19 @@ impl ColdStore {
     }
 
     fn read(&self, cold: &Cold) -> ColdValue {
-        read_chunk(&*self.archive, Space::Cold, cold.archived)
+        if !in_chunk(cold.archived) {
+            return read_chunk(&*self.archive, Space::Cold, cold.archived);
+        }
+        let bytes = self.chunks.read(&*self.archive, cold.archived, self.next);
+        match postcard::from_bytes(&bytes) {
+            Ok(value) => value,
+            Err(error) => panic!("cold slot {} does not decode: {error}", cold.archived),
+        }
     }
 
-    /// Writes `rs` (idle, keeping at least one event) as the cold resource `name`.
-    fn put(&mut self, name: Name, rs: &ResourceState) {
+    /// Writes `rs` (idle, keeping at least one event) as the cold resource `name`: in a slot
+    /// of a chunk once the rules say so (`in_chunks`), else as a value of its own.
+    fn put(&mut self, name: Name, rs: &ResourceState, in_chunks: bool) {
         let (Some(first), Some(last)) = (rs.history.front(), rs.history.back()) else {
             return;
         };
@@ -164,11 +190,17 @@ impl ColdStore {
                 .collect(),
         };
         let bytes = postcard::to_allocvec(&value).unwrap_or_default();
-        self.archive
-            .insert(Space::Cold, &chunk_key(self.next), &bytes);
+        let number = match in_chunks {
+            true => self.chunks.put(&*self.archive, self.next, bytes),
+            false => {
+                let key = chunk_key(self.next);
+                self.archive.insert(Space::Cold, &key, &bytes);
+                self.next
+            }
+        };
         let trimmed = rs.trimmed_through().unwrap_or((0, 0));
         debug_assert!(first.position() > trimmed);
-        let stub = Cold::new(self.next, trimmed, last.position());
+        let stub = Cold::new(number, trimmed, last.position());
         self.next += 1;
         if let Some(old) = self.stubs.insert(name, stub) {
             self.forget_value(&old);
@@ -182,120 +214,37 @@ impl ColdStore {
         Some(stub)
     }
 
-    fn forget_value(&self, stub: &Cold) {
-        self.gone
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(stub.archived);
+    fn forget_value(&mut self, stub: &Cold) {
+        let mut gone = self.gone.lock().unwrap_or_else(|p| p.into_inner());
+        match in_chunk(stub.archived) {
+            false => gone.values.push(stub.archived),
+            true => gone
+                .chunks
+                .extend(self.chunks.forget(stub.archived, self.next)),
+        }
     }
 
     /// Moves the store into `archive` (empty: a node's own, on disk).
     pub(crate) fn move_into(&mut self, archive: Arc<dyn Archive>) {
-        for (_, stub) in self.stubs.iter() {
-            let key = chunk_key(stub.archived);
-            if let Some(bytes) = self.archive.get(Space::Cold, &key) {
-                archive.insert(Space::Cold, &key, &bytes);
-            }
-        }
+        let values = self.archived_values();
+        copy_chunks(&*self.archive, &*archive, Space::Cold, values.into_iter());
+        let chunks = self.archived_chunks();
+        copy_chunks(
+            &*self.archive,
+            &*archive,
+            Space::ColdChunks,
+            chunks.into_iter(),
+        );
         self.archive = archive;
         self.gone = Arc::default();
     }
 
-    /// The numbers of the values no stub names any more, since the last call: they leave
-    /// the archive once no copy of the store reads them ([`super::Forgotten`]).
-    pub(crate) fn take_gone(&self) -> Vec<u64> {
+    /// The values and chunks no stub names any more, since the last call: they leave the
+    /// archive once no copy of the store reads them ([`super::Forgotten`]).
+    pub(crate) fn take_gone(&self) -> Gone {
         std::mem::take(&mut *self.gone.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
-
-/// The cold store in a snapshot of format 9: its stubs as (name, number of the value,
-/// trimmed, newest event), and the next number; the values travel as the archive's entries.
-#[derive(Serialize, Deserialize)]
-pub(crate) struct ColdParts<S> {
-    next: u64,
-    stubs: S,
-}
-
-/// The stubs, written from the store's map without a copy.
-pub(crate) struct StubList<'a>(&'a Buckets<Cold>);
-
-impl Serialize for StubList<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for (name, c) in self.0.iter() {
-            seq.serialize_element(&(name, c.archived, c.trimmed(), c.last()))?;
-        }
-        seq.end()
-    }
-}
-
-type Stub = (Name, u64, (u64, u32), (u64, u32));
-
-impl ColdStore {
-    pub(crate) fn live(&self) -> ColdParts<StubList<'_>> {
-        ColdParts {
-            next: self.next,
-            stubs: StubList(&self.stubs),
-        }
-    }
-
-    /// The store a format-9 snapshot wrote, its values in `archive`.
-    pub(crate) fn archive(&self) -> &dyn Archive {
-        &*self.archive
-    }
-
-    pub(crate) fn archive_shared(&self) -> Arc<dyn Archive> {
-        self.archive.clone()
-    }
-
-    pub(crate) fn from_live(parts: ColdParts<Vec<Stub>>, archive: Arc<dyn Archive>) -> ColdStore {
-        let stubs = parts
-            .stubs
-            .into_iter()
-            .map(|(name, archived, trimmed, last)| (name, Cold::new(archived, trimmed, last)));
-        ColdStore {
-            archive,
-            stubs: stubs.collect(),
-            next: parts.next,
-            gone: Arc::default(),
-        }
-    }
-
-    /// The numbers of the values the stubs name, in order: what a snapshot of format 9 sends
-    /// of the store.
-    /// The number the next value written gets: every key the store wrote is below it.
-    pub(crate) fn next_number(&self) -> u64 {
-        self.next
-    }
-
-    pub(crate) fn archived_values(&self) -> Vec<u64> {
-        let mut all: Vec<u64> = self.stubs.iter().map(|(_, c)| c.archived).collect();
-        all.sort_unstable();
-        all
-    }
-
-    /// Whether `value` is a cold resource's (an archive entry of a snapshot just read).
-    pub(crate) fn decodes(value: &[u8]) -> bool {
-        postcard::from_bytes::<ColdValue>(value).is_ok()
-    }
-
-    /// Checks a store just read: each value named once, all below the next number, and no
-    /// resource both cold and among the `hot` ones.
-    pub(crate) fn check_loaded(&self, hot: &super::ResourceMap) -> Result<(), String> {
-        let numbers = self.archived_values();
-        let named_once = numbers.windows(2).all(|w| w[0] < w[1]);
-        let below_next = numbers.last().is_none_or(|last| *last < self.next);
-        let apart = self.stubs.iter().all(|(name, _)| !hot.contains_key(name));
-        match named_once && below_next && apart {
-            true => Ok(()),
-            false => Err("the cold resources' stubs do not agree with the state".into()),
-        }
-    }
-}
-
-/// The cold store as format 9 reads it.
-pub(crate) type ColdLoaded = ColdParts<Vec<Stub>>;
 
 /// The most events a resource keeps and still goes cold. One with more is used often: going
 /// cold and back at every acquire and release would rewrite them each time, and what all
@@ -320,6 +269,14 @@ impl State {
             Some(rs) => Some(rs.clone()),
             None => self.cold_resource(name).map(Arc::new),
         }
+    }
+
+    /// The idle resources whose value is a key of its own in the archive, and those whose
+    /// value is a slot of a chunk (rules version 4).
+    pub fn idle_layout(&self) -> (usize, usize) {
+        let stubs = self.cold.stubs.iter();
+        let in_chunks = stubs.filter(|(_, c)| in_chunk(c.archived)).count();
+        (self.cold.len() - in_chunks, in_chunks)
     }
 
     /// Whether the state knows the resource `name`, hot or cold.
@@ -389,6 +346,7 @@ impl State {
 
     /// Sends the resources this entry recorded events of and left idle to the archive.
     pub(super) fn cool_idle(&mut self) {
+        let in_chunks = self.rules >= crate::rules::COLD_CHUNKS;
         let mut names: Vec<&Name> = self.effects.events.iter().map(|(name, _)| name).collect();
         names.sort_unstable();
         names.dedup();
@@ -399,7 +357,7 @@ impl State {
             if rs.coolable() {
                 let rs = rs.clone();
                 self.resources.remove(name.as_str());
-                self.cold.put(name.clone(), &rs);
+                self.cold.put(name.clone(), &rs, in_chunks);
             }
         }
     }
@@ -414,7 +372,8 @@ impl State {
             .collect();
         for name in idle {
             if let Some(rs) = self.resources.remove(name.as_str()) {
-                self.cold.put(name, &rs);
+                self.cold
+                    .put(name, &rs, self.rules >= crate::rules::COLD_CHUNKS);
             }
         }
     }

@@ -1,4 +1,5 @@
-//! The state in a snapshot of format 9 (rules version 3): its live section, what the heap
+//! The state in a snapshot of format 9 (rules version 3) or 10 (rules version 4: the same,
+//! with the open chunk of cold values after the live section): its live section, what the heap
 //! holds (hot resources with where their events are, the cold resources' stubs, the event
 //! log's and the exactly-once table's own fields, sessions, groups, quotas), then the archive
 //! entries the state reads, as the archive holds them. Writing one copies those entries; it
@@ -158,19 +159,23 @@ fn visit_numbered(
 }
 
 /// The numbers of the archive entries the parts of a state read, by space, each ascending.
-fn wanted(dedup: &Dedup, log: &EventLog, cold: &ColdStore) -> [(Space, Vec<u64>); 3] {
+fn wanted(dedup: &Dedup, log: &EventLog, cold: &ColdStore) -> [(Space, Vec<u64>); SPACES] {
     [
         (Space::ExactlyOnce, dedup.archived_chunks()),
         (Space::Events, log.archived_chunks()),
         (Space::Cold, cold.archived_values()),
+        (Space::ColdChunks, cold.archived_chunks()),
     ]
 }
+
+/// The archive's spaces a state reads.
+const SPACES: usize = 4;
 
 /// Visits the entries `wanted` names, space after space (each in its archive), until `visit`
 /// returns false.
 fn visit_wanted(
-    archives: [&dyn Archive; 3],
-    wanted: &[(Space, Vec<u64>); 3],
+    archives: [&dyn Archive; SPACES],
+    wanted: &[(Space, Vec<u64>); SPACES],
     visit: VisitEntry<'_>,
 ) -> Result<(), MissingEntry> {
     for (archive, (space, numbers)) in archives.into_iter().zip(wanted) {
@@ -183,7 +188,7 @@ fn visit_wanted(
 
 /// The archive entries a state reads, by space: what a node's own snapshot (the live section
 /// alone) needs beside it, and what is added to it to send it whole.
-pub struct Wanted([(Space, Vec<u64>); 3]);
+pub struct Wanted([(Space, Vec<u64>); SPACES]);
 
 impl Wanted {
     /// Visits them in `archive`, as [`State::each_archived`] does.
@@ -192,7 +197,7 @@ impl Wanted {
         archive: &dyn Archive,
         visit: VisitEntry<'_>,
     ) -> Result<(), MissingEntry> {
-        visit_wanted([archive; 3], &self.0, visit)
+        visit_wanted([archive; SPACES], &self.0, visit)
     }
 }
 
@@ -219,12 +224,18 @@ impl State {
     /// does not hold is an error.
     pub(crate) fn each_archived(&self, visit: VisitEntry<'_>) -> Result<(), MissingEntry> {
         let wanted = wanted(&self.dedup, &self.log, &self.cold);
-        let archives = [
-            self.dedup.archive(),
-            self.log.archive(),
-            self.cold.archive(),
-        ];
-        visit_wanted(archives, &wanted, visit)
+        visit_wanted(self.archives(), &wanted, visit)
+    }
+
+    /// The open chunk of cold values (rules version 4), which format 10 carries.
+    pub(crate) fn open_cold_chunk(&self) -> &[Vec<u8>] {
+        self.cold.open_chunk()
+    }
+
+    /// The archive of each of [`wanted`]'s spaces.
+    fn archives(&self) -> [&dyn Archive; SPACES] {
+        let cold = self.cold.archive();
+        [self.dedup.archive(), self.log.archive(), cold, cold]
     }
 
     /// The archive entries this state reads ([`Wanted`]).
@@ -240,15 +251,12 @@ impl State {
     /// reading every entry: this scan is where a lost one is found).
     pub fn remove_strays(&self) -> Result<usize, MissingEntry> {
         let wanted = wanted(&self.dedup, &self.log, &self.cold);
-        let archives = [
-            self.dedup.archive(),
-            self.log.archive(),
-            self.cold.archive(),
-        ];
+        let archives = self.archives();
         let ends = [
             self.dedup.next_number(),
             self.log.next_number(),
             self.cold.next_number(),
+            self.cold.next_chunk(),
         ];
         let mut removed = 0;
         for ((archive, (space, numbers)), end) in archives.into_iter().zip(&wanted).zip(ends) {
@@ -289,13 +297,15 @@ impl State {
         Ok(removed)
     }
 
-    /// The state a format-9 live section describes, its entries in `archive`. Checked
+    /// The state a format-9 or 10 live section describes (`open`: the open cold chunk's
+    /// slots format 10 carries after it), its entries in `archive`. Checked
     /// whole before it is used: every entry it reads there and decoding, its places within
     /// its chunks, its counts; what its exactly-once records cost is counted from them.
     /// A node's own snapshot (`own`: the live section it wrote, over its own archive) is not
     /// read entry by entry again: only the exactly-once chunks are, to index them.
     pub(crate) fn from_live(
         live: LiveLoaded,
+        open: Vec<Vec<u8>>,
         archive: Arc<dyn Archive>,
         own: bool,
     ) -> anyhow::Result<State> {
@@ -304,7 +314,7 @@ impl State {
             resources: live.resources.0,
             dedup: Dedup::from_live(live.dedup, archive.clone()),
             log: EventLog::from_live(live.log, archive.clone()),
-            cold: ColdStore::from_live(live.cold, archive),
+            cold: ColdStore::from_live(live.cold, open, archive),
             dropped_through: live.dropped_through,
             quotas: live.quotas,
             dropped_last: live.dropped_last,
@@ -319,6 +329,7 @@ impl State {
                 let decodes = match space {
                     Space::Events => EventLog::decodes(value),
                     Space::Cold => ColdStore::decodes(value),
+                    Space::ColdChunks => ColdStore::decodes_chunk(value),
                     _ => true,
                 };
                 if !decodes {

@@ -315,6 +315,8 @@ impl State {
     /// removes it once that snapshot is the one it starts from.
     pub fn forgotten(&self) -> Forgotten {
         use crate::archive::Space;
+        let cold = self.cold.take_gone();
+        let archive = self.cold.archive_shared();
         Forgotten {
             exactly_once_below: (self.dedup.archive_shared(), self.dedup.forgotten_below()),
             gone: [
@@ -323,11 +325,8 @@ impl State {
                     Space::Events,
                     self.log.take_gone(),
                 ),
-                (
-                    self.cold.archive_shared(),
-                    Space::Cold,
-                    self.cold.take_gone(),
-                ),
+                (archive.clone(), Space::Cold, cold.values),
+                (archive, Space::ColdChunks, cold.chunks),
             ],
         }
     }
@@ -438,12 +437,12 @@ impl State {
 pub struct Forgotten {
     /// The exactly-once chunks below this number (in their archive) are passed.
     exactly_once_below: (std::sync::Arc<dyn crate::archive::Archive>, u64),
-    /// The event chunks and cold values no longer read, each in its archive.
+    /// The event chunks, cold values and chunks of them no longer read, each in its archive.
     gone: [(
         std::sync::Arc<dyn crate::archive::Archive>,
         crate::archive::Space,
         Vec<u64>,
-    ); 2],
+    ); 3],
 }
 
 impl Forgotten {

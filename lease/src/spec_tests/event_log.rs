@@ -59,8 +59,9 @@ impl Reference {
     }
 }
 
-fn run(total: usize, total_bytes: u64, steps: &[Step]) {
+fn run(total: usize, total_bytes: u64, rules: u32, steps: &[Step]) {
     let mut log = Log::new();
+    super::rules::raise(&mut log, rules);
     let bound = |log: &mut Log| {
         log.state.history_total = total;
         log.state.history_total_bytes = total_bytes;
@@ -147,14 +148,16 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Small bounds: the log's cursor passes chunks, events the per-resource view dropped,
-    /// and resources forgotten and made again.
+    /// and resources forgotten and made again; idle resources each a value of their own
+    /// (rules 1) or in chunks (rules 4).
     #[test]
     fn s4_11_the_event_log_keeps_what_a_plain_list_keeps(
         total in 1..60usize,
         total_bytes in prop_oneof![Just(u64::MAX), 2_000..20_000u64],
+        rules in prop_oneof![Just(1u32), Just(crate::rules::COLD_CHUNKS)],
         steps in vec(step(), 1..150),
     ) {
-        run(total, total_bytes, &steps);
+        run(total, total_bytes, rules, &steps);
     }
 }
 

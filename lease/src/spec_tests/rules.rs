@@ -80,6 +80,12 @@ fn s4_26_a_snapshot_is_written_in_the_format_the_rules_allow_and_keeps_them() {
     assert_eq!(format, 9);
     assert_eq!(restored.rules(), 3);
     assert_eq!(restored, log.state);
+    // Rules 4: format 10, which carries the open chunk of idle resources' values.
+    raise(&mut log, 4);
+    let (format, restored) = written(&log);
+    assert_eq!(format, 10);
+    assert_eq!(restored.rules(), 4);
+    assert_eq!(restored, log.state);
 }
 
 /// The format of the snapshot `log`'s state is written in, and the state read back.
@@ -144,14 +150,20 @@ fn s4_3_a_renew_replaces_metadata_within_bounds_and_its_principals_quota() {
     recount_agrees(&log);
 }
 
-/// An archive entry in a format-9 body: its space's tag, key and value.
+/// An archive entry in a format-9 or 10 body: its space's tag, key and value.
 type Entry = (u8, Vec<u8>, Vec<u8>);
 
-/// A format-9 body: where its live section ends, and each archive entry after it.
+/// A format-9 or 10 body: where its live section (and in 10 the open chunk after it) ends,
+/// and each archive entry after it.
 fn entries_of(body: &[u8]) -> (usize, Vec<Entry>) {
-    let (_, rest) = postcard::take_from_bytes::<(u32, u32)>(body).expect("header");
+    let ((format, _), rest) = postcard::take_from_bytes::<(u32, u32)>(body).expect("header");
     let (_, mut rest) =
         postcard::take_from_bytes::<crate::machine::LiveLoaded>(rest).expect("live section");
+    if format == 10 {
+        rest = postcard::take_from_bytes::<Vec<&[u8]>>(rest)
+            .expect("open chunk")
+            .1;
+    }
     let live_end = body.len() - rest.len();
     let mut entries = Vec::new();
     loop {
@@ -177,8 +189,20 @@ fn body_of(live: &[u8], entries: &[Entry]) -> Vec<u8> {
 
 #[test]
 fn s4_26_format_9_carries_the_archive_as_it_is_and_the_restored_state_goes_on_the_same() {
+    carries_the_archive_as_it_is(3, [1, 3, 4]);
+}
+
+/// The same in format 10 (rules version 4): idle resources' values in chunks (space 5).
+#[test]
+fn s4_26_format_10_carries_the_archive_as_it_is_and_the_restored_state_goes_on_the_same() {
+    carries_the_archive_as_it_is(4, [1, 3, 5]);
+}
+
+/// A snapshot at `rules` (3 or 4) carries entries of the spaces `tags`, read back whole and
+/// refused when one is missing, damaged or followed by more bytes.
+fn carries_the_archive_as_it_is(rules: u32, tags: [u8; 3]) {
     let mut log = Log::new();
-    raise(&mut log, 3);
+    raise(&mut log, rules);
     // Lock cycles on fresh names, each with a request id: exactly-once chunks, event chunks
     // and idle resources gone cold, all in the archive.
     let mut first = None;
@@ -193,7 +217,7 @@ fn s4_26_format_9_carries_the_archive_as_it_is_and_the_restored_state_goes_on_th
     granted(&log.acquire(BOB, acq("held", "b")));
     let body = encode_state(&log.state.snapshot_copy()).expect("encode");
     let (live_end, entries) = entries_of(&body);
-    for tag in [1, 3, 4] {
+    for tag in tags {
         assert!(
             entries.iter().any(|(t, ..)| *t == tag),
             "entries of space {tag}: {:?}",
@@ -231,7 +255,7 @@ fn s4_26_format_9_carries_the_archive_as_it_is_and_the_restored_state_goes_on_th
         "{error}"
     );
     // Or one whose entry of any space does not decode as what it stands for.
-    for tag in [1, 3, 4] {
+    for tag in tags {
         let mut damaged = entries.clone();
         let at = damaged.iter().position(|e| e.0 == tag).expect("an entry");
         damaged[at].2 = vec![0xff; 3];
@@ -315,4 +339,75 @@ fn s4_26_strays_leave_the_archive_and_nothing_the_state_reads_does() {
     archive.insert(space, &key, &value);
     let body = encode_state(&log.state.snapshot_copy()).expect("every entry still there");
     assert_eq!(decode_state(&body).expect("decode"), log.state);
+}
+
+/// The archive entries of `space` in the archive `log`'s state keeps its idle resources in.
+fn held(log: &Log, space: crate::archive::Space) -> Vec<u64> {
+    let mut keys = Vec::new();
+    let all = std::ops::Bound::Unbounded;
+    let archive = log.state.cold.archive_shared();
+    archive.scan(space, all, all, false, &mut |key, _| {
+        keys.push(u64::from_be_bytes(key.try_into().expect("a number")));
+        true
+    });
+    keys
+}
+
+/// An acquire and a release of `name`: it goes cold (and, if it was, comes back first).
+fn cycle(log: &mut Log, name: &str) {
+    let view = granted(&log.acquire(ALICE, acq(name, "a")));
+    lease(&log.release(ALICE, release_of(&view)));
+}
+
+/// §4.26, rules version 4: idle resources' values go into chunks of 16 slots once the cluster
+/// runs it, the open one on the heap and in the snapshot; those written before stay where
+/// they are and are read, forgotten and removed as before. A chunk is written once, when
+/// full, and leaves only once every slot of it is forgotten.
+#[test]
+fn s4_26_idle_resources_go_into_chunks_from_rules_4() {
+    use crate::archive::Space;
+    let mut log = Log::new();
+    raise(&mut log, 3);
+    for n in 0..5 {
+        cycle(&mut log, &format!("old/{n}"));
+    }
+    assert_eq!(held(&log, Space::Cold), [0, 1, 2, 3, 4]);
+    raise(&mut log, 4);
+    // Numbers 5 to 44: chunk 0 from its slot 5, chunk 1, and 13 slots of the open chunk 2.
+    for n in 0..40 {
+        cycle(&mut log, &format!("new/{n}"));
+    }
+    assert_eq!(held(&log, Space::Cold), [0, 1, 2, 3, 4], "old values stay");
+    assert_eq!(held(&log, Space::ColdChunks), [0, 1]);
+    assert_eq!(log.state.open_cold_chunk().len(), 13);
+    log.restore_from_snapshot();
+    // Each answers as it went cold: a value of its own, one in a written chunk, one in the
+    // open chunk (carried by the snapshot).
+    for name in ["old/1", "new/0", "new/20", "new/39"] {
+        let kinds: Vec<EventKind> = log.events(name).iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [EventKind::Acquired, EventKind::Released], "{name}");
+        assert!(log.state.cold.contains(name), "{name}");
+    }
+    // Used again, each is forgotten where it was and goes cold in a new slot; chunk 0 (11
+    // slots named) stays until the last of them is forgotten.
+    for n in 0..10 {
+        cycle(&mut log, &format!("new/{n}"));
+    }
+    log.state.forgotten().remove();
+    assert_eq!(
+        held(&log, Space::ColdChunks),
+        [0, 1, 2],
+        "chunk 2 full, 0 still read"
+    );
+    cycle(&mut log, "new/10");
+    cycle(&mut log, "old/2");
+    log.state.forgotten().remove();
+    assert_eq!(held(&log, Space::ColdChunks), [1, 2]);
+    assert_eq!(held(&log, Space::Cold), [0, 1, 3, 4]);
+    log.restore_from_snapshot();
+    for (name, events) in [("old/2", 4), ("new/0", 4), ("new/10", 4), ("new/39", 2)] {
+        assert_eq!(log.events(name).len(), events, "{name}");
+    }
+    assert_eq!(log.state.remove_strays().expect("none lost"), 0);
+    crate::testkit::invariants::check_event_log(&log.state, 0);
 }

@@ -85,14 +85,16 @@ pub fn lock_cycle(state: &mut State, n: u64, index: u64) -> anyhow::Result<u64> 
     Ok(token + 1)
 }
 
-/// A fresh state (rules 3) that keeps its archive where a node does: a sled database under
-/// `dir`, in a generation of its own. The archives and the generation live as long as it.
+/// A fresh state at `rules` (3 or later) that keeps its archive where a node does: a sled
+/// database under `dir`, in a generation of its own. The archives and the generation live as
+/// long as it.
 #[allow(dead_code)] // not every example keeps an archive on disk
 pub fn on_disk(
     dir: &std::path::Path,
+    rules: u32,
 ) -> anyhow::Result<(Archives, tenure_node::store::archive::Generation, State)> {
     let archives = Archives::open(&dir.join("archive"))?;
-    let mut state = State::default().with_rules(3);
+    let mut state = State::default().with_rules(rules);
     let generation = archives.fresh()?;
     state.move_into_archive(generation.archive());
     Ok((archives, generation, state))

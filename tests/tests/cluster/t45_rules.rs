@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tenure_client::{pb, Reason};
 use tenure_node::rules::RELEASE;
+use tenure_node::store::StorageStats;
 use tenure_node::store::WatchReceiver as _;
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::{acquire_request, ELECTION};
@@ -23,6 +24,27 @@ async fn until(cluster: &InProcessCluster, id: u64, what: &str, holds: impl Fn()
         assert!(tokio::time::Instant::now() < deadline, "{what}");
         let _ = tokio::time::timeout_at(deadline, metrics.changed()).await;
     }
+}
+
+/// Waits until every live node of `cluster` runs rules version `rules`.
+async fn all_run(cluster: &InProcessCluster, rules: u32) {
+    for id in cluster.live_ids() {
+        let node = cluster.node(id).clone();
+        until(
+            cluster,
+            id,
+            &format!("the raise to {rules} applies"),
+            || node.sm.read().state.rules() == rules,
+        )
+        .await;
+    }
+}
+
+/// Takes a snapshot on node `id` (its own, kept in its data directory) and stops it.
+async fn snapshot_and_stop(cluster: &mut InProcessCluster, id: u64) {
+    let snapshot = cluster.client_of(id).node_snapshot(0, false).await;
+    snapshot.expect("a snapshot");
+    cluster.stop(id).await;
 }
 
 fn renew_setting(lease: &pb::Lease, key: &str, value: &str) -> pb::RenewRequest {
@@ -93,13 +115,7 @@ async fn the_rules_rise_only_once_every_member_supports_them_and_gate_what_needs
     cluster.stop(3).await;
     cluster.set_flags(3, Vec::new());
     cluster.restart(3).await.expect("restart");
-    for id in cluster.live_ids() {
-        let node = cluster.node(id).clone();
-        until(&cluster, id, "the raise applies", || {
-            node.sm.read().state.rules() == RELEASE.max
-        })
-        .await;
-    }
+    all_run(&cluster, RELEASE.max).await;
     let renewed = client
         .renew(renew_setting(&lease, "addr", "10.0.0.7:80"))
         .await
@@ -111,12 +127,7 @@ async fn the_rules_rise_only_once_every_member_supports_them_and_gate_what_needs
 
     // Node 3's data is of this release's rules now (format 9 from rules 3): started as a
     // release of rules 1, it refuses to start.
-    cluster
-        .client_of(3)
-        .node_snapshot(0, false)
-        .await
-        .expect("a snapshot on node 3");
-    cluster.stop(3).await;
+    snapshot_and_stop(&mut cluster, 3).await;
     cluster.set_flags(3, vec!["--max-rules".to_string(), "1".to_string()]);
     let refused = cluster.restart(3).await.expect_err("refuses to start");
     assert!(
@@ -179,5 +190,111 @@ async fn a_member_below_the_clusters_rules_halts_and_is_not_promoted() {
         "{:?}",
         status.members
     );
+    cluster.shutdown().await;
+}
+
+/// Acquires and releases `name` through `client`: it is left idle, and goes cold. Returns the
+/// lease it had.
+async fn cycle(client: &tenure_client::Client, name: &str) -> pb::Lease {
+    let lease = client
+        .acquire(acquire_request(name, "a", Duration::from_secs(60)))
+        .await
+        .expect("acquire")
+        .lease
+        .expect("granted");
+    client
+        .release(tenure_client::release_request(&lease))
+        .await
+        .expect("release");
+    lease
+}
+
+/// Waits until every live node of `cluster` has applied what the leader has.
+async fn caught_up(cluster: &InProcessCluster, leader: u64) {
+    let index = cluster.applied_index(leader);
+    for id in cluster.live_ids() {
+        cluster.applied_at_least(id, index).await;
+    }
+}
+
+/// What node `id` answers of the idle resource `lease` ended on: its revision, and how
+/// Validate sees the ended lease.
+fn seen_on(cluster: &InProcessCluster, id: u64, lease: &pb::Lease) -> (u64, bool, String) {
+    let applied = cluster.node(id).sm.read();
+    let state = &applied.state;
+    let v = state.validate(&lease.resource, &lease.lease_id, lease.fencing_token, None);
+    (
+        state.resource_view(&lease.resource).revision,
+        v.valid,
+        v.reason,
+    )
+}
+
+/// SPEC §4.26, rules version 4: while a member supports only 3 (a node started with
+/// `--max-rules 3` stands in for the release before), idle resources keep a key each on every
+/// node; after the raise, new ones go into chunks, and both are read the same on every node:
+/// after a restart from a node's own snapshot (format 9, then 10) and on a learner that
+/// installs the whole snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_resources_go_into_chunks_only_once_every_member_runs_rules_4() {
+    // Snapshots purge the whole log behind them, so that a learner installs one.
+    let keep: Vec<String> = ["--snapshot-keep-logs", "0"].map(String::from).to_vec();
+    let mut extra = tenure_tests::same_flags(3, &keep);
+    let max_3 = ["--max-rules", "3"].map(String::from);
+    extra.get_mut(&3).expect("node 3").extend(max_3);
+    let mut cluster = InProcessCluster::start(3, extra).await.expect("cluster");
+    let leader = cluster.leader(ELECTION).await.expect("leader");
+    all_run(&cluster, 3).await;
+    let client = cluster.client();
+    let mut old = Vec::new();
+    for n in 0..20 {
+        old.push(cycle(&client, &format!("old/{n}")).await);
+    }
+    caught_up(&cluster, leader).await;
+    for id in cluster.live_ids() {
+        let layout = cluster.node(id).sm.read().state.idle_layout();
+        assert_eq!(layout, (20, 0), "node {id}: a key each at rules 3");
+    }
+    // Node 3 keeps a snapshot of format 9, then comes back on the full range.
+    snapshot_and_stop(&mut cluster, 3).await;
+    cluster.set_flags(3, keep.clone());
+    cluster.restart(3).await.expect("restart");
+    all_run(&cluster, RELEASE.max).await;
+    let mut new = Vec::new();
+    for n in 0..40 {
+        new.push(cycle(&client, &format!("new/{n}")).await);
+    }
+    caught_up(&cluster, leader).await;
+    // A node restarted from its own snapshot of format 10 (the open chunk in it).
+    let restarted = cluster.follower_of(leader);
+    snapshot_and_stop(&mut cluster, restarted).await;
+    cluster.restart(restarted).await.expect("restart");
+    // A learner that installs the leader's snapshot whole (its log purged behind it).
+    client
+        .node_snapshot(leader as usize - 1, false)
+        .await
+        .expect("a snapshot on the leader");
+    let addr = cluster.join(4, None).await.expect("node 4 starts");
+    client
+        .add_learner(4, &addr, true)
+        .await
+        .expect("node 4 caught up");
+    caught_up(&cluster, leader).await;
+    let installed = &cluster.node(4).sm.stats.snapshots_installed;
+    assert!(
+        StorageStats::get(installed) >= 1,
+        "node 4 installed a snapshot"
+    );
+    let ended = [&old[0], &old[19], &new[0], &new[20], &new[39]];
+    for id in cluster.live_ids() {
+        let layout = cluster.node(id).sm.read().state.idle_layout();
+        assert_eq!(layout, (20, 40), "node {id}: new ones in chunks");
+        for lease in ended {
+            let seen = seen_on(&cluster, id, lease);
+            assert_eq!(seen, seen_on(&cluster, leader, lease), "node {id}");
+            let wanted = (lease.fencing_token + 1, false, "lease released".to_string());
+            assert_eq!(seen, wanted, "node {id}, {}", lease.resource);
+        }
+    }
     cluster.shutdown().await;
 }

@@ -160,8 +160,8 @@ fn an_older_format_is_refused_by_name() {
     let error = decode_state(br#"{"format_version":1,"state":{}}"#).expect_err("refused");
     assert!(error.to_string().contains("snapshot format 1"), "{error}");
     let error =
-        decode_state(&postcard::to_allocvec(&(10u32, 0u8)).expect("encode")).expect_err("refused");
-    assert!(error.to_string().contains("snapshot format 10"), "{error}");
+        decode_state(&postcard::to_allocvec(&(11u32, 0u8)).expect("encode")).expect_err("refused");
+    assert!(error.to_string().contains("snapshot format 11"), "{error}");
 }
 
 /// A node upgraded in place loads the format-5 snapshot the release before sessions wrote:
