@@ -43,7 +43,7 @@ impl Space {
     }
 
     /// The byte that puts a key in its space, in a store that has one key space (and an
-    /// entry in a snapshot of format 9).
+    /// entry in a snapshot of format 9 or 10).
     pub(crate) fn tag(self) -> u8 {
         match self {
             Space::ExactlyOnce => 1,

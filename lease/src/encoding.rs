@@ -60,7 +60,7 @@ pub fn encode_state_into<W: Write>(state: &State, out: W) -> anyhow::Result<W> {
     })
 }
 
-/// An archive entry in a body of format 9: its space's tag, its key, its value.
+/// An archive entry in a body of format 9 or 10: its space's tag, its key, its value.
 type Entry<'a> = (u8, Bytes<'a>, Bytes<'a>);
 
 /// The live format the cluster's `rules` write: 10 from rules 4, else 9.
@@ -95,7 +95,7 @@ fn encode_live<W: Write>(state: &State, rules: u32, out: W) -> anyhow::Result<W>
     Ok(postcard::to_io(&None::<Entry<'_>>, out)?)
 }
 
-/// Writes each archive entry `each` visits as an entry of format 9 (`Some`).
+/// Writes each archive entry `each` visits as an entry of format 9 or 10 (`Some`).
 fn write_entries<W: Write>(
     mut out: W,
     each: impl FnOnce(VisitEntry<'_>) -> Result<(), MissingEntry>,
@@ -124,7 +124,7 @@ fn decode_live(
     own: bool,
 ) -> anyhow::Result<State> {
     let (rules, live, open) = read_live(version, body, archive.as_ref())?;
-    Ok(State::from_live(live, open, archive, own)?.with_rules(rules))
+    State::from_live(live, open, rules, archive, own)
 }
 
 /// What a body of format 9 or 10 carries on the heap: the rules, the live section and the
@@ -135,6 +135,11 @@ type LiveBody = (u32, crate::machine::LiveLoaded, Vec<Vec<u8>>);
 /// version), its archive entries put in `archive`: what [`decode_live`] indexes.
 fn read_live(version: u32, body: &[u8], archive: &dyn Archive) -> anyhow::Result<LiveBody> {
     let (rules, body) = postcard::take_from_bytes::<u32>(body)?;
+    anyhow::ensure!(
+        version == live_format(rules),
+        "snapshot format {version} at rules version {rules}, which writes format {}",
+        live_format(rules)
+    );
     let (live, mut rest) = postcard::take_from_bytes::<crate::machine::LiveLoaded>(body)?;
     let mut open = Vec::new();
     if version == FORMAT_VERSION {
@@ -175,11 +180,11 @@ pub fn decode_state_in_owned(
     };
     let (rules, live, open) = read_live(version, rest, archive.as_ref())?;
     drop(data);
-    Ok(State::from_live(live, open, archive, own)?.with_rules(rules))
+    State::from_live(live, open, rules, archive, own)
 }
 
 /// Writes what a node keeps of `state` as its own snapshot. From rules version 3 that is the
-/// live section of format 9 alone, its entries left in the node's archive, where the state
+/// live section of format 9 (10 from rules 4) alone, its entries left in the node's archive, where the state
 /// reads them (returns true): the node keeps that archive durable with the body. Before, the
 /// whole body of the format the rules write (false).
 pub fn encode_state_own<W: Write>(state: &State, out: W) -> anyhow::Result<(W, bool)> {

@@ -1,7 +1,8 @@
 //! Idle resources off the heap. An ad-hoc resource with no lease, waiter, booking or lock
 //! delay left keeps only what it remembers: its ended leases, its revision and its retained
 //! events. Once an entry leaves it so, it goes cold: that is written once into the state's
-//! archive, and the heap keeps a stub of 32 bytes by name ([`Cold`], in [`super::stubs`]' buckets). Using it again (an
+//! archive (from rules version 4 into a slot of a chunk, which is written once full:
+//! [`chunks`]), and the heap keeps a stub of 32 bytes by name ([`Cold`], in [`super::stubs`]' buckets). Using it again (an
 //! acquire, a registration, a wait) warms it back; every read that needs what it remembers
 //! (a History page, a renew or validate of an ended lease, GetResource, listings, watches)
 //! reads it from the archive.
@@ -123,7 +124,8 @@ impl ColdStore {
         }
     }
 
-    /// The store as a snapshot reads it (O(1)): its own stubs, the same archive.
+    /// The store as a snapshot reads it: its own stubs (O(1)), the same archive, a copy of
+    /// the chunks' counts and open chunk.
     pub(crate) fn snapshot_copy(&self) -> ColdStore {
         ColdStore {
             archive: self.archive.clone(),

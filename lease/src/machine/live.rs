@@ -306,6 +306,7 @@ impl State {
     pub(crate) fn from_live(
         live: LiveLoaded,
         open: Vec<Vec<u8>>,
+        rules: u32,
         archive: Arc<dyn Archive>,
         own: bool,
     ) -> anyhow::Result<State> {
@@ -325,11 +326,12 @@ impl State {
         // The exactly-once chunks are read (and checked) by the index built again.
         let mut bad = None;
         if !own {
+            let named = state.cold.named_slots();
             state.each_archived(&mut |space, key, value| {
                 let decodes = match space {
                     Space::Events => EventLog::decodes(value),
                     Space::Cold => ColdStore::decodes(value),
-                    Space::ColdChunks => ColdStore::decodes_chunk(value),
+                    Space::ColdChunks => ColdStore::chunk_holds(&named, key, value),
                     _ => true,
                 };
                 if !decodes {
@@ -341,10 +343,11 @@ impl State {
         let checked = match bad {
             Some(bad) => Err(bad),
             None => (state.log.check_loaded())
-                .and_then(|()| state.cold.check_loaded(&state.resources))
+                .and_then(|()| state.cold.check_loaded(&state.resources, rules))
                 .and_then(|()| state.dedup.index_again()),
         };
-        let exactly_once = checked.map_err(|why| anyhow::anyhow!("snapshot format 9: {why}"))?;
-        Ok(state.rebuilt_with(Some(exactly_once)))
+        let exactly_once =
+            checked.map_err(|why| anyhow::anyhow!("snapshot of the live state: {why}"))?;
+        Ok(state.rebuilt_with(Some(exactly_once)).with_rules(rules))
     }
 }

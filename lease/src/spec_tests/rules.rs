@@ -262,6 +262,25 @@ fn carries_the_archive_as_it_is(rules: u32, tags: [u8; 3]) {
         let error = decode_state(&body_of(live, &damaged)).expect_err("does not decode");
         assert!(error.to_string().contains("does not decode"), "{error}");
     }
+    if rules >= crate::rules::COLD_CHUNKS {
+        // A chunk whose slot a stub names is empty; a body whose rules do not write its format.
+        let mut emptied = entries.clone();
+        let at = emptied.iter().position(|e| e.0 == 5).expect("a chunk");
+        let slots: Vec<&[u8]> = postcard::from_bytes(&emptied[at].2).expect("slots");
+        let mut slots: Vec<Vec<u8>> = slots.iter().map(|s| s.to_vec()).collect();
+        slots[0].clear();
+        emptied[at].2 = postcard::to_allocvec(&slots).expect("encode");
+        let error = decode_state(&body_of(live, &emptied)).expect_err("a named slot empty");
+        assert!(error.to_string().contains("does not decode"), "{error}");
+        let mut at_3 = body.clone();
+        assert_eq!(at_3[..2], [10, 4], "format 10 at rules 4");
+        at_3[1] = 3;
+        let error = decode_state(&at_3).expect_err("format 10 at rules 3");
+        assert!(
+            error.to_string().contains("which writes format 9"),
+            "{error}"
+        );
+    }
     let mut longer = body_of(live, &entries);
     assert_eq!(longer, body);
     longer.push(0);

@@ -23,13 +23,14 @@ pub(super) fn in_chunk(number: u64) -> bool {
 }
 
 /// The chunk of the slot `number` names, and its place there.
-fn place(number: u64) -> (u64, usize) {
+pub(super) fn place(number: u64) -> (u64, usize) {
     let slot = number & !IN_CHUNK;
     (slot / CHUNK, (slot % CHUNK) as usize)
 }
 
 /// The chunks of a store: the open one and how many slots of each stubs still name. A copy
-/// (a snapshot's) costs a few bytes a chunk in the archive.
+/// (a snapshot's) copies the counts: about 16 bytes a chunk in the archive (tens of µs for
+/// the 20,000 chunks of a soak's end state).
 #[derive(Clone, Default)]
 pub(super) struct Chunks {
     /// The open chunk's slots so far (chunk `next / CHUNK` of the store's next number; empty
@@ -47,7 +48,8 @@ impl Chunks {
     pub(super) fn of(numbers: impl Iterator<Item = u64>, open: Vec<Vec<u8>>, next: u64) -> Chunks {
         let mut live = HashMap::new();
         for number in numbers.filter(|n| in_chunk(*n)) {
-            *live.entry(place(number).0).or_insert(0u8) += 1;
+            let count = live.entry(place(number).0).or_insert(0u8);
+            *count = count.saturating_add(1);
         }
         Chunks {
             open,

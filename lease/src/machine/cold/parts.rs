@@ -5,14 +5,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::chunks::{in_chunk, Chunks, CHUNK};
+use foldhash::{HashMap, HashMapExt};
+
+use super::chunks::{in_chunk, place, slots, Chunks, CHUNK};
 use super::{Cold, ColdStore, ColdValue};
 use crate::archive::Archive;
 use crate::machine::buckets::Buckets;
 use crate::types::Name;
 
-/// The cold store in a snapshot of format 9: its stubs as (name, number of the value,
-/// trimmed, newest event), and the next number; the values travel as the archive's entries.
+/// The cold store in a snapshot of format 9 or 10: its stubs as (name, number of the value
+/// or, with the bit `chunks::IN_CHUNK`, of the slot, trimmed, newest event), and the next
+/// number; the values travel as the archive's entries (and in format 10 the open chunk's
+/// after the live section).
 #[derive(Serialize, Deserialize)]
 pub(crate) struct ColdParts<S> {
     next: u64,
@@ -109,16 +113,45 @@ impl ColdStore {
         postcard::from_bytes::<ColdValue>(value).is_ok()
     }
 
-    /// Whether `chunk` is a chunk of cold resources' slots, each empty or one's value.
-    pub(crate) fn decodes_chunk(chunk: &[u8]) -> bool {
-        super::chunks::slots(chunk)
-            .is_some_and(|slots| slots.iter().all(|s| s.0.is_empty() || Self::decodes(s.0)))
+    /// Which slots of each chunk in the archive the stubs name, a bit a slot: what
+    /// [`ColdStore::chunk_holds`] checks a chunk of a snapshot just read against.
+    pub(crate) fn named_slots(&self) -> HashMap<u64, u16> {
+        let mut named = HashMap::new();
+        for (_, stub) in self.stubs.iter().filter(|(_, c)| in_chunk(c.archived)) {
+            let (chunk, at) = place(stub.archived);
+            *named.entry(chunk).or_insert(0u16) |= 1 << at;
+        }
+        named
     }
 
-    /// Checks a store just read: each value and slot named once, all below the next number,
-    /// the open chunk's slots as many as were put in it and each it names filled (and a
-    /// value), and no resource both cold and among the `hot` ones.
-    pub(crate) fn check_loaded(&self, hot: &crate::machine::ResourceMap) -> Result<(), String> {
+    /// Whether the entry `key`, `chunk` of the chunks' space, is a chunk of cold resources'
+    /// slots, each empty or one's value, with a value in every slot a stub names (`named`).
+    pub(crate) fn chunk_holds(named: &HashMap<u64, u16>, key: &[u8], chunk: &[u8]) -> bool {
+        let Ok(number) = <[u8; 8]>::try_from(key).map(u64::from_be_bytes) else {
+            return false;
+        };
+        let wanted = named.get(&number).copied().unwrap_or(0);
+        slots(chunk).is_some_and(|slots| {
+            slots
+                .iter()
+                .enumerate()
+                .all(|(at, s)| match s.0.is_empty() {
+                    true => wanted & (1 << at) == 0,
+                    false => Self::decodes(s.0),
+                })
+        })
+    }
+
+    /// Checks a store just read at `rules`: each value and slot named once, all below the
+    /// next number, slots and an open chunk only from rules version 4, the open chunk's slots
+    /// as many as were put in it and each it names filled (and a value), and no resource both
+    /// cold and among the `hot` ones. (The chunks in the archive are checked as they are
+    /// read: [`ColdStore::chunk_holds`].)
+    pub(crate) fn check_loaded(
+        &self,
+        hot: &crate::machine::ResourceMap,
+        rules: u32,
+    ) -> Result<(), String> {
         let mut numbers: Vec<u64> = self.stubs.iter().map(|(_, c)| c.archived).collect();
         numbers.sort_unstable();
         let named_once = numbers.windows(2).all(|w| w[0] < w[1]);
@@ -128,7 +161,9 @@ impl ColdStore {
         let open = self.open_chunk().iter();
         let open_decodes = open.filter(|s| !s.is_empty()).all(|s| Self::decodes(s));
         let apart = self.stubs.iter().all(|(name, _)| !hot.contains_key(name));
-        match named_once && below_next && slots && open_decodes && apart {
+        let chunked = !self.open_chunk().is_empty() || numbers.iter().any(|n| in_chunk(*n));
+        let rules_allow = rules >= crate::rules::COLD_CHUNKS || !chunked;
+        match named_once && below_next && slots && open_decodes && apart && rules_allow {
             true => Ok(()),
             false => Err("the cold resources' stubs do not agree with the state".into()),
         }
