@@ -4,7 +4,8 @@
 # expired and transferred; a live lease; some of it in a snapshot, the rest only in the log),
 # then each node is stopped (SIGTERM) and started on the newer build over the same data
 # directory, followers first, the leader last. Once the cluster runs the newer rules, and again
-# after every node restarts on them, the script reads the same things back and compares:
+# after every node restarts on them (from a snapshot the new rules wrote, with a resource that
+# went idle under them), the script reads the same things back and compares:
 #
 #   jepsen/upgrade-in-place.sh OLD_TENURED [NEW_TENURED]      (NEW defaults to target/release)
 #
@@ -138,11 +139,28 @@ wait_for "the cluster runs the new build's rules" "len({r['rules_version'] for r
 "$cli" cluster status
 read_back upgraded
 
+# Under the new rules: a resource that goes idle now (from rules version 4, into a slot of a
+# chunk), then a snapshot on every node, so that the restart below starts from one written in
+# the new rules' format.
+newer=$(t acquire up/newer --holder h --ttl 10m --request-id acq-newer | field "['lease']['fencing_token']")
+t release up/newer --holder h --token "$newer" --request-id rel-newer >/dev/null
+read_newer() { # read_newer NAME: what the new rules wrote, compared across the restart
+  {
+    set +e
+    t history up/newer --order asc --page-size 100
+    t validate up/newer --token "$newer" # "not valid" exits 1: the group must not end on it
+    t acquire up/newer --holder h --ttl 10m --request-id acq-newer
+  } 2>&1 | python3 -c "$normalise" >"$out/$1.json"
+}
+read_newer newer-before
+"$cli" cluster snapshot >/dev/null
+
 # Every node restarted on the new build: each starts from what it kept in the new format.
 for id in 1 2 3; do stop "$id"; done
 for id in 1 2 3; do start "$id" "$new"; done
 wait_for "the restarted cluster serves" "$settled"
 read_back restarted
+read_newer newer-restarted
 
 # A grant after it all carries a higher fencing token than every grant before.
 after=$(t acquire up/after --holder g --ttl 10m | field "['lease']['fencing_token']")
@@ -160,6 +178,13 @@ for name in upgraded restarted; do
     fail=1
   fi
 done
+if diff -u "$out/newer-before.json" "$out/newer-restarted.json" >"$out/newer.diff"; then
+  echo "newer: the same $(grep -c . "$out/newer-before.json") lines of answers after the restart"
+else
+  echo "FAIL: what the new rules wrote reads differently after the restart ($out/newer.diff):" >&2
+  cat "$out/newer.diff" >&2
+  fail=1
+fi
 du -sh "$out"/node{1,2,3} | sed 's/^/data: /'
 [ "$fail" = 0 ] && echo "PASS: tokens after the upgrade from $after up; logs in $out"
 exit "$fail"

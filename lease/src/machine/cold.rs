@@ -168,11 +168,7 @@ impl ColdStore {
         if !in_chunk(cold.archived) {
             return read_chunk(&*self.archive, Space::Cold, cold.archived);
         }
-        let bytes = self.chunks.read(&*self.archive, cold.archived, self.next);
-        match postcard::from_bytes(&bytes) {
-            Ok(value) => value,
-            Err(error) => panic!("cold slot {} does not decode: {error}", cold.archived),
-        }
+        self.chunks.read(&*self.archive, cold.archived, self.next)
     }
 
     /// Writes `rs` (idle, keeping at least one event) as the cold resource `name`: in a slot

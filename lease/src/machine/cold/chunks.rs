@@ -8,11 +8,12 @@
 //! alike, so the first chunk after the raise starts part way in (its slots before are empty).
 
 use foldhash::{HashMap, HashMapExt};
+use serde::de::DeserializeOwned;
 
 use crate::archive::{chunk_key, Archive, Bytes, Space};
 
 /// Slots in a chunk.
-pub(crate) const CHUNK: u64 = 16;
+pub(super) const CHUNK: u64 = 16;
 
 /// The bit of a stub's number that says it names a slot of a chunk, not a value of its own.
 pub(super) const IN_CHUNK: u64 = 1 << 63;
@@ -95,24 +96,32 @@ impl Chunks {
     }
 
     /// The value in slot `number`, from the open chunk or from `archive` (`next`: the
-    /// store's next number). One the archive lost stops the node, as `read_chunk` says.
-    pub(super) fn read(&self, archive: &dyn Archive, number: u64, next: u64) -> Vec<u8> {
+    /// store's next number), decoded where it lies. One the archive lost or that does not
+    /// decode stops the node, as `read_chunk` says.
+    pub(super) fn read<T: DeserializeOwned>(
+        &self,
+        archive: &dyn Archive,
+        number: u64,
+        next: u64,
+    ) -> T {
         let (chunk, at) = place(number);
-        if chunk == next / CHUNK {
-            return match self.open.get(at) {
-                Some(value) if !value.is_empty() => value.clone(),
-                _ => panic!("slot {number} of the open cold chunk is empty"),
+        let decoded = if chunk == next / CHUNK {
+            let value = self.open.get(at).filter(|v| !v.is_empty());
+            value.map(|v| postcard::from_bytes(v))
+        } else {
+            let Some(bytes) = archive.get(Space::ColdChunks, &chunk_key(chunk)) else {
+                panic!(
+                    "chunk {chunk} of {:?} is not in the archive",
+                    Space::ColdChunks
+                );
             };
-        }
-        let Some(bytes) = archive.get(Space::ColdChunks, &chunk_key(chunk)) else {
-            panic!(
-                "chunk {chunk} of {:?} is not in the archive",
-                Space::ColdChunks
-            );
+            let slot = slots(&bytes).and_then(|slots| slots.get(at).map(|s| s.0));
+            slot.filter(|v| !v.is_empty()).map(postcard::from_bytes)
         };
-        match slots(&bytes).and_then(|slots| slots.get(at).map(|s| s.0.to_vec())) {
-            Some(value) if !value.is_empty() => value,
-            _ => panic!("slot {at} of cold chunk {chunk} does not decode"),
+        match decoded {
+            Some(Ok(value)) => value,
+            Some(Err(error)) => panic!("cold slot {number} does not decode: {error}"),
+            None => panic!("slot {at} of cold chunk {chunk} is empty"),
         }
     }
 
