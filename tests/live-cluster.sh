@@ -7,11 +7,13 @@
 #   LIVE_HTTP_PORTS="8301 8302 8303"  HTTP gateway ports (optional: no gateway without)
 #   LIVE_AUTH=1                       auth on: a token file with the tokens below
 #   LIVE_KEEP=1                       keep the data and the logs
+#   LIVE_POSTGRES=1                   also a throwaway PostgreSQL server (guard/pg-server.sh)
 #   . tests/live-cluster.sh
 #
 # Sets TENURE_ENDPOINTS; LIVE_HTTP (the gateways' base URLs, comma-separated); with LIVE_AUTH,
 # TENURE_TOKEN (an admin token, which the tenure CLI takes from it), LIVE_ADMIN_TOKEN and
-# LIVE_CLIENT_TOKEN (principal `alice`, role client); LIVE_PIDS and LIVE_DATA. Run the test
+# LIVE_CLIENT_TOKEN (principal `alice`, role client); with LIVE_POSTGRES, TENURE_TEST_PG (its
+# libpq connection string); LIVE_PIDS and LIVE_DATA. Run the test
 # itself with `live_run COMMAND…`: in the background, so that Ctrl-C or a TERM stops it and the
 # nodes at once.
 
@@ -57,10 +59,16 @@ live_stop() {
       [ -f "$log" ] && { echo "--- tail of $log"; tail -n 20 "$log"; } >&2
     done
   fi
+  if [ -n "${LIVE_PG:-}" ]; then
+    "$live_root/guard/pg-server.sh" stop "$LIVE_PG" || true
+    if [ "$status" -ne 0 ] && [ -f "$LIVE_PG/server.log" ]; then
+      { echo "--- tail of $LIVE_PG/server.log"; tail -n 20 "$LIVE_PG/server.log"; } >&2
+    fi
+  fi
   if [ -n "${LIVE_KEEP:-}" ]; then
-    echo "data and logs kept in $LIVE_DATA"
+    echo "data and logs kept in $LIVE_DATA ${LIVE_PG:+and $LIVE_PG}"
   else
-    rm -rf "$LIVE_DATA"
+    rm -rf "$LIVE_DATA" ${LIVE_PG:+"$LIVE_PG"}
   fi
   exit "$status"
 }
@@ -74,6 +82,15 @@ live_run() {
   LIVE_CHILDREN+=("$!")
   wait "$!"
 }
+
+# The guards' PostgreSQL: a directory of its own (the server may run as another user, who
+# cannot enter LIVE_DATA), stopped and removed with the nodes.
+LIVE_PG=""
+if [ -n "${LIVE_POSTGRES:-}" ]; then
+  LIVE_PG="$(mktemp -d /tmp/tenure-pg.XXXXXX)"
+  TENURE_TEST_PG="$("$live_root/guard/pg-server.sh" start "$LIVE_PG")"
+  export TENURE_TEST_PG
+fi
 
 live_args=()
 if [ -n "${LIVE_AUTH:-}" ]; then

@@ -2,8 +2,10 @@
 # Runs the Python client's tests against a live three-node cluster on 127.0.0.1:7301-7303,
 # started by tests/live-cluster.sh from the already-built target/debug/tenured and tenure
 # (cargo build --bin tenured --bin tenure).
-# Makes client/python/.venv, installs the package with pytest and grpcio-tools, generates the
-# stubs from proto/; the nodes are always stopped and their data removed on exit.
+# Makes client/python/.venv, installs the package with pytest, grpcio-tools and psycopg,
+# generates the stubs from proto/; starts a PostgreSQL server for the guard's tests
+# (guard/pg-server.sh); the nodes and the server are always stopped and their data removed on
+# exit.
 #
 #   client/python/run-live-test.sh [PYTEST_ARGS...]
 #   TENURE_PY_PORTS="7401 7402 7403" client/python/run-live-test.sh   (other ports)
@@ -35,8 +37,10 @@ fi
 rm -f "$pip_log"
 "$py" "$here/generate.py"
 
-# The cluster (the Python client's tests do not use auth).
+# The cluster (the Python client's tests do not use auth), and a PostgreSQL server for the
+# fencing guard's tests.
 LIVE_PORTS="${ports[*]}" LIVE_KEEP="${TENURE_PY_KEEP:-}" LIVE_AUTH="" LIVE_HTTP_PORTS=""
+LIVE_POSTGRES=1
 . "$root/tests/live-cluster.sh"
 
 cd "$here"

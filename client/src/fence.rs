@@ -1,6 +1,7 @@
 //! The downstream half of fencing (SPEC §1 "fencing token"): a protected system keeps the
-//! highest token it has seen from an exclusive writer and refuses any write with a lower one,
-//! so a holder that paused past its lease cannot overwrite the work of the holder after it.
+//! highest token it has seen from an exclusive writer and from a shared one, refuses a write
+//! whose token is below the exclusive one, and an exclusive write below either, so a holder
+//! that paused past its lease cannot overwrite the work of the holders after it.
 //!
 //! ```
 //! let fence = tenure_client::Fence::new();
@@ -13,20 +14,26 @@
 //!
 //! The check and the write must be one step: call it under the lock (or in the transaction)
 //! that makes the write, or a stale writer can pass the check just before a newer one.
+//! `Fence` keeps its high-water mark in this process; for data that other processes write
+//! too, keep it where the data is: crate `tenure-guard` does that in a PostgreSQL transaction
+//! (docs/fencing.md).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The highest fencing token seen; safe to share between threads.
+/// The highest fencing tokens seen; safe to share between threads.
 #[derive(Debug, Default)]
 pub struct Fence {
-    highest: AtomicU64,
+    /// From exclusive writers.
+    exclusive: AtomicU64,
+    /// From shared-mode writers.
+    shared: AtomicU64,
 }
 
 /// A write refused because a later tenure has already written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("stale fencing token (highest seen {highest}, got {got})")]
 pub struct Stale {
-    /// The highest token the fence has seen.
+    /// The token that fenced the write out.
     pub highest: u64,
     /// The token of the refused write.
     pub got: u64,
@@ -38,9 +45,17 @@ impl Fence {
         Self::default()
     }
 
-    /// An exclusive writer's check: accepts `token` if no higher one was seen, and records it.
+    /// An exclusive writer's check: accepts `token` if no higher one was seen from any writer,
+    /// and records it.
     pub fn check_and_record(&self, token: u64) -> Result<(), Stale> {
-        let highest = self.highest.fetch_max(token, Ordering::AcqRel);
+        let shared = self.shared.load(Ordering::Acquire);
+        if token < shared {
+            return Err(Stale {
+                highest: shared,
+                got: token,
+            });
+        }
+        let highest = self.exclusive.fetch_max(token, Ordering::AcqRel);
         if token < highest {
             return Err(Stale {
                 highest,
@@ -50,22 +65,26 @@ impl Fence {
         Ok(())
     }
 
-    /// A shared-mode writer's check: refuses a token below the highest, records nothing
-    /// (co-holders' tokens are not ordered against each other).
+    /// A shared-mode writer's check: refuses a token below the highest exclusive one. Co-holders'
+    /// tokens are not ordered against each other, so none refuses another; the highest is
+    /// recorded for the exclusive writers after them, whose tokens are all higher.
     pub fn check(&self, token: u64) -> Result<(), Stale> {
-        let highest = self.highest();
+        let highest = self.exclusive.load(Ordering::Acquire);
         if token < highest {
             return Err(Stale {
                 highest,
                 got: token,
             });
         }
+        self.shared.fetch_max(token, Ordering::AcqRel);
         Ok(())
     }
 
-    /// The highest token recorded so far (0 before any).
+    /// The highest token recorded so far from any writer (0 before any): the lowest an
+    /// exclusive writer still passes with.
     pub fn highest(&self) -> u64 {
-        self.highest.load(Ordering::Acquire)
+        let exclusive = self.exclusive.load(Ordering::Acquire);
+        exclusive.max(self.shared.load(Ordering::Acquire))
     }
 }
 
@@ -83,6 +102,32 @@ mod tests {
         assert_eq!(fence.highest(), 8);
         assert_eq!(fence.check(8), Ok(()));
         assert_eq!(fence.check(6), Err(Stale { highest: 8, got: 6 }));
+    }
+
+    #[test]
+    fn shared_writers_do_not_refuse_each_other_but_fence_out_an_older_exclusive_one() {
+        let fence = Fence::new();
+        assert_eq!(fence.check_and_record(10), Ok(()));
+        // Co-holders admitted after the exclusive tenure ended, in any order.
+        assert_eq!(fence.check(12), Ok(()));
+        assert_eq!(fence.check(11), Ok(()));
+        assert_eq!(fence.highest(), 12);
+        // The exclusive holder of 10 wakes after them: refused by the shared tokens.
+        assert_eq!(
+            fence.check_and_record(10),
+            Err(Stale {
+                highest: 12,
+                got: 10
+            })
+        );
+        assert_eq!(fence.check_and_record(13), Ok(()));
+        assert_eq!(
+            fence.check(12),
+            Err(Stale {
+                highest: 13,
+                got: 12
+            })
+        );
     }
 
     #[test]

@@ -1,0 +1,115 @@
+// Fencing where the data lives: a guarded write into PostgreSQL with `pg` (node-postgres).
+//
+// The same rule and SQL as the Rust crate `tenure-guard` (docs/fencing.md): the table
+// `tenure_fence` keeps, per resource, the highest token an exclusive writer and the highest a
+// shared writer has written with; a check made inside the caller's transaction, before its
+// own statements, refuses a stale token and holds the row's lock until the transaction ends,
+// so the check and the write are one step.
+//
+//   import pg from "pg";
+//   import { createTable, guard, StaleFencingToken } from "tenure-client/guard";
+//
+//   const db = new pg.Client(connectionString);   // one connection: a transaction lives on it
+//   await db.connect();
+//   await createTable(db);
+//   await db.query("BEGIN");
+//   try {
+//     await guard(db, "billing/ledger", lease.fencingToken);
+//     await db.query("UPDATE ledger SET total = total + 10 WHERE id = 1");
+//     await db.query("COMMIT");
+//   } catch (error) {
+//     await db.query("ROLLBACK");   // nothing of it applied
+//     if (!(error instanceof StaleFencingToken)) throw error;
+//   }
+//
+// With a pg.Pool, check a client out (`await pool.connect()`) for the whole transaction.
+
+export const TABLE = `CREATE TABLE IF NOT EXISTS tenure_fence (
+    resource text PRIMARY KEY,
+    token bigint NOT NULL CHECK (token >= 0),
+    shared bigint NOT NULL DEFAULT 0 CHECK (shared >= 0)
+)`;
+
+// An exclusive writer's check: advance `token` unless a higher token has written; the row is
+// locked either way, and a row comes back only if the token passed.
+const EXCLUSIVE = `INSERT INTO tenure_fence AS f (resource, token) VALUES ($1, $2)
+ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token
+WHERE f.token <= EXCLUDED.token AND f.shared <= EXCLUDED.token
+RETURNING token`;
+// A shared writer's tries, in turn: a new row with its token as `shared`; raising `shared` to
+// its token; locking the row FOR SHARE (its token already recorded) and checking `token`.
+const SHARED_NEW = `INSERT INTO tenure_fence (resource, token, shared) VALUES ($1, 0, $2)
+ON CONFLICT (resource) DO NOTHING RETURNING token`;
+const SHARED_RAISE = `UPDATE tenure_fence SET shared = $2
+WHERE resource = $1 AND shared < $2 AND token <= $2 RETURNING token`;
+const SHARED_LOCK = "SELECT token FROM tenure_fence WHERE resource = $1 FOR SHARE";
+const HIGHEST = "SELECT GREATEST(token, shared) AS token FROM tenure_fence WHERE resource = $1";
+const MAX_TOKEN = (1n << 63n) - 1n;
+
+/** The modes a writer holds its lease in. */
+export const Mode = Object.freeze({ EXCLUSIVE: "exclusive", SHARED: "shared" });
+
+/**
+ * A later tenure has already written: the caller's lease is gone, whatever it believes. Thrown
+ * inside the caller's transaction, which must be rolled back. `highest` and `got` are BigInts.
+ */
+export class StaleFencingToken extends Error {
+  constructor(resource, highest, got) {
+    super(`stale fencing token for ${JSON.stringify(resource)}: the store has seen ${highest}, this write carries ${got}`);
+    this.name = "StaleFencingToken";
+    this.resource = resource;
+    this.highest = highest;
+    this.got = got;
+  }
+}
+
+/** Creates `tenure_fence` if it is missing. */
+export async function createTable(db) {
+  await db.query(TABLE);
+}
+
+// A token as the client gives it (a decimal string), a BigInt, or a safe integer Number.
+function tokenOf(token) {
+  let value = -1n;
+  if (typeof token === "bigint") value = token;
+  else if (typeof token === "string" && /^[1-9][0-9]*$/.test(token)) value = BigInt(token);
+  else if (typeof token === "number" && Number.isSafeInteger(token)) value = BigInt(token);
+  if (value < 1n || value > MAX_TOKEN) {
+    throw new RangeError(`fencing token ${String(token)} is out of range (1 to ${MAX_TOKEN})`);
+  }
+  return value;
+}
+
+/**
+ * Checks `token` for `resource` in the transaction `db` is in, before the caller's statements
+ * (docs/fencing.md): an exclusive writer's token must be at least every token written so far
+ * and becomes the fence; a shared writer's must be at least the exclusive fence (co-holders'
+ * tokens are not ordered against each other). Throws StaleFencingToken (refused) or
+ * RangeError (not a token Tenure grants).
+ */
+export async function guard(db, resource, token, mode = Mode.EXCLUSIVE) {
+  const got = tokenOf(token);
+  const args = [resource, got.toString()];
+  let fence;
+  if (mode === Mode.EXCLUSIVE) {
+    if ((await db.query(EXCLUSIVE, args)).rows.length > 0) return;
+    fence = BigInt((await db.query(HIGHEST, [resource])).rows[0].token);
+  } else if (mode === Mode.SHARED) {
+    if ((await db.query(SHARED_NEW, args)).rows.length > 0) return;
+    if ((await db.query(SHARED_RAISE, args)).rows.length > 0) return;
+    fence = BigInt((await db.query(SHARED_LOCK, [resource])).rows[0].token);
+    if (fence <= got) return;
+  } else {
+    throw new RangeError(`mode ${mode} is neither "${Mode.EXCLUSIVE}" nor "${Mode.SHARED}"`);
+  }
+  throw new StaleFencingToken(resource, fence, got);
+}
+
+/**
+ * The highest token any writer has written `resource` with (0n if none has): the lowest an
+ * exclusive writer still passes with.
+ */
+export async function highest(db, resource) {
+  const { rows } = await db.query(HIGHEST, [resource]);
+  return rows.length === 0 ? 0n : BigInt(rows[0].token);
+}
