@@ -43,7 +43,8 @@ enum Command {
         /// The lease's fencing token.
         #[arg(long)]
         token: u64,
-        /// The lease is held in a shared mode (`READ`, `WRITE`): checked, not advanced.
+        /// The lease is held in a shared mode (`READ`, `WRITE`): checked against exclusive
+        /// writers' tokens only, and recorded for the exclusive writers after it.
         #[arg(long)]
         shared: bool,
         /// The statements, run in the guarded transaction (several may be given, `;`-separated;
