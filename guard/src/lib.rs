@@ -8,6 +8,10 @@
 //! checks and advances them inside the caller's transaction, holding the row's lock until
 //! that transaction ends. The caller's statements then commit with the check, or not at all.
 //!
+//! [`dir`] does the same for files in a plain directory: a token file per resource under an
+//! OS lock, and the data written to a temporary file renamed into place only if the token
+//! passes. [`test_server`] starts a throwaway PostgreSQL for tests of guarded code.
+//!
 //! ```no_run
 //! # async fn run(client: &mut tokio_postgres::Client, token: u64) -> Result<(), tenure_guard::postgres::Error> {
 //! use tenure_guard::postgres::{guard, Mode};
@@ -18,4 +22,92 @@
 //! # Ok(()) }
 //! ```
 
+pub mod dir;
 pub mod postgres;
+pub mod test_server;
+
+/// How the writer holds its lease (its `mode` in Tenure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The one holder of the resource: checked against every token written so far, and its
+    /// token becomes the exclusive one.
+    Exclusive,
+    /// A co-holder in a shared mode (`READ`, `WRITE`): checked against the exclusive token,
+    /// and raises the shared one (which only exclusive writers are checked against).
+    Shared,
+}
+
+/// Why a guarded write did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A later tenure has already written: the caller's lease is gone, whatever it believes.
+    /// Nothing of its write was applied (a transaction must be rolled back: dropping it does).
+    #[error(
+        "stale fencing token for {resource:?}: the store has seen {highest}, this write carries {got}"
+    )]
+    Stale {
+        /// The guarded resource.
+        resource: String,
+        /// The token that fenced it out: for an exclusive writer the highest any writer has
+        /// written with, for a shared one the highest an exclusive writer has.
+        highest: u64,
+        /// The refused write's token.
+        got: u64,
+    },
+    /// Not a token Tenure grants (they start at 1 and fit in a `bigint`).
+    #[error("fencing token {0} is out of range (1 to 9223372036854775807)")]
+    Token(u64),
+    /// A name the directory guard does not write (see [`dir::write`]).
+    #[error("{0}")]
+    Name(String),
+    /// The database's own error.
+    #[error(transparent)]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The file system's.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// The highest tokens a store has seen writes of one resource with, and the rule that admits
+/// a write (spec §1, "fencing token"): an exclusive writer must be at or above both, a shared
+/// one at or above the exclusive one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fence {
+    pub exclusive: u64,
+    pub shared: u64,
+}
+
+impl Fence {
+    /// Records a write of `token` in `mode`, or returns the token that fences it out.
+    pub fn admit(&mut self, token: u64, mode: Mode) -> Result<(), u64> {
+        match mode {
+            Mode::Exclusive => {
+                let highest = self.exclusive.max(self.shared);
+                if token < highest {
+                    return Err(highest);
+                }
+                self.exclusive = token;
+            }
+            Mode::Shared => {
+                if token < self.exclusive {
+                    return Err(self.exclusive);
+                }
+                self.shared = self.shared.max(token);
+            }
+        }
+        Ok(())
+    }
+
+    /// The lowest token an exclusive writer still passes with.
+    pub fn highest(&self) -> u64 {
+        self.exclusive.max(self.shared)
+    }
+}
+
+/// `token` if Tenure could have granted it: from 1 to `i64::MAX` (a `bigint`).
+pub fn valid_token(token: u64) -> Result<u64, Error> {
+    match i64::try_from(token) {
+        Ok(t) if t > 0 => Ok(token),
+        _ => Err(Error::Token(token)),
+    }
+}

@@ -31,6 +31,8 @@
 
 use tokio_postgres::{GenericClient, Transaction};
 
+pub use crate::{Error, Mode};
+
 /// The table the guard keeps its tokens in, created if missing by [`create_table`].
 pub const TABLE: &str = "CREATE TABLE IF NOT EXISTS tenure_fence (
     resource text PRIMARY KEY,
@@ -59,42 +61,6 @@ const SHARED_LOCK: &str = "SELECT token FROM tenure_fence WHERE resource = $1 FO
 /// The lowest token an exclusive writer would pass with.
 const HIGHEST: &str = "SELECT GREATEST(token, shared) FROM tenure_fence WHERE resource = $1";
 
-/// How the writer holds its lease (its `mode` in Tenure).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// The one holder of the resource: checked against every token written so far, and its
-    /// token becomes the exclusive one.
-    Exclusive,
-    /// A co-holder in a shared mode (`READ`, `WRITE`): checked against the exclusive token,
-    /// and raises the shared one (which only exclusive writers are checked against).
-    Shared,
-}
-
-/// Why a guarded write did not go through.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A later tenure has already written: the caller's lease is gone, whatever it believes.
-    /// Its transaction must be rolled back (dropping it does).
-    #[error(
-        "stale fencing token for {resource:?}: the store has seen {highest}, this write carries {got}"
-    )]
-    Stale {
-        /// The guarded resource.
-        resource: String,
-        /// The token that fenced it out: for an exclusive writer the highest any writer has
-        /// written with, for a shared one the highest an exclusive writer has.
-        highest: u64,
-        /// The refused write's token.
-        got: u64,
-    },
-    /// Not a token Tenure grants (they start at 1 and fit in a `bigint`).
-    #[error("fencing token {0} is out of range (1 to 9223372036854775807)")]
-    Token(u64),
-    /// The database's own error.
-    #[error(transparent)]
-    Postgres(#[from] tokio_postgres::Error),
-}
-
 /// Creates `tenure_fence` if it is missing.
 pub async fn create_table(client: &impl GenericClient) -> Result<(), tokio_postgres::Error> {
     client.execute(TABLE, &[]).await.map(drop)
@@ -109,10 +75,7 @@ pub async fn guard(
     token: u64,
     mode: Mode,
 ) -> Result<(), Error> {
-    let wanted = i64::try_from(token)
-        .ok()
-        .filter(|t| *t > 0)
-        .ok_or(Error::Token(token))?;
+    let wanted = i64::try_from(crate::valid_token(token)?).map_err(|_| Error::Token(token))?;
     let highest = match mode {
         Mode::Exclusive => {
             if txn

@@ -9,41 +9,26 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tenure_guard::postgres::{create_table, guard, highest, Error, Mode};
+use tenure_guard::test_server::TestServer;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-/// One PostgreSQL server, stopped (and its directory removed) when dropped.
+/// One PostgreSQL server (stopped, and its directory removed, when dropped), and the
+/// connections the tests make to it.
 struct Server {
-    dir: tempfile::TempDir,
+    _server: TestServer,
     conn: String,
 }
-
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pg-server.sh");
 
 impl Server {
     /// A server, or `None` (with a note) where no PostgreSQL is installed and
     /// `TENURE_REQUIRE_POSTGRES` is not set (`.ci/run` sets it).
     fn start() -> Option<Self> {
-        // In /tmp: the socket's path must fit in 107 bytes, whatever TMPDIR is.
-        let dir = tempfile::Builder::new()
-            .prefix("tenure-pg.")
-            .tempdir_in("/tmp")
-            .expect("a temporary directory");
-        let out = Command::new(SCRIPT)
-            .arg("start")
-            .arg(dir.path())
-            .output()
-            .expect("runs pg-server.sh");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if out.status.code() == Some(2) && std::env::var_os("TENURE_REQUIRE_POSTGRES").is_none() {
-            eprintln!("skipped: {stderr}");
-            return None;
-        }
-        assert!(out.status.success(), "pg-server.sh start: {stderr}");
-        let conn = String::from_utf8(out.stdout).expect("utf-8");
+        let server = TestServer::for_test("the guard's PostgreSQL tests")?;
+        let conn = server.conn().to_owned();
         Some(Self {
-            dir,
-            conn: conn.trim().to_owned(),
+            _server: server,
+            conn,
         })
     }
 
@@ -63,19 +48,6 @@ impl Server {
             .expect("the register table");
         let pid = client.query_one("SELECT pg_backend_pid()", &[]).await;
         (client, pid.expect("its pid").get(0))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // No assertion here: a failed stop while a test unwinds must not abort the run.
-        let stopped = Command::new(SCRIPT)
-            .arg("stop")
-            .arg(self.dir.path())
-            .output();
-        if !stopped.is_ok_and(|out| out.status.success()) {
-            eprintln!("pg-server.sh stop {} failed", self.dir.path().display());
-        }
     }
 }
 

@@ -48,7 +48,10 @@ pub enum Command {
         /// Comma-separated resource kinds the clients use: exclusive (ad-hoc r0…), shared
         /// (READ/WRITE with a unit pool, s0…), transfer (transferable, x0…), waiting (acquired
         /// with on_conflict=WAIT, w0…), many (two or three at a time with one waiting
-        /// AcquireMany, m0…).
+        /// AcquireMany, m0…), sessions (leases on sessions, e0…); and, not in the default,
+        /// fenced (exclusive f0… whose holders write to a register in a PostgreSQL the run
+        /// starts, through the guard; the register's record is checked to hold the writes in
+        /// token order).
         #[arg(
             long,
             default_value = "exclusive,shared,transfer,waiting,many,sessions"
@@ -78,7 +81,9 @@ pub enum Command {
         clock_epsilon: f64,
         /// Deliberately broken node: `stale-reads` serves linearizable reads from local state;
         /// `fsync-lies` acknowledges log appends without syncing them; `ungated` (with the
-        /// `upgrade` nemesis) proposes commands before the cluster's rules allow them.
+        /// `upgrade` nemesis) proposes commands before the cluster's rules allow them;
+        /// `unguarded-writes` (with the `fenced` workload) is not a node: its clients write to
+        /// the register without the guard.
         #[arg(long)]
         broken: Option<String>,
         /// The release before's tenured for the `upgrade` nemesis (default: built from the

@@ -293,9 +293,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     );
                     (vec![], vec!["--fi-ungated".to_string()])
                 }
+                // Not the nodes: the `fenced` clients, which write without the guard.
+                Some("unguarded-writes") => {
+                    anyhow::ensure!(
+                        kinds.contains(&Kind::Fenced),
+                        "--broken unguarded-writes needs the fenced workload (--workload fenced)"
+                    );
+                    (vec![], vec![])
+                }
                 Some(other) => {
                     anyhow::bail!(
-                        "unknown --broken mode `{other}` (stale-reads, fsync-lies, ungated)"
+                        "unknown --broken mode `{other}` (stale-reads, fsync-lies, ungated, unguarded-writes)"
                     )
                 }
             };
@@ -314,6 +322,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 resources,
                 kinds,
                 watchers,
+                unguarded_writes: broken.as_deref() == Some("unguarded-writes"),
                 ..WorkloadConfig::default()
             };
             if calm {

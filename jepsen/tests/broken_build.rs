@@ -4,7 +4,11 @@
 //! (`--fi-ack-before-sync`) within a short run of power cuts, and nodes of this build that
 //! propose commands the cluster's rules do not have yet (`--fi-ungated`) within a short run of
 //! two releases (the release before is built from CHANGELOG.md's commit the first time).
-//! Needs root and `ip netns`; elsewhere it prints a note and passes.
+//! Clients of the `fenced` workload that write to the PostgreSQL register without the guard
+//! (`--broken unguarded-writes`) are caught by the register's own record, where the same run
+//! with the guard leaves it in token order.
+//! Needs root and `ip netns` (and PostgreSQL for the register); elsewhere it prints a note
+//! and passes.
 
 use std::time::Duration;
 
@@ -18,8 +22,8 @@ use tenure_jepsen::workload::{Kind, WorkloadConfig};
 mod common;
 use common::SERIAL;
 
-/// A short plain run of nodes started with `broken` under `faults`, or None where these tests
-/// cannot run (the note says why).
+/// A short plain run of nodes started with `broken` (none if empty) under `faults`, or None
+/// where these tests cannot run (the note says why).
 fn run_broken(
     test: &str,
     broken: &str,
@@ -39,9 +43,14 @@ fn run_broken(
     let out = tempfile::tempdir().expect("temp dir");
     let power = faults.contains(&Fault::Power);
     // A flag of this build only goes to its nodes: the release before does not know it.
+    let flags: Vec<String> = Some(broken)
+        .filter(|flag| !flag.is_empty())
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
     let (node_args, new_args) = match faults.contains(&Fault::Upgrade) {
-        true => (vec![], vec![broken.to_string()]),
-        false => (vec![broken.to_string()], vec![]),
+        true => (vec![], flags),
+        false => (flags, vec![]),
     };
     let options = TestOptions {
         nodes: 3,
@@ -188,5 +197,45 @@ fn an_ungated_command_in_a_cluster_of_two_releases_is_caught() {
             .filter(|e| e.kind == "upgrade")
             .map(|e| &e.detail)
             .collect::<Vec<_>>()
+    );
+}
+
+/// The `fenced` workload's clients, pausing and partitioning nodes: with the guard, the
+/// register holds every write in token order and some stale writer was refused; without it
+/// (`unguarded-writes`), a holder that stalled past its ttl writes after the next tenure did,
+/// and the register's record shows it.
+#[test]
+fn writes_without_the_guard_are_caught_in_the_data() {
+    let test = "writes_without_the_guard_are_caught_in_the_data";
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // The run starts a server of its own; this one shows there is PostgreSQL to start.
+    if tenure_guard::test_server::TestServer::for_test(test).is_none() {
+        return;
+    }
+    let fenced = |unguarded_writes| WorkloadConfig {
+        kinds: vec![Kind::Fenced],
+        unguarded_writes,
+        watchers: 0,
+        ..WorkloadConfig::default()
+    };
+    let faults = || vec![Fault::Partition, Fault::Pause];
+    let time = Duration::from_secs(25);
+    let Some((_, check, verdict)) = run_broken(test, "", faults(), 8, time, fenced(false)) else {
+        return;
+    };
+    assert!(check.ok(), "a guarded run: {:#?}", check.anomalies);
+    assert!(verdict.ok(), "a guarded run: {:?}", verdict.problems);
+    assert!(
+        check.register.writes > 0 && check.register.refused > 0,
+        "the guard refused no stale writer: {:?}",
+        check.register
+    );
+    let Some((_, check, _)) = run_broken(test, "", faults(), 8, time, fenced(true)) else {
+        return;
+    };
+    assert!(
+        !check.of_kind("register_out_of_token_order").is_empty(),
+        "writes out of token order went unnoticed: {:#?}",
+        check.anomalies
     );
 }

@@ -23,6 +23,11 @@ pub fn tenure_bin() -> PathBuf {
     target_bin("tenure", "TENURE_BIN")
 }
 
+/// `target/debug/tenure-guard` (or `$TENURE_GUARD_BIN`): the guarded writes' command.
+pub fn tenure_guard_bin() -> PathBuf {
+    target_bin("tenure-guard", "TENURE_GUARD_BIN")
+}
+
 /// `$env_var`, or the binary `name` in the target dir this test executable runs from.
 fn target_bin(name: &str, env_var: &str) -> PathBuf {
     if let Ok(path) = std::env::var(env_var) {

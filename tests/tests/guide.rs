@@ -1,8 +1,14 @@
-//! The guides' examples, run: every `tenure …` and `curl …` line of the ```sh blocks of
-//! README.md and docs/api-guide.md runs, in page order, against a fresh three-node cluster per
-//! page (its HTTP gateway on), and must exit and print what the page shows. `$TENURE_HTTP` in a
-//! `curl` line is the first node's gateway (`http://127.0.0.1:PORT`). Needs
-//! `target/debug/tenure` (`cargo build --bin tenure`, or `$TENURE_BIN`) and `curl`.
+//! The guides' examples, run: every `tenure …`, `curl …`, `tenure-guard …` and `psql …` line
+//! of the ```sh blocks of README.md and docs/api-guide.md runs, in page order, against a fresh
+//! three-node cluster per page (its HTTP gateway on), and must exit and print what the page
+//! shows. `$TENURE_HTTP` in a `curl` line is the first node's gateway
+//! (`http://127.0.0.1:PORT`). `$TENURE_GUARD_PG` is a PostgreSQL server of the page's own,
+//! started at the first line that needs it (`tenure_guard::test_server`), and is in every
+//! command's environment; where no PostgreSQL is installed those lines are skipped with a
+//! note, unless `TENURE_REQUIRE_POSTGRES` is set. `kill -STOP $!` and `kill -CONT $!` stop and
+//! continue the last `background` command (which must still be running). Needs
+//! `target/debug/tenure` (`cargo build --bin tenure`, or `$TENURE_BIN`), `curl`, and for the
+//! guards `target/debug/tenure-guard` (or `$TENURE_GUARD_BIN`) and `psql`.
 //!
 //! How a page is read (docs/api-guide.md says the same for writers, in its introduction):
 //! - The `#` lines that start a line right under a command are its output, all of it; a line
@@ -28,9 +34,9 @@
 //! Directives are HTML comments on a line of their own, right before a block (a renderer
 //! hides them):
 //! - `<!-- guide-test: skip: WHY -->` the block is not run; `` skip `PREFIX`: WHY `` its lines
-//!   starting with PREFIX are not. Every other line of a block must be a `tenure` or `curl`
-//!   command.
-//! - `` background `PREFIX` `` starts that line and goes on; the test awaits it where an
+//!   starting with PREFIX are not. Every other line of a block must be a `tenure`, `curl`,
+//!   `tenure-guard`, `psql` or `kill` command.
+//! - `` background `PREFIX` `` starts that line (without the `&` that may end it) and goes on; the test awaits it where an
 //!   output line ending in `answers:` introduces its output, or at the end of the block.
 //!   An expectation (`# exit 1: …`, as inline) may follow the prefix.
 //! - `` interrupt `PREFIX` `` for a line that runs until Ctrl-C: at the end of the block the
@@ -44,6 +50,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
+use tenure_guard::test_server::TestServer;
 use tenure_tests::cli::{Cli, Running};
 use tenure_tests::in_process::InProcessCluster;
 use tenure_tests::ELECTION;
@@ -241,9 +248,17 @@ fn is_tenure(command: &str) -> bool {
     program(command).is_some_and(|program| program == "tenure")
 }
 
-/// The programs a guide's blocks may run.
+/// The programs a guide's blocks may run (`kill` of a background command: [`Runner::kill`]).
 fn is_runnable(command: &str) -> bool {
-    program(command).is_some_and(|program| program == "tenure" || program == "curl")
+    program(command).is_some_and(|program| {
+        ["tenure", "curl", "tenure-guard", "psql", "kill"].contains(&program.as_str())
+    })
+}
+
+/// Whether a command needs the page's PostgreSQL.
+fn needs_postgres(command: &str) -> bool {
+    command.contains("$TENURE_GUARD_PG")
+        || program(command).is_some_and(|program| program == "tenure-guard" || program == "psql")
 }
 
 /// An output line's text, its `exit N` (after three blanks or more) and remark taken off.
@@ -709,6 +724,9 @@ struct Runner {
     running: VecDeque<Started>,
     dir: tempfile::TempDir,
     failures: Vec<String>,
+    /// The page's PostgreSQL: not started yet (None), none installed (`Some(None)`), or
+    /// running.
+    postgres: Option<Option<TestServer>>,
 }
 
 /// A three-node cluster whose nodes take `flags` and serve the HTTP gateway; its endpoints
@@ -740,6 +758,7 @@ async fn run_page(page: &'static str, text: &str) {
         running: VecDeque::new(),
         dir: tempfile::tempdir().expect("temp dir"),
         failures: Vec::new(),
+        postgres: None,
     };
     for step in steps {
         runner.step(step).await;
@@ -756,6 +775,10 @@ async fn run_page(page: &'static str, text: &str) {
 impl Runner {
     async fn step(&mut self, step: Step) {
         match step {
+            Step::Run(command) if !self.postgres_for(&command) => {}
+            Step::Run(command) if program(&command.line).is_some_and(|p| p == "kill") => {
+                self.kill(&command);
+            }
             Step::Run(command) => {
                 if let Some(started) = self.start(command) {
                     match started.command.mode {
@@ -790,12 +813,23 @@ impl Runner {
             Some((_, endpoints, http)) => (endpoints.clone(), http.clone()),
             None => (self.endpoints.clone(), self.http.clone()),
         };
+        let postgres = match &self.postgres {
+            Some(Some(server)) => server.conn().to_owned(),
+            _ => String::new(),
+        };
         let ran_as = match self.bindings.substitute(&command.line) {
-            Ok(line) => line.replace("$TENURE_HTTP", &http),
+            Ok(line) => line
+                .replace("$TENURE_HTTP", &http)
+                .replace("$TENURE_GUARD_PG", &postgres),
             Err(why) => {
                 self.fail(&command, &command.line, why);
                 return None;
             }
+        };
+        // A trailing `&` is the shell's: the `background` directive runs the line so.
+        let ran_as = match ran_as.trim_end().strip_suffix(" &") {
+            Some(line) => line.to_string(),
+            None => ran_as,
         };
         let words = shell_words(&ran_as);
         let quiet = String::from("-q");
@@ -807,10 +841,22 @@ impl Runner {
             )
         };
         let mut cli = Cli::of([&endpoints]).in_dir(self.dir.path());
-        if program(&ran_as).is_some_and(|program| program == "curl") {
-            // No ~/.curlrc (`-q`, first) and no proxy: the page's command, as written.
-            cli = cli.running("curl").with_env("NO_PROXY", "*");
-            args.insert(0, &quiet);
+        match program(&ran_as).as_deref() {
+            Some("curl") => {
+                // No ~/.curlrc (`-q`, first) and no proxy: the page's command, as written.
+                cli = cli.running("curl").with_env("NO_PROXY", "*");
+                args.insert(0, &quiet);
+            }
+            Some("tenure-guard") => {
+                let bin = tenure_tests::process::tenure_guard_bin();
+                cli = cli.running(&bin.display().to_string());
+            }
+            // No ~/.psqlrc.
+            Some("psql") => cli = cli.running("psql").with_env("PSQLRC", "/dev/null"),
+            _ => {}
+        }
+        if !postgres.is_empty() {
+            cli = cli.with_env("TENURE_GUARD_PG", &postgres);
         }
         for assignment in env {
             let (name, value) = assignment.split_once('=').unwrap_or_default();
@@ -917,6 +963,49 @@ impl Runner {
                 );
                 self.fail(command, ran_as, why);
             }
+        }
+    }
+
+    /// Whether `command` can run: it needs no PostgreSQL, or the page's is running (started
+    /// here the first time). Where none is installed (and none is required) it and every
+    /// `kill` after it are skipped, with a note the first time.
+    fn postgres_for(&mut self, command: &Command) -> bool {
+        let kill = program(&command.line).is_some_and(|p| p == "kill");
+        let skipped_before = matches!(self.postgres, Some(None));
+        if !(needs_postgres(&command.line) || kill && skipped_before) {
+            return true;
+        }
+        let page = self.page;
+        let server = self
+            .postgres
+            .get_or_insert_with(|| TestServer::for_test(&format!("{page}'s PostgreSQL examples")));
+        server.is_some()
+    }
+
+    /// `kill -STOP $!` or `kill -CONT $!`: stops or continues the last background command,
+    /// which must still be running.
+    fn kill(&mut self, command: &Command) {
+        let words = shell_words(&command.line);
+        let signal = match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["kill", "-STOP", "$!"] => nix::sys::signal::Signal::SIGSTOP,
+            ["kill", "-CONT", "$!"] => nix::sys::signal::Signal::SIGCONT,
+            _ => {
+                let why = "the guide test runs only `kill -STOP $!` and `kill -CONT $!`".into();
+                return self.fail(command, &command.line, why);
+            }
+        };
+        let pid = self.running.back_mut().and_then(|last| {
+            let running = last.running.exited().is_none();
+            last.running.child.id().filter(|_| running)
+        });
+        let Some(pid) = pid else {
+            let why = "no background command is running".into();
+            return self.fail(command, &command.line, why);
+        };
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        match nix::sys::signal::kill(pid, signal) {
+            Ok(()) => self.check(command, &command.line, Some(0), &[]),
+            Err(e) => self.fail(command, &command.line, format!("{signal}: {e}")),
         }
     }
 

@@ -26,6 +26,7 @@ mod linear;
 mod many;
 mod model;
 mod quota;
+mod register;
 mod retention;
 mod sessions;
 pub mod sim;
@@ -44,6 +45,7 @@ use crate::history::{History, Nanos, Op};
 pub use many::ManyStats;
 use model::{at, compile, describe_op, describe_state, Compiled, Holders, Rules};
 pub use quota::QuotaStats;
+pub use register::RegisterStats;
 pub use sessions::SessionStats;
 pub use waiting::WaitStats;
 pub use watch::WatchStats;
@@ -117,6 +119,8 @@ pub struct CheckReport {
     pub watch: WatchStats,
     /// The refusals for a quota and the quota checks.
     pub quota: QuotaStats,
+    /// The `fenced` workload's register in PostgreSQL and its checks.
+    pub register: RegisterStats,
 }
 
 impl CheckReport {
@@ -143,7 +147,9 @@ pub struct Anomaly {
     /// `session_split`, `session_end_unrecorded`, `outlived_session`; the
     /// watches' `watch_gap`, `watch_duplicate`, `watch_out_of_order`, `watch_unknown_event`,
     /// `watch_dishonest_compaction`; the quotas' `quota_refused_below_limit`,
-    /// `quota_limit_mismatch`; `node_would_not_start` (after a power cut).
+    /// `quota_limit_mismatch`; the `fenced` register's `register_out_of_token_order`,
+    /// `register_version_gap`, `register_write_unrecorded`, `register_write_lost`,
+    /// `register_token_not_granted`; `node_would_not_start` (after a power cut).
     pub kind: String,
     pub resource: String,
     pub message: String,
@@ -179,6 +185,7 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
         sessions: SessionStats::default(),
         watch: WatchStats::default(),
         quota: QuotaStats::default(),
+        register: RegisterStats::default(),
     };
 
     for (resource, mut ops) in by_resource {
@@ -253,6 +260,9 @@ pub fn check(history: &History, params: &CheckParams) -> CheckReport {
     let (found, quota) = quota::check(history, t0);
     report.anomalies.extend(found);
     report.quota = quota;
+    let (found, register) = register::check(history, t0);
+    report.anomalies.extend(found);
+    report.register = register;
     // A node that does not come back after a power cut is a failure of its own, whatever
     // the clients saw meanwhile.
     report.anomalies.extend(

@@ -199,6 +199,7 @@ pub fn correct_history(
                         holder: holder.clone(),
                         token: my_token,
                         shared: false,
+                        register: false,
                     };
                     let outcome = if my_token >= store_highest {
                         store_highest = my_token;

@@ -125,6 +125,18 @@ impl PowerCut {
     }
 }
 
+/// One write as the `fenced` workload's register in PostgreSQL recorded it (read back after
+/// the run): the register's `version` it made (1, 2, … per resource, in the order the writes
+/// took effect), the token and holder it carried, and the id of the op that made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterWrite {
+    pub resource: String,
+    pub version: u64,
+    pub token: u64,
+    pub holder: String,
+    pub op: u64,
+}
+
 /// One line of a history file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -164,6 +176,8 @@ pub enum Record {
     },
     /// One watch session.
     Watch(WatchSession),
+    /// A write the `fenced` workload's register recorded.
+    Register(RegisterWrite),
 }
 
 /// A whole run, in memory.
@@ -188,6 +202,9 @@ pub struct History {
     pub unread: BTreeMap<String, String>,
     /// Every watch session, by watcher and in the order they were opened.
     pub watches: Vec<WatchSession>,
+    /// What the `fenced` workload's register holds after the run: every write it took, by
+    /// resource and version (empty without that workload).
+    pub register: Vec<RegisterWrite>,
 }
 
 impl History {
@@ -233,6 +250,7 @@ impl History {
             error: error.clone(),
         }));
         records.extend(self.watches.iter().cloned().map(Record::Watch));
+        records.extend(self.register.iter().cloned().map(Record::Register));
         records
     }
 
@@ -265,6 +283,7 @@ impl History {
                 self.unread.insert(resource, error);
             }
             Record::Watch(session) => self.watches.push(session),
+            Record::Register(write) => self.register.push(write),
         }
     }
 

@@ -79,13 +79,17 @@ pub enum Call {
     /// `CloseSession`: every lease of the holder ends, every wait of it is cancelled.
     CloseSession { holder: String, session_id: String },
     /// A write to the simulated downstream fenced store (local to the harness). `shared`: the
-    /// writer holds a shared lease (its token does not raise the store's bar).
+    /// writer holds a shared lease (its token does not raise the store's bar). `register`: a
+    /// write to the `fenced` workload's register in PostgreSQL instead, through the guard
+    /// (tenure-guard; exclusive, so the same rule) unless the run plants `unguarded-writes`.
     Write {
         resource: String,
         holder: String,
         token: u64,
         #[serde(default, skip_serializing_if = "is_false")]
         shared: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        register: bool,
     },
 }
 
@@ -229,10 +233,12 @@ impl Call {
                 holder,
                 token,
                 shared,
+                register,
                 ..
             } => {
                 let shared = if *shared { ", shared" } else { "" };
-                format!("write({holder}, token {token}{shared})")
+                let to = if *register { "register_write" } else { "write" };
+                format!("{to}({holder}, token {token}{shared})")
             }
         }
     }

@@ -127,6 +127,13 @@ fn a_history_round_trips_through_json_lines() {
             }],
             end: SessionEnd::Compacted { oldest_revision: 9 },
         }],
+        register: vec![RegisterWrite {
+            resource: "f0".into(),
+            version: 1,
+            token: 7,
+            holder: "c2".into(),
+            op: 3,
+        }],
     };
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("history.jsonl");

@@ -150,6 +150,8 @@ pub struct Summary {
     pub many: crate::checker::ManyStats,
     /// The sessions (SPEC §4.24).
     pub sessions: crate::checker::SessionStats,
+    /// The `fenced` workload's register in PostgreSQL.
+    pub register: crate::checker::RegisterStats,
     /// The watchers and what they were sent.
     pub watch: WatchStats,
     pub pass: bool,
@@ -391,6 +393,7 @@ pub fn summarize(history: &History, check: &CheckReport) -> Summary {
         waits: check.waits.clone(),
         many: check.many.clone(),
         sessions: check.sessions.clone(),
+        register: check.register.clone(),
         watch: check.watch.clone(),
         pass,
         verdict,

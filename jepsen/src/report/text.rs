@@ -101,6 +101,17 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
             m.ended
         );
     }
+    if s.register.accepted + s.register.refused + s.register.unknown > 0 {
+        let r = &s.register;
+        w!(
+            out,
+            "register (PostgreSQL, fenced): writes taken {}, refused by the guard {}, unknown {} | the register holds {}\n",
+            r.accepted,
+            r.refused,
+            r.unknown,
+            r.writes
+        );
+    }
     if s.sessions.created > 0 {
         let x = &s.sessions;
         w!(

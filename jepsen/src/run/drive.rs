@@ -28,6 +28,7 @@ pub(super) async fn drive(
     hosts: Arc<Hosts>,
     procs: Arc<Mutex<Procs>>,
     connect: Connect,
+    postgres: Option<&str>,
 ) -> anyhow::Result<(History, bool, Vec<String>)> {
     let endpoints = procs.lock().unwrap_or_else(|p| p.into_inner()).endpoints();
     let timeout = options.workload.call_timeout;
@@ -100,6 +101,22 @@ pub(super) async fn drive(
         None => None,
     };
 
+    let register = match postgres {
+        Some(conn) => {
+            let fenced: Vec<String> = options
+                .workload
+                .all_resources()
+                .into_iter()
+                .filter(|(_, kind)| *kind == Kind::Fenced)
+                .map(|(name, _)| name)
+                .collect();
+            let guarded = !options.workload.unguarded_writes;
+            let clients = options.workload.clients;
+            Some(workload::Register::open(conn, clients, &fenced, guarded).await?)
+        }
+        None => None,
+    };
+
     let started_ns = now_ns();
     let recorder = Arc::new(Recorder::default());
     let (inboxes, receivers): (Vec<_>, Vec<_>) = (1..=options.workload.clients)
@@ -111,6 +128,7 @@ pub(super) async fn drive(
         watch_per_node: per_node.clone(),
         recorder: recorder.clone(),
         store: FencedStore::default(),
+        register,
         config: options.workload.clone(),
         inboxes,
     });
@@ -241,6 +259,10 @@ pub(super) async fn drive(
     let patience = Duration::from_secs(if healed { 60 } else { 5 });
     let (events, unread) = workload::read_events(&client, names, Instant::now() + patience).await;
 
+    let register = match &env.register {
+        Some(register) => register.log().await?,
+        None => Vec::new(),
+    };
     let history = History {
         seed: options.seed,
         nodes: options.nodes,
@@ -259,6 +281,7 @@ pub(super) async fn drive(
         events,
         unread,
         watches,
+        register,
     };
     Ok((history, progress, problems))
 }

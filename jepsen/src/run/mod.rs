@@ -17,7 +17,7 @@ use crate::nemesis::Fault;
 use crate::power::CutMode;
 use crate::procs::{self, Procs};
 use crate::secure::{Connect, Secure};
-use crate::workload::WorkloadConfig;
+use crate::workload::{Kind, PgServer, WorkloadConfig};
 use drive::drive;
 
 #[derive(Clone, Debug)]
@@ -216,6 +216,12 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
         previous,
     )?;
     let procs = Arc::new(Mutex::new(procs));
+    // The `fenced` workload's register: a PostgreSQL of the run's own, on a Unix socket (which
+    // the clients reach from their namespace).
+    let postgres = match options.workload.kinds.contains(&Kind::Fenced) {
+        true => Some(PgServer::start()?),
+        false => None,
+    };
 
     // The clients talk to the nodes from the client namespace: every runtime thread is
     // created by this thread after it moved there, and inherits it.
@@ -225,11 +231,15 @@ pub fn run_test(options: &TestOptions) -> anyhow::Result<(History, CheckReport, 
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let driven = runtime.block_on(drive(options, hosts.clone(), procs.clone(), connect));
+    let conn = postgres.as_ref().map(PgServer::conn);
+    let driven = runtime.block_on(drive(options, hosts.clone(), procs.clone(), connect, conn));
     drop(runtime);
     nix::sched::setns(&root_namespace, nix::sched::CloneFlags::CLONE_NEWNET)?;
     drop(procs);
     drop(hosts);
+    if let Some(postgres) = postgres {
+        postgres.keep_log(&options.out_dir);
+    }
 
     let (history, progress, problems) = driven?;
     history.write_jsonl(&options.out_dir.join("history.jsonl"))?;
@@ -335,6 +345,11 @@ fn judge(
         verdict
             .problems
             .push("the upgrade did not finish (every node on this build, the rules raised)".into());
+    }
+    if options.workload.kinds.contains(&Kind::Fenced) && check.register.accepted == 0 {
+        verdict
+            .problems
+            .push("the register took no write (workload fenced)".into());
     }
     if !progress {
         verdict

@@ -227,7 +227,7 @@ async fn hold(
     let config = &env.config;
     let rounds = rng.random_range(0..=3);
     if rounds == 0 {
-        env.write(process, &lease);
+        write(env, process, rng, &lease, ttl_ms).await;
     }
     for round in 0..rounds {
         let pause = if adopted && round == 0 {
@@ -238,7 +238,7 @@ async fn hold(
             ttl_ms / 4
         };
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        env.write(process, &lease);
+        write(env, process, rng, &lease, ttl_ms).await;
         if rng.random_bool(0.3) {
             env.validate(process, &lease.resource, lease.token).await;
         }
@@ -262,6 +262,20 @@ async fn hold(
     }
     if !rng.random_bool(config.abandon_probability) {
         env.release(process, &lease).await;
+    }
+}
+
+/// A write with `lease`'s token: to the PostgreSQL register for a `fenced` resource, where
+/// it stalls at times for 1.5 × ttl inside its transaction (after the guard's check, holding
+/// the register's row), as a process paused mid-write would; to the simulated store otherwise.
+async fn write(env: &Env, process: u64, rng: &mut SmallRng, lease: &Tenancy, ttl_ms: u64) {
+    if env.register.is_some() && Kind::of(&lease.resource) == Some(Kind::Fenced) {
+        let stall = rng
+            .random_bool(env.config.stall_probability)
+            .then(|| Duration::from_millis(ttl_ms * 3 / 2));
+        env.register_write(process, lease, stall).await;
+    } else {
+        env.write(process, lease);
     }
 }
 

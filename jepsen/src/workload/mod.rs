@@ -22,6 +22,11 @@
 //!   second task every third of its ttl (which at times stalls past the ttl, as a paused
 //!   process would), puts one to three leases on it (some waiting), writes with their tokens,
 //!   at times releases one, and then closes the session or walks away and lets it expire.
+//! * `fenced` (not in the default list: it needs PostgreSQL): ad-hoc exclusive `f0…` whose
+//!   holders write to a register in PostgreSQL (`register`) through the guard (tenure-guard),
+//!   stalling past their ttl at times before the write or inside its transaction, as a paused
+//!   process would. The register's own record of the writes, read back after the run, is
+//!   checked: writes took effect in token order (`checker::register`).
 //!
 //! Some holders stall past their ttl before writing, as a paused process would. Every call is
 //! recorded as invoke → ok / fail / quota_exceeded / unknown. Watchers (`watchers`) keep
@@ -29,6 +34,7 @@
 
 mod calls;
 mod clients;
+mod register;
 mod sessions;
 mod watchers;
 
@@ -38,6 +44,7 @@ use std::time::Duration;
 pub use calls::{holder_name, Env, FencedStore, Recorder, SessionRef, Tenancy, Wait};
 use clients::client_rng;
 pub use clients::{client_loop, receiver_loop};
+pub use register::{PgServer, Register};
 pub use watchers::{read_events, watch_loop};
 
 use crate::history::{Mode, ResourcePolicy, WatchScope};
@@ -51,16 +58,18 @@ pub enum Kind {
     Waiting,
     Many,
     Sessions,
+    Fenced,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Exclusive,
         Kind::Shared,
         Kind::Transfer,
         Kind::Waiting,
         Kind::Many,
         Kind::Sessions,
+        Kind::Fenced,
     ];
 
     pub fn parse(name: &str) -> anyhow::Result<Kind> {
@@ -71,8 +80,9 @@ impl Kind {
             "waiting" => Kind::Waiting,
             "many" => Kind::Many,
             "sessions" => Kind::Sessions,
+            "fenced" => Kind::Fenced,
             other => anyhow::bail!(
-                "unknown workload `{other}` (exclusive, shared, transfer, waiting, many, sessions)"
+                "unknown workload `{other}` (exclusive, shared, transfer, waiting, many, sessions, fenced)"
             ),
         })
     }
@@ -85,10 +95,21 @@ impl Kind {
             Kind::Waiting => "waiting",
             Kind::Many => "many",
             Kind::Sessions => "sessions",
+            Kind::Fenced => "fenced",
         }
     }
 
-    /// The first letter of the kind's resource names (`r0`, `s0`, `x0`, `w0`, `m0`, `e0`).
+    /// The kind of a resource of the run, by its name (`f1` → `Fenced`).
+    pub fn of(resource: &str) -> Option<Kind> {
+        let digits = resource.trim_start_matches(|c: char| !c.is_ascii_digit());
+        let prefix = &resource[..resource.len() - digits.len()];
+        let numbered = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        Kind::ALL
+            .into_iter()
+            .find(|kind| numbered && kind.prefix() == prefix)
+    }
+
+    /// The first letter of the kind's resource names (`r0`, `s0`, `x0`, `w0`, `m0`, `e0`, `f0`).
     pub fn prefix(self) -> &'static str {
         match self {
             Kind::Exclusive => "r",
@@ -97,6 +118,7 @@ impl Kind {
             Kind::Waiting => "w",
             Kind::Many => "m",
             Kind::Sessions => "e",
+            Kind::Fenced => "f",
         }
     }
 }
@@ -117,6 +139,12 @@ pub struct WorkloadConfig {
     pub many_resources: u64,
     /// Registered resources taken on sessions (kind `sessions`).
     pub session_resources: u64,
+    /// Ad-hoc exclusive resources whose holders write to the PostgreSQL register (kind
+    /// `fenced`).
+    pub fenced_resources: u64,
+    /// The planted bug `--broken unguarded-writes`: the `fenced` clients write to the register
+    /// without the guard.
+    pub unguarded_writes: bool,
     /// The range of a session's ttl.
     pub session_ttl_min_ms: u64,
     pub session_ttl_max_ms: u64,
@@ -169,12 +197,17 @@ impl Default for WorkloadConfig {
         WorkloadConfig {
             clients: 12,
             resources: 8,
-            kinds: Kind::ALL.to_vec(),
+            kinds: Kind::ALL
+                .into_iter()
+                .filter(|kind| *kind != Kind::Fenced)
+                .collect(),
             shared_resources: 2,
             transfer_resources: 2,
             waiting_resources: 2,
             many_resources: 4,
             session_resources: 4,
+            fenced_resources: 2,
+            unguarded_writes: false,
             session_ttl_min_ms: 2_000,
             session_ttl_max_ms: 3_000,
             wait_min_ms: 1_000,
@@ -207,6 +240,7 @@ impl WorkloadConfig {
                 Kind::Waiting => self.waiting_resources,
                 Kind::Many => self.many_resources,
                 Kind::Sessions => self.session_resources,
+                Kind::Fenced => self.fenced_resources,
             };
             out.extend((0..n).map(|i| (format!("{}{i}", kind.prefix()), kind)));
         }
@@ -263,7 +297,7 @@ impl WorkloadConfig {
             ..ResourcePolicy::default()
         };
         match kind {
-            Kind::Exclusive => None,
+            Kind::Exclusive | Kind::Fenced => None,
             Kind::Waiting | Kind::Many => Some(registered),
             // A lease on a session lives as its session does; with no grace here (nor in the ad-hoc
             // policy) its session has none either (§4.24: the longest of its resources').

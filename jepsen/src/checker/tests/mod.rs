@@ -10,12 +10,14 @@
 //! * `watch`: watch sessions against the recorded events;
 //! * `quota`: quota refusals against what the principal could hold, and the model's no-op.
 //! * `sessions`: leases on sessions in the model, the answers about sessions, their ends.
+//! * `register`: the `fenced` workload's register (PostgreSQL's record) against the answers.
 
 mod exclusive;
 mod many;
 mod pool;
 mod quota;
 mod reference;
+mod register;
 mod sessions;
 mod shared;
 mod synthetic;
@@ -192,6 +194,7 @@ fn write(holder: &str, token: u64) -> Call {
         holder: holder.into(),
         token,
         shared: false,
+        register: false,
     }
 }
 

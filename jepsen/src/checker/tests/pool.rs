@@ -204,6 +204,7 @@ fn simulate(n: usize, seed: u64, timeout_pct: u64, ttl_ms: u64, grace_ms: u64) -
                     holder: me.clone(),
                     token,
                     shared,
+                    register: false,
                 };
                 let outcome = if token >= store {
                     if !shared {

@@ -79,6 +79,7 @@ fn shared_write(holder: &str, token: u64) -> Call {
         holder: holder.into(),
         token,
         shared: true,
+        register: false,
     }
 }
 

@@ -74,6 +74,7 @@ fn write(r: &str, h: &str, token: u64) -> Call {
         holder: h.into(),
         token,
         shared: false,
+        register: false,
     }
 }
 
@@ -270,6 +271,7 @@ fn sample() -> (History, CheckReport, u64) {
         sessions: Default::default(),
         watch: Default::default(),
         quota: Default::default(),
+        register: Default::default(),
     };
     (history, check, stale)
 }
@@ -560,6 +562,7 @@ fn a_long_run_stays_a_sane_size() {
         sessions: Default::default(),
         watch: Default::default(),
         quota: Default::default(),
+        register: Default::default(),
     };
     let s = summarize(&history, &check);
     assert_eq!(s.grants, 12_000);

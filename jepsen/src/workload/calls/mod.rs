@@ -36,6 +36,11 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// The op's id in the history.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     pub fn invoke_ns(&self) -> u64 {
         self.invoke_ns
     }
@@ -132,6 +137,8 @@ pub struct Env {
     pub watch_per_node: Vec<Client>,
     pub recorder: std::sync::Arc<Recorder>,
     pub store: FencedStore,
+    /// The `fenced` workload's register in PostgreSQL (None: that workload does not run).
+    pub register: Option<super::Register>,
     pub config: WorkloadConfig,
     /// Each client's inbox of leases handed over to it (index = process − 1).
     pub inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
@@ -175,6 +182,7 @@ impl Env {
             holder: lease.holder.clone(),
             token: lease.token,
             shared,
+            register: false,
         };
         let pending = self.recorder.invoke(process, call);
         let value = self.store.write(&lease.resource, lease.token, shared);
