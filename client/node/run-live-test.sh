@@ -19,4 +19,4 @@ LIVE_PORTS="${TENURE_NODE_PORTS:-7311 7312 7313}" LIVE_AUTH=1 LIVE_HTTP_PORTS=""
 . "$root/tests/live-cluster.sh"
 
 cd "$here"
-live_run node --test --test-timeout=60000 "$@" test/live.test.js test/guard.test.js
+live_run node --test --test-timeout=60000 "$@" test/live.test.js test/guard.test.js test/fence-http.test.js

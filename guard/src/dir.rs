@@ -15,12 +15,16 @@
 //! The fence moves before the data: after a crash between the two, a later tenure's token is
 //! recorded and its file not yet written, which refuses the stale writer all the same; the
 //! other order could leave a newer tenure's file that an older token may still replace.
-//! Readers need no lock: a rename replaces a file whole. The calls block: from async code,
-//! run them on a blocking thread (`tokio::task::spawn_blocking`).
+//! Readers need no lock: a rename replaces a file whole. A writer of something else than one
+//! file holds [`Held`] instead: the lock, a check that records the token, then its writes.
+//! The calls block: from async code, run them on a blocking thread
+//! (`tokio::task::spawn_blocking`).
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
+
+use std::os::unix::fs::PermissionsExt;
 
 use rustix::fs::{flock, FlockOperation};
 
@@ -34,7 +38,9 @@ const MAX_FILE_NAME: usize = 240;
 
 /// Writes `contents` to `dir/name` if `token` passes `resource`'s fence, as the module says.
 /// `name` is a plain file name in `dir` (no `/`, not `.` or `..`, not starting with
-/// `.tenure-`).
+/// `.tenure-` in any case, not a directory). The fence is the resource's, not the file's:
+/// writers of one file must name one resource. A new file gets mode 0666 less the umask, a
+/// replaced one keeps its mode.
 pub fn write(
     dir: &Path,
     resource: &str,
@@ -48,46 +54,93 @@ pub fn write(
         || name == "."
         || name == ".."
         || name.contains(['/', '\0'])
-        || name.starts_with(".tenure-")
+        || name.to_ascii_lowercase().starts_with(".tenure-")
     {
         return Err(Error::Name(format!(
             "{name:?} is not a file name the directory guard writes (a plain name, not .tenure-…)"
         )));
     }
-    let (lock_path, token_path) = paths(dir, resource)?;
+    let target = dir.join(name);
+    let permissions = match std::fs::symlink_metadata(&target) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(Error::Name(format!("{name:?} is a directory")));
+        }
+        Ok(meta) => meta.permissions(),
+        Err(e) if e.kind() == ErrorKind::NotFound => PermissionsExt::from_mode(0o666),
+        Err(e) => return Err(e.into()),
+    };
     let mut data = tempfile::Builder::new()
         .prefix(".tenure-tmp.")
+        .permissions(permissions)
         .tempfile_in(dir)?;
     data.write_all(contents)?;
     data.as_file().sync_all()?;
-
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)?;
-    flock(&lock, FlockOperation::LockExclusive).map_err(std::io::Error::from)?;
-    let mut fence = read_fence(&token_path)?;
-    if let Err(highest) = fence.admit(token, mode) {
-        return Err(Error::Stale {
-            resource: resource.to_owned(),
-            highest,
-            got: token,
-        });
-    }
-    let fence_dir = dir.join(FENCE_DIR);
-    let mut recorded = tempfile::Builder::new()
-        .prefix(".tenure-tmp.")
-        .tempfile_in(&fence_dir)?;
-    writeln!(recorded, "{} {}", fence.exclusive, fence.shared)?;
-    recorded.as_file().sync_all()?;
-    recorded.persist(&token_path).map_err(|e| e.error)?;
-    sync_dir(&fence_dir)?;
-    data.persist(dir.join(name)).map_err(|e| e.error)?;
+    let held = Held::lock(dir, resource)?;
+    held.admit(token, mode)?;
+    data.persist(target).map_err(|e| e.error)?;
     sync_dir(dir)?;
-    // Closing the lock file releases the lock.
-    drop(lock);
+    // Dropping `held` releases the lock.
     Ok(())
+}
+
+/// A resource's lock in a guarded directory, held until dropped: what a writer that is not
+/// one file (an HTTP handler behind `crate::http`, several files, a program's own steps)
+/// holds while it checks its token with [`Held::admit`] and then writes.
+pub struct Held {
+    /// The locked file (closing it releases the `flock`).
+    _lock: File,
+    resource: String,
+    token_path: PathBuf,
+    fence_dir: PathBuf,
+}
+
+impl Held {
+    /// Takes `resource`'s lock in `dir`, waiting while another writer holds it.
+    pub fn lock(dir: &Path, resource: &str) -> Result<Held, Error> {
+        let (lock_path, token_path) = paths(dir, resource)?;
+        let fence_dir = dir.join(FENCE_DIR);
+        match std::fs::create_dir(&fence_dir) {
+            Ok(()) => sync_dir(dir)?,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e.into()),
+        }
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)?;
+        flock(&lock, FlockOperation::LockExclusive).map_err(std::io::Error::from)?;
+        Ok(Held {
+            _lock: lock,
+            resource: resource.to_owned(),
+            token_path,
+            fence_dir,
+        })
+    }
+
+    /// Checks `token` against the fence and records it durably (a synced temporary file
+    /// renamed over the token file, the directory synced), or refuses it with
+    /// [`Error::Stale`] and changes nothing. Write only after it returned `Ok`, and before
+    /// dropping the lock.
+    pub fn admit(&self, token: u64, mode: Mode) -> Result<(), Error> {
+        valid_token(token)?;
+        let mut fence = read_fence(&self.token_path)?;
+        if let Err(highest) = fence.admit(token, mode) {
+            return Err(Error::Stale {
+                resource: self.resource.clone(),
+                highest,
+                got: token,
+            });
+        }
+        let mut recorded = tempfile::Builder::new()
+            .prefix(".tenure-tmp.")
+            .permissions(PermissionsExt::from_mode(0o666))
+            .tempfile_in(&self.fence_dir)?;
+        writeln!(recorded, "{} {}", fence.exclusive, fence.shared)?;
+        recorded.as_file().sync_all()?;
+        recorded.persist(&self.token_path).map_err(|e| e.error)?;
+        sync_dir(&self.fence_dir)
+    }
 }
 
 /// The highest token any writer has written `resource` with in `dir` (0 if none has): the
@@ -97,8 +150,7 @@ pub fn highest(dir: &Path, resource: &str) -> Result<u64, Error> {
     Ok(read_fence(&token_path)?.highest())
 }
 
-/// The lock file's and the token file's paths for `resource` (the fence directory made if
-/// missing). A resource's file name keeps letters, digits, `-` and `_`, and writes any other
+/// The lock file's and the token file's paths for `resource`. A resource's file name keeps letters, digits, `-` and `_`, and writes any other
 /// byte as `%XX`.
 fn paths(dir: &Path, resource: &str) -> Result<(PathBuf, PathBuf), Error> {
     let mut file = String::with_capacity(resource.len());
@@ -114,11 +166,6 @@ fn paths(dir: &Path, resource: &str) -> Result<(PathBuf, PathBuf), Error> {
         )));
     }
     let fence_dir = dir.join(FENCE_DIR);
-    match std::fs::create_dir(&fence_dir) {
-        Ok(()) => sync_dir(dir)?,
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e.into()),
-    }
     Ok((fence_dir.join(format!("{file}.lock")), fence_dir.join(file)))
 }
 
@@ -177,6 +224,13 @@ mod tests {
         assert_eq!(stale(refused), (9, 5));
         assert_eq!(std::fs::read(d.join("out")).expect("reads"), b"nine");
         assert_eq!(highest(d, "jobs/7").expect("highest"), 9);
+        // Readable as files usually are (0666 less the umask), and a replaced file keeps its
+        // mode.
+        let mode = |name: &str| d.join(name).metadata().expect("meta").permissions().mode();
+        assert_ne!(mode("out") & 0o044, 0, "{:o}", mode("out"));
+        std::fs::set_permissions(d.join("out"), PermissionsExt::from_mode(0o640)).expect("chmod");
+        write(d, "jobs/7", 9, Mode::Exclusive, "out", b"nine").expect("the same tenure");
+        assert_eq!(mode("out") & 0o777, 0o640);
         // No temporary file left behind, and another resource is fenced apart.
         assert_eq!(files(d), [FENCE_DIR, "out"]);
         assert_eq!(highest(d, "jobs/8").expect("highest"), 0);
@@ -203,7 +257,16 @@ mod tests {
     fn bad_tokens_names_and_token_files_are_refused() {
         let dir = tempfile::tempdir().expect("dir");
         let d = dir.path();
-        for name in ["", ".", "..", "a/b", ".tenure-fence", ".tenure-tmp.x"] {
+        std::fs::create_dir(d.join("sub")).expect("a directory");
+        for name in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            ".tenure-fence",
+            ".TENURE-tmp.x",
+            "sub",
+        ] {
             let refused = write(d, "r", 1, Mode::Exclusive, name, b"");
             assert!(
                 matches!(refused, Err(Error::Name(_))),
@@ -214,6 +277,11 @@ mod tests {
         assert!(matches!(refused, Err(Error::Token(0))));
         let refused = write(d, &"r".repeat(300), 1, Mode::Exclusive, "f", b"");
         assert!(matches!(refused, Err(Error::Name(_))));
+        assert_eq!(
+            highest(d, "r").expect("reads"),
+            0,
+            "a refused write moves no fence"
+        );
         write(d, "a b/c", 3, Mode::Exclusive, "f", b"").expect("an escaped resource");
         assert!(d.join(FENCE_DIR).join("a%20b%2Fc").exists());
         std::fs::write(d.join(FENCE_DIR).join("a%20b%2Fc"), "garbage").expect("spoils");

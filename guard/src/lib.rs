@@ -23,6 +23,7 @@
 //! ```
 
 pub mod dir;
+pub mod http;
 pub mod postgres;
 pub mod test_server;
 

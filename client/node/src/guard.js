@@ -113,3 +113,112 @@ export async function highest(db, resource) {
   const { rows } = await db.query(HIGHEST, [resource]);
   return rows.length === 0 ? 0n : BigInt(rows[0].token);
 }
+
+// ---------------------------------------------------------------------------------------
+// HTTP: a service that takes writes over HTTP fences them by the lease its caller names.
+
+/** The headers a writer names its lease in (lower case, as Node.js gives them). */
+export const Headers = Object.freeze({
+  RESOURCE: "tenure-resource",
+  TOKEN: "tenure-fencing-token",
+  MODE: "tenure-lease-mode",
+  HIGHEST: "tenure-fencing-token-highest",
+});
+
+const READS = new Set(["GET", "HEAD", "OPTIONS", "TRACE"]);
+
+function answer(res, status, body, headers = {}) {
+  res.writeHead(status, { "content-type": "application/json", ...headers });
+  res.end(JSON.stringify(body));
+}
+
+// The request's lease, null if it names none; throws RangeError for a malformed one.
+function leaseOf(headers) {
+  const resource = headers[Headers.RESOURCE];
+  const token = headers[Headers.TOKEN];
+  if (resource === undefined && token === undefined) return null;
+  if (!resource || token === undefined) {
+    throw new RangeError(`${Headers.RESOURCE} and ${Headers.TOKEN} go together`);
+  }
+  const mode = headers[Headers.MODE] ?? Mode.EXCLUSIVE;
+  if (mode !== Mode.EXCLUSIVE && mode !== Mode.SHARED) {
+    throw new RangeError(`${Headers.MODE} is exclusive or shared: ${JSON.stringify(mode)}`);
+  }
+  return { resource, token: tokenOf(token.trim()), mode };
+}
+
+/**
+ * Connect-style middleware (Express, or `(req, res, next)` in a plain `node:http` server)
+ * that fences writes by the lease they name (docs/fencing.md, "HTTP"): `Tenure-Resource`,
+ * `Tenure-Fencing-Token`, and `Tenure-Lease-Mode: shared` for a co-holder. The fence is the
+ * PostgreSQL table `tenure_fence` (`createTable` first), reached through `pool` (a pg.Pool).
+ *
+ * A request that names a lease takes the resource's lock (a PostgreSQL advisory lock held on
+ * a pooled connection), checks and advances the fence in a transaction of its own (committed:
+ * durable before the handler runs), and keeps the lock until its response has been sent, so
+ * the check and whatever the handler writes are one step for every writer of the resource, in
+ * any process using the same database. A stale token is answered 409 without calling the
+ * handler, `{"error":"stale_fencing_token","resource":…,"highest":…,"got":…}` (tokens as
+ * strings) and `Tenure-Fencing-Token-Highest`; malformed headers 400; a write (any method but
+ * GET, HEAD, OPTIONS, TRACE) naming no lease 428, unless `required: false`.
+ */
+export function fenceMiddleware({ pool, required = true }) {
+  return async function tenureFence(req, res, next) {
+    let lease;
+    try {
+      lease = leaseOf(req.headers);
+    } catch (error) {
+      return answer(res, 400, { error: "invalid_fencing_headers", message: error.message });
+    }
+    if (lease === null) {
+      if (required && !READS.has(req.method)) {
+        const message = `a write names its lease: ${Headers.RESOURCE}, ${Headers.TOKEN}`;
+        return answer(res, 428, { error: "fencing_token_required", message });
+      }
+      return next();
+    }
+    let db;
+    try {
+      db = await pool.connect();
+      await db.query("SELECT pg_advisory_lock(hashtextextended($1, 0))", [lease.resource]);
+    } catch (error) {
+      db?.release(error);
+      return answer(res, 500, { error: "fence_unavailable", message: error.message });
+    }
+    let unlocked = false;
+    const unlock = () => {
+      if (unlocked) return;
+      unlocked = true;
+      db.query("SELECT pg_advisory_unlock(hashtextextended($1, 0))", [lease.resource]).then(
+        () => db.release(),
+        (failed) => db.release(failed), // a broken connection: its session's locks go with it
+      );
+    };
+    try {
+      await db.query("BEGIN");
+      try {
+        await guard(db, lease.resource, lease.token, lease.mode);
+        await db.query("COMMIT");
+      } catch (error) {
+        await db.query("ROLLBACK");
+        throw error;
+      }
+    } catch (error) {
+      unlock();
+      if (error instanceof StaleFencingToken) {
+        const body = {
+          error: "stale_fencing_token",
+          resource: error.resource,
+          highest: String(error.highest),
+          got: String(error.got),
+        };
+        return answer(res, 409, body, { [Headers.HIGHEST]: String(error.highest) });
+      }
+      return answer(res, 500, { error: "fence_unavailable", message: error.message });
+    }
+    // The handler's writes are done once its response is: then the next writer may check.
+    res.once("finish", unlock);
+    res.once("close", unlock);
+    next();
+  };
+}

@@ -11,7 +11,7 @@
 //!   the store, or the log misread).
 //! * `register_write_unrecorded`: the register holds a write no client made as recorded (its op
 //!   is not a register write of that resource, token and holder, or its writer was told it was
-//!   refused).
+//!   refused, or that it failed before its commit).
 //! * `register_write_lost`: a client was told its write took effect, and the register does not
 //!   hold it.
 //! * `register_token_not_granted`: a write carried a token Tenure never granted that holder on
@@ -38,6 +38,8 @@ pub struct RegisterStats {
     /// had written), unknown.
     pub accepted: usize,
     pub refused: usize,
+    /// PostgreSQL failed the write before its commit (rolled back).
+    pub failed: usize,
     pub unknown: usize,
 }
 
@@ -83,6 +85,7 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, RegisterStat
             Outcome::Ok {
                 value: Value::StoreRejected { .. },
             } => stats.refused += 1,
+            Outcome::Fail { .. } | Outcome::QuotaExceeded { .. } => stats.failed += 1,
             _ => stats.unknown += 1,
         }
     }
@@ -101,19 +104,21 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, RegisterStat
         writes_here.sort_by_key(|w| w.version);
         // The write with the highest token so far, in the order they took effect.
         let mut highest: Option<&RegisterWrite> = None;
-        for (n, write) in (1..).zip(writes_here.iter()) {
-            if write.version != n {
+        let mut previous = 0;
+        for write in writes_here.iter() {
+            if write.version != previous + 1 {
                 out.push(anomaly(
                     "register_version_gap",
                     write,
                     format!(
-                        "the register's write number {n} is version {}: {}",
+                        "the register's version {} follows version {previous}: {}",
                         write.version,
                         describe(write.op)
                     ),
                     vec![write.op],
                 ));
             }
+            previous = write.version;
             match highest {
                 Some(before) if before.token > write.token => out.push(anomaly(
                     "register_out_of_token_order",
@@ -139,13 +144,14 @@ pub(crate) fn check(history: &History, t0: Nanos) -> (Vec<Anomaly>, RegisterStat
     let mut held: BTreeSet<u64> = BTreeSet::new();
     for write in &history.register {
         held.insert(write.op);
+        // A write refused, or failed before its commit, is not in the register.
         let made = writes.get(&write.op).filter(|op| {
             register_write(op) == Some((&write.resource, &write.holder, write.token))
-                && !matches!(
+                && matches!(
                     op.outcome,
                     Outcome::Ok {
-                        value: Value::StoreRejected { .. }
-                    }
+                        value: Value::StoreAccepted
+                    } | Outcome::Unknown { .. }
                 )
         });
         if made.is_none() {

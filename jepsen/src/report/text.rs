@@ -101,13 +101,14 @@ pub fn text(summary: &Summary, check: &CheckReport) -> String {
             m.ended
         );
     }
-    if s.register.accepted + s.register.refused + s.register.unknown > 0 {
+    if s.register.accepted + s.register.refused + s.register.failed + s.register.unknown > 0 {
         let r = &s.register;
         w!(
             out,
-            "register (PostgreSQL, fenced): writes taken {}, refused by the guard {}, unknown {} | the register holds {}\n",
+            "register (PostgreSQL, fenced): writes taken {}, refused by the guard {}, failed {}, unknown {} | the register holds {}\n",
             r.accepted,
             r.refused,
+            r.failed,
             r.unknown,
             r.writes
         );

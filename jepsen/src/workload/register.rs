@@ -104,49 +104,69 @@ impl Register {
     }
 
     /// One write of `token` by `holder` (op `op`), stalling `stall` inside its transaction
-    /// (after the guard's check, before the write).
+    /// (after the guard's check, before the write): its outcome. A failure before the commit
+    /// rolled the transaction back (nothing written); a failed commit may have committed.
     async fn write(
         &self,
         process: u64,
         (resource, token, holder): (&str, u64, &str),
         op: u64,
         stall: Option<Duration>,
-    ) -> Result<Value, String> {
-        let pg = |e: tokio_postgres::Error| e.to_string();
+    ) -> Outcome {
+        let failed = |error: String| Outcome::Fail {
+            reason: format!("postgres: {error}"),
+        };
         let mut conn = self.conns[process as usize % self.conns.len()].lock().await;
-        let txn = conn.transaction().await.map_err(pg)?;
+        let txn = match conn.transaction().await {
+            Ok(txn) => txn,
+            Err(e) => return failed(e.to_string()),
+        };
         if self.guarded {
             match guard::guard(&txn, resource, token, Mode::Exclusive).await {
                 Ok(()) => {}
                 // Dropping the transaction rolls it back.
                 Err(guard::Error::Stale { highest, .. }) => {
-                    return Ok(Value::StoreRejected { highest })
+                    return Outcome::Ok {
+                        value: Value::StoreRejected { highest },
+                    }
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return failed(e.to_string()),
             }
         }
         if let Some(stall) = stall {
             tokio::time::sleep(stall).await;
         }
-        let token = i64::try_from(token).map_err(|e| e.to_string())?;
-        let op = i64::try_from(op).map_err(|e| e.to_string())?;
-        let version: i64 = txn
+        let (Ok(token), Ok(op)) = (i64::try_from(token), i64::try_from(op)) else {
+            return failed(format!("token {token} or op {op} is not a bigint"));
+        };
+        let version = txn
             .query_one(
                 "UPDATE fenced_register SET version = version + 1, token = $2, holder = $3
                  WHERE resource = $1 RETURNING version",
                 &[&resource, &token, &holder],
             )
-            .await
-            .map_err(pg)?
-            .get(0);
-        txn.execute(
-            "INSERT INTO fenced_log VALUES ($1, $2, $3, $4, $5)",
-            &[&resource, &version, &token, &holder, &op],
-        )
-        .await
-        .map_err(pg)?;
-        txn.commit().await.map_err(pg)?;
-        Ok(Value::StoreAccepted)
+            .await;
+        let version: i64 = match version {
+            Ok(row) => row.get(0),
+            Err(e) => return failed(e.to_string()),
+        };
+        let logged = txn
+            .execute(
+                "INSERT INTO fenced_log VALUES ($1, $2, $3, $4, $5)",
+                &[&resource, &version, &token, &holder, &op],
+            )
+            .await;
+        if let Err(e) = logged {
+            return failed(e.to_string());
+        }
+        match txn.commit().await {
+            Ok(()) => Outcome::Ok {
+                value: Value::StoreAccepted,
+            },
+            Err(e) => Outcome::Unknown {
+                error: format!("postgres commit: {e}"),
+            },
+        }
     }
 
     /// Every write the register took, by resource and version.
@@ -175,8 +195,8 @@ impl Register {
 
 impl Env {
     /// A write with `lease`'s token to the register, recorded as a `register` write: accepted,
-    /// refused by the guard (with the token it had seen), or unknown (PostgreSQL failed it, or
-    /// the commit's answer was lost).
+    /// refused by the guard (with the token it had seen), failed (PostgreSQL failed it before
+    /// the commit), or unknown (the commit's answer was lost).
     pub async fn register_write(
         &self,
         process: u64,
@@ -194,10 +214,7 @@ impl Env {
         let pending = self.recorder.invoke(process, call);
         let id = pending.id();
         let target = (lease.resource.as_str(), lease.token, lease.holder.as_str());
-        let outcome = match register.write(process, target, id, stall).await {
-            Ok(value) => Outcome::Ok { value },
-            Err(error) => Outcome::Unknown { error },
-        };
+        let outcome = register.write(process, target, id, stall).await;
         match self.recorder.complete(pending, outcome) {
             Outcome::Ok { value } => Some(value),
             _ => None,

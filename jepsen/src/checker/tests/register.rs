@@ -117,6 +117,23 @@ fn a_write_its_writer_was_told_was_refused_must_not_be_in_the_register() {
 }
 
 #[test]
+fn a_write_that_failed_before_its_commit_must_not_be_in_the_register() {
+    let mut h = Builder::new();
+    let (first, second, third) = late_writer(&mut h, fail("postgres: connection reset"));
+    let report = check_with(&h, all_three(first, second, third));
+    assert!(report
+        .of_kind("register_write_unrecorded")
+        .iter()
+        .any(|a| a.ops == vec![third]));
+    assert_eq!(report.register.failed, 1);
+    // Not in the register: nothing to say (the answers' check does not judge a failure).
+    assert_ok(&check_with(
+        &h,
+        vec![held(first, 1, "a", 5), held(second, 2, "b", 9)],
+    ));
+}
+
+#[test]
 fn a_token_never_granted_to_the_writer_is_caught() {
     let mut h = Builder::new();
     h.op(acquire("a", 1000), 0, 10, granted(5));
@@ -130,5 +147,16 @@ fn a_gap_in_the_versions_is_caught() {
     let mut h = Builder::new();
     let (first, second, _) = late_writer(&mut h, ok(Value::StoreRejected { highest: 9 }));
     let report = check_with(&h, vec![held(first, 1, "a", 5), held(second, 3, "b", 9)]);
+    assert_eq!(kinds(&report), vec!["register_version_gap"]);
+    // One missing version is one anomaly, not one per later write.
+    let third = h.op(register_write("b", 9), 340, 350, ok(Value::StoreAccepted));
+    let report = check_with(
+        &h,
+        vec![
+            held(first, 1, "a", 5),
+            held(second, 3, "b", 9),
+            held(third, 4, "b", 9),
+        ],
+    );
     assert_eq!(kinds(&report), vec!["register_version_gap"]);
 }
