@@ -61,18 +61,23 @@ pub fn write(
         )));
     }
     let target = dir.join(name);
-    let permissions = match std::fs::symlink_metadata(&target) {
+    // The mode a replaced file had (its permission bits, set exactly), or 0666 less the umask.
+    let kept = match std::fs::metadata(&target) {
         Ok(meta) if meta.is_dir() => {
             return Err(Error::Name(format!("{name:?} is a directory")));
         }
-        Ok(meta) => meta.permissions(),
-        Err(e) if e.kind() == ErrorKind::NotFound => PermissionsExt::from_mode(0o666),
+        Ok(meta) => Some(meta.permissions().mode() & 0o777),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
         Err(e) => return Err(e.into()),
     };
     let mut data = tempfile::Builder::new()
         .prefix(".tenure-tmp.")
-        .permissions(permissions)
+        .permissions(PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)?;
+    if let Some(mode) = kept {
+        data.as_file()
+            .set_permissions(PermissionsExt::from_mode(mode))?;
+    }
     data.write_all(contents)?;
     data.as_file().sync_all()?;
     let held = Held::lock(dir, resource)?;
@@ -224,10 +229,15 @@ mod tests {
         assert_eq!(stale(refused), (9, 5));
         assert_eq!(std::fs::read(d.join("out")).expect("reads"), b"nine");
         assert_eq!(highest(d, "jobs/7").expect("highest"), 9);
-        // Readable as files usually are (0666 less the umask), and a replaced file keeps its
-        // mode.
+        // Made as files usually are (0666 less the umask), and a replaced file keeps its mode.
         let mode = |name: &str| d.join(name).metadata().expect("meta").permissions().mode();
-        assert_ne!(mode("out") & 0o044, 0, "{:o}", mode("out"));
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+            .expect("the umask");
+        assert_eq!(mode("out") & 0o777, 0o666 & !umask, "{:o}", mode("out"));
         std::fs::set_permissions(d.join("out"), PermissionsExt::from_mode(0o640)).expect("chmod");
         write(d, "jobs/7", 9, Mode::Exclusive, "out", b"nine").expect("the same tenure");
         assert_eq!(mode("out") & 0o777, 0o640);

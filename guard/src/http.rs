@@ -21,8 +21,15 @@
 //! with the tokens in `Tenure-Fencing-Token-Highest` too. A malformed header is `400`; a write
 //! (any method but GET, HEAD, OPTIONS and TRACE) without the headers is `428 Precondition
 //! Required`, unless [`FenceLayer::optional`] lets it through unchecked. A failure of the
-//! directory is `500`, the handler not called.
+//! directory is `500`, the handler not called. The handler finds the lease in the request's
+//! extensions ([`Admitted`]).
+//!
+//! Writers of a resource in one process take turns on an async lock (holding no thread);
+//! one of them at a time waits in `flock` for a writer in another process. The lock is held
+//! until the handler's response is ready, not while a streamed body is sent: write before
+//! answering. It has no time limit of its own: bound your handlers' time (a tower timeout).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -47,6 +54,60 @@ pub const HIGHEST: &str = "tenure-fencing-token-highest";
 pub struct FenceLayer {
     dir: Arc<PathBuf>,
     required: bool,
+    turns: Arc<Turns>,
+    allow: fn(&str) -> bool,
+}
+
+/// One async lock per resource with a request in flight. An entry no one holds or waits for
+/// is removed when its last turn ends, and swept (with any a cancelled wait left) whenever
+/// the map has doubled since the last sweep: it stays within twice the resources in flight.
+#[derive(Debug, Default)]
+struct Turns(std::sync::Mutex<TurnMap>);
+
+#[derive(Debug, Default)]
+struct TurnMap {
+    locks: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    sweep_at: usize,
+}
+
+/// A request's turn at its resource in this process, ended when dropped.
+struct Turn<'a> {
+    turns: &'a Turns,
+    resource: String,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Turns {
+    async fn turn(&self, resource: &str) -> Turn<'_> {
+        let lock = {
+            let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if map.locks.len() >= map.sweep_at {
+                map.locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+                map.sweep_at = (map.locks.len() * 2).max(64);
+            }
+            map.locks.entry(resource.to_owned()).or_default().clone()
+        };
+        Turn {
+            turns: self,
+            resource: resource.to_owned(),
+            _guard: lock.lock_owned().await,
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut map = self.turns.0.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's and the guard's: no one else holds or waits (clones are made only under
+        // the map's lock, held here).
+        if map
+            .locks
+            .get(&self.resource)
+            .is_some_and(|lock| Arc::strong_count(lock) <= 2)
+        {
+            map.locks.remove(&self.resource);
+        }
+    }
 }
 
 impl FenceLayer {
@@ -55,7 +116,16 @@ impl FenceLayer {
         FenceLayer {
             dir: Arc::new(dir.into()),
             required: true,
+            turns: Arc::default(),
+            allow: |_| true,
         }
+    }
+
+    /// Only resources `allow` accepts are fenced (a token file and a lock file each); a
+    /// request naming another is `400` before anything is made. The default takes every
+    /// name: a client that may write can then make files for as many names as it likes.
+    pub fn resources(self, allow: fn(&str) -> bool) -> Self {
+        FenceLayer { allow, ..self }
     }
 
     /// Writes without the headers pass unchecked, instead of `428`.
@@ -85,20 +155,27 @@ pub struct Fenced<S> {
     layer: FenceLayer,
 }
 
-/// The lease a request names.
-struct Lease {
-    resource: String,
-    token: u64,
-    mode: Mode,
+/// The lease a request named and the layer admitted: in the request's extensions for the
+/// handler (`request.extensions().get::<Admitted>()`), which should write only what this
+/// resource covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub resource: String,
+    pub token: u64,
+    pub mode: Mode,
 }
 
-/// The request's lease (`None`: it names none), or the answer to a malformed one.
-fn lease(headers: &HeaderMap) -> Result<Option<Lease>, (StatusCode, String)> {
-    let text = |name: &str| {
-        headers
+/// The request's lease (`None`: it names none), or the answer to a malformed one: a header
+/// given twice or not text, a resource without a token or the other way round, a token Tenure
+/// never grants (decimal digits, no sign, no leading zero), a mode other than exclusive or
+/// shared.
+fn lease(headers: &HeaderMap) -> Result<Option<Admitted>, (StatusCode, String)> {
+    let text = |name: &str| match headers.get_all(name).iter().count() {
+        0 | 1 => headers
             .get(name)
             .map(|v| v.to_str().map_err(|_| bad(format!("{name} is not text"))))
-            .transpose()
+            .transpose(),
+        n => Err(bad(format!("{name} is given {n} times"))),
     };
     let (resource, token, mode) = (text(RESOURCE)?, text(TOKEN)?, text(MODE)?);
     let (resource, token) = match (resource, token) {
@@ -106,16 +183,18 @@ fn lease(headers: &HeaderMap) -> Result<Option<Lease>, (StatusCode, String)> {
         (Some(resource), Some(token)) if !resource.is_empty() => (resource, token),
         _ => return Err(bad(format!("{RESOURCE} and {TOKEN} go together"))),
     };
-    let token = token
-        .trim()
-        .parse()
-        .map_err(|_| bad(format!("{TOKEN} is not a fencing token: {token:?}")))?;
+    let digits = token.trim();
+    let token = Some(digits)
+        .filter(|d| d.bytes().all(|b| b.is_ascii_digit()) && !d.starts_with('0'))
+        .and_then(|d| d.parse().ok())
+        .and_then(|t| crate::valid_token(t).ok())
+        .ok_or_else(|| bad(format!("{TOKEN} is not a fencing token: {token:?}")))?;
     let mode = match mode.map(str::trim) {
         None | Some("exclusive") => Mode::Exclusive,
         Some("shared") => Mode::Shared,
         Some(other) => return Err(bad(format!("{MODE} is exclusive or shared: {other:?}"))),
     };
-    Ok(Some(Lease {
+    Ok(Some(Admitted {
         resource: resource.to_owned(),
         token,
         mode,
@@ -193,6 +272,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let layer = self.layer.clone();
         Box::pin(async move {
+            let mut request = request;
             let lease = match lease(request.headers()) {
                 Ok(Some(lease)) => lease,
                 Ok(None) => {
@@ -206,12 +286,19 @@ where
                 }
                 Err((_, message)) => return Ok(bad_request(message)),
             };
-            // flock blocks: on a blocking thread, which waits there for the writer before.
+            if !(layer.allow)(&lease.resource) {
+                let message = format!("{RESOURCE} names no resource fenced here");
+                return Ok(bad_request(message));
+            }
+            // This process's writers of the resource queue here, holding no thread; one at a
+            // time waits in flock (on a blocking thread) for another process's writer.
+            let turn = layer.turns.turn(&lease.resource).await;
             let dir = layer.dir.clone();
+            let (resource, token, mode) = (lease.resource.clone(), lease.token, lease.mode);
             let checked = tokio::task::spawn_blocking(move || {
                 std::fs::create_dir_all(dir.as_path())?;
-                let held = Held::lock(&dir, &lease.resource)?;
-                held.admit(lease.token, lease.mode)?;
+                let held = Held::lock(&dir, &resource)?;
+                held.admit(token, mode)?;
                 Ok::<_, Error>(held)
             })
             .await;
@@ -220,9 +307,11 @@ where
                 Ok(Err(error)) => return Ok(refusal(error)),
                 Err(join) => return Ok(refusal(Error::Io(std::io::Error::other(join)))),
             };
+            request.extensions_mut().insert(lease);
             let response = inner.call(request).await;
             // The handler's writes are done (its response is ready): the next writer may check.
             drop(held);
+            drop(turn);
             response
         })
     }

@@ -1,13 +1,14 @@
 //! The HTTP layer (`tenure_guard::http::FenceLayer`) in front of a handler that records what
 //! it was asked to write: the headers, a stale token answered 409 with both tokens and the
-//! handler not called, the shared-mode rule, the fence kept across a restart, and the
-//! resource's lock held from the check until the handler answers.
+//! handler not called, the shared-mode rule, the fence kept across a restart, another
+//! process's hold on the resource's lock keeping the handler out, and in this process writers
+//! taking turns, one that leaves while waiting leaving no turn behind.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::{Method, Request, Response, StatusCode};
-use tenure_guard::http::{FenceLayer, HIGHEST, MODE, RESOURCE, TOKEN};
+use tenure_guard::http::{Admitted, FenceLayer, HIGHEST, MODE, RESOURCE, TOKEN};
 use tokio::sync::Notify;
 use tower::{Layer, ServiceExt};
 
@@ -95,12 +96,16 @@ async fn a_write_names_its_lease_in_well_formed_headers() {
     assert_eq!(json(&response)["error"], "fencing_token_required");
     let response = send(&layer, &log, Method::GET, &[]).await;
     assert_eq!(response.status(), StatusCode::OK, "a read passes");
-    let bad: [&[(&str, &str)]; 5] = [
+    let bad: [&[(&str, &str)]; 9] = [
         &[(RESOURCE, "r"), (TOKEN, "abc")],
         &[(RESOURCE, "r"), (TOKEN, "0")],
+        &[(RESOURCE, "r"), (TOKEN, "+5")],
+        &[(RESOURCE, "r"), (TOKEN, "007")],
+        &[(RESOURCE, "r"), (TOKEN, "9223372036854775808")],
         &[(RESOURCE, "r")],
         &[(TOKEN, "4")],
         &[(RESOURCE, "r"), (TOKEN, "4"), (MODE, "sometimes")],
+        &[(RESOURCE, "r"), (RESOURCE, "r"), (TOKEN, "4")],
     ];
     for headers in bad {
         let response = send(&layer, &log, Method::POST, headers).await;
@@ -111,6 +116,14 @@ async fn a_write_names_its_lease_in_well_formed_headers() {
     let optional = FenceLayer::new(dir.path()).optional();
     let response = send(&optional, &log, Method::POST, &[]).await;
     assert_eq!(response.status(), StatusCode::OK);
+    let only_billing = FenceLayer::new(dir.path()).resources(|r| r.starts_with("billing/"));
+    let other = [(RESOURCE, "spam/1"), (TOKEN, "4")];
+    let response = send(&only_billing, &log, Method::POST, &other).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        !dir.path().join(".tenure-fence").exists(),
+        "nothing made for it"
+    );
 }
 
 #[tokio::test]
@@ -146,7 +159,39 @@ async fn shared_writers_are_checked_against_the_exclusive_token_and_fence_out_ol
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_is_held_from_the_check_until_the_handler_answers() {
+async fn another_process_holding_the_resource_s_lock_keeps_the_handler_out() {
+    let dir = tempfile::tempdir().expect("dir");
+    let layer = FenceLayer::new(dir.path());
+    let log = Written::default();
+    let lease = [(RESOURCE, "r"), (TOKEN, "5")];
+    assert_eq!(send(&layer, &log, Method::POST, &lease).await.status(), 200);
+    // Another process's writer, as far as the lock goes.
+    let lock = std::fs::File::open(dir.path().join(".tenure-fence/r.lock")).expect("lock file");
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).expect("takes it");
+    let waiting = tokio::spawn({
+        let (layer, log) = (layer.clone(), log.clone());
+        async move { send(&layer, &log, Method::POST, &[(RESOURCE, "r"), (TOKEN, "9")]).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !waiting_in_flock() {
+        assert_eq!(
+            written(&log),
+            ["5"],
+            "the handler ran beside the lock's holder"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the request is not waiting for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(lock);
+    assert_eq!(waiting.await.expect("joins").status(), StatusCode::OK);
+    assert_eq!(written(&log), ["5", "9"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_in_one_process_take_turns_and_one_that_leaves_while_waiting_leaks_none() {
     let dir = tempfile::tempdir().expect("dir");
     let layer = FenceLayer::new(dir.path());
     let log = Written::default();
@@ -156,7 +201,9 @@ async fn the_lock_is_held_from_the_check_until_the_handler_answers() {
         tower::service_fn(move |request: Request<String>| {
             let (log, entered, release) = (log.clone(), entered.clone(), release.clone());
             async move {
+                let admitted = request.extensions().get::<Admitted>().expect("the lease");
                 let token = request.headers()[TOKEN].to_str().expect("text").to_owned();
+                assert_eq!(admitted.token.to_string(), token);
                 log.lock().expect("lock").push(token.clone());
                 if token == "5" {
                     entered.notify_one();
@@ -175,23 +222,31 @@ async fn the_lock_is_held_from_the_check_until_the_handler_answers() {
     };
     let first = tokio::spawn(layer.layer(handler.clone()).oneshot(request("5")));
     entered.notified().await;
-    let second = tokio::spawn(layer.layer(handler).oneshot(request("9")));
-    // The second waits in flock (on a blocking thread) while the first's handler runs.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !waiting_in_flock() {
-        assert_eq!(written(&log), ["5"], "the second ran beside the first");
-        assert!(
-            Instant::now() < deadline,
-            "the second is not waiting for the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let leaving = tokio::spawn(layer.layer(handler.clone()).oneshot(request("7")));
+    let third = tokio::spawn(layer.layer(handler.clone()).oneshot(request("9")));
+    leaving.abort();
+    assert!(leaving.await.expect_err("aborted").is_cancelled());
+    assert_eq!(written(&log), ["5"], "no one ran beside the first");
+    // While the first one's handler runs, its flock keeps another process's writer out.
+    let lock_path = dir.path().join(".tenure-fence/r.lock");
+    let try_lock = || {
+        let lock = std::fs::File::open(&lock_path).expect("lock file");
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+    };
+    assert_eq!(try_lock(), Err(rustix::io::Errno::WOULDBLOCK));
     release.notify_one();
-    for answered in [first, second] {
+    for answered in [first, third] {
         let Ok(response) = answered.await.expect("joins");
         assert_eq!(response.status(), StatusCode::OK);
     }
     assert_eq!(written(&log), ["5", "9"]);
+    let Ok(after) = layer.layer(handler).oneshot(request("11")).await;
+    assert_eq!(after.status(), StatusCode::OK, "no turn was left behind");
+    assert_eq!(
+        try_lock(),
+        Ok(()),
+        "the lock is released once the handler answered"
+    );
 }
 
 /// Whether a thread of this process waits for a file lock.

@@ -132,19 +132,45 @@ function answer(res, status, body, headers = {}) {
   res.end(JSON.stringify(body));
 }
 
-// The request's lease, null if it names none; throws RangeError for a malformed one.
-function leaseOf(headers) {
-  const resource = headers[Headers.RESOURCE];
-  const token = headers[Headers.TOKEN];
+// The request's lease, null if it names none; throws RangeError for a malformed one: a header
+// given twice, a resource without a token or the other way round, a token Tenure never grants
+// (decimal digits, no sign, no leading zero), a mode other than exclusive or shared.
+function leaseOf(req) {
+  const one = (name) => {
+    const values = req.headersDistinct?.[name] ?? (req.headers[name] === undefined ? [] : [req.headers[name]]);
+    if (values.length > 1) throw new RangeError(`${name} is given ${values.length} times`);
+    return values[0];
+  };
+  const resource = one(Headers.RESOURCE);
+  const token = one(Headers.TOKEN);
   if (resource === undefined && token === undefined) return null;
   if (!resource || token === undefined) {
     throw new RangeError(`${Headers.RESOURCE} and ${Headers.TOKEN} go together`);
   }
-  const mode = headers[Headers.MODE] ?? Mode.EXCLUSIVE;
+  const mode = one(Headers.MODE) ?? Mode.EXCLUSIVE;
   if (mode !== Mode.EXCLUSIVE && mode !== Mode.SHARED) {
     throw new RangeError(`${Headers.MODE} is exclusive or shared: ${JSON.stringify(mode)}`);
   }
   return { resource, token: tokenOf(token.trim()), mode };
+}
+
+// One waiter per resource per process reaches the database: the others queue here, holding no
+// connection (a pool full of writers blocked on one lock would starve the holder's handler).
+const queues = new Map();
+
+// Waits for this process's turn at `resource`; resolves to the function that ends the turn.
+function turn(resource) {
+  const before = queues.get(resource) ?? Promise.resolve();
+  let end;
+  const mine = new Promise((resolve) => {
+    end = resolve;
+  });
+  const tail = before.then(() => mine);
+  queues.set(resource, tail);
+  return before.then(() => () => {
+    end();
+    if (queues.get(resource) === tail) queues.delete(resource);
+  });
 }
 
 /**
@@ -153,20 +179,25 @@ function leaseOf(headers) {
  * `Tenure-Fencing-Token`, and `Tenure-Lease-Mode: shared` for a co-holder. The fence is the
  * PostgreSQL table `tenure_fence` (`createTable` first), reached through `pool` (a pg.Pool).
  *
- * A request that names a lease takes the resource's lock (a PostgreSQL advisory lock held on
- * a pooled connection), checks and advances the fence in a transaction of its own (committed:
- * durable before the handler runs), and keeps the lock until its response has been sent, so
- * the check and whatever the handler writes are one step for every writer of the resource, in
- * any process using the same database. A stale token is answered 409 without calling the
- * handler, `{"error":"stale_fencing_token","resource":…,"highest":…,"got":…}` (tokens as
- * strings) and `Tenure-Fencing-Token-Highest`; malformed headers 400; a write (any method but
- * GET, HEAD, OPTIONS, TRACE) naming no lease 428, unless `required: false`.
+ * A request that names a lease waits for its turn at the resource (in this process, then a
+ * PostgreSQL advisory lock on a pooled connection, for every process using the database),
+ * checks and advances the fence in a transaction of its own (committed: durable before the
+ * handler runs), and keeps the lock until its response has been sent or its client has gone,
+ * so the check and whatever the handler writes are one step for every writer of the resource
+ * that goes through this middleware (all of them must: a writer calling `guard` on its own
+ * takes no such lock). The handler finds the admitted lease in `req.tenure` (`resource`,
+ * `token` as a BigInt, `mode`, and `db`, the locked connection, which it may use for its own
+ * statements). A stale token is answered 409 without calling the handler,
+ * `{"error":"stale_fencing_token","resource":…,"highest":…,"got":…}` (tokens as strings) and
+ * `Tenure-Fencing-Token-Highest`; malformed headers 400; a write (any method but GET, HEAD,
+ * OPTIONS, TRACE) naming no lease 428, unless `required: false`. The lock has no time limit
+ * of its own: bound your handlers' time.
  */
 export function fenceMiddleware({ pool, required = true }) {
   return async function tenureFence(req, res, next) {
     let lease;
     try {
-      lease = leaseOf(req.headers);
+      lease = leaseOf(req);
     } catch (error) {
       return answer(res, 400, { error: "invalid_fencing_headers", message: error.message });
     }
@@ -177,24 +208,56 @@ export function fenceMiddleware({ pool, required = true }) {
       }
       return next();
     }
-    let db;
-    try {
-      db = await pool.connect();
-      await db.query("SELECT pg_advisory_lock(hashtextextended($1, 0))", [lease.resource]);
-    } catch (error) {
-      db?.release(error);
-      return answer(res, 500, { error: "fence_unavailable", message: error.message });
-    }
-    let unlocked = false;
-    const unlock = () => {
-      if (unlocked) return;
-      unlocked = true;
-      db.query("SELECT pg_advisory_unlock(hashtextextended($1, 0))", [lease.resource]).then(
-        () => db.release(),
-        (failed) => db.release(failed), // a broken connection: its session's locks go with it
-      );
+    // Setting up (the turn, a connection, the lock, the check), then the handler's, then done.
+    let phase = "setup";
+    let finished = false; // the response was sent, or its client went away
+    let broken = false; // the connection failed: the lock went with its session
+    let turnEnd = null;
+    let db = null;
+    let locked = false;
+    // Ends the lock (and destroys a connection that failed, or whose state is unknown: its
+    // session's lock goes with it), then this process's turn. Once.
+    const cleanup = (failure) => {
+      if (phase === "done") return;
+      phase = "done";
+      const endTurn = () => turnEnd?.();
+      const conn = db;
+      db = null;
+      if (conn === null) return endTurn();
+      conn.removeListener("error", lost);
+      if (broken || failure) {
+        conn.release(failure ?? new Error("the connection failed"));
+        return endTurn();
+      }
+      if (!locked) {
+        conn.release();
+        return endTurn();
+      }
+      conn
+        .query("SELECT pg_advisory_unlock(hashtextextended($1, 0))", [lease.resource])
+        .then(() => conn.release(), (error) => conn.release(error))
+        .finally(endTurn);
     };
+    const lost = (error) => {
+      broken = true;
+      if (phase === "handler") cleanup(error);
+    };
+    // During setup each step looks for itself; after it, the response's end ends the turn.
+    const finish = () => {
+      finished = true;
+      if (phase === "handler") cleanup();
+    };
+    res.once("finish", finish);
+    res.once("close", finish);
     try {
+      turnEnd = await turn(lease.resource);
+      if (finished) return cleanup();
+      db = await pool.connect();
+      db.on("error", lost);
+      if (finished) return cleanup();
+      await db.query("SELECT pg_advisory_lock(hashtextextended($1, 0))", [lease.resource]);
+      locked = true;
+      if (finished) return cleanup();
       await db.query("BEGIN");
       try {
         await guard(db, lease.resource, lease.token, lease.mode);
@@ -204,8 +267,10 @@ export function fenceMiddleware({ pool, required = true }) {
         throw error;
       }
     } catch (error) {
-      unlock();
-      if (error instanceof StaleFencingToken) {
+      const stale = error instanceof StaleFencingToken;
+      cleanup(stale ? undefined : error);
+      if (finished) return;
+      if (stale) {
         const body = {
           error: "stale_fencing_token",
           resource: error.resource,
@@ -216,9 +281,9 @@ export function fenceMiddleware({ pool, required = true }) {
       }
       return answer(res, 500, { error: "fence_unavailable", message: error.message });
     }
-    // The handler's writes are done once its response is: then the next writer may check.
-    res.once("finish", unlock);
-    res.once("close", unlock);
+    if (finished) return cleanup();
+    phase = "handler";
+    req.tenure = { resource: lease.resource, token: lease.token, mode: lease.mode, db };
     next();
   };
 }

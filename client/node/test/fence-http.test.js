@@ -1,7 +1,8 @@
 // The HTTP middleware (fenceMiddleware in src/guard.js) in a plain node:http server, its fence
 // in the live PostgreSQL run-live-test.sh starts (TENURE_TEST_PG): a stale token answered 409
-// with both tokens and the handler not called, the headers, and the resource's lock held from
-// the check until the response is sent.
+// with both tokens and the handler not called, the headers, the resource's lock held by
+// another process keeping the handler out, and in this process writers taking turns, a
+// client that leaves while waiting leaking neither the turn, the lock nor a connection.
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { after, before, test } from "node:test";
@@ -16,13 +17,17 @@ assert.ok(connectionString, "TENURE_TEST_PG names the PostgreSQL server (run-liv
 const settings = Object.fromEntries(connectionString.trim().split(/\s+/).map((kv) => kv.split("=")));
 const pool = new pg.Pool({ host: settings.host, user: settings.user, database: settings.dbname });
 
-// What the handler was asked to write, by token; a token in `holding` waits for its release.
+// The tokens of the requests that arrived, and of those the handler was asked to write; a
+// token in `holding` waits for its release.
+const arrived = [];
 const written = [];
 const holding = new Map();
 const fence = fenceMiddleware({ pool });
 const server = createServer((req, res) => {
+  arrived.push(req.headers[Headers.TOKEN] ?? "-");
   fence(req, res, async () => {
     const token = req.headers[Headers.TOKEN] ?? "-";
+    assert.equal(String(req.tenure?.token ?? "-"), token, "the handler sees the admitted lease");
     written.push(token);
     const held = holding.get(token);
     if (held) {
@@ -85,37 +90,72 @@ test("a write names its lease in well-formed headers", async () => {
   assert.deepEqual(written.slice(before), ["-"], "only the read reached the handler");
 });
 
-test("the lock is held from the check until the response is sent", async () => {
+// Polls `done` every 10 ms (checking `meanwhile` each time) until it holds, or fails in 10 s.
+async function until(done, meanwhile, what) {
+  const deadline = Date.now() + 10_000;
+  while (!(await done())) {
+    meanwhile();
+    assert.ok(Date.now() < deadline, what);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+// Connections waiting for the advisory lock of `resource`, and those holding it.
+async function advisory(resource) {
+  const { rows } = await pool.query(
+    `SELECT count(*) FILTER (WHERE NOT granted)::int AS waiting, count(*) FILTER (WHERE granted)::int AS held
+       FROM pg_locks WHERE locktype = 'advisory' AND objid::bigint = (hashtextextended($1, 0) & 4294967295)`,
+    [resource],
+  );
+  return rows[0];
+}
+
+test("the resource's lock held by another process keeps the handler out", async () => {
   const resource = fresh("lock");
+  const other = await pool.connect(); // another process's writer, as far as the lock goes
+  try {
+    await other.query("SELECT pg_advisory_lock(hashtextextended($1, 0))", [resource]);
+    const before = written.length;
+    const request = send("POST", { [Headers.RESOURCE]: resource, [Headers.TOKEN]: "15" });
+    await until(
+      async () => (await advisory(resource)).waiting > 0,
+      () => assert.deepEqual(written.slice(before), [], "the handler ran beside the lock's holder"),
+      "the request is not waiting for the lock",
+    );
+    await other.query("SELECT pg_advisory_unlock(hashtextextended($1, 0))", [resource]);
+    assert.equal((await request).status, 200);
+    assert.deepEqual(written.slice(before), ["15"]);
+  } finally {
+    other.release();
+  }
+});
+
+test("writers take turns; one that leaves while waiting leaks no turn, lock or connection", async () => {
+  const resource = fresh("turns");
   const lease = (token) => ({ [Headers.RESOURCE]: resource, [Headers.TOKEN]: token });
   let release;
   const entered = new Promise((resolve) => {
-    holding.set("15", { entered: resolve, released: new Promise((r) => { release = r; }) });
+    holding.set("25", { entered: resolve, released: new Promise((r) => { release = r; }) });
   });
   const before = written.length;
-  const first = send("POST", lease("15"));
+  const first = send("POST", lease("25"));
   await entered;
-  const second = send("POST", lease("19"));
-  // The second request's connection waits for the advisory lock the first holds.
-  const observer = await pool.connect();
-  try {
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const { rows } = await observer.query(
-        "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
-      );
-      if (rows[0].n > 0) break;
-      assert.deepEqual(written.slice(before), ["15"], "the second ran beside the first");
-      assert.ok(Date.now() < deadline, "the second is not waiting for the lock");
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  } finally {
-    observer.release();
-  }
-  assert.deepEqual(written.slice(before), ["15"]);
+  const leaving = new AbortController();
+  const second = fetch(base, { method: "POST", headers: lease("29"), signal: leaving.signal });
+  await until(async () => arrived.includes("29"), () => {}, "the second request did not arrive");
+  leaving.abort();
+  await assert.rejects(second);
   release();
   assert.equal((await first).status, 200);
-  assert.equal((await second).status, 200);
-  assert.deepEqual(written.slice(before), ["15", "19"]);
-  holding.delete("15");
+  assert.equal((await send("POST", lease("31"))).status, 200, "the next writer gets its turn");
+  assert.deepEqual(written.slice(before), ["25", "31"]);
+  holding.delete("25");
+  await until(
+    async () => {
+      const { waiting, held } = await advisory(resource);
+      return waiting + held === 0 && pool.totalCount === pool.idleCount;
+    },
+    () => {},
+    "a lock or a connection was left behind",
+  );
 });
