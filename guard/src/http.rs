@@ -70,15 +70,17 @@ struct TurnMap {
     sweep_at: usize,
 }
 
-/// A request's turn at its resource in this process, ended when dropped.
-struct Turn<'a> {
-    turns: &'a Turns,
+/// A request's turn at its resource in this process, ended when dropped: after its handler
+/// answered, or, if the request is dropped while its blocking thread waits in `flock`, when
+/// that thread is done (the turn moves there), so that one thread per resource waits at most.
+struct Turn {
+    turns: Arc<Turns>,
     resource: String,
     _guard: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Turns {
-    async fn turn(&self, resource: &str) -> Turn<'_> {
+    async fn turn(self: &Arc<Self>, resource: &str) -> Turn {
         let lock = {
             let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
             if map.locks.len() >= map.sweep_at {
@@ -88,14 +90,14 @@ impl Turns {
             map.locks.entry(resource.to_owned()).or_default().clone()
         };
         Turn {
-            turns: self,
+            turns: self.clone(),
             resource: resource.to_owned(),
             _guard: lock.lock_owned().await,
         }
     }
 }
 
-impl Drop for Turn<'_> {
+impl Drop for Turn {
     fn drop(&mut self) {
         let mut map = self.turns.0.lock().unwrap_or_else(|p| p.into_inner());
         // The map's and the guard's: no one else holds or waits (clones are made only under
@@ -296,15 +298,16 @@ where
             let dir = layer.dir.clone();
             let (resource, token, mode) = (lease.resource.clone(), lease.token, lease.mode);
             let checked = tokio::task::spawn_blocking(move || {
-                std::fs::create_dir_all(dir.as_path())?;
-                let held = Held::lock(&dir, &resource)?;
-                held.admit(token, mode)?;
-                Ok::<_, Error>(held)
+                let held = std::fs::create_dir_all(dir.as_path())
+                    .map_err(Error::from)
+                    .and_then(|()| Held::lock(&dir, &resource))
+                    .and_then(|held| held.admit(token, mode).map(|()| held));
+                (turn, held)
             })
             .await;
-            let held = match checked {
-                Ok(Ok(held)) => held,
-                Ok(Err(error)) => return Ok(refusal(error)),
+            let (turn, held) = match checked {
+                Ok((turn, Ok(held))) => (turn, held),
+                Ok((_, Err(error))) => return Ok(refusal(error)),
                 Err(join) => return Ok(refusal(Error::Io(std::io::Error::other(join)))),
             };
             request.extensions_mut().insert(lease);

@@ -137,9 +137,12 @@ function answer(res, status, body, headers = {}) {
 // (decimal digits, no sign, no leading zero), a mode other than exclusive or shared.
 function leaseOf(req) {
   const one = (name) => {
-    const values = req.headersDistinct?.[name] ?? (req.headers[name] === undefined ? [] : [req.headers[name]]);
-    if (values.length > 1) throw new RangeError(`${name} is given ${values.length} times`);
-    return values[0];
+    let times = 0;
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      if (req.rawHeaders[i].toLowerCase() === name) times += 1;
+    }
+    if (times > 1) throw new RangeError(`${name} is given ${times} times`);
+    return req.headers[name];
   };
   const resource = one(Headers.RESOURCE);
   const token = one(Headers.TOKEN);
@@ -187,7 +190,10 @@ function turn(resource) {
  * that goes through this middleware (all of them must: a writer calling `guard` on its own
  * takes no such lock). The handler finds the admitted lease in `req.tenure` (`resource`,
  * `token` as a BigInt, `mode`, and `db`, the locked connection, which it may use for its own
- * statements). A stale token is answered 409 without calling the handler,
+ * statements; a client that leaves before the response is sent ends the lock by destroying
+ * that connection, so what the handler writes through it then fails instead of landing
+ * unfenced: write what must be fenced through it, or before answering). A stale token is
+ * answered 409 without calling the handler,
  * `{"error":"stale_fencing_token","resource":…,"highest":…,"got":…}` (tokens as strings) and
  * `Tenure-Fencing-Token-Highest`; malformed headers 400; a write (any method but GET, HEAD,
  * OPTIONS, TRACE) naming no lease 428, unless `required: false`. The lock has no time limit
@@ -224,28 +230,39 @@ export function fenceMiddleware({ pool, required = true }) {
       const conn = db;
       db = null;
       if (conn === null) return endTurn();
-      conn.removeListener("error", lost);
+      // `lost` stays on until the connection goes back: an error meanwhile must be heard.
+      const release = (error) => {
+        conn.removeListener("error", lost);
+        conn.release(error);
+      };
       if (broken || failure) {
-        conn.release(failure ?? new Error("the connection failed"));
+        release(failure ?? new Error("the connection failed"));
         return endTurn();
       }
       if (!locked) {
-        conn.release();
+        release();
         return endTurn();
       }
+      // A transaction the handler left open ends here (a warning only if there is none),
+      // then the lock; the connection goes back clean.
       conn
-        .query("SELECT pg_advisory_unlock(hashtextextended($1, 0))", [lease.resource])
-        .then(() => conn.release(), (error) => conn.release(error))
+        .query("ROLLBACK")
+        .then(() => conn.query("SELECT pg_advisory_unlock(hashtextextended($1, 0))", [lease.resource]))
+        .then(() => release(), (error) => release(error))
         .finally(endTurn);
     };
     const lost = (error) => {
       broken = true;
       if (phase === "handler") cleanup(error);
     };
-    // During setup each step looks for itself; after it, the response's end ends the turn.
+    // During setup each step looks for itself. In the handler's phase a sent response ends
+    // the lock; a client that left first ends it by destroying the connection, so that what
+    // the handler still writes through `req.tenure.db` fails instead of landing unfenced.
     const finish = () => {
       finished = true;
-      if (phase === "handler") cleanup();
+      if (phase !== "handler") return;
+      if (res.writableFinished) cleanup();
+      else cleanup(new Error("the client left before the response was sent"));
     };
     res.once("finish", finish);
     res.once("close", finish);

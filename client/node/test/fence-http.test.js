@@ -20,11 +20,13 @@ const pool = new pg.Pool({ host: settings.host, user: settings.user, database: s
 // The tokens of the requests that arrived, and of those the handler was asked to write; a
 // token in `holding` waits for its release.
 const arrived = [];
+const closed = [];
 const written = [];
 const holding = new Map();
 const fence = fenceMiddleware({ pool });
 const server = createServer((req, res) => {
   arrived.push(req.headers[Headers.TOKEN] ?? "-");
+  res.once("close", () => closed.push(req.headers[Headers.TOKEN] ?? "-"));
   fence(req, res, async () => {
     const token = req.headers[Headers.TOKEN] ?? "-";
     assert.equal(String(req.tenure?.token ?? "-"), token, "the handler sees the admitted lease");
@@ -145,6 +147,7 @@ test("writers take turns; one that leaves while waiting leaks no turn, lock or c
   await until(async () => arrived.includes("29"), () => {}, "the second request did not arrive");
   leaving.abort();
   await assert.rejects(second);
+  await until(async () => closed.includes("29"), () => {}, "the server did not see the client leave");
   release();
   assert.equal((await first).status, 200);
   assert.equal((await send("POST", lease("31"))).status, 200, "the next writer gets its turn");
