@@ -1,7 +1,7 @@
-//! The directory guard (docs/fencing.md, "Files"): files in a plain directory, written only
-//! with a current fencing token. Beside the data, `.tenure-fence/` keeps for each resource a
-//! token file (`EXCLUSIVE SHARED`, the highest tokens written with, as [`Fence`] keeps them)
-//! and a lock file. A guarded write of `NAME`:
+//! The directory guard (docs/fencing.md, "Files in a directory"): files in a plain directory,
+//! written only with a current fencing token. Beside the data, `.tenure-fence/` keeps for each
+//! resource a token file (`EXCLUSIVE SHARED`, the highest tokens written with) and a lock
+//! file. A guarded write of `NAME`:
 //!
 //! 1. writes the new contents to a temporary file in the directory and syncs it;
 //! 2. takes the resource's lock (`flock`, exclusive: one writer of the resource at a time, on

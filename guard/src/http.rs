@@ -189,7 +189,7 @@ fn lease(headers: &HeaderMap) -> Result<Option<Admitted>, (StatusCode, String)> 
     let token = Some(digits)
         .filter(|d| d.bytes().all(|b| b.is_ascii_digit()) && !d.starts_with('0'))
         .and_then(|d| d.parse().ok())
-        .and_then(|t| crate::valid_token(t).ok())
+        .filter(|t| crate::valid_token(*t).is_ok())
         .ok_or_else(|| bad(format!("{TOKEN} is not a fencing token: {token:?}")))?;
     let mode = match mode.map(str::trim) {
         None | Some("exclusive") => Mode::Exclusive,

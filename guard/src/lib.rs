@@ -73,14 +73,14 @@ pub enum Error {
 /// a write (spec §1, "fencing token"): an exclusive writer must be at or above both, a shared
 /// one at or above the exclusive one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Fence {
-    pub exclusive: u64,
-    pub shared: u64,
+pub(crate) struct Fence {
+    pub(crate) exclusive: u64,
+    pub(crate) shared: u64,
 }
 
 impl Fence {
     /// Records a write of `token` in `mode`, or returns the token that fences it out.
-    pub fn admit(&mut self, token: u64, mode: Mode) -> Result<(), u64> {
+    pub(crate) fn admit(&mut self, token: u64, mode: Mode) -> Result<(), u64> {
         match mode {
             Mode::Exclusive => {
                 let highest = self.exclusive.max(self.shared);
@@ -100,15 +100,15 @@ impl Fence {
     }
 
     /// The lowest token an exclusive writer still passes with.
-    pub fn highest(&self) -> u64 {
+    pub(crate) fn highest(&self) -> u64 {
         self.exclusive.max(self.shared)
     }
 }
 
-/// `token` if Tenure could have granted it: from 1 to `i64::MAX` (a `bigint`).
-pub fn valid_token(token: u64) -> Result<u64, Error> {
+/// `token` as a `bigint`, if Tenure could have granted it: from 1 to `i64::MAX`.
+pub(crate) fn valid_token(token: u64) -> Result<i64, Error> {
     match i64::try_from(token) {
-        Ok(t) if t > 0 => Ok(token),
+        Ok(t) if t > 0 => Ok(t),
         _ => Err(Error::Token(token)),
     }
 }

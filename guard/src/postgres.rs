@@ -75,7 +75,7 @@ pub async fn guard(
     token: u64,
     mode: Mode,
 ) -> Result<(), Error> {
-    let wanted = i64::try_from(crate::valid_token(token)?).map_err(|_| Error::Token(token))?;
+    let wanted = crate::valid_token(token)?;
     let highest = match mode {
         Mode::Exclusive => {
             if txn

@@ -7,11 +7,10 @@
 //! Debian's `postgresql` package provides the server; run as root, the script runs it as the
 //! package's `postgres` user.
 
-use std::path::Path;
 use std::process::Command;
 
 /// guard/pg-server.sh, which the Python and Node.js tests' script also runs.
-pub const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pg-server.sh");
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/pg-server.sh");
 
 /// Why no server started.
 #[derive(Debug, thiserror::Error)]
@@ -77,11 +76,6 @@ impl TestServer {
     /// Its log, `server.log`.
     pub fn log(&self) -> std::path::PathBuf {
         self.dir.path().join("server.log")
-    }
-
-    /// Its directory.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 }
 
